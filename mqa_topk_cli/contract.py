@@ -1,0 +1,151 @@
+"""Python-side contract checks of the ops (SPEC §3).
+
+Each check raises ``ContractError`` whose message starts with the argument's
+name. The C++ launchers repeat the checks that guard memory safety (shape,
+dtype, contiguity, alignment, device), so a caller that bypasses Python still
+gets a clean error; the data-dependent range checks (starts/ends values) are
+done here, where reading them back costs one small device-to-host copy.
+"""
+from __future__ import annotations
+
+import torch
+
+from .errors import ContractError
+
+HEADS = 32
+HEAD_DIM = 128
+TOPKS = (512, 1024, 2048)
+#: Largest key count the native kernels accept (indices fit int32 with room;
+#: the fused kernel's workspace is sized for this).
+MAX_KEYS = 1 << 22
+FP8 = torch.float8_e4m3fn
+
+
+def _tensor(name: str, t) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise ContractError(name, f"expected a torch.Tensor, got {type(t).__name__}")
+    return t
+
+
+def _dtype(name: str, t: torch.Tensor, dtype: torch.dtype) -> None:
+    if t.dtype != dtype:
+        raise ContractError(name, f"expected dtype {dtype}, got {t.dtype}")
+
+
+def _shape(name: str, t: torch.Tensor, shape: tuple, what: str) -> None:
+    if tuple(t.shape) != tuple(shape):
+        raise ContractError(name, f"expected shape {what} = {list(shape)}, got {list(t.shape)}")
+
+
+def _contig(name: str, t: torch.Tensor) -> None:
+    if not t.is_contiguous():
+        raise ContractError(name, "must be contiguous")
+
+
+def _aligned(name: str, t: torch.Tensor, align: int = 16) -> None:
+    if t.numel() and t.data_ptr() % align:
+        raise ContractError(name, f"data pointer must be {align}-byte aligned")
+
+
+def check_topk(topk) -> int:
+    if isinstance(topk, bool) or not isinstance(topk, int) or topk not in TOPKS:
+        raise ContractError("topk", f"must be one of {TOPKS}, got {topk!r}")
+    return topk
+
+
+def check_ranges(starts: torch.Tensor, ends: torch.Tensor, keys: int) -> None:
+    """0 <= starts <= ends <= keys, elementwise (reads the values back)."""
+    if starts.numel() == 0:
+        return
+    s = starts.to("cpu", torch.int64)
+    e = ends.to("cpu", torch.int64)
+    if int(s.min()) < 0:
+        r = int(torch.nonzero(s < 0)[0])
+        raise ContractError("starts", f"must be >= 0 (row {r} has {int(s[r])})")
+    bad = torch.nonzero(e < s)
+    if bad.numel():
+        r = int(bad[0])
+        raise ContractError("ends", f"must be >= starts (row {r}: start {int(s[r])}, end {int(e[r])})")
+    bad = torch.nonzero(e > keys)
+    if bad.numel():
+        r = int(bad[0])
+        raise ContractError("ends", f"must be <= keys = {keys} (row {r} has {int(e[r])})")
+
+
+def check_mqa_inputs(q, k, scales, weights, starts, ends, *, check_values: bool = True) -> tuple[int, int]:
+    """Checks the shared inputs of the logits/fused ops; returns (rows, keys)."""
+    q = _tensor("q", q)
+    k = _tensor("k", k)
+    scales = _tensor("scales", scales)
+    weights = _tensor("weights", weights)
+    starts = _tensor("starts", starts)
+    ends = _tensor("ends", ends)
+    _dtype("q", q, FP8)
+    if q.dim() != 3 or q.shape[1] != HEADS or q.shape[2] != HEAD_DIM:
+        raise ContractError("q", f"expected shape [rows, {HEADS}, {HEAD_DIM}], got {list(q.shape)}")
+    rows = q.shape[0]
+    _dtype("k", k, FP8)
+    if k.dim() != 2 or k.shape[1] != HEAD_DIM:
+        raise ContractError("k", f"expected shape [keys, {HEAD_DIM}], got {list(k.shape)}")
+    keys = k.shape[0]
+    if keys > MAX_KEYS:
+        raise ContractError("k", f"{keys} keys exceeds the limit of {MAX_KEYS}")
+    if scales.dtype == torch.uint8 and scales.dim() == 2 and scales.shape[1] == 4:
+        raise ContractError("scales", "got UE8M0 [keys, 4] uint8 scales; convert them with fused_mqa_topk_key_scales() first")
+    _dtype("scales", scales, torch.float32)
+    _shape("scales", scales, (keys,), "[keys]")
+    _dtype("weights", weights, torch.float32)
+    _shape("weights", weights, (rows, HEADS), f"[rows, {HEADS}]")
+    for name, t in (("starts", starts), ("ends", ends)):
+        _dtype(name, t, torch.int32)
+        _shape(name, t, (rows,), "[rows]")
+    for name, t in (("q", q), ("k", k), ("scales", scales), ("weights", weights), ("starts", starts), ("ends", ends)):
+        _contig(name, t)
+    for name, t in (("q", q), ("k", k), ("scales", scales), ("weights", weights)):
+        _aligned(name, t)
+    dev = q.device
+    for name, t in (("k", k), ("scales", scales), ("weights", weights), ("starts", starts), ("ends", ends)):
+        if t.device != dev:
+            raise ContractError(name, f"must be on the same device as q ({dev}), got {t.device}")
+    if check_values:
+        check_ranges(starts, ends, keys)
+    return rows, keys
+
+
+def check_output(output, rows: int, device: torch.device) -> int:
+    """output: [rows, topk] int32, contiguous, 16-byte aligned; returns topk."""
+    output = _tensor("output", output)
+    _dtype("output", output, torch.int32)
+    if output.dim() != 2 or output.shape[0] != rows:
+        raise ContractError("output", f"expected shape [rows={rows}, topk], got {list(output.shape)}")
+    if output.shape[1] not in TOPKS:
+        raise ContractError("output", f"topk (dim 1) must be one of {TOPKS}, got {output.shape[1]}")
+    _contig("output", output)
+    _aligned("output", output)
+    if output.device != device:
+        raise ContractError("output", f"must be on {device}, got {output.device}")
+    return int(output.shape[1])
+
+
+def check_logits(logits, starts, ends) -> tuple[int, int]:
+    """logits: fp32 [rows, width] (row stride may exceed width, unit column stride);
+    starts/ends int32 [rows] with ends <= width. Returns (rows, width)."""
+    logits = _tensor("logits", logits)
+    starts = _tensor("starts", starts)
+    ends = _tensor("ends", ends)
+    _dtype("logits", logits, torch.float32)
+    if logits.dim() != 2:
+        raise ContractError("logits", f"expected shape [rows, width], got {list(logits.shape)}")
+    if logits.stride(1) != 1 or (logits.shape[0] > 1 and logits.stride(0) < logits.shape[1]):
+        raise ContractError("logits", "rows must be dense (column stride 1, row stride >= width)")
+    rows, width = logits.shape
+    for name, t in (("starts", starts), ("ends", ends)):
+        _dtype(name, t, torch.int32)
+        _shape(name, t, (rows,), "[rows]")
+        _contig(name, t)
+        if t.device != logits.device:
+            raise ContractError(name, f"must be on the same device as logits ({logits.device}), got {t.device}")
+    if width > MAX_KEYS:
+        raise ContractError("logits", f"width {width} exceeds the key limit {MAX_KEYS}")
+    check_ranges(starts, ends, width)
+    return rows, width
