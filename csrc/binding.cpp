@@ -1,0 +1,49 @@
+// Registers the ops with Python. Nothing else lives here: contract checks are
+// in the launchers (one .cu per op), kernels in include/mqa_topk/.
+#include <torch/extension.h>
+
+#include "mqa_logits.h"
+#if __has_include("topk_per_row.h")
+#include "topk_per_row.h"
+#define MQA_HAS_TOPK 1
+#endif
+#if __has_include("fused_mqa_topk.h")
+#include "fused_mqa_topk.h"
+#define MQA_HAS_FUSED 1
+#endif
+
+namespace {
+py::list kernel_info() {
+  std::vector<mqa_topk::KernelInfo> all = mqa_logits_kernel_info();
+#ifdef MQA_HAS_TOPK
+  for (auto& k : topk_per_row_kernel_info()) all.push_back(k);
+#endif
+#ifdef MQA_HAS_FUSED
+  for (auto& k : fused_mqa_topk_kernel_info()) all.push_back(k);
+#endif
+  py::list out;
+  for (const auto& k : all) {
+    py::dict d;
+    d["name"] = k.name;
+    d["registers"] = k.registers;
+    d["shared_static_bytes"] = k.shared_static_bytes;
+    d["shared_bytes"] = k.shared_static_bytes + k.shared_dynamic_bytes;
+    d["local_bytes"] = k.local_bytes;
+    d["max_threads"] = k.max_threads;
+    out.append(d);
+  }
+  return out;
+}
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("mqa_logits", &mqa_logits, "FP8 MQA logits (sm90)");
+#ifdef MQA_HAS_TOPK
+  m.def("topk_per_row", &topk_per_row, "exact deterministic per-row top-k (sm90)");
+#endif
+#ifdef MQA_HAS_FUSED
+  m.def("fused_mqa_topk", &fused_mqa_topk, "fused FP8 MQA logits + top-k (sm90)");
+  m.def("fused_mqa_topk_workspace_bytes", &fused_mqa_topk_workspace_bytes, "fused workspace size");
+#endif
+  m.def("kernel_info", &kernel_info, "registers / shared memory / local memory of each kernel");
+}

@@ -1,0 +1,373 @@
+// sm90_fp8_mqa_logits: dense FP8 MQA logits for the DeepSeek-V3.2 indexer on
+// Hopper (sm_90a). Torch-free: kernel, schedule and a host launch helper.
+//
+//   logits[r, s] = scales[s] * sum_h weights[r, h] * relu(dot(q[r, h, :], k[s, :]))
+//
+// Design
+// - Block = 4 query rows x 32 heads = the wgmma N dimension (128). Keys are the
+//   wgmma A operand: 4 math warpgroups x 64 keys = 256-key tiles.
+// - Persistent grid (one CTA per SM). All (block, tile) pairs of the call are
+//   numbered in block order and every CTA takes an equal contiguous share, so
+//   causal/ragged spans never leave the last wave half empty. Every CTA finds
+//   its share with a block-wide scan of the per-block tile counts.
+// - Warp specialisation: one producer warpgroup (one thread issues TMA) and four
+//   math warpgroups. K tiles (32 KB) + key scales (1 KB) flow through a
+//   kNumStages-deep mbarrier ring; Q (16 KB) + weights of the current block are
+//   double-buffered so the next block's Q loads while the last tiles finish.
+// - Epilogue per thread: 64 accumulators = 2 keys x 4 rows x 8 heads.
+//   relu(x) as (x + |x|) (one FADD with an abs modifier instead of FMNMX; the 0.5
+//   is folded into the key scale, exact since it is a power of two), weight FMAs,
+//   then a reduce-scatter over the 4 lanes of a quad (6 shuffles instead of 16):
+//   each lane ends with its own row's two logits and stores them.
+// - The four math warpgroups interleave: while one runs its epilogue the tensor
+//   cores work on the others' MMAs.
+// Output contract: inside [starts[r], ends[r]) the logit; in the rest of the
+// block's computed span [min start, max end) of its 4 rows the value -inf;
+// everything else untouched. Rows with start == end are ignored for the span.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cstdint>
+
+#include "ptx.cuh"
+#include "tensor_map.h"
+
+namespace mqa_topk {
+
+struct Sm90LogitsParams {
+  const int* starts;
+  const int* ends;
+  float* logits;
+  int64_t ld;  // row pitch of logits, elements
+  int rows;
+  int keys;
+};
+
+template <int kNumStages_>
+struct Sm90LogitsConfig {
+  static constexpr int kNumStages = kNumStages_;
+  static constexpr int kHeads = 32;
+  static constexpr int kHeadDim = 128;
+  static constexpr int kBlockRows = 4;
+  static constexpr int kMathWarpgroups = 4;
+  static constexpr int kBlockKeys = 64 * kMathWarpgroups;
+  static constexpr int kThreads = 128 * (kMathWarpgroups + 1);
+  static constexpr int kMathThreads = 128 * kMathWarpgroups;
+  static constexpr int kKTileBytes = kBlockKeys * kHeadDim;
+  static constexpr int kQTileBytes = kBlockRows * kHeads * kHeadDim;
+  static constexpr int kScaleBytes = kBlockKeys * 4;
+  static constexpr int kWeightBytes = kBlockRows * kHeads * 4;
+  static constexpr int kOffK = 0;
+  static constexpr int kOffQ = kOffK + kNumStages * kKTileBytes;
+  static constexpr int kOffScales = kOffQ + 2 * kQTileBytes;
+  static constexpr int kOffWeights = kOffScales + kNumStages * kScaleBytes;
+  static constexpr int kOffBars = kOffWeights + 2 * kWeightBytes;
+  static constexpr int kNumBars = 2 * kNumStages + 4;
+  static constexpr int kSmemBytes = kOffBars + kNumBars * 8 + 1024;  // + alignment slack
+  static_assert(kKTileBytes % 1024 == 0 && kQTileBytes % 1024 == 0, "swizzle atoms need 1 KB alignment");
+  static_assert(kBlockKeys <= 256, "one TMA box covers the key tile");
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory per CTA");
+};
+
+// The key span of row block b over its non-empty rows; returns its 256-key tile
+// count (0 when every row is empty). Ranges are clamped to [0, keys] so the
+// kernel never addresses outside the tensors even for unchecked input.
+template <int kBlockRows, int kBlockKeys>
+__device__ __forceinline__ int block_span(const Sm90LogitsParams& p, int b, int& lo, int& hi) {
+  lo = INT_MAX;
+  hi = 0;
+#pragma unroll
+  for (int i = 0; i < kBlockRows; ++i) {
+    const int r = b * kBlockRows + i;
+    if (r < p.rows) {
+      const int s = max(__ldg(p.starts + r), 0);
+      const int e = min(__ldg(p.ends + r), p.keys);
+      if (e > s) {
+        lo = min(lo, s);
+        hi = max(hi, e);
+      }
+    }
+  }
+  return hi > lo ? (hi - lo + kBlockKeys - 1) / kBlockKeys : 0;
+}
+
+// The CTA's share of the work: `count` tiles starting at tile t0 of block b0.
+struct WorkShare {
+  int b0;
+  int t0;
+  long long count;
+};
+
+template <class Cfg>
+__device__ __forceinline__ WorkShare find_work_share(const Sm90LogitsParams& p) {
+  __shared__ long long s_warp[Cfg::kThreads / 32];
+  __shared__ int s_start[2];
+  const int tid = threadIdx.x;
+  const int lane = tid & 31, warp = tid >> 5;
+  const int nblocks = (p.rows + Cfg::kBlockRows - 1) / Cfg::kBlockRows;
+  const int per = (nblocks + Cfg::kThreads - 1) / Cfg::kThreads;
+  const int b_beg = min(tid * per, nblocks), b_end = min(b_beg + per, nblocks);
+  long long mine = 0;
+  for (int b = b_beg; b < b_end; ++b) {
+    int lo, hi;
+    mine += block_span<Cfg::kBlockRows, Cfg::kBlockKeys>(p, b, lo, hi);
+  }
+  long long incl = mine;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const long long v = __shfl_up_sync(0xffffffffu, incl, d);
+    if (lane >= d) incl += v;
+  }
+  if (lane == 31) s_warp[warp] = incl;
+  if (tid == 0) s_start[0] = s_start[1] = 0;
+  __syncthreads();
+  long long warp_prefix = 0, total = 0;
+#pragma unroll 1
+  for (int w = 0; w < Cfg::kThreads / 32; ++w) {
+    if (w < warp) warp_prefix += s_warp[w];
+    total += s_warp[w];
+  }
+  const long long excl = warp_prefix + incl - mine;
+  const long long g0 = total * blockIdx.x / gridDim.x;
+  const long long g1 = total * (blockIdx.x + 1) / gridDim.x;
+  if (mine > 0 && excl <= g0 && g0 < excl + mine) {
+    long long acc = excl;
+    for (int b = b_beg; b < b_end; ++b) {
+      int lo, hi;
+      const int n = block_span<Cfg::kBlockRows, Cfg::kBlockKeys>(p, b, lo, hi);
+      if (g0 < acc + n) {
+        s_start[0] = b;
+        s_start[1] = static_cast<int>(g0 - acc);
+        break;
+      }
+      acc += n;
+    }
+  }
+  __syncthreads();
+  return WorkShare{s_start[0], s_start[1], g1 - g0};
+}
+
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    sm90_fp8_mqa_logits_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+                               const __grid_constant__ CUtensorMap tm_scales,
+                               const __grid_constant__ CUtensorMap tm_weights, const Sm90LogitsParams p) {
+  constexpr int S = Cfg::kNumStages;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + Cfg::kOffBars);
+  uint64_t* full = bars;
+  uint64_t* empty = bars + S;
+  uint64_t* q_full = bars + 2 * S;
+  uint64_t* q_empty = bars + 2 * S + 2;
+
+  const WorkShare share = find_work_share<Cfg>(p);
+  if (share.count <= 0) return;  // uniform across the CTA
+
+  const int tid = threadIdx.x;
+  const int wg = tid / 128;
+  if (tid == 0) {
+    for (int i = 0; i < S; ++i) {
+      ptx::mbar_init(full + i, 1);
+      ptx::mbar_init(empty + i, Cfg::kMathThreads / 32);
+    }
+    for (int i = 0; i < 2; ++i) {
+      ptx::mbar_init(q_full + i, 1);
+      ptx::mbar_init(q_empty + i, Cfg::kMathThreads / 32);
+    }
+    ptx::fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (wg == Cfg::kMathWarpgroups) {
+    // ---------------- producer: one thread issues every TMA ----------------
+    if (tid != Cfg::kMathThreads) return;
+    ptx::prefetch_tensor_map(&tm_q);
+    ptx::prefetch_tensor_map(&tm_k);
+    ptx::prefetch_tensor_map(&tm_scales);
+    ptx::prefetch_tensor_map(&tm_weights);
+    int b = share.b0, t = share.t0, lo, hi;
+    int nt = block_span<Cfg::kBlockRows, Cfg::kBlockKeys>(p, b, lo, hi);
+    int it = 0, qi = 0;
+    bool new_block = true;
+    for (long long left = share.count; left > 0; --left) {
+      if (new_block) {
+        const int qb = qi & 1;
+        ptx::mbar_wait(q_empty + qb, ((qi >> 1) & 1) ^ 1);
+        ptx::mbar_arrive_expect_tx(q_full + qb, Cfg::kQTileBytes + Cfg::kWeightBytes);
+        ptx::tma_load_2d(smem + Cfg::kOffQ + qb * Cfg::kQTileBytes, &tm_q, q_full + qb, 0,
+                         b * Cfg::kBlockRows * Cfg::kHeads);
+        ptx::tma_load_2d(smem + Cfg::kOffWeights + qb * Cfg::kWeightBytes, &tm_weights, q_full + qb, 0,
+                         b * Cfg::kBlockRows);
+        new_block = false;
+      }
+      const int stage = it % S;
+      ptx::mbar_wait(empty + stage, ((it / S) & 1) ^ 1);
+      ptx::mbar_arrive_expect_tx(full + stage, Cfg::kKTileBytes + Cfg::kScaleBytes);
+      const int key0 = lo + t * Cfg::kBlockKeys;
+      ptx::tma_load_2d(smem + Cfg::kOffK + stage * Cfg::kKTileBytes, &tm_k, full + stage, 0, key0);
+      ptx::tma_load_1d(smem + Cfg::kOffScales + stage * Cfg::kScaleBytes, &tm_scales, full + stage, key0);
+      ++it;
+      if (++t == nt && left > 1) {
+        do {
+          ++b;
+          nt = block_span<Cfg::kBlockRows, Cfg::kBlockKeys>(p, b, lo, hi);
+        } while (nt == 0);
+        t = 0;
+        ++qi;
+        new_block = true;
+      }
+    }
+    return;
+  }
+
+  // ---------------- math warpgroups ----------------
+  const int lane = tid & 31;
+  const int warp_in_wg = (tid >> 5) & 3;
+  const int quad = lane & 3;        // this lane's query row within the block after the reduce-scatter
+  const int key_in_tile = wg * 64 + warp_in_wg * 16 + (lane >> 2);  // and +8
+  const bool hi_bit = quad & 2, lo_bit = quad & 1;
+
+  int b = share.b0, t = share.t0, lo, hi;
+  int nt = block_span<Cfg::kBlockRows, Cfg::kBlockKeys>(p, b, lo, hi);
+  int it = 0, qi = 0;
+  bool new_block = true;
+  int row = 0, row_start = 0, row_end = 0;
+  float acc[64];
+
+  for (long long left = share.count; left > 0; --left) {
+    const int qb = qi & 1;
+    if (new_block) {
+      row = b * Cfg::kBlockRows + quad;
+      if (row < p.rows) {
+        row_start = __ldg(p.starts + row);
+        row_end = __ldg(p.ends + row);
+      } else {
+        row_start = row_end = 0;
+      }
+      ptx::mbar_wait(q_full + qb, (qi >> 1) & 1);
+      new_block = false;
+    }
+    const int stage = it % S;
+    ptx::mbar_wait(full + stage, (it / S) & 1);
+
+    const uint8_t* k_tile = smem + Cfg::kOffK + stage * Cfg::kKTileBytes + wg * 64 * Cfg::kHeadDim;
+    const uint8_t* q_tile = smem + Cfg::kOffQ + qb * Cfg::kQTileBytes;
+    const uint64_t desc_a = ptx::make_desc_k128_sw128(k_tile);
+    const uint64_t desc_b = ptx::make_desc_k128_sw128(q_tile);
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < Cfg::kHeadDim / 32; ++kk)
+      ptx::wgmma_m64n128k32_e4m3(acc, desc_a + 2 * kk, desc_b + 2 * kk, kk);
+    ptx::wgmma_commit();
+    ptx::wgmma_wait<0>();
+    ptx::fence_regs(acc);
+
+    const float* sc = reinterpret_cast<const float*>(smem + Cfg::kOffScales + stage * Cfg::kScaleBytes);
+    const float scale0 = 0.5f * sc[key_in_tile];
+    const float scale1 = 0.5f * sc[key_in_tile + 8];
+    __syncwarp();
+    if (lane == 0) ptx::mbar_arrive(empty + stage);
+
+    // Epilogue: 8 head-partials per (key half, row), then reduce-scatter over the quad.
+    const float2* w2 = reinterpret_cast<const float2*>(smem + Cfg::kOffWeights + qb * Cfg::kWeightBytes);
+    float part[2][4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {
+        const float2 w = w2[r * 16 + jj * 4 + quad];
+        const int j = 4 * r + jj;
+        s0 = fmaf(w.x, acc[4 * j + 0] + fabsf(acc[4 * j + 0]), s0);
+        s0 = fmaf(w.y, acc[4 * j + 1] + fabsf(acc[4 * j + 1]), s0);
+        s1 = fmaf(w.x, acc[4 * j + 2] + fabsf(acc[4 * j + 2]), s1);
+        s1 = fmaf(w.y, acc[4 * j + 3] + fabsf(acc[4 * j + 3]), s1);
+      }
+      part[0][r] = s0;
+      part[1][r] = s1;
+    }
+    float half[2][2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int rr = 0; rr < 2; ++rr) {
+        const float send = hi_bit ? part[h][rr] : part[h][2 + rr];
+        const float keep = hi_bit ? part[h][2 + rr] : part[h][rr];
+        half[h][rr] = keep + __shfl_xor_sync(0xffffffffu, send, 2);
+      }
+    float fin[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float send = lo_bit ? half[h][0] : half[h][1];
+      const float keep = lo_bit ? half[h][1] : half[h][0];
+      fin[h] = keep + __shfl_xor_sync(0xffffffffu, send, 1);
+    }
+
+    const bool last_of_block = (t + 1 == nt);
+    if (last_of_block) {
+      __syncwarp();
+      if (lane == 0) ptx::mbar_arrive(q_empty + qb);
+    }
+
+    if (row < p.rows) {
+      float* out = p.logits + static_cast<int64_t>(row) * p.ld;
+      const int key_a = lo + t * Cfg::kBlockKeys + key_in_tile;
+      const int key_b = key_a + 8;
+      const float ninf = -__int_as_float(0x7f800000);
+      if (key_a < hi) __stcs(out + key_a, (key_a >= row_start && key_a < row_end) ? fin[0] * scale0 : ninf);
+      if (key_b < hi) __stcs(out + key_b, (key_b >= row_start && key_b < row_end) ? fin[1] * scale1 : ninf);
+    }
+
+    ++it;
+    if (++t == nt && left > 1) {
+      do {
+        ++b;
+        nt = block_span<Cfg::kBlockRows, Cfg::kBlockKeys>(p, b, lo, hi);
+      } while (nt == 0);
+      t = 0;
+      ++qi;
+      new_block = true;
+    }
+  }
+}
+
+// ---- host --------------------------------------------------------------------
+using Sm90LogitsDefault = Sm90LogitsConfig<4>;
+
+template <class Cfg = Sm90LogitsDefault>
+inline const void* sm90_fp8_mqa_logits_kernel_ptr() {
+  return reinterpret_cast<const void*>(&sm90_fp8_mqa_logits_kernel<Cfg>);
+}
+
+// Launches the kernel; q [rows, 32, 128] fp8, k [keys, 128] fp8, scales [keys]
+// fp32, weights [rows, 32] fp32 (all contiguous, 16-byte aligned), logits with
+// row pitch ld >= keys (elements). Returns cudaErrorInvalidValue when a tensor
+// map cannot be encoded.
+template <class Cfg = Sm90LogitsDefault>
+inline cudaError_t launch_sm90_fp8_mqa_logits(const void* q, const void* k, const float* scales,
+                                              const float* weights, const int* starts, const int* ends,
+                                              float* logits, int64_t ld, int rows, int keys, int num_sms,
+                                              cudaStream_t stream) {
+  if (rows <= 0 || keys <= 0) return cudaSuccess;
+  CUtensorMap tm_q, tm_k, tm_s, tm_w;
+  const uint64_t q_rows = static_cast<uint64_t>(rows) * Cfg::kHeads;
+  if (!make_tensor_map_2d(&tm_q, q, CU_TENSOR_MAP_DATA_TYPE_UINT8, Cfg::kHeadDim, q_rows, Cfg::kHeadDim,
+                          Cfg::kHeadDim, Cfg::kBlockRows * Cfg::kHeads, CU_TENSOR_MAP_SWIZZLE_128B) ||
+      !make_tensor_map_2d(&tm_k, k, CU_TENSOR_MAP_DATA_TYPE_UINT8, Cfg::kHeadDim, keys, Cfg::kHeadDim,
+                          Cfg::kHeadDim, Cfg::kBlockKeys, CU_TENSOR_MAP_SWIZZLE_128B) ||
+      !make_tensor_map_1d(&tm_s, scales, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, keys, Cfg::kBlockKeys) ||
+      !make_tensor_map_2d(&tm_w, weights, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, Cfg::kHeads, rows, Cfg::kHeads * 4,
+                          Cfg::kHeads, Cfg::kBlockRows, CU_TENSOR_MAP_SWIZZLE_NONE))
+    return cudaErrorInvalidValue;
+  auto kernel = &sm90_fp8_mqa_logits_kernel<Cfg>;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+  if (err != cudaSuccess) return err;
+  Sm90LogitsParams p{starts, ends, logits, ld, rows, keys};
+  kernel<<<num_sms, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(tm_q, tm_k, tm_s, tm_w, p);
+  return cudaGetLastError();
+}
+
+}  // namespace mqa_topk

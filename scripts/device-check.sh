@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The whole GPU round in one call (device time is scarce: build once, then
+# test, verify and bench). Usage: scripts/device-check.sh [stage ...]
+#   stages: build probe gpu-tests verify bench-logits bench-topk bench crossover sanitize  (default: all but crossover/sanitize)
+# Logs go to $OUT (or ./device-out) as <stage>.log; a summary is printed last.
+set -uo pipefail
+OUT=${OUT:-$PWD/device-out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+# The image's default C++ compiler links libstdc++ statically (a JIT extension
+# built with it crashed in std::regex): build with the system compiler.
+[ -x /usr/bin/g++ ] && export CC=/usr/bin/gcc CXX=/usr/bin/g++
+export MQA_TOPK_CACHE_DIR=${MQA_TOPK_CACHE_DIR:-/tmp/mqa_topk_cache}
+export MAX_JOBS=${MAX_JOBS:-16}
+stages=("$@")
+[ ${#stages[@]} -eq 0 ] && stages=(build probe gpu-tests verify bench-logits bench-topk bench)
+summary=()
+run() {  # run NAME CMD...
+  local name=$1; shift
+  local t0=$(date +%s)
+  echo "=== $name: $*" | tee -a "$OUT/$name.log"
+  "$@" 2>&1 | tee -a "$OUT/$name.log"
+  local rc=${PIPESTATUS[0]}
+  summary+=("$name rc=$rc $(( $(date +%s) - t0 ))s")
+  return $rc
+}
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,memory.used --format=csv > "$OUT/gpu.txt" 2>&1
+python3 -m pip install -q --no-build-isolation --no-deps -e . > "$OUT/install.log" 2>&1 || { echo "install failed"; cat "$OUT/install.log"; exit 1; }
+git rev-parse --short HEAD > "$OUT/commit.txt" 2>/dev/null
+for s in "${stages[@]}"; do
+  case $s in
+    build) run build env MQA_TOPK_VERBOSE_BUILD=1 mqa-topk build || break ;;
+    probe) run probe python3 scripts/logits_probe.py ;;
+    gpu-tests) run gpu-tests python3 -m pytest -q -m gpu -x tests ;;
+    verify) run verify mqa-topk verify --paths native,torch --out "$OUT/verify.json" ;;
+    bench-logits) run bench-logits mqa-topk bench --op logits --config logits-grid --paths native --out "$OUT/bench-logits.csv" ;;
+    bench-topk) run bench-topk mqa-topk bench --op topk --config topk-grid --paths native --out "$OUT/bench-topk.csv" ;;
+    bench) run bench mqa-topk bench --paths native,torch --out "$OUT/bench.csv" ;;
+    crossover) run crossover mqa-topk crossover --out "$OUT/calibration.json" ;;
+    sanitize) run sanitize compute-sanitizer --tool memcheck python3 scripts/sanitize_case.py ;;
+    *) echo "unknown stage $s" ;;
+  esac
+done
+echo; echo "=== summary ($(cat "$OUT/commit.txt" 2>/dev/null))"; printf '%s\n' "${summary[@]}"
