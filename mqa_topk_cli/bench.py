@@ -1,0 +1,421 @@
+"""Benchmark sweeps: time paths on workloads with ``timing.time_fn`` and
+report median/p20/p80 ms, effective TFLOP/s and the speedup over the dense
+path. A case or path that fails is labelled (``OOM``, ``unavailable: ...``,
+``error: ...``) and the sweep goes on.
+
+Three ops can be timed:
+
+- ``mqa_topk``: the whole path (logits + top-k), ``PathImpl.prepare(w)``;
+- ``logits``: the logits alone (``PathImpl.logits``; native = ``ops.mqa_logits``),
+  plus the fp8 GEMM ceiling (``torch._scaled_mm`` 8192^3) measured in the same run;
+- ``topk``: the top-k alone on logits computed once outside the timing (or
+  random logits): ``native`` = ``ops.top_k_per_row_prefill``, ``torch`` =
+  ``torch.topk`` on the same logits masked to ``[start, end)`` with ``-inf``.
+"""
+from __future__ import annotations
+
+import gc
+import json
+import math
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+import torch
+
+from .errors import ContractError, MqaTopkError, Unavailable, UsageError
+from .timing import time_fn
+
+#: FLOP per visible (row, key) pair: 2 * 32 heads * 128 dims (SPEC §1).
+FLOP_PER_PAIR = 8192
+#: The headline case (SPEC §1): the default of ``mqa-topk bench``.
+HEADLINE = {
+    "name": "headline",
+    "layout": "causal",
+    "rows": 8192,
+    "keys": 65536,
+    "topk": 2048,
+    "dist": "gaussian",
+    "seed": 0,
+    "options": {},
+}
+OPS = ("mqa_topk", "logits", "topk")
+#: Dense paths in order of preference as the speedup baseline.
+DENSE_BASELINES = ("native", "torch")
+GEMM_CEILING_N = 8192
+
+ProgressFn = Callable[[int, int, str], None]
+
+
+@dataclass
+class BenchResult:
+    """One timed (case, path). Times in ms; ``tflops`` is effective
+    (8192 * visible pairs / median time); ``g_logits_per_s`` (top-k op) is
+    visible logits / median time; ``speedup`` is baseline median / this median."""
+
+    case: str
+    op: str
+    path: str
+    layout: str
+    rows: int
+    keys: int
+    topk: int
+    dist: str
+    seed: int
+    visible_pairs: int = 0
+    median_ms: float = math.nan
+    p20_ms: float = math.nan
+    p80_ms: float = math.nan
+    mean_ms: float = math.nan
+    min_ms: float = math.nan
+    reps: int = 0
+    tflops: float = math.nan
+    g_logits_per_s: float = math.nan
+    speedup: float = math.nan
+    baseline: str = ""
+    status: str = "ok"
+    method: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def status_of(exc: BaseException) -> str:
+    """One-line status label of a failed case."""
+    oom = tuple(t for t in (getattr(torch, "OutOfMemoryError", None), getattr(torch.cuda, "OutOfMemoryError", None)) if t)
+    if oom and isinstance(exc, oom):
+        return "OOM"
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if isinstance(exc, Unavailable):
+        return f"unavailable: {text}"
+    if isinstance(exc, MqaTopkError):
+        return f"error: {text}"
+    if "out of memory" in text.lower():
+        return "OOM"
+    return f"error: {type(exc).__name__}: {text}"
+
+
+def _free(device) -> None:
+    gc.collect()
+    if torch.device(device).type == "cuda" and torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _case_fields(case) -> dict:
+    """Name/layout/shape of a case dict or Workload, for labelling."""
+    if isinstance(case, dict):
+        return {
+            "case": str(case.get("name") or _auto_name(case)),
+            "layout": str(case.get("layout", "causal")),
+            "rows": int(case.get("rows", 0) or 0),
+            "keys": int(case.get("keys", 0) or 0),
+            "topk": int(case.get("topk", 0) or 0),
+            "dist": str(case.get("dist", "gaussian")),
+            "seed": int(case.get("seed", 0) or 0),
+        }
+    w = case
+    return {
+        "case": str(getattr(w, "name", None) or "workload"),
+        "layout": str(getattr(w, "layout", "") or (getattr(w, "name", "") or "")),
+        "rows": int(w.rows),
+        "keys": int(w.keys),
+        "topk": int(w.topk),
+        "dist": str(getattr(w, "dist", "") or ""),
+        "seed": int(getattr(w, "seed", 0) or 0),
+    }
+
+
+def _auto_name(case: dict) -> str:
+    return f"{case.get('layout', 'causal')}-r{case.get('rows')}-k{case.get('keys')}-t{case.get('topk')}"
+
+
+def _materialize(case, device):
+    from . import workloads
+
+    if isinstance(case, dict):
+        return workloads.workload_from_case(case, device)
+    w = case
+    if str(w.device) != str(torch.device(device)):
+        w = w.to(device)
+    return w
+
+
+def _fill(res: BenchResult, timing) -> None:
+    for k, v in timing.as_dict().items():
+        setattr(res, k, v)
+
+
+def _apply_speedups(results: list[BenchResult]) -> None:
+    """Speedup of each ok result over the dense baseline of its case and op:
+    ``native`` when it was timed ok, else ``torch``."""
+    groups: dict[tuple, list[BenchResult]] = {}
+    for r in results:
+        groups.setdefault((r.case, r.op), []).append(r)
+    for group in groups.values():
+        base = None
+        for name in DENSE_BASELINES:
+            base = next((r for r in group if r.path == name and r.ok and r.median_ms > 0), None)
+            if base:
+                break
+        if base is None:
+            continue
+        for r in group:
+            if r.ok and r.median_ms > 0:
+                r.speedup = base.median_ms / r.median_ms
+                r.baseline = base.path
+
+
+def _time_path(w, name: str, op: str, device, timing_kw: dict, topk_inputs=None):
+    """(timing, note) for one path on workload ``w``; raises on failure."""
+    from . import paths
+
+    p = paths.get_path(name)
+    reason = p.unavailable_reason(device)
+    if reason:
+        raise Unavailable(reason)
+    if op == "mqa_topk":
+        fn = p.prepare(w)
+        try:
+            return time_fn(fn, device=device, **timing_kw)
+        finally:
+            del fn
+    if op == "logits":
+        first = p.logits(w)
+        if first is None:
+            raise Unavailable(f"the {name} path has no separate logits")
+        del first
+        return time_fn(lambda: p.logits(w), device=device, **timing_kw)
+    if op == "topk":
+        logits, masked, out = topk_inputs
+        if name == "native":
+            from . import ops
+
+            return time_fn(lambda: ops.top_k_per_row_prefill(logits, w.starts, w.ends, out), device=device, **timing_kw)
+        if name == "torch":
+            k = min(int(w.topk), masked.shape[1])
+            if k == 0:
+                raise Unavailable("no keys to select from")
+            return time_fn(lambda: torch.topk(masked, k, dim=1, sorted=False), device=device, **timing_kw)
+        raise Unavailable(f"the {name} path has no separate top-k (use native or torch)")
+    raise UsageError(f"op: must be one of {', '.join(OPS)}, got {op!r}")
+
+
+def _topk_inputs(w, device, random_logits: bool, seed: int):
+    """Logits of ``w`` computed once (or random), their -inf-masked copy for
+    torch.topk, and an output buffer."""
+    rows, keys = int(w.rows), int(w.keys)
+    if random_logits:
+        g = torch.Generator(device=torch.device(device))
+        g.manual_seed(int(seed))
+        logits = torch.randn((rows, keys), generator=g, device=device, dtype=torch.float32)
+    else:
+        from . import paths
+
+        logits = None
+        for name in ("native", "torch", "reference"):
+            try:
+                p = paths.get_path(name)
+            except Exception:
+                continue
+            if p.unavailable_reason(device) is None:
+                logits = p.logits(w)
+                if logits is not None:
+                    break
+        if logits is None:
+            raise Unavailable("no path can compute the logits of this workload here")
+        logits = logits.to(device=device, dtype=torch.float32)
+    col = torch.arange(logits.shape[1], device=logits.device)
+    inside = (col[None, :] >= w.starts.to(logits.device, torch.int64)[:, None]) & (
+        col[None, :] < w.ends.to(logits.device, torch.int64)[:, None]
+    )
+    masked = torch.where(inside, logits, torch.full_like(logits, float("-inf")))
+    del inside
+    out = torch.empty((rows, int(w.topk)), dtype=torch.int32, device=logits.device)
+    return logits, masked, out
+
+
+def fp8_gemm_ceiling(device, *, n: int = GEMM_CEILING_N, reps=None, warmup: float = 25.0,
+                     cold_l2: bool = True, graph: bool = False) -> BenchResult:
+    """The fp8 GEMM ceiling of this GPU, measured now: ``torch._scaled_mm``
+    n x n x n, e4m3 -> bf16, unit scales, random (non-zero) inputs."""
+    res = BenchResult(case=f"fp8-gemm-ceiling ({n}^3)", op="gemm", path="torch._scaled_mm", layout="-",
+                      rows=n, keys=n, topk=0, dist="gaussian", seed=0)
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        res.status = "unavailable: the fp8 GEMM ceiling needs a CUDA GPU"
+        return res
+    try:
+        g = torch.Generator(device=dev)
+        g.manual_seed(0)
+        a = torch.randn((n, n), generator=g, device=dev).to(torch.float8_e4m3fn)
+        b = torch.randn((n, n), generator=g, device=dev).to(torch.float8_e4m3fn).t()  # column-major operand
+        one = torch.ones((), device=dev, dtype=torch.float32)
+
+        def gemm():
+            return torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+
+        t = time_fn(gemm, device=dev, warmup=warmup, reps=reps, cold_l2=cold_l2, graph=graph)
+        _fill(res, t)
+        res.tflops = 2.0 * n ** 3 / (t.median_ms * 1e-3) / 1e12
+    except Exception as e:  # noqa: BLE001 -- labelled, the run goes on
+        res.status = status_of(e)
+    finally:
+        _free(device)
+    return res
+
+
+def run_bench(
+    cases: Sequence,
+    paths: Sequence[str],
+    *,
+    device="cuda",
+    reps: int | None = None,
+    warmup: float = 25.0,
+    cold_l2: bool = True,
+    graph: bool = False,
+    progress: ProgressFn | None = None,
+    op: str = "mqa_topk",
+    random_logits: bool = False,
+    gemm_ceiling: bool = True,
+) -> list[BenchResult]:
+    """Time every path on every case. ``cases``: case dicts (as in
+    ``configs/bench.toml``: name, layout, rows, keys, topk, dist, seed,
+    options) or ``Workload`` objects. ``progress(done, total, label)`` is
+    called after each step. Failures are labelled in ``status``; nothing here
+    raises for a single failing case."""
+    if op not in OPS:
+        raise UsageError(f"op: must be one of {', '.join(OPS)}, got {op!r}")
+    paths = list(paths)
+    if not paths:
+        raise UsageError("paths: name at least one path")
+    timing_kw = dict(reps=reps, warmup=warmup, cold_l2=cold_l2, graph=graph)
+    results: list[BenchResult] = []
+    total = len(cases) * len(paths) + (1 if op == "logits" and gemm_ceiling else 0)
+    done = 0
+
+    def tick(label: str) -> None:
+        nonlocal done
+        done += 1
+        if progress:
+            progress(done, total, label)
+
+    if op == "logits" and gemm_ceiling:
+        results.append(fp8_gemm_ceiling(device, reps=reps, warmup=warmup, cold_l2=cold_l2, graph=graph))
+        tick("fp8 GEMM ceiling")
+
+    for case in cases:
+        info = _case_fields(case)
+        w = None
+        case_status = None
+        topk_inputs = None
+        try:
+            w = _materialize(case, device)
+            info["visible_pairs"] = int(w.visible_pairs)
+            if op == "topk":
+                topk_inputs = _topk_inputs(w, device, random_logits, info["seed"])
+        except Exception as e:  # noqa: BLE001 -- labelled, the sweep goes on
+            case_status = status_of(e)
+            w = None
+            _free(device)
+        for name in paths:
+            res = BenchResult(op=op, path=name, **info)
+            if case_status is not None:
+                res.status = case_status
+            else:
+                try:
+                    t = _time_path(w, name, op, device, timing_kw, topk_inputs)
+                    _fill(res, t)
+                    sec = res.median_ms * 1e-3
+                    if sec > 0:
+                        if op == "topk":
+                            res.g_logits_per_s = res.visible_pairs / sec / 1e9
+                        else:
+                            res.tflops = FLOP_PER_PAIR * res.visible_pairs / sec / 1e12
+                except Exception as e:  # noqa: BLE001 -- labelled, the sweep goes on
+                    res.status = status_of(e)
+                finally:
+                    _free(device)
+            results.append(res)
+            tick(f"{info['case']} / {name}")
+        del w, topk_inputs
+        _free(device)
+    _apply_speedups(results)
+    return results
+
+
+# ---------------------------------------------------------------- output
+
+
+def _jsonable(v):
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    return v
+
+
+def as_records(results: Iterable) -> list[dict]:
+    """Dataclass results (or dicts) as plain dicts."""
+    out = []
+    for r in results:
+        if isinstance(r, dict):
+            out.append(dict(r))
+        elif hasattr(r, "__dataclass_fields__"):
+            out.append({f.name: getattr(r, f.name) for f in fields(r)})
+        else:
+            out.append(dict(vars(r)))
+    return out
+
+
+def results_frame(results: Iterable):
+    import pandas as pd
+
+    return pd.DataFrame(as_records(results))
+
+
+def write_results(path, results: Iterable, env: dict, *, extra: dict | None = None) -> Path:
+    """Write results with the environment stamped in.
+
+    ``.json``: ``{"environment": env, "results": [...], **extra}`` (NaN -> null).
+    ``.csv``: one row per result; the environment as extra columns prefixed
+    ``env_`` (clocks spread out), so files from several runs concatenate.
+    """
+    from .envinfo import flat_environment
+
+    p = Path(path)
+    records = as_records(results)
+    suffix = p.suffix.lower()
+    if suffix not in (".json", ".csv"):
+        raise UsageError(f"--out {p}: the file name must end in .csv or .json")
+    if p.parent and not p.parent.exists():
+        raise UsageError(f"--out {p}: directory {p.parent} does not exist")
+    try:
+        if suffix == ".json":
+            doc = {"environment": env, "results": records}
+            if extra:
+                doc.update(extra)
+            p.write_text(json.dumps(_jsonable(doc), indent=2) + "\n")
+        else:
+            import pandas as pd
+
+            df = pd.DataFrame(records)
+            for k, v in flat_environment(env).items():
+                df[f"env_{k}"] = v if not isinstance(v, (dict, list)) else json.dumps(v)
+            df.to_csv(p, index=False)
+    except OSError as e:
+        raise UsageError(f"--out {p}: cannot write ({e.strerror or e})") from None
+    return p
+
+
+def bench_result_from_dict(d: dict) -> BenchResult:
+    names = {f.name for f in fields(BenchResult)}
+    return BenchResult(**{k: v for k, v in d.items() if k in names})
+
+
+__all__ = [
+    "BenchResult", "HEADLINE", "OPS", "FLOP_PER_PAIR", "run_bench", "fp8_gemm_ceiling", "status_of",
+    "write_results", "results_frame", "as_records", "ContractError", "asdict",
+]

@@ -1,0 +1,739 @@
+"""`mqa-topk`: build, verify, bench, crossover, inspect.
+
+Thin on purpose: parsing, progress and printing. The work lives in modules a
+Python user can call directly (bench, crossover, verify, workloads, jit,
+eligibility).
+
+Errors: a bad input gives one line naming the option or file and exit code 2
+(click usage errors, ``UsageError``, ``ContractError``); an unavailable path
+or a failed verification gives one line and exit code 1. Tracebacks only for
+unexpected exceptions, and only with ``--debug``.
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+import traceback
+from contextlib import contextmanager
+from pathlib import Path
+
+import click
+
+from . import __version__
+from .errors import ContractError, MqaTopkError, Unavailable, UsageError, VerificationFailed
+
+PROG = "mqa-topk"
+_NO_GPU = "no CUDA GPU found (needs an sm_90 Hopper GPU); use --device cpu with tiny shapes to try the tool"
+_state = {"debug": False}
+
+
+# ------------------------------------------------------------ error handling
+
+
+class _ToolError(click.ClickException):
+    """One of our errors, already formatted, with its exit code."""
+
+    def __init__(self, message: str, exit_code: int, where: str):
+        super().__init__(message)
+        self.exit_code = exit_code
+        self.where = where
+
+
+def _exit_code(e: MqaTopkError) -> int:
+    return 2 if isinstance(e, (UsageError, ContractError)) else 1
+
+
+def _one_line(text: str) -> str:
+    lines = [ln.strip() for ln in str(text).strip().splitlines() if ln.strip()]
+    return " ".join(lines) if len(lines) <= 3 else lines[0]
+
+
+class _Group(click.Group):
+    """A click group whose errors are one line on stderr (no usage block)."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+            raise
+        except MqaTopkError as e:
+            if _state["debug"]:
+                traceback.print_exc()
+            raise _ToolError(_one_line(str(e)), _exit_code(e), _where(ctx)) from e
+        except KeyboardInterrupt:
+            raise click.exceptions.Abort() from None
+        except Exception as e:  # unexpected: a bug or an environment problem
+            if _state["debug"]:
+                raise
+            msg = _one_line(f"{type(e).__name__}: {e}")
+            raise _ToolError(f"unexpected error: {msg} (rerun with --debug for the traceback)", 1, _where(ctx)) from e
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        _state["debug"] = False
+        try:
+            rv = super().main(args=args, prog_name=prog_name or PROG, complete_var=complete_var,
+                              standalone_mode=False, **extra)
+        except click.exceptions.NoArgsIsHelpError as e:
+            e.show()
+            rv = 2
+        except _ToolError as e:
+            click.echo(f"{e.where}: {e.format_message()}", err=True)
+            rv = e.exit_code
+        except click.ClickException as e:
+            where = getattr(getattr(e, "ctx", None), "command_path", None) or PROG
+            click.echo(f"{where}: {_one_line(e.format_message())}", err=True)
+            rv = e.exit_code
+        except click.exceptions.Abort:
+            click.echo("Aborted!", err=True)
+            rv = 1
+        if not standalone_mode:
+            return rv
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _where(ctx: click.Context) -> str:
+    sub = getattr(ctx, "invoked_subcommand", None)
+    return f"{ctx.command_path} {sub}" if sub else ctx.command_path
+
+
+# ------------------------------------------------------------ output helpers
+
+
+def _console(stderr: bool = False):
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    tty = hasattr(stream, "isatty") and stream.isatty()
+    return Console(file=stream, width=None if tty else 200, highlight=False, soft_wrap=False)
+
+
+@contextmanager
+def _progress(description: str):
+    """A rich progress bar on stderr; yields a callback(done, total, label)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = _console(stderr=True)
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TextColumn("{task.fields[label]}"), console=console, transient=console.is_terminal,
+                  disable=not console.is_terminal) as prog:
+        task = prog.add_task(description, total=None, label="")
+
+        def update(done: int, total: int, label: str) -> None:
+            prog.update(task, completed=done, total=total, label=label)
+
+        yield update
+
+
+def _fmt(v, digits: int = 3) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            return "-"
+        return f"{v:.{digits}f}"
+    return str(v)
+
+
+def _status_style(status: str) -> str:
+    if status == "ok" or status == "pass":
+        return f"[green]{status}[/green]"
+    if status.startswith("unavailable"):
+        return f"[yellow]{status}[/yellow]"
+    return f"[red]{status}[/red]"
+
+
+# ------------------------------------------------------------ option validation
+
+
+def _v_paths(ctx, param, value):
+    if value is None:
+        return None
+    from . import paths as paths_mod
+
+    names = [v.strip() for v in value.split(",") if v.strip()]
+    if not names:
+        raise click.BadParameter("name at least one path", ctx=ctx, param=param)
+    known = list(paths_mod.PATHS)
+    for n in names:
+        if n not in known:
+            raise click.BadParameter(f"unknown path {n!r} (choose from {', '.join(known)})", ctx=ctx, param=param)
+    return list(dict.fromkeys(names))
+
+
+def _v_path_name(ctx, param, value):
+    if value is None:
+        return None
+    names = _v_paths(ctx, param, value)
+    if len(names) != 1:
+        raise click.BadParameter("name one path", ctx=ctx, param=param)
+    return names[0]
+
+
+def _v_layout(ctx, param, value):
+    if value is None:
+        return None
+    from .workloads import LAYOUTS
+
+    if value not in LAYOUTS:
+        raise click.BadParameter(f"unknown layout {value!r} (choose from {', '.join(LAYOUTS)})", ctx=ctx, param=param)
+    return value
+
+
+def _v_dist(ctx, param, value):
+    if value is None:
+        return None
+    from .workloads import DISTS
+
+    if value not in DISTS:
+        raise click.BadParameter(f"unknown distribution {value!r} (choose from {', '.join(DISTS)})", ctx=ctx, param=param)
+    return value
+
+
+def _v_keys(ctx, param, value):
+    if value is None:
+        return None
+    from .contract import MAX_KEYS
+
+    if value > MAX_KEYS:
+        raise click.BadParameter(f"{value} exceeds the key limit {MAX_KEYS}", ctx=ctx, param=param)
+    return value
+
+
+def _v_device(ctx, param, value):
+    if value is None:
+        return None
+    v = value.strip().lower()
+    if v in ("auto",):
+        return v
+    if v == "cpu" or v == "cuda" or (v.startswith("cuda:") and v[5:].isdigit()):
+        return v
+    raise click.BadParameter(f"{value!r} is not a device (cpu, cuda or cuda:N)", ctx=ctx, param=param)
+
+
+def _v_out(ctx, param, value):
+    if value is None:
+        return None
+    if Path(value).suffix.lower() not in (".csv", ".json"):
+        raise click.BadParameter(f"{value}: the file name must end in .csv or .json", ctx=ctx, param=param)
+    return value
+
+
+def _v_int_list(ctx, param, value):
+    if value is None:
+        return None
+    out = []
+    for tok in value.split(","):
+        tok = tok.strip()
+        if not tok:
+            continue
+        try:
+            n = int(tok)
+        except ValueError:
+            raise click.BadParameter(f"{tok!r} is not an integer", ctx=ctx, param=param) from None
+        if n <= 0:
+            raise click.BadParameter(f"{n} must be positive", ctx=ctx, param=param)
+        out.append(n)
+    if not out:
+        raise click.BadParameter("give at least one value", ctx=ctx, param=param)
+    return out
+
+
+def _v_topk_list(ctx, param, value):
+    out = _v_int_list(ctx, param, value)
+    if out is None:
+        return None
+    for t in out:
+        if t not in (512, 1024, 2048):
+            raise click.BadParameter(f"{t} is not one of 512, 1024, 2048", ctx=ctx, param=param)
+    return out
+
+
+def _resolve_device(device: str | None, *, default: str) -> str:
+    """'auto' -> cuda when available, else cpu; cuda without a GPU -> Unavailable."""
+    import torch
+
+    d = device or default
+    if d == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if d.startswith("cuda") and not torch.cuda.is_available():
+        raise Unavailable(_NO_GPU)
+    return d
+
+
+def _config_file(name: str, option: str = "--config") -> Path:
+    from .resources import config_path
+
+    try:
+        return config_path(name)
+    except FileNotFoundError:
+        raise UsageError(f"{option} {name}: no such file or shipped preset") from None
+
+
+def shape_options(f):
+    """--rows --keys --topk --layout --dist --seed (all optional)."""
+    opts = [
+        click.option("--rows", type=click.IntRange(min=1), default=None, help="Query rows of one case."),
+        click.option("--keys", type=click.IntRange(min=1), default=None, callback=_v_keys,
+                     help="Keys (context length) of one case."),
+        click.option("--topk", type=click.Choice(["512", "1024", "2048"]), default=None, help="Top-k."),
+        click.option("--layout", default=None, callback=_v_layout, help="Workload layout (causal, ragged, full)."),
+        click.option("--dist", default=None, callback=_v_dist, help="Score distribution of the generated inputs."),
+        click.option("--seed", type=int, default=None, help="Random seed of the generated inputs."),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def timing_options(f):
+    opts = [
+        click.option("--reps", type=click.IntRange(min=1), default=None,
+                     help="Timed runs per measurement [default: auto, ~0.4 s of work, 10..100]."),
+        click.option("--warmup", type=click.FloatRange(min=0), default=25.0, show_default=True,
+                     help="Warm-up budget in ms (after the excluded first call)."),
+        click.option("--cold-l2/--warm-l2", default=True, show_default=True,
+                     help="Flush a 2x-L2 buffer before every timed run."),
+        click.option("--graph/--no-graph", default=False, show_default=True, help="Time CUDA-graph replays."),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def _case_from_flags(base: dict, rows, keys, topk, layout, dist, seed) -> dict:
+    case = dict(base)
+    for k, v in (("rows", rows), ("keys", keys), ("topk", int(topk) if topk else None), ("layout", layout),
+                 ("dist", dist), ("seed", seed)):
+        if v is not None:
+            case[k] = v
+    case["name"] = f"{case['layout']}-r{case['rows']}-k{case['keys']}-t{case['topk']}"
+    case.setdefault("options", {})
+    return case
+
+
+def _select_cases(config: str, names: tuple[str, ...]) -> list[dict]:
+    from .workloads import load_workload_config
+
+    path = _config_file(config)
+    cases = load_workload_config(path)
+    if names:
+        known = [str(c.get("name")) for c in cases]
+        missing = [n for n in names if n not in known]
+        if missing:
+            raise UsageError(f"--case {missing[0]}: not in {path.name} (cases: {', '.join(known)})")
+        cases = [c for c in cases if str(c.get("name")) in names]
+    return cases
+
+
+def _write_out(out, records, env, extra=None) -> None:
+    from .bench import write_results
+
+    p = write_results(out, records, env, extra=extra)
+    click.echo(f"wrote {p}")
+
+
+# ------------------------------------------------------------ the group
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, "--version", prog_name=PROG, message="%(prog)s %(version)s")
+@click.option("--debug", is_flag=True, help="Show tracebacks of unexpected errors.")
+def main(debug: bool) -> None:
+    """Build, verify and benchmark the fused and dense FP8 MQA-logits + top-k
+    prefill kernels (DeepSeek-V3.2 indexer) on Hopper, and find where the fused
+    path wins."""
+    _state["debug"] = debug
+
+
+# ------------------------------------------------------------ build
+
+
+@main.command()
+@click.option("--verbose", is_flag=True, help="Verbose build: ptxas -v and -lineinfo (MQA_TOPK_VERBOSE_BUILD=1).")
+@click.option("--force", is_flag=True, help="Rebuild even if the cache holds a build of these sources.")
+def build(verbose: bool, force: bool) -> None:
+    """Build (or load from the cache) the CUDA extension for sm_90a and report
+    registers, shared memory and spills of each kernel."""
+    from rich.table import Table
+
+    from . import jit
+
+    if verbose:
+        os.environ["MQA_TOPK_VERBOSE_BUILD"] = "1"
+    con = _console()
+    rep = jit.toolchain_report()
+    t = Table(title="mqa-topk build: toolchain", show_header=False)
+    t.add_column("item", style="bold")
+    t.add_column("value")
+    t.add_row("GPU", f"{rep.get('gpu') or 'none'}" + (f" ({rep.get('sms')} SMs)" if rep.get("sms") else ""))
+    t.add_row("arch", str(rep.get("arch") or "-") + (f"  (target {rep['target']})" if rep.get("target") else ""))
+    t.add_row("nvcc", f"{rep.get('nvcc') or 'not found'}" + (f"  ({rep['nvcc_version']})" if rep.get("nvcc_version") else ""))
+    t.add_row("ninja", "found" if rep.get("ninja") else "not found")
+    t.add_row("torch CUDA", str(rep.get("torch_cuda") or "none (CPU build of torch)"))
+    t.add_row("cache dir", str(rep.get("cache_dir")))
+    srcs = rep.get("sources") or []
+    t.add_row("sources", "\n".join(srcs) if srcs else "(none found)")
+    con.print(t)
+    missing = list(rep.get("missing") or [])
+    if missing:
+        for m in missing:
+            click.echo(f"missing: {m}", err=True)
+        raise Unavailable("cannot build here: " + "; ".join(missing))
+    click.echo("building ..." if force else "building (or loading from the cache) ...")
+    jit.load_extension(verbose=verbose, force=force)
+    br = jit.build_report()
+    secs = br.get("build_seconds")
+    click.echo(f"built for {br.get('arch')} in {_fmt(secs, 1)} s; cache {br.get('cache_dir')}")
+    if br.get("ops") is not None:
+        click.echo(f"ops: {', '.join(br.get('ops') or []) or '(none)'}")
+    kt = Table(title="kernels")
+    for col in ("kernel", "registers", "shared bytes", "local (spill) bytes", "max threads"):
+        kt.add_column(col, justify="left" if col == "kernel" else "right")
+    for k in br.get("kernels") or []:
+        local = k.get("local_bytes")
+        kt.add_row(str(k.get("name")), _fmt(k.get("registers")), _fmt(k.get("shared_bytes")),
+                   (f"[red]{local}[/red]" if local else _fmt(local)), _fmt(k.get("max_threads")))
+    con.print(kt)
+
+
+# ------------------------------------------------------------ bench
+
+
+def _bench_table(results, op: str):
+    from rich.table import Table
+
+    t = Table(title=f"mqa-topk bench ({op})")
+    cols = ["case", "path", "rows", "keys", "topk", "median ms", "p20 ms", "p80 ms",
+            "G logits/s" if op == "topk" else "TFLOP/s", "speedup", "status"]
+    for c in cols:
+        t.add_column(c, justify="left" if c in ("case", "path", "status") else "right")
+    for r in results:
+        rate = r.g_logits_per_s if op == "topk" else r.tflops
+        sp = f"{r.speedup:.2f}x vs {r.baseline}" if r.baseline and math.isfinite(r.speedup) else "-"
+        t.add_row(r.case, r.path, str(r.rows), str(r.keys), str(r.topk) if r.topk else "-", _fmt(r.median_ms),
+                  _fmt(r.p20_ms), _fmt(r.p80_ms), _fmt(rate, 1), sp, _status_style(r.status))
+    return t
+
+
+@main.command()
+@shape_options
+@click.option("--paths", "paths_", default=None, callback=_v_paths,
+              help="Comma list of paths [default: native,torch, plus fused when available].")
+@click.option("--config", default=None, help="Sweep config (file or shipped preset, e.g. 'bench') [default: the headline case].")
+@click.option("--case", "case_names", multiple=True, help="Only these cases of --config (repeatable).")
+@click.option("--op", type=click.Choice(["mqa_topk", "logits", "topk"]), default="mqa_topk", show_default=True,
+              help="What to time: the whole op, the logits alone (with the fp8 GEMM ceiling), or the top-k alone.")
+@click.option("--random-logits", is_flag=True, help="--op topk: time on random logits instead of the workload's.")
+@click.option("--device", default=None, callback=_v_device, help="cuda, cuda:N or cpu (tiny shapes) [default: cuda].")
+@timing_options
+@click.option("--out", default=None, callback=_v_out, help="Write results to FILE.csv or FILE.json (environment stamped in).")
+def bench(rows, keys, topk, layout, dist, seed, paths_, config, case_names, op, random_logits, device,
+          reps, warmup, cold_l2, graph, out) -> None:
+    """Time paths on the headline case (default), a one-case shape given by
+    flags, or a sweep config; report median/p20/p80 ms, effective TFLOP/s and
+    the speedup over the dense path."""
+    from . import bench as bench_mod
+    from .envinfo import environment
+
+    dev = _resolve_device(device, default="cuda")
+    flags = any(v is not None for v in (rows, keys, topk, layout, dist))
+    if config and flags:
+        raise UsageError("--config: give either a config or the shape flags (--rows/--keys/--topk/--layout/--dist)")
+    if case_names and not config:
+        raise UsageError("--case: only with --config")
+    if random_logits and op != "topk":
+        raise UsageError("--random-logits: only with --op topk")
+    if config:
+        cases = _select_cases(config, case_names)
+        if seed is not None:
+            cases = [dict(c, seed=seed) for c in cases]
+    else:
+        from .workloads import workload_from_case
+
+        case = _case_from_flags(bench_mod.HEADLINE, rows, keys, topk, layout, dist, seed)
+        if not flags:
+            case["name"] = "headline"
+        cases = [workload_from_case(case, dev)]  # a bad shape is a usage error here, not a labelled case
+        try:
+            cases[0].name = case["name"]
+        except Exception:
+            pass
+    if paths_ is None:
+        paths_ = ["native", "torch"]
+        if op == "mqa_topk":
+            from .eligibility import fused_mqa_topk_available
+
+            if dev.startswith("cuda") and fused_mqa_topk_available():
+                paths_ = ["fused"] + paths_
+    with _progress(f"bench {op}") as prog:
+        results = bench_mod.run_bench(cases, paths_, device=dev, reps=reps, warmup=warmup, cold_l2=cold_l2,
+                                      graph=graph, progress=prog, op=op, random_logits=random_logits)
+    con = _console()
+    con.print(_bench_table(results, op))
+    if op == "logits":
+        ceil = next((r for r in results if r.op == "gemm"), None)
+        if ceil is not None and ceil.ok:
+            best = max((r.tflops for r in results if r.op == "logits" and r.ok and r.path == "native"), default=None)
+            frac = f"; native logits reach {100 * best / ceil.tflops:.0f}% of it" if best else ""
+            click.echo(f"fp8 GEMM ceiling (torch._scaled_mm 8192^3, e4m3 -> bf16), this run: {ceil.tflops:.1f} TFLOP/s{frac}")
+        elif ceil is not None:
+            click.echo(f"fp8 GEMM ceiling: {ceil.status}")
+    env = environment(dev)
+    click.echo(f"{env.get('gpu') or 'CPU'} | torch {env.get('torch')} | CUDA {env.get('cuda') or '-'} | "
+               f"commit {env.get('commit') or '-'} | {results[0].method if results and results[0].method else ''}".rstrip(" |"))
+    if out:
+        _write_out(out, results, env)
+    timed = [r for r in results if r.op != "gemm"]
+    if timed and not any(r.ok for r in timed):
+        raise Unavailable("no path could be timed (see the status column)")
+
+
+# ------------------------------------------------------------ verify
+
+
+def _default_verify_path(device: str) -> str:
+    from . import paths as paths_mod
+
+    try:
+        if paths_mod.get_path("native").unavailable_reason(device) is None:
+            return "native"
+    except Exception:
+        pass
+    return "torch"
+
+
+def _verify_rows(results) -> list[dict]:
+    from .bench import as_records
+
+    return as_records(results)
+
+
+@main.command()
+@click.option("--paths", "paths_", default=None, callback=_v_paths,
+              help="Comma list of paths to verify [default: native if available, else torch].")
+@click.option("--config", default=None, help="Workload config (file or shipped preset) [default: verify].")
+@click.option("--case", "case_names", multiple=True, help="Only these cases of the config (repeatable).")
+@click.option("--workload", "workload_files", multiple=True, type=click.Path(dir_okay=False),
+              help="A recorded workload file (repeatable).")
+@shape_options
+@click.option("--other", default=None, callback=_v_path_name, help="Also compare index sets with this path (diagnostic).")
+@click.option("--reruns", type=click.IntRange(min=0), default=2, show_default=True, help="Reruns for the determinism check.")
+@click.option("--device", default=None, callback=_v_device, help="cuda, cuda:N, cpu or auto [default: auto].")
+@click.option("--out", default=None, callback=_v_out, help="Write results to FILE.csv or FILE.json.")
+def verify(paths_, config, case_names, workload_files, rows, keys, topk, layout, dist, seed, other, reruns,
+           device, out) -> None:
+    """Check paths against the reference, layer by layer (validity, tie-aware
+    optimality, exact-set diagnostic, determinism, inputs unchanged). Exit 1 on
+    any failure."""
+    from rich.table import Table
+
+    from . import paths as paths_mod
+    from . import verify as verify_mod
+    from . import workloads
+    from .envinfo import environment
+
+    dev = _resolve_device(device, default="auto")
+    flags = any(v is not None for v in (rows, keys, topk, layout, dist, seed))
+    if case_names and (workload_files or flags) and not config:
+        raise UsageError("--case: selects cases of --config; give --config too")
+    sources: list = []  # (label, zero-arg builder)
+    if config or not (workload_files or flags):
+        for c in _select_cases(config or "verify", case_names):
+            sources.append((str(c.get("name")), lambda c=c: workloads.workload_from_case(c, dev)))
+    for f in workload_files:
+        if not Path(f).is_file():
+            raise UsageError(f"--workload {f}: no such file")
+        sources.append((Path(f).stem, lambda f=f: workloads.load_workload(f, device=dev)))
+    if flags:
+        base = {"name": "flags", "layout": "causal", "rows": 64, "keys": 4096, "topk": 512, "dist": "gaussian",
+                "seed": 0, "options": {}}
+        case = _case_from_flags(base, rows, keys, topk, layout, dist, seed)
+        w = workloads.workload_from_case(case, dev)  # bad flags: one line, exit 2
+        sources.append((case["name"], lambda w=w: w))
+    names = paths_ or [_default_verify_path(dev)]
+    for n in names + ([other] if other else []):
+        reason = paths_mod.get_path(n).unavailable_reason(dev)
+        if reason:
+            raise Unavailable(f"the {n} path is unavailable on {dev}: {reason}")
+
+    results = []
+    total = len(sources) * len(names)
+    done = 0
+    with _progress("verify") as prog:
+        for label, make in sources:
+            try:
+                w = make()
+            except MqaTopkError as e:
+                raise UsageError(f"case {label}: {_one_line(str(e))}") from e
+            for n in names:
+                r = verify_mod.verify_case(w, n, other=other, reruns=reruns)
+                if getattr(r, "case", None) in (None, ""):
+                    try:
+                        r.case = label
+                    except Exception:
+                        pass
+                results.append(r)
+                done += 1
+                prog(done, total, f"{label} / {n}")
+            del w
+    t = Table(title="mqa-topk verify")
+    for c in ("case", "path", "rows", "keys", "topk", "valid rows", "tie-equiv rows", "exact-set rate",
+              "max violation", "deterministic", "result"):
+        t.add_column(c, justify="left" if c in ("case", "path", "result") else "right")
+    for r in results:
+        rate = r.exact_set_rate
+        t.add_row(str(r.case), str(r.path), str(r.rows), str(r.keys), str(r.topk), f"{r.valid_rows}/{r.rows}",
+                  str(r.tie_equivalent_rows), _fmt(rate, 4) if rate is not None else "-",
+                  _fmt(r.max_violation, 3) if isinstance(r.max_violation, float) else _fmt(r.max_violation),
+                  _fmt(r.deterministic), "[green]pass[/green]" if r.passed else "[red]FAIL[/red]")
+    con = _console()
+    con.print(t)
+    failed = [r for r in results if not r.passed]
+    for r in failed:
+        for err in list(r.errors)[:3]:
+            click.echo(f"{r.case} / {r.path}: {err}")
+    if out:
+        _write_out(out, _verify_rows(results), environment(dev))
+    if failed:
+        raise VerificationFailed(f"{len(failed)} of {len(results)} checks failed")
+    click.echo(f"all {len(results)} checks passed")
+
+
+# ------------------------------------------------------------ crossover
+
+
+@main.command()
+@click.option("--config", default="crossover", show_default=True, help="Sweep config (file or shipped preset).")
+@click.option("--paths", "paths_", default=None, callback=_v_paths,
+              help="Two paths A,B: where A starts to beat B [default: the config's, fused,native].")
+@click.option("--topks", default=None, callback=_v_topk_list, help="Comma list of topks (overrides the config).")
+@click.option("--rows", "rows_list", default=None, callback=_v_int_list, help="Comma list of row counts (overrides).")
+@click.option("--keys", "keys_list", default=None, callback=_v_int_list, help="Comma list of key counts (overrides the grid).")
+@click.option("--confirm", type=click.IntRange(min=0), default=None,
+              help="A must also win at this many following grid points [default: the config's, 2].")
+@click.option("--block-rows", type=click.IntRange(min=1), default=None,
+              help="Rows per fused block for the wave rule [default: the calibration's, 8].")
+@click.option("--sms", type=click.IntRange(min=1), default=None, help="SM count for the wave rule [default: the GPU's].")
+@click.option("--wave/--no-wave", default=True, show_default=True, help="Measure the wave-rule table.")
+@click.option("--wave-keys", type=click.IntRange(min=1), default=None, help="Key count of the wave table [default: config].")
+@click.option("--wave-topk", type=click.Choice(["512", "1024", "2048"]), default=None, help="Top-k of the wave table.")
+@click.option("--device", default=None, callback=_v_device, help="cuda, cuda:N or cpu [default: cuda].")
+@timing_options
+@click.option("--out", default=None, help="Write the calibration JSON here (use it with MQA_TOPK_CALIBRATION).")
+@click.option("--results", "results_out", default=None, callback=_v_out, help="Also write the raw timings (.csv/.json).")
+@click.option("--plot", default=None, help="Write a PNG plot of time ratio vs keys (needs matplotlib).")
+def crossover(config, paths_, topks, rows_list, keys_list, confirm, block_rows, sms, wave, wave_keys, wave_topk,
+              device, reps, warmup, cold_l2, graph, out, results_out, plot) -> None:
+    """Find the key count from which the fused path beats the dense one, per
+    topk; recommend min-keys thresholds; check the wave rule; write a
+    calibration file."""
+    from rich.table import Table
+
+    from . import crossover as xo
+    from .envinfo import environment
+
+    sweep = xo.load_sweep(_config_file(config))
+    if paths_ is not None:
+        if len(paths_) != 2:
+            raise UsageError("--paths: name exactly two paths, A,B (e.g. fused,native)")
+        sweep["paths"] = paths_
+    if topks:
+        sweep["topks"] = topks
+    if rows_list:
+        sweep["rows"] = rows_list
+    if keys_list:
+        sweep["keys"] = sorted(set(keys_list))
+    if wave_keys:
+        sweep["wave"]["keys"] = wave_keys
+    if wave_topk:
+        sweep["wave"]["topk"] = int(wave_topk)
+    if out and Path(out).suffix.lower() != ".json":
+        raise UsageError(f"--out {out}: the calibration file name must end in .json")
+    dev = device or "cuda"
+    xo.check_paths_available(sweep["paths"], dev)  # e.g. "the fused path is unavailable here (...)"
+    dev = _resolve_device(dev, default="cuda")
+    with _progress("crossover") as prog:
+        rep = xo.run_crossover(sweep, device=dev, reps=reps, warmup=warmup, cold_l2=cold_l2, graph=graph,
+                               progress=prog, block_rows=block_rows, sms=sms, confirm=confirm, wave=wave)
+    a, b = rep.paths
+    con = _console()
+    g = Table(title=f"timings: {a} vs {b} (median ms)")
+    for c in ("topk", "rows", "keys", f"{a} ms", f"{b} ms", f"{a}/{b}", "winner", "status"):
+        g.add_column(c, justify="left" if c in ("winner", "status") else "right")
+    for p in rep.grid:
+        ta, tb = p["t_a_ms"], p["t_b_ms"]
+        ratio = ta / tb if ta and tb else None
+        status = "ok" if p["status_a"] == "ok" and p["status_b"] == "ok" else f"{a}: {p['status_a']}; {b}: {p['status_b']}"
+        g.add_row(str(p["topk"]), str(p["rows"]), str(p["keys"]), _fmt(ta), _fmt(tb), _fmt(ratio, 3),
+                  (a if ratio < 1 else b) if ratio else "-", _status_style(status))
+    con.print(g)
+    s = Table(title="crossover and recommended min keys")
+    for c in ("topk", "rows", "crossover keys", "recommended min_keys", "current calibration", "SM100 default"):
+        s.add_column(c, justify="right")
+    for c in rep.crossovers:
+        rec = rep.recommended.get(c["topk"])
+        s.add_row(str(c["topk"]), str(c["rows"]), c["label"],
+                  ("never (> MAX_KEYS)" if rec is not None and rec > (1 << 22) else _fmt(rec)),
+                  _fmt(rep.current.get(c["topk"])), _fmt(xo.SM100_MIN_KEYS.get(c["topk"])))
+    con.print(s)
+    if rep.wave:
+        cal = rep.calibration
+        w = Table(title=f"wave rule at {sweep['wave']['keys']} keys, top-{sweep['wave']['topk']} "
+                        f"(block rows {cal['block_rows']}, {cal['sms']} SMs, dense rows/call {rep.wave[0]['dense_rows']})")
+        for c in ("rows", "blocks", "last wave", "2*last_wave>=sms", "predicted", f"{a} ms", f"{b} ms", "measured", "agree"):
+            w.add_column(c, justify="right")
+        for r in rep.wave:
+            w.add_row(str(r["rows"]), str(r["blocks"]), str(r["last_wave"]), _fmt(r["wave_ok"]), r["predicted"],
+                      _fmt(r["t_a_ms"]), _fmt(r["t_b_ms"]), r["measured"] or "-", _fmt(r["agree"]))
+        con.print(w)
+    for n in rep.notes:
+        click.echo(f"note: {n}")
+    env = environment(dev)
+    if out:
+        p = xo.write_calibration(out, rep.calibration)
+        click.echo(f"wrote calibration {p} (use it with MQA_TOPK_CALIBRATION={p})")
+    if results_out:
+        _write_out(results_out, rep.results, env)
+    if plot:
+        why = xo.plot_crossover(rep, plot)
+        click.echo(why if why else f"wrote plot {plot}")
+    if not any(c["points"] for c in rep.crossovers):
+        raise Unavailable("no grid point could be timed on both paths (see the status column)")
+
+
+# ------------------------------------------------------------ inspect
+
+
+@main.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+def inspect(file: str) -> None:
+    """Describe a recorded workload file (shapes, dtypes, rows, keys, visible pairs...)."""
+    from rich.table import Table
+
+    from . import workloads
+
+    if not Path(file).is_file():
+        raise UsageError(f"FILE {file}: no such file")
+    try:
+        info = workloads.describe_workload(file)
+    except MqaTopkError:
+        raise
+    except Exception as e:
+        raise UsageError(f"FILE {file}: not a readable workload ({_one_line(f'{type(e).__name__}: {e}')})") from e
+    t = Table(title=f"workload {file}", show_header=False)
+    t.add_column("field", style="bold")
+    t.add_column("value")
+    for k, v in info.items():
+        if isinstance(v, dict):
+            v = ", ".join(f"{kk}={vv}" for kk, vv in v.items())
+        elif isinstance(v, (list, tuple)):
+            v = ", ".join(map(str, v))
+        t.add_row(str(k), _fmt(v))
+    _console().print(t)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,483 @@
+"""Where the fused path starts to beat the dense one, and whether the wave
+rule predicts the row counts where it does not.
+
+``find_crossover`` is a pure function on a timing table. ``run_crossover``
+times two paths (default fused vs native dense) over a sweep read from
+``configs/crossover.toml`` with ``timing.time_fn`` (through ``bench.run_bench``,
+so failures are labelled and the sweep goes on), finds the crossover per
+(topk, rows), recommends min-keys thresholds, measures the wave-rule table and
+builds the calibration dict that ``eligibility.load_calibration`` reads.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from . import eligibility
+from .errors import Unavailable, UsageError
+
+#: The SM100 seed's thresholds, shown beside ours.
+SM100_MIN_KEYS = {512: 32768, 1024: 32768, 2048: 65536}
+#: Offsets (in units: B = block rows, S = SMs) around each k*B*S of the wave table.
+WAVE_OFFSETS = ("-B", "0", "+B", "+S*B/2-B", "+S*B/2")
+
+
+# ------------------------------------------------------------ pure functions
+
+
+def find_crossover(keys: Sequence[int], t_a: Sequence[float], t_b: Sequence[float], *, confirm: int = 2) -> float | None:
+    """The key count from which path A (fused) stays faster than path B (dense).
+
+    Grid points where either time is missing (NaN, None, <= 0: a failed case)
+    are dropped. The crossover is at the first point i where A is faster at i
+    *and* at the ``confirm`` following points (all remaining ones if fewer), so
+    a lone point where A happens to win does not count. Between that point and
+    the previous one (where A was not faster) the log ratio log(t_a/t_b) is
+    interpolated linearly in log(keys) to where it crosses 0.
+
+    Returns None when A never stays faster, and ``keys[0]`` (report it as
+    "<= min") when A is faster from the first point on.
+    """
+    if not (len(keys) == len(t_a) == len(t_b)):
+        raise UsageError(f"find_crossover: keys, t_a and t_b differ in length ({len(keys)}, {len(t_a)}, {len(t_b)})")
+    if isinstance(confirm, bool) or not isinstance(confirm, int) or confirm < 0:
+        raise UsageError(f"confirm: must be an int >= 0, got {confirm!r}")
+    pts = []
+    for k, a, b in zip(keys, t_a, t_b):
+        if a is None or b is None:
+            continue
+        a, b = float(a), float(b)
+        if not (math.isfinite(a) and math.isfinite(b)) or a <= 0 or b <= 0:
+            continue
+        pts.append((float(k), a, b))
+    for (k0, _, _), (k1, _, _) in zip(pts, pts[1:]):
+        if not (0 < k0 < k1):
+            raise UsageError("find_crossover: keys must be positive and strictly increasing")
+    if pts and pts[0][0] <= 0:
+        raise UsageError("find_crossover: keys must be positive and strictly increasing")
+    wins = [a < b for _, a, b in pts]
+    n = len(pts)
+    for i in range(n):
+        if wins[i] and all(wins[i + 1 : i + 1 + confirm]):
+            if i == 0:
+                return pts[0][0]
+            (k0, a0, b0), (k1, a1, b1) = pts[i - 1], pts[i]
+            r0, r1 = math.log(a0 / b0), math.log(a1 / b1)  # r0 >= 0 > r1
+            x0, x1 = math.log(k0), math.log(k1)
+            if r0 <= 0:  # A tied at the previous point: the crossover is there
+                return k0
+            x = x0 + (0.0 - r0) * (x1 - x0) / (r1 - r0)
+            return float(min(max(math.exp(x), k0), k1))
+    return None
+
+
+def describe_crossover(x: float | None, keys: Sequence[int]) -> str:
+    """Human form: "never", "<= 8192" (A faster from the first point) or "23170"."""
+    valid = [k for k in keys if k]
+    if x is None:
+        return "never"
+    if valid and x <= min(valid):
+        return f"<= {int(min(valid))}"
+    return f"{x:.0f}"
+
+
+def geometric_grid(lo: int, hi: int, factor: float = math.sqrt(2.0), align: int = 128) -> list[int]:
+    """lo, lo*factor, ... up to hi (inclusive when hit), each rounded to ``align``."""
+    if lo <= 0 or hi < lo:
+        raise UsageError(f"keys grid: need 0 < min <= max, got min={lo}, max={hi}")
+    if factor <= 1.0:
+        raise UsageError(f"keys grid: factor must be > 1, got {factor}")
+    out: list[int] = []
+    i = 0
+    while True:
+        v = lo * factor ** i
+        if v > hi * (1 + 1e-9):
+            break
+        k = max(align, int(round(v / align)) * align) if v >= align else int(round(v))
+        if not out or k > out[-1]:
+            out.append(k)
+        i += 1
+    return out
+
+
+def wave_rows(block_rows: int, sms: int, multiples: Sequence[int] = (1, 2)) -> list[int]:
+    """Row counts around each k*B*S (B block rows, S SMs): k*B*S - B, k*B*S,
+    k*B*S + B, k*B*S + S*B/2 - B, k*B*S + S*B/2 -- where the last wave goes
+    from full to one block, and from just under to just over half the SMs."""
+    if block_rows <= 0 or sms <= 0:
+        raise UsageError(f"wave table: block_rows and sms must be positive, got {block_rows}, {sms}")
+    b, s = int(block_rows), int(sms)
+    half = (s * b) // 2
+    rows: set[int] = set()
+    for k in multiples:
+        base = int(k) * b * s
+        for r in (base - b, base, base + b, base + half - b, base + half):
+            if r > 0:
+                rows.add(r)
+    return sorted(rows)
+
+
+def dense_rows_per_call(keys: int, max_logits_bytes: int | None = None) -> int:
+    """Rows of one dense logits call under the logits budget (as ops.dense_mqa_topk_prefill chunks)."""
+    from .ops import DEFAULT_MAX_LOGITS_BYTES, LOGITS_PITCH
+
+    budget = DEFAULT_MAX_LOGITS_BYTES if max_logits_bytes is None else int(max_logits_bytes)
+    pitch = -(-max(int(keys), 1) // LOGITS_PITCH) * LOGITS_PITCH
+    return max(1, budget // (pitch * 4))
+
+
+def wave_table(rows_list: Sequence[int], *, keys: int, topk: int, sms: int, block_rows: int,
+               t_a: Sequence[float] | None = None, t_b: Sequence[float] | None = None,
+               calibration: dict | None = None, dense_rows: int | None = None,
+               names: tuple[str, str] = ("fused", "dense")) -> list[dict]:
+    """Predicted (wave rule + the full chunk rule) vs measured winner per row count."""
+    cal = calibration if calibration is not None else eligibility.load_calibration()
+    dr = dense_rows_per_call(keys) if dense_rows is None else int(dense_rows)
+    out = []
+    for i, rows in enumerate(rows_list):
+        lw = eligibility.last_wave(rows, sms, block_rows)
+        wave_ok = 2 * lw >= sms
+        chunk = eligibility.fused_mqa_topk_chunk(keys, keys, topk, rows, dr, sms=sms, block_rows=block_rows,
+                                                 calibration=cal)
+        row = {
+            "rows": int(rows),
+            "blocks": -(-int(rows) // block_rows),
+            "last_wave": lw,
+            "wave_ok": wave_ok,
+            "dense_rows": dr,
+            "predicted": names[0] if chunk else names[1],
+            "t_a_ms": math.nan,
+            "t_b_ms": math.nan,
+            "measured": None,
+            "agree": None,
+        }
+        if t_a is not None and t_b is not None:
+            a, b = t_a[i], t_b[i]
+            row["t_a_ms"], row["t_b_ms"] = a, b
+            if a is not None and b is not None and math.isfinite(a) and math.isfinite(b):
+                row["measured"] = names[0] if a < b else names[1]
+                row["agree"] = row["measured"] == row["predicted"]
+        out.append(row)
+    return out
+
+
+# ------------------------------------------------------------ sweep config
+
+
+def _toml_load(path: Path) -> dict:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except OSError as e:
+        raise UsageError(f"--config {path}: cannot read ({e.strerror or e})") from None
+    except tomllib.TOMLDecodeError as e:
+        raise UsageError(f"--config {path}: not valid TOML ({e})") from None
+
+
+def _int_list(v, what: str, where: str) -> list[int]:
+    if isinstance(v, int) and not isinstance(v, bool):
+        v = [v]
+    if not isinstance(v, list) or not v or not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in v):
+        raise UsageError(f"--config {where}: {what} must be a non-empty list of positive integers, got {v!r}")
+    return list(v)
+
+
+def load_sweep(path) -> dict:
+    """Read a crossover sweep TOML (see configs/crossover.toml); returns a
+    normalised dict: layout, dist, seed, options, topks, rows, keys (list),
+    paths, confirm, wave {keys, topk, multiples, enabled}."""
+    p = Path(path)
+    data = _toml_load(p)
+    sw = data.get("sweep")
+    if not isinstance(sw, dict):
+        raise UsageError(f"--config {p}: missing the [sweep] table")
+    where = str(p)
+    keys = sw.get("keys")
+    if isinstance(keys, dict):
+        try:
+            grid = geometric_grid(int(keys["min"]), int(keys["max"]), float(keys.get("factor", math.sqrt(2.0))),
+                                  int(keys.get("align", 128)))
+        except KeyError as e:
+            raise UsageError(f"--config {p}: [sweep] keys needs {e.args[0]!r}") from None
+        except (TypeError, ValueError) as e:
+            raise UsageError(f"--config {p}: [sweep] keys: {e}") from None
+    else:
+        grid = sorted(set(_int_list(keys, "[sweep] keys", where)))
+    paths = sw.get("paths", ["fused", "native"])
+    if not (isinstance(paths, list) and len(paths) == 2 and all(isinstance(x, str) for x in paths)):
+        raise UsageError(f"--config {p}: [sweep] paths must name two paths, got {paths!r}")
+    wave = data.get("wave", {})
+    if not isinstance(wave, dict):
+        raise UsageError(f"--config {p}: [wave] must be a table")
+    options = sw.get("options", {})
+    if not isinstance(options, dict):
+        raise UsageError(f"--config {p}: [sweep] options must be a table")
+    return {
+        "layout": str(sw.get("layout", "causal")),
+        "dist": str(sw.get("dist", "gaussian")),
+        "seed": int(sw.get("seed", 0)),
+        "options": options,
+        "topks": _int_list(sw.get("topks", [512, 1024, 2048]), "[sweep] topks", where),
+        "rows": _int_list(sw.get("rows", [8192]), "[sweep] rows", where),
+        "keys": grid,
+        "paths": list(paths),
+        "confirm": int(sw.get("confirm", 2)),
+        "wave": {
+            "enabled": bool(wave.get("enabled", True)),
+            "keys": int(wave.get("keys", 65536)),
+            "topk": int(wave.get("topk", 512)),
+            "multiples": _int_list(wave.get("multiples", [1, 2]), "[wave] multiples", where),
+        },
+    }
+
+
+# ------------------------------------------------------------ the sweep
+
+
+@dataclass
+class CrossoverReport:
+    paths: tuple[str, str]
+    grid: list[dict]
+    crossovers: list[dict]
+    recommended: dict[int, int]
+    current: dict[int, int]
+    wave: list[dict]
+    calibration: dict
+    notes: list[str] = field(default_factory=list)
+    results: list = field(default_factory=list, repr=False)
+
+
+def _sm_count(device) -> int | None:
+    try:
+        import torch
+
+        d = torch.device(device)
+        if d.type == "cuda" and torch.cuda.is_available():
+            return int(torch.cuda.get_device_properties(d).multi_processor_count)
+    except Exception:
+        pass
+    return None
+
+
+def check_paths_available(paths: Sequence[str], device) -> None:
+    """Raise Unavailable (one line) when a path cannot run on ``device``."""
+    from . import paths as paths_mod
+
+    for name in paths:
+        reason = paths_mod.get_path(name).unavailable_reason(device)
+        if reason:
+            raise Unavailable(f"the {name} path is unavailable here ({reason}); crossover needs both paths of --paths")
+
+
+def run_crossover(
+    sweep: dict,
+    *,
+    device="cuda",
+    paths: Sequence[str] | None = None,
+    reps: int | None = None,
+    warmup: float = 25.0,
+    cold_l2: bool = True,
+    graph: bool = False,
+    progress: Callable[[int, int, str], None] | None = None,
+    block_rows: int | None = None,
+    sms: int | None = None,
+    confirm: int | None = None,
+    wave: bool = True,
+    calibration: dict | None = None,
+) -> CrossoverReport:
+    """Time ``paths`` (A, B) = (fused, dense) over the sweep grid, find the
+    crossover per (topk, rows), recommend min keys, and measure the wave table.
+    Raises Unavailable when a path cannot run here."""
+    from . import bench
+    from .envinfo import environment
+
+    a, b = tuple(paths or sweep.get("paths") or ("fused", "native"))
+    check_paths_available((a, b), device)
+    cal_now = calibration if calibration is not None else eligibility.load_calibration()
+    br = int(block_rows if block_rows is not None else cal_now.get("block_rows", eligibility.DEFAULT_BLOCK_ROWS))
+    conf = int(sweep.get("confirm", 2) if confirm is None else confirm)
+    notes: list[str] = []
+    layout = sweep.get("layout", "causal")
+
+    cases = []
+    for topk in sweep["topks"]:
+        for rows in sweep["rows"]:
+            for keys in sweep["keys"]:
+                if layout == "causal" and keys < rows:
+                    continue
+                cases.append({"name": f"t{topk}-r{rows}-k{keys}", "layout": layout, "rows": rows, "keys": keys,
+                              "topk": topk, "dist": sweep.get("dist", "gaussian"), "seed": sweep.get("seed", 0),
+                              "options": dict(sweep.get("options", {}))})
+    skipped = sum(1 for k in sweep["keys"] for r in sweep["rows"] if layout == "causal" and k < r)
+    if skipped:
+        notes.append(f"skipped {skipped} grid point(s) per topk with keys < rows (a causal chunk needs keys >= rows)")
+
+    sms_eff = sms if sms is not None else _sm_count(device)
+    wave_cfg = sweep.get("wave", {})
+    wave_cases = []
+    if wave and wave_cfg.get("enabled", True):
+        if sms_eff is None:
+            notes.append("wave table skipped: no GPU to read the SM count from (give --sms)")
+        else:
+            for rows in wave_rows(br, sms_eff, wave_cfg.get("multiples", [1, 2])):
+                if layout == "causal" and wave_cfg["keys"] < rows:
+                    continue
+                wave_cases.append({"name": f"wave-r{rows}", "layout": layout, "rows": rows, "keys": wave_cfg["keys"],
+                                   "topk": wave_cfg["topk"], "dist": sweep.get("dist", "gaussian"),
+                                   "seed": sweep.get("seed", 0), "options": dict(sweep.get("options", {}))})
+
+    total = 2 * (len(cases) + len(wave_cases))
+    offset = 0
+
+    def prog(done, _total, label):
+        if progress:
+            progress(offset + done, total, label)
+
+    kw = dict(device=device, reps=reps, warmup=warmup, cold_l2=cold_l2, graph=graph, progress=prog)
+    grid_res = bench.run_bench(cases, [a, b], **kw)
+    offset = 2 * len(cases)
+    wave_res = bench.run_bench(wave_cases, [a, b], **kw) if wave_cases else []
+
+    def pair(results, case_name):
+        ra = next(r for r in results if r.case == case_name and r.path == a)
+        rb = next(r for r in results if r.case == case_name and r.path == b)
+        return ra, rb
+
+    grid = []
+    for c in cases:
+        ra, rb = pair(grid_res, c["name"])
+        grid.append({"topk": c["topk"], "rows": c["rows"], "keys": c["keys"],
+                     "t_a_ms": ra.median_ms if ra.ok else None, "t_b_ms": rb.median_ms if rb.ok else None,
+                     "p20_a_ms": ra.p20_ms if ra.ok else None, "p80_a_ms": ra.p80_ms if ra.ok else None,
+                     "p20_b_ms": rb.p20_ms if rb.ok else None, "p80_b_ms": rb.p80_ms if rb.ok else None,
+                     "status_a": ra.status, "status_b": rb.status})
+
+    crossovers = []
+    for topk in sweep["topks"]:
+        for rows in sweep["rows"]:
+            pts = [g for g in grid if g["topk"] == topk and g["rows"] == rows]
+            ks = [g["keys"] for g in pts]
+            ta = [g["t_a_ms"] if g["t_a_ms"] is not None else math.nan for g in pts]
+            tb = [g["t_b_ms"] if g["t_b_ms"] is not None else math.nan for g in pts]
+            valid = [k for k, x, y in zip(ks, ta, tb) if math.isfinite(x) and math.isfinite(y)]
+            x = find_crossover(ks, ta, tb, confirm=conf) if valid else None
+            crossovers.append({"topk": topk, "rows": rows, "keys": x, "at_min": bool(x is not None and valid and x <= valid[0]),
+                               "points": len(valid), "label": describe_crossover(x, valid) if valid else "no data"})
+
+    current = {int(k): int(v) for k, v in cal_now["min_keys"].items()}
+    recommended: dict[int, int] = {}
+    for topk in sweep["topks"]:
+        cs = [c for c in crossovers if c["topk"] == topk and c["points"]]
+        if not cs:
+            continue
+        if any(c["keys"] is None for c in cs):
+            recommended[topk] = eligibility.recommended_min_keys(None)
+        else:
+            recommended[topk] = eligibility.recommended_min_keys(max(c["keys"] for c in cs))
+
+    wave_rows_out: list[dict] = []
+    if wave_cases:
+        ta, tb = [], []
+        for c in wave_cases:
+            ra, rb = pair(wave_res, c["name"])
+            ta.append(ra.median_ms if ra.ok else math.nan)
+            tb.append(rb.median_ms if rb.ok else math.nan)
+        cal_for_rule = dict(cal_now)
+        cal_for_rule["min_keys"] = {**current, **recommended}
+        wave_rows_out = wave_table([c["rows"] for c in wave_cases], keys=wave_cfg["keys"], topk=wave_cfg["topk"],
+                                   sms=sms_eff, block_rows=br, t_a=ta, t_b=tb, calibration=cal_for_rule,
+                                   names=(a, b))
+
+    env = environment(device)
+    min_keys = {str(t): int(recommended.get(t, current.get(t, SM100_MIN_KEYS.get(t, 1 << 16)))) for t in (512, 1024, 2048)}
+    unmeasured = [t for t in (512, 1024, 2048) if t not in recommended]
+    source = f"mqa-topk crossover: {a} vs {b}, layout {layout}, rows {sweep['rows']}"
+    if unmeasured:
+        source += f"; min_keys for topk {', '.join(map(str, unmeasured))} kept from {cal_now.get('path', 'the previous calibration')}"
+    agree = [r["agree"] for r in wave_rows_out if r["agree"] is not None]
+    calibration_out = {
+        "format": 1,
+        "source": source,
+        "gpu": env.get("gpu"),
+        "sms": sms_eff,
+        "date": env.get("date"),
+        "commit": env.get("commit"),
+        "block_rows": br,
+        "min_keys": min_keys,
+        "wave_rule": True,
+        "measured": {
+            "paths": [a, b],
+            "layout": layout,
+            "dist": sweep.get("dist", "gaussian"),
+            "confirm": conf,
+            "method": next((r.method for r in grid_res if r.ok), None),
+            "grid": grid,
+            "crossovers": crossovers,
+            "wave": {"keys": wave_cfg.get("keys"), "topk": wave_cfg.get("topk"), "table": wave_rows_out,
+                     "agreement": (sum(agree) / len(agree)) if agree else None},
+            "environment": env,
+        },
+    }
+    return CrossoverReport(paths=(a, b), grid=grid, crossovers=crossovers, recommended=recommended, current=current,
+                           wave=wave_rows_out, calibration=calibration_out, notes=notes,
+                           results=list(grid_res) + list(wave_res))
+
+
+def write_calibration(path, calibration: dict) -> Path:
+    """Write a calibration JSON (validated first, so a bad one never lands on disk)."""
+    import json
+
+    from .bench import _jsonable
+
+    eligibility.validate_calibration(calibration, str(path))
+    p = Path(path)
+    if p.suffix.lower() != ".json":
+        raise UsageError(f"--out {p}: the calibration file name must end in .json")
+    try:
+        p.write_text(json.dumps(_jsonable(calibration), indent=2) + "\n")
+    except OSError as e:
+        raise UsageError(f"--out {p}: cannot write ({e.strerror or e})") from None
+    return p
+
+
+def plot_crossover(report: CrossoverReport, path) -> str | None:
+    """A PNG of t_a/t_b vs keys per (topk, rows) with the crossovers marked.
+    Returns None on success, or a one-line reason (matplotlib missing)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception:
+        return "--plot: matplotlib is not installed (pip install 'mqa-topk[plot]'); no plot written"
+    a, b = report.paths
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for c in report.crossovers:
+        pts = [g for g in report.grid if g["topk"] == c["topk"] and g["rows"] == c["rows"]
+               and g["t_a_ms"] is not None and g["t_b_ms"] is not None]
+        if not pts:
+            continue
+        line, = ax.plot([g["keys"] for g in pts], [g["t_a_ms"] / g["t_b_ms"] for g in pts], marker="o",
+                        label=f"top-{c['topk']}, rows {c['rows']}: {c['label']}")
+        if c["keys"] is not None:
+            ax.axvline(c["keys"], color=line.get_color(), linestyle=":", linewidth=1)
+    ax.axhline(1.0, color="black", linewidth=1)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("keys")
+    ax.set_ylabel(f"time {a} / time {b}  (< 1: {a} faster)")
+    ax.set_title(f"mqa-topk crossover: {a} vs {b}")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    try:
+        fig.savefig(path, dpi=120)
+    except OSError as e:
+        plt.close(fig)
+        raise UsageError(f"--plot {path}: cannot write ({e.strerror or e})") from None
+    plt.close(fig)
+    return None
