@@ -208,7 +208,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       ptx::mbar_arrive_expect_tx(full + stage, Cfg::kKTileBytes + Cfg::kScaleBytes);
       const int key0 = lo + t * Cfg::kBlockKeys;
       ptx::tma_load_2d(smem + Cfg::kOffK + stage * Cfg::kKTileBytes, &tm_k, full + stage, 0, key0);
-      ptx::tma_load_1d(smem + Cfg::kOffScales + stage * Cfg::kScaleBytes, &tm_scales, full + stage, key0);
+      ptx::tma_load_2d(smem + Cfg::kOffScales + stage * Cfg::kScaleBytes, &tm_scales, full + stage, key0, 0);
       ++it;
       if (++t == nt && left > 1) {
         do {
@@ -345,23 +345,33 @@ inline const void* sm90_fp8_mqa_logits_kernel_ptr() {
 // Launches the kernel; q [rows, 32, 128] fp8, k [keys, 128] fp8, scales [keys]
 // fp32, weights [rows, 32] fp32 (all contiguous, 16-byte aligned), logits with
 // row pitch ld >= keys (elements). Returns cudaErrorInvalidValue when a tensor
-// map cannot be encoded.
+// map cannot be encoded (*map_error = 1000 * map index (q, k, scales, weights)
+// + the driver's CUresult, 999 for a missing driver entry point).
 template <class Cfg = Sm90LogitsDefault>
 inline cudaError_t launch_sm90_fp8_mqa_logits(const void* q, const void* k, const float* scales,
                                               const float* weights, const int* starts, const int* ends,
                                               float* logits, int64_t ld, int rows, int keys, int num_sms,
-                                              cudaStream_t stream) {
+                                              cudaStream_t stream, int* map_error = nullptr) {
   if (rows <= 0 || keys <= 0) return cudaSuccess;
   CUtensorMap tm_q, tm_k, tm_s, tm_w;
   const uint64_t q_rows = static_cast<uint64_t>(rows) * Cfg::kHeads;
-  if (!make_tensor_map_2d(&tm_q, q, CU_TENSOR_MAP_DATA_TYPE_UINT8, Cfg::kHeadDim, q_rows, Cfg::kHeadDim,
-                          Cfg::kHeadDim, Cfg::kBlockRows * Cfg::kHeads, CU_TENSOR_MAP_SWIZZLE_128B) ||
-      !make_tensor_map_2d(&tm_k, k, CU_TENSOR_MAP_DATA_TYPE_UINT8, Cfg::kHeadDim, keys, Cfg::kHeadDim,
-                          Cfg::kHeadDim, Cfg::kBlockKeys, CU_TENSOR_MAP_SWIZZLE_128B) ||
-      !make_tensor_map_1d(&tm_s, scales, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, keys, Cfg::kBlockKeys) ||
-      !make_tensor_map_2d(&tm_w, weights, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, Cfg::kHeads, rows, Cfg::kHeads * 4,
-                          Cfg::kHeads, Cfg::kBlockRows, CU_TENSOR_MAP_SWIZZLE_NONE))
-    return cudaErrorInvalidValue;
+  // Scales as a [1, keys] 2-D map so a box past the last key reads zeros (the
+  // outer stride is never used; it only has to be a multiple of 16).
+  const int res[4] = {
+      make_tensor_map_2d(&tm_q, q, CU_TENSOR_MAP_DATA_TYPE_UINT8, Cfg::kHeadDim, q_rows, Cfg::kHeadDim,
+                         Cfg::kHeadDim, Cfg::kBlockRows * Cfg::kHeads, CU_TENSOR_MAP_SWIZZLE_128B),
+      make_tensor_map_2d(&tm_k, k, CU_TENSOR_MAP_DATA_TYPE_UINT8, Cfg::kHeadDim, keys, Cfg::kHeadDim, Cfg::kHeadDim,
+                         Cfg::kBlockKeys, CU_TENSOR_MAP_SWIZZLE_128B),
+      make_tensor_map_2d(&tm_s, scales, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, keys, 1, (uint64_t(keys) * 4 + 15) / 16 * 16,
+                         Cfg::kBlockKeys, 1, CU_TENSOR_MAP_SWIZZLE_NONE),
+      make_tensor_map_2d(&tm_w, weights, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, Cfg::kHeads, rows, Cfg::kHeads * 4,
+                         Cfg::kHeads, Cfg::kBlockRows, CU_TENSOR_MAP_SWIZZLE_NONE)};
+  for (int i = 0; i < 4; ++i) {
+    if (res[i] != 0) {
+      if (map_error) *map_error = i * 1000 + (res[i] < 0 ? 999 : res[i]);
+      return cudaErrorInvalidValue;
+    }
+  }
   auto kernel = &sm90_fp8_mqa_logits_kernel<Cfg>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;

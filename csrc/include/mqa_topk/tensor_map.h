@@ -29,30 +29,19 @@ inline EncodeTiledFn encode_tiled_fn() {
 
 // A row-major 2-D tensor [outer, inner] of 1-byte (fp8) or 4-byte elements;
 // row pitch in bytes; the box is [box_outer, box_inner]. Out-of-bounds
-// elements of a box read as zero. Returns false if encoding failed.
-inline bool make_tensor_map_2d(CUtensorMap* map, const void* base, CUtensorMapDataType dtype, uint64_t inner,
+// elements of a box read as zero. Returns the driver's result (0 = success;
+// -1 when the driver entry point is missing).
+inline int make_tensor_map_2d(CUtensorMap* map, const void* base, CUtensorMapDataType dtype, uint64_t inner,
                                uint64_t outer, uint64_t pitch_bytes, uint32_t box_inner, uint32_t box_outer,
                                CUtensorMapSwizzle swizzle) {
   EncodeTiledFn fn = encode_tiled_fn();
-  if (!fn) return false;
+  if (!fn) return -1;
   cuuint64_t dims[2] = {inner, outer};
   cuuint64_t strides[1] = {pitch_bytes};
   cuuint32_t box[2] = {box_inner, box_outer};
   cuuint32_t elem_strides[2] = {1, 1};
   return fn(map, dtype, 2, const_cast<void*>(base), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-            swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
-inline bool make_tensor_map_1d(CUtensorMap* map, const void* base, CUtensorMapDataType dtype, uint64_t n,
-                               uint32_t box) {
-  EncodeTiledFn fn = encode_tiled_fn();
-  if (!fn) return false;
-  cuuint64_t dims[1] = {n};
-  cuuint32_t boxes[1] = {box};
-  cuuint32_t elem_strides[1] = {1};
-  return fn(map, dtype, 1, const_cast<void*>(base), dims, nullptr, boxes, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-            CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) ==
-         CUDA_SUCCESS;
+            swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
 
 }  // namespace mqa_topk
