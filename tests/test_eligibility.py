@@ -1,0 +1,171 @@
+"""Eligibility rules and calibration loading (no GPU needed: explicit sms)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from mqa_topk_cli import eligibility as el
+from mqa_topk_cli import ops
+from mqa_topk_cli.contract import MAX_KEYS
+from mqa_topk_cli.errors import UsageError
+
+SM100 = {512: 32768, 1024: 32768, 2048: 65536}
+
+
+def _write_cal(path, **over):
+    doc = {"format": 1, "gpu": "NVIDIA H200", "sms": 132, "date": "2026-11-29", "commit": "abc1234",
+           "block_rows": 8, "min_keys": {"512": 4096, "1024": 6144, "2048": 8192}, "wave_rule": True,
+           "measured": {}, "source": "test"}
+    doc.update(over)
+    path.write_text(json.dumps(doc))
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _no_env(monkeypatch):
+    monkeypatch.delenv("MQA_TOPK_CALIBRATION", raising=False)
+    monkeypatch.delenv("MQA_TOPK_USE_FUSED", raising=False)
+
+
+def test_shipped_default_is_the_sm100_thresholds():
+    cal = el.load_calibration()
+    assert cal["min_keys"] == SM100
+    assert cal["block_rows"] == 8 and cal["wave_rule"] is True
+    assert "SM100 defaults" in cal["source"] and "mqa-topk crossover --out" in cal["source"]
+    assert [el.fused_mqa_topk_min_keys(t) for t in (512, 1024, 2048)] == [32768, 32768, 65536]
+
+
+def test_min_keys_from_a_calibration_named_by_the_env_var(tmp_path, monkeypatch):
+    p = _write_cal(tmp_path / "h200.json")
+    monkeypatch.setenv("MQA_TOPK_CALIBRATION", str(p))
+    assert [el.fused_mqa_topk_min_keys(t) for t in (512, 1024, 2048)] == [4096, 6144, 8192]
+    # the rule follows the file: 8192 keys now suffice for top-2048
+    assert el.fused_mqa_topk_chunk(8192, 8192, 2048, 8192, 8192, sms=132)
+    assert not el.fused_mqa_topk_chunk(8191, 8192, 2048, 8192, 8192, sms=132)
+    # changed file is re-read
+    _write_cal(p, min_keys={"512": 1024, "1024": 1024, "2048": 2048})
+    import os
+    os.utime(p, ns=(1, 1))  # a different mtime
+    assert el.fused_mqa_topk_min_keys(2048) == 2048
+
+
+def test_min_keys_for_uncalibrated_topk_uses_the_next_larger():
+    cal = el.validate_calibration({"format": 1, "min_keys": {"512": 10, "1024": 20, "2048": 30}})
+    assert el.fused_mqa_topk_min_keys(100, calibration=cal) == 10
+    assert el.fused_mqa_topk_min_keys(600, calibration=cal) == 20
+    assert el.fused_mqa_topk_min_keys(4096, calibration=cal) == 30
+    with pytest.raises(UsageError, match="topk"):
+        el.fused_mqa_topk_min_keys(0, calibration=cal)
+
+
+def test_wave_rule_with_explicit_sms():
+    # 132 SMs, 8-row blocks: 1056 rows = 132 blocks, one full wave
+    chunk = lambda rows, dense_rows=1 << 30: el.fused_mqa_topk_chunk(65536, 65536, 2048, rows, dense_rows, sms=132)  # noqa: E731
+    assert chunk(1056)            # last wave 132
+    assert not chunk(1064)        # 133 blocks: last wave of 1 block
+    assert not chunk(1056 + 65 * 8)  # last wave 65 < 66
+    assert chunk(1056 + 66 * 8)   # last wave 66 = half
+    assert not chunk(8)           # a single block leaves 131 SMs idle
+    assert chunk(1049)            # 132 blocks (the last one partial): full wave
+
+
+def test_wave_rule_small_grids():
+    assert el.last_wave(8, 132) == 1 and not el.wave_ok(8, 132)
+    assert el.last_wave(8 * 66, 132) == 66 and el.wave_ok(8 * 66, 132)
+    assert el.last_wave(1, 4) == 1 and not el.wave_ok(1, 4)
+    assert el.last_wave(17, 4, block_rows=8) == 3 and el.wave_ok(17, 4, block_rows=8)
+    assert el.last_wave(40, 4, block_rows=8) == 1  # 5 blocks: 4 + 1
+
+
+def test_dense_rows_branch_overrides_the_wave_rule():
+    # 1064 rows leave a last wave of one block, but dense needs two logits calls
+    assert not el.fused_mqa_topk_chunk(65536, 65536, 2048, 1064, 2048, sms=132)
+    assert el.fused_mqa_topk_chunk(65536, 65536, 2048, 1064, 1024, sms=132)
+    assert el.fused_mqa_topk_chunk(65536, 65536, 2048, 1064, 1063, sms=132)
+    assert not el.fused_mqa_topk_chunk(65536, 65536, 2048, 1064, 1064, sms=132)
+
+
+def test_min_keys_and_key_limit():
+    assert not el.fused_mqa_topk_chunk(65535, 65536, 2048, 8192, 2048, sms=132)
+    assert el.fused_mqa_topk_chunk(32768, 65536, 1024, 8192, 2048, sms=132)
+    assert el.fused_mqa_topk_chunk(65536, MAX_KEYS, 2048, 8192, 2048, sms=132)
+    assert not el.fused_mqa_topk_chunk(65536, MAX_KEYS + 1, 2048, 8192, 2048, sms=132)
+
+
+def test_block_rows_parameter_and_wave_rule_switch(tmp_path):
+    # 16-row blocks: 1056 rows are 66 blocks -> half of 132 SMs: ok; 1040 rows = 65 blocks: not
+    assert el.fused_mqa_topk_chunk(65536, 65536, 2048, 1056, 1 << 30, sms=132, block_rows=16)
+    assert not el.fused_mqa_topk_chunk(65536, 65536, 2048, 1040, 1 << 30, sms=132, block_rows=16)
+    cal = el.load_calibration(_write_cal(tmp_path / "c.json", block_rows=16))
+    assert not el.fused_mqa_topk_chunk(65536, 65536, 2048, 1040, 1 << 30, sms=132, calibration=cal)
+    cal = el.load_calibration(_write_cal(tmp_path / "c2.json", wave_rule=False))
+    assert el.fused_mqa_topk_chunk(65536, 65536, 2048, 1064, 1 << 30, sms=132, calibration=cal)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU behaviour")
+def test_no_gpu_means_not_fused():
+    assert el.fused_mqa_topk_available() is False
+    assert el.fused_mqa_topk_chunk(65536, 65536, 2048, 8192, 2048) is False  # sms unknown: dense
+    assert not el.use_fused_mqa_topk(query_shape=(32, 128), topk=2048, fp4_cache=False, full_context=True)
+
+
+@pytest.mark.parametrize(
+    "content, match",
+    [
+        ("{not json", "not valid JSON"),
+        ("[1, 2]", "JSON object"),
+        ('{"format": 2, "min_keys": {"512": 1, "1024": 1, "2048": 1}}', "format"),
+        ('{"format": 1, "min_keys": {"512": 1, "1024": 1}}', "2048"),
+        ('{"format": 1, "min_keys": {"512": -4, "1024": 1, "2048": 1}}', "positive"),
+        ('{"format": 1, "min_keys": {"512": "8K", "1024": 1, "2048": 1}}', "positive"),
+        ('{"format": 1, "min_keys": {"x": 1, "512": 1, "1024": 1, "2048": 1}}', "not a topk"),
+        ('{"format": 1, "min_keys": {"512": 1, "1024": 1, "2048": 1}, "block_rows": 0}', "block_rows"),
+        ('{"format": 1, "min_keys": {"512": 1, "1024": 1, "2048": 1}, "wave_rule": "yes"}', "wave_rule"),
+    ],
+)
+def test_malformed_calibration_is_a_usage_error_naming_the_file(tmp_path, monkeypatch, content, match):
+    p = tmp_path / "broken-cal.json"
+    p.write_text(content)
+    monkeypatch.setenv("MQA_TOPK_CALIBRATION", str(p))
+    with pytest.raises(UsageError, match=match) as ei:
+        el.fused_mqa_topk_min_keys(2048)
+    assert "broken-cal.json" in str(ei.value)
+
+
+def test_missing_calibration_file_names_it_and_the_env_var(tmp_path, monkeypatch):
+    monkeypatch.setenv("MQA_TOPK_CALIBRATION", str(tmp_path / "nope.json"))
+    with pytest.raises(UsageError, match=r"nope\.json.*MQA_TOPK_CALIBRATION"):
+        el.load_calibration()
+
+
+def test_use_fused_rules(monkeypatch):
+    monkeypatch.setattr(el, "fused_mqa_topk_available", lambda: True)
+    ok = dict(query_shape=(32, 128), topk=2048, fp4_cache=False, full_context=True)
+    assert el.use_fused_mqa_topk(**ok)
+    assert not el.use_fused_mqa_topk(**{**ok, "query_shape": (64, 128)})
+    assert not el.use_fused_mqa_topk(**{**ok, "query_shape": (32, 64)})
+    assert not el.use_fused_mqa_topk(**{**ok, "topk": 256})
+    assert not el.use_fused_mqa_topk(**{**ok, "fp4_cache": True})
+    assert not el.use_fused_mqa_topk(**{**ok, "full_context": False})
+    assert not el.use_fused_mqa_topk(**ok, candidate_selection=True)
+    for off in ("0", "false", "OFF", "no"):
+        monkeypatch.setenv("MQA_TOPK_USE_FUSED", off)
+        assert not el.use_fused_mqa_topk(**ok)
+    monkeypatch.setenv("MQA_TOPK_USE_FUSED", "1")
+    assert el.use_fused_mqa_topk(**ok)
+    monkeypatch.setattr(el, "fused_mqa_topk_available", lambda: False)
+    assert not el.use_fused_mqa_topk(**ok)
+
+
+def test_ops_reexports_the_eligibility_api():
+    for name in ("fused_mqa_topk_available", "fused_mqa_topk_chunk", "fused_mqa_topk_min_keys", "use_fused_mqa_topk"):
+        assert getattr(ops, name) is getattr(el, name)
+
+
+def test_recommended_min_keys():
+    assert el.recommended_min_keys(None) == MAX_KEYS + 1
+    assert el.recommended_min_keys(10000.4) == 10240
+    assert el.recommended_min_keys(2048.0) == 2048
+    assert el.recommended_min_keys(10.0) == 256
