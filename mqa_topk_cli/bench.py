@@ -37,7 +37,6 @@ HEADLINE = {
     "topk": 2048,
     "dist": "gaussian",
     "seed": 0,
-    "options": {},
 }
 OPS = ("mqa_topk", "logits", "topk")
 #: Dense paths in order of preference as the speedup baseline.
@@ -280,8 +279,9 @@ def run_bench(
     gemm_ceiling: bool = True,
 ) -> list[BenchResult]:
     """Time every path on every case. ``cases``: case dicts (as in
-    ``configs/bench.toml``: name, layout, rows, keys, topk, dist, seed,
-    options) or ``Workload`` objects. ``progress(done, total, label)`` is
+    ``configs/bench.toml``: name, layout, rows, keys, topk, dist, seed and
+    generator options, see ``workloads.load_workload_config``) or ``Workload``
+    objects. ``progress(done, total, label)`` is
     called after each step. Failures are labelled in ``status``; nothing here
     raises for a single failing case."""
     if op not in OPS:

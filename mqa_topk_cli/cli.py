@@ -310,7 +310,6 @@ def _case_from_flags(base: dict, rows, keys, topk, layout, dist, seed) -> dict:
         if v is not None:
             case[k] = v
     case["name"] = f"{case['layout']}-r{case['rows']}-k{case['keys']}-t{case['topk']}"
-    case.setdefault("options", {})
     return case
 
 
@@ -338,7 +337,7 @@ def _write_out(out, records, env, extra=None) -> None:
 # ------------------------------------------------------------ the group
 
 
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(name=PROG, cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, "--version", prog_name=PROG, message="%(prog)s %(version)s")
 @click.option("--debug", is_flag=True, help="Show tracebacks of unexpected errors.")
 def main(debug: bool) -> None:
@@ -457,10 +456,6 @@ def bench(rows, keys, topk, layout, dist, seed, paths_, config, case_names, op, 
         if not flags:
             case["name"] = "headline"
         cases = [workload_from_case(case, dev)]  # a bad shape is a usage error here, not a labelled case
-        try:
-            cases[0].name = case["name"]
-        except Exception:
-            pass
     if paths_ is None:
         paths_ = ["native", "torch"]
         if op == "mqa_topk":
@@ -549,7 +544,7 @@ def verify(paths_, config, case_names, workload_files, rows, keys, topk, layout,
         sources.append((Path(f).stem, lambda f=f: workloads.load_workload(f, device=dev)))
     if flags:
         base = {"name": "flags", "layout": "causal", "rows": 64, "keys": 4096, "topk": 512, "dist": "gaussian",
-                "seed": 0, "options": {}}
+                "seed": 0}
         case = _case_from_flags(base, rows, keys, topk, layout, dist, seed)
         w = workloads.workload_from_case(case, dev)  # bad flags: one line, exit 2
         sources.append((case["name"], lambda w=w: w))

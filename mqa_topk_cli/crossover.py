@@ -190,7 +190,8 @@ def _int_list(v, what: str, where: str) -> list[int]:
 
 def load_sweep(path) -> dict:
     """Read a crossover sweep TOML (see configs/crossover.toml); returns a
-    normalised dict: layout, dist, seed, options, topks, rows, keys (list),
+    normalised dict: layout, dist, seed, options (generator options, see
+    ``workloads.OPTIONS``, merged into every case), topks, rows, keys (list),
     paths, confirm, wave {keys, topk, multiples, enabled}."""
     p = Path(path)
     data = _toml_load(p)
@@ -313,7 +314,7 @@ def run_crossover(
                     continue
                 cases.append({"name": f"t{topk}-r{rows}-k{keys}", "layout": layout, "rows": rows, "keys": keys,
                               "topk": topk, "dist": sweep.get("dist", "gaussian"), "seed": sweep.get("seed", 0),
-                              "options": dict(sweep.get("options", {}))})
+                              **dict(sweep.get("options", {}))})
     skipped = sum(1 for k in sweep["keys"] for r in sweep["rows"] if layout == "causal" and k < r)
     if skipped:
         notes.append(f"skipped {skipped} grid point(s) per topk with keys < rows (a causal chunk needs keys >= rows)")
@@ -330,7 +331,7 @@ def run_crossover(
                     continue
                 wave_cases.append({"name": f"wave-r{rows}", "layout": layout, "rows": rows, "keys": wave_cfg["keys"],
                                    "topk": wave_cfg["topk"], "dist": sweep.get("dist", "gaussian"),
-                                   "seed": sweep.get("seed", 0), "options": dict(sweep.get("options", {}))})
+                                   "seed": sweep.get("seed", 0), **dict(sweep.get("options", {}))})
 
     total = 2 * (len(cases) + len(wave_cases))
     offset = 0
