@@ -1,0 +1,866 @@
+"""Inputs of the indexer prefill (SPEC §1): generated workloads, recorded ones,
+and workload lists as TOML data.
+
+- ``Workload``: the six input tensors plus ``topk`` (and a label).
+- ``make_workload(layout, rows, keys, topk, dist, seed, device, **opts)``: a
+  reproducible synthetic workload. The random numbers come from a
+  ``torch.Generator`` seeded by ``seed`` on the target device's type, so a
+  (seed, device type) pair always gives the same tensors (CPU and CUDA streams
+  differ from each other).
+- ``save_workload`` / ``load_workload`` / ``record``: ``.safetensors`` or
+  ``.pt`` files. ``.pt`` files are read with ``torch.load(weights_only=True)``:
+  a file holding anything but tensors and plain values is refused, never
+  unpickled. Every field is checked; errors are ``UsageError`` naming the file
+  and the field.
+- ``load_workload_config`` / ``workload_from_case``: ``[[case]]`` tables of a
+  TOML file (``configs/verify.toml``) as dicts, and a dict to a ``Workload``.
+
+Layouts (SPEC §1): ``causal`` (the last R of N tokens: start 0, end N-R+r+1),
+``ragged`` (several requests packed: request i owns keys [off_i, off_i+c_i)
+and its q_i rows see [off_i, off_i+c_i-q_i+j+1)), ``full`` (every row sees
+[0, N)). Option ``unaligned_starts=True`` moves every row's start forward by
+an odd amount (never a multiple of 16), keeping start <= end.
+
+Distributions (SPEC §4, the workloads that find bugs): see ``DISTS`` and the
+``_dist_*`` functions; each states what it provokes.
+"""
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import contract
+from .contract import FP8, HEAD_DIM, HEADS, TOPKS
+from .errors import ContractError, UsageError
+
+LAYOUTS = ("causal", "ragged", "full")
+DISTS = ("gaussian", "dsa", "ties", "zero_weights", "negative_weights", "relu_saturated", "rising", "short_rows")
+#: Largest finite float8_e4m3fn value; generated values are clamped to it.
+FP8_MAX = 448.0
+#: Tensor fields of a workload file, in order.
+FIELDS = ("q", "k", "scales", "weights", "starts", "ends")
+FORMAT_TAG = "mqa-topk-workload"
+FORMAT_VERSION = "1"
+
+#: Options ``make_workload`` accepts, by what they apply to.
+OPTIONS = {
+    "requests": "ragged: number of packed requests (default 4, random lengths)",
+    "key_lengths": "ragged: explicit key count c_i of each request",
+    "row_lengths": "ragged: explicit row count q_i of each request (q_i <= c_i)",
+    "unaligned_starts": "any layout: shift each row's start forward by an odd amount",
+    "tie_mode": "ties: 'boundary' (default; the k-th value shared by hundreds to thousands of keys) or 'whole' (every visible key of every row ties)",
+    "near_ties": "ties: the tie group becomes thousands of distinct values within 0.1% of each other (one coarse histogram bin)",
+    "sinks": "dsa: number of sink keys at the start of each request (default 4)",
+}
+#: Keys of a config case that are not generator options.
+CASE_FIELDS = ("name", "layout", "rows", "keys", "topk", "dist", "seed", "file", "description", "tags")
+
+
+# --------------------------------------------------------------------------- Workload
+
+@dataclass
+class Workload:
+    """One prefill chunk's inputs (shapes and dtypes in SPEC §1 / contract.py)."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    scales: torch.Tensor
+    weights: torch.Tensor
+    starts: torch.Tensor
+    ends: torch.Tensor
+    topk: int
+    name: str = ""
+    seed: int | None = None
+    layout: str = ""
+    dist: str = ""
+
+    @property
+    def rows(self) -> int:
+        return int(self.q.shape[0])
+
+    @property
+    def keys(self) -> int:
+        return int(self.k.shape[0])
+
+    @property
+    def device(self) -> torch.device:
+        return self.q.device
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        """n_r = ends - starts, int64 on the workload's device."""
+        return self.ends.to(torch.int64) - self.starts.to(torch.int64)
+
+    @property
+    def visible_pairs(self) -> int:
+        """Sum over rows of n_r (the (row, key) pairs the op computes)."""
+        return int(self.lengths.sum()) if self.rows else 0
+
+    @property
+    def flops(self) -> int:
+        """2 * 32 * 128 = 8192 FLOP per visible pair."""
+        return 2 * HEADS * HEAD_DIM * self.visible_pairs
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.tensors().values())
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        return {f: getattr(self, f) for f in FIELDS}
+
+    def to(self, device) -> "Workload":
+        device = torch.device(device)
+        return replace(self, **{f: t.to(device) for f, t in self.tensors().items()})
+
+    def validate(self) -> None:
+        """Raises ``ContractError`` (naming the argument) unless the op contract holds."""
+        contract.check_mqa_inputs(self.q, self.k, self.scales, self.weights, self.starts, self.ends)
+        contract.check_topk(self.topk)
+
+    def describe(self) -> dict:
+        n = self.lengths.to("cpu")
+        has = n.numel() > 0
+        return {
+            "name": self.name,
+            "layout": self.layout,
+            "dist": self.dist,
+            "seed": self.seed,
+            "rows": self.rows,
+            "keys": self.keys,
+            "topk": int(self.topk),
+            "n_min": int(n.min()) if has else 0,
+            "n_mean": float(n.double().mean()) if has else 0.0,
+            "n_max": int(n.max()) if has else 0,
+            "rows_n_lt_topk": int((n < int(self.topk)).sum()) if has else 0,
+            "rows_n_zero": int((n == 0).sum()) if has else 0,
+            "visible_pairs": self.visible_pairs,
+            "gflop": self.flops / 1e9,
+            "scales_dtype": str(self.scales.dtype).replace("torch.", ""),
+            "bytes": self.nbytes,
+            "device": str(self.device),
+        }
+
+
+# --------------------------------------------------------------------------- generation
+
+class _Rng:
+    """Seeded random numbers on one device (a torch.Generator per workload)."""
+
+    def __init__(self, seed: int, device: torch.device):
+        self.device = device
+        self.gen = torch.Generator(device=device)
+        self.gen.manual_seed(int(seed))
+
+    def randn(self, *shape) -> torch.Tensor:
+        return torch.randn(shape, generator=self.gen, device=self.device, dtype=torch.float32)
+
+    def rand(self, *shape) -> torch.Tensor:
+        return torch.rand(shape, generator=self.gen, device=self.device, dtype=torch.float32)
+
+    def randint(self, low: int, high: int, *shape) -> torch.Tensor:
+        return torch.randint(low, high, shape, generator=self.gen, device=self.device, dtype=torch.int64)
+
+    def randperm(self, n: int) -> torch.Tensor:
+        return torch.randperm(n, generator=self.gen, device=self.device)
+
+    def signs(self, *shape) -> torch.Tensor:
+        return self.randint(0, 2, *shape).to(torch.float32) * 2 - 1
+
+    def host_ints(self, low: int, high: int, n: int) -> list[int]:
+        """n ints in [low, high) drawn from this generator, as a Python list."""
+        if n <= 0:
+            return []
+        return self.randint(low, high, n).tolist()
+
+
+def _fp8(x: torch.Tensor) -> torch.Tensor:
+    return x.clamp(-FP8_MAX, FP8_MAX).to(FP8).contiguous()
+
+
+def _int(name: str, v, lo: int = 0) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise UsageError(f"{name}: expected an integer, got {v!r}")
+    if v < lo:
+        raise UsageError(f"{name}: must be >= {lo}, got {v}")
+    return v
+
+
+def _ragged_lengths(rng: _Rng, rows: int | None, keys: int | None, opts: dict) -> tuple[list[int], list[int]]:
+    """(key_lengths c_i, row_lengths q_i) of the packed requests, q_i <= c_i."""
+    kl, rl = opts.get("key_lengths"), opts.get("row_lengths")
+    if kl is not None or rl is not None:
+        if kl is None or rl is None:
+            raise UsageError("key_lengths/row_lengths: give both (one entry per request)")
+        if not isinstance(kl, (list, tuple)) or not isinstance(rl, (list, tuple)) or len(kl) != len(rl) or not kl:
+            raise UsageError("key_lengths/row_lengths: must be non-empty lists of equal length")
+        kl = [_int("key_lengths[]", c) for c in kl]
+        rl = [_int("row_lengths[]", c) for c in rl]
+        for i, (c, r) in enumerate(zip(kl, rl)):
+            if r > c:
+                raise UsageError(f"row_lengths[{i}]: {r} rows exceed the request's {c} keys (q_i <= c_i)")
+        if rows is not None and rows != sum(rl):
+            raise UsageError(f"rows: {rows} differs from sum(row_lengths) = {sum(rl)}")
+        if keys is not None and keys != sum(kl):
+            raise UsageError(f"keys: {keys} differs from sum(key_lengths) = {sum(kl)}")
+        return list(kl), list(rl)
+    if rows is None or keys is None:
+        raise UsageError("rows/keys: required unless key_lengths and row_lengths are given")
+    if rows > keys:
+        raise UsageError(f"rows: the ragged layout needs rows <= keys (each request has q_i <= c_i; got rows={rows}, keys={keys})")
+    nreq = _int("requests", opts.get("requests", 4), lo=1)
+    nreq = min(nreq, keys) if keys else 1
+    if keys == 0:
+        return [0], [rows]
+    # Random composition of keys into nreq positive parts: nreq-1 distinct cut points.
+    if nreq > 1:
+        cuts = sorted((rng.randperm(keys - 1)[: nreq - 1] + 1).tolist())
+    else:
+        cuts = []
+    bounds = [0, *cuts, keys]
+    kl = [bounds[i + 1] - bounds[i] for i in range(nreq)]
+    # Rows in proportion to keys (floor), the remainder to requests with room.
+    rl = [rows * c // keys for c in kl]
+    left = rows - sum(rl)
+    i = 0
+    while left > 0:
+        if rl[i % nreq] < kl[i % nreq]:
+            rl[i % nreq] += 1
+            left -= 1
+        i += 1
+    return kl, rl
+
+
+def _layout(rng: _Rng, layout: str, rows: int | None, keys: int | None, opts: dict):
+    """(rows, keys, starts, ends as int64 CPU tensors, request key offsets)."""
+    if layout == "ragged":
+        kl, rl = _ragged_lengths(rng, rows, keys, opts)
+        rows, keys = sum(rl), sum(kl)
+        starts, ends, offs = [], [], []
+        off = 0
+        for c, qn in zip(kl, rl):
+            offs.append(off)
+            for j in range(qn):
+                starts.append(off)
+                ends.append(off + c - qn + j + 1)
+            off += c
+        return rows, keys, torch.tensor(starts, dtype=torch.int64), torch.tensor(ends, dtype=torch.int64), offs
+    for name in ("key_lengths", "row_lengths", "requests"):
+        if name in opts:
+            raise UsageError(f"{name}: applies to the ragged layout only (layout is {layout!r})")
+    if rows is None or keys is None:
+        raise UsageError("rows/keys: both are required")
+    r = torch.arange(rows, dtype=torch.int64)
+    if layout == "causal":
+        if rows > keys:
+            raise UsageError(f"rows: the causal layout needs rows <= keys (got rows={rows}, keys={keys})")
+        return rows, keys, torch.zeros(rows, dtype=torch.int64), keys - rows + r + 1, [0]
+    if layout == "full":
+        return rows, keys, torch.zeros(rows, dtype=torch.int64), torch.full((rows,), keys, dtype=torch.int64), [0]
+    raise UsageError(f"layout: must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+
+
+def _unalign(rng: _Rng, starts: torch.Tensor, ends: torch.Tensor) -> torch.Tensor:
+    """Starts moved forward by an odd shift <= 255 (and <= n - 1 when n > 1), so
+    most starts are no multiple of 16 or 256; rows keep at least one key."""
+    n = ends - starts
+    shift = (rng.randint(0, 128, starts.numel()).to("cpu") * 2 + 1)
+    room = torch.clamp(n - 1, min=0)
+    shift = torch.minimum(shift, room)
+    return starts + shift
+
+
+def _base_qk(rng: _Rng, rows: int, keys: int, qscale: float = 1.0, kscale: float = 1.0):
+    return rng.randn(rows, HEADS, HEAD_DIM) * qscale, rng.randn(keys, HEAD_DIM) * kscale
+
+
+def _gauss_weights(rng: _Rng, rows: int, neg_fraction: float = 0.1) -> torch.Tensor:
+    """|N(0,1)|/32, a fraction of them negated: mostly positive, like the real
+    folded head weights."""
+    w = rng.randn(rows, HEADS).abs() / 32
+    flip = rng.rand(rows, HEADS) < neg_fraction
+    return torch.where(flip, -w, w)
+
+
+def _uniform_scales(rng: _Rng, keys: int, lo: float = 0.5, hi: float = 2.0) -> torch.Tensor:
+    return lo + (hi - lo) * rng.rand(keys)
+
+
+def _unit_sign_vector(rng: _Rng) -> torch.Tensor:
+    return rng.signs(HEAD_DIM)
+
+
+def _dist_gaussian(rng, rows, keys, topk, starts, ends, offs, opts):
+    """q, k ~ N(0, 1) in fp8; weights mostly positive ~|N|/32; scales U(0.5, 2)."""
+    q, k = _base_qk(rng, rows, keys)
+    return q, k, _uniform_scales(rng, keys), _gauss_weights(rng, rows)
+
+
+def _dist_dsa(rng, rows, keys, topk, starts, ends, offs, opts):
+    """DSA-like scores: sink keys (the first ``sinks`` keys of each request)
+    with large scores for every row, a locality boost near each row's diagonal
+    (rotary-like cos/sin channels of the position: the dot peaks when the key's
+    position is the row's last visible one), and three outlier channels 8x
+    larger in q and k."""
+    nsinks = _int("sinks", opts.get("sinks", 4))
+    q, k = _base_qk(rng, rows, keys)
+    dev = q.device
+    # Locality: channels 0..15 carry cos/sin of position at 8 wavelengths 32..4096.
+    kpos = torch.arange(keys, device=dev, dtype=torch.float32)
+    rpos = (ends.to(dev) - 1).clamp(min=0).to(torch.float32)
+    freqs = 2 * math.pi / torch.logspace(math.log10(32), math.log10(4096), 8, device=dev)
+    amp = 3.0
+    ka, ra = kpos[:, None] * freqs, rpos[:, None] * freqs
+    k[:, 0:16:2], k[:, 1:16:2] = amp * torch.cos(ka), amp * torch.sin(ka)
+    qloc = torch.empty(rows, 16, device=dev)
+    qloc[:, 0::2], qloc[:, 1::2] = amp * torch.cos(ra), amp * torch.sin(ra)
+    q[:, :, :16] = qloc[:, None, :] * (0.5 + rng.rand(rows, HEADS, 1))
+    # Sinks: a shared direction u on channels 16.. that every q leans towards.
+    u = torch.zeros(HEAD_DIM, device=dev)
+    u[16:] = _unit_sign_vector(rng)[16:]
+    q += 0.5 * u
+    for off in offs:
+        hi = min(off + nsinks, keys)
+        if hi > off:
+            k[off:hi] = 2.0 * u + 0.25 * rng.randn(hi - off, HEAD_DIM)
+    # Outlier channels.
+    ch = rng.randperm(HEAD_DIM - 16)[:3] + 16
+    q[:, :, ch] *= 8
+    k[:, ch] *= 8
+    return q, k, _uniform_scales(rng, keys), _gauss_weights(rng, rows)
+
+
+def _dist_ties(rng, rows, keys, topk, starts, ends, offs, opts):
+    """Exact ties at the k-th value. Every key is one of: *tie* (one shared k
+    row and scale 1.0: bitwise identical logits in any implementation),
+    *hot* (a larger multiple of the tie row: above the ties) or *cold* (a
+    smaller multiple: below). q leans on the tie row so the order hot > tie >
+    cold holds in every row. Hot keys number about k/2 of the longest row, so
+    the k-th value of every row with n > k is the tie value, shared by
+    hundreds to thousands of keys, some chosen and some not.
+    ``tie_mode='whole'``: every key is a tie key (the whole row ties, value > 0).
+    ``near_ties=True``: the tie keys differ in one channel by one fp8 step, so
+    their logits are distinct but within ~0.1%: thousands of candidates in one
+    coarse histogram bin."""
+    mode = opts.get("tie_mode", "boundary")
+    if mode not in ("boundary", "whole"):
+        raise UsageError(f"tie_mode: must be 'boundary' or 'whole', got {mode!r}")
+    near = bool(opts.get("near_ties", False))
+    dev = rng.device
+    t = _unit_sign_vector(rng)  # entries +-1: exact in fp8
+    # q[r, h] = c * t + small noise, c > 0: dot(q, level * t) = level * (c*128 + noise.t) > 0.
+    c = 0.5 + rng.rand(rows, HEADS, 1)
+    q = c * t + 0.25 * rng.randn(rows, HEADS, HEAD_DIM)
+    n = (ends - starts).to(torch.float64)
+    n_ref = max(float(n.max()) if n.numel() else 1.0, 1.0)
+    if mode == "whole":
+        kind = torch.zeros(keys, dtype=torch.int64, device=dev)  # all tie
+    else:
+        p_hot = min(0.5 * topk / n_ref, 0.45)
+        p_tie = min(max(1.5 * topk / n_ref, 0.3), 1.0 - p_hot)
+        u = rng.rand(keys)
+        kind = torch.where(u < p_hot, 1, torch.where(u < p_hot + p_tie, 0, -1)).to(dev)
+    level = torch.ones(keys, device=dev)
+    level = torch.where(kind == 1, 1.5 + 2.5 * rng.rand(keys), level)   # hot: 1.5 .. 4
+    level = torch.where(kind == -1, 0.6 * rng.rand(keys), level)        # cold: 0 .. 0.6
+    k = level[:, None] * t[None, :]
+    scales = torch.where(kind == 0, torch.ones(keys, device=dev), _uniform_scales(rng, keys, 1.0, 1.25))
+    if near:
+        # Nudge one random channel of each tie key by one fp8 step (1.0 -> 1.125
+        # or 0.9375, sign kept): distinct logits, all within ~0.1% of each other.
+        ch = rng.randint(0, HEAD_DIM, keys)
+        step = torch.where(rng.rand(keys) < 0.5, 1.125, 0.9375)
+        rows_idx = torch.arange(keys, device=dev)
+        tie = kind == 0
+        k[rows_idx[tie], ch[tie]] *= step[tie]
+    w = rng.randn(rows, HEADS).abs() / 32 + 1 / 256  # > 0: keeps the order hot > tie > cold
+    return q, k, scales, w
+
+
+def _dist_zero_weights(rng, rows, keys, topk, starts, ends, offs, opts):
+    """All weights 0: every logit is exactly 0, the top-k is pure tie-break
+    (the lowest indices of the row)."""
+    q, k = _base_qk(rng, rows, keys)
+    return q, k, _uniform_scales(rng, keys), torch.zeros(rows, HEADS, device=rng.device)
+
+
+def _dist_negative_weights(rng, rows, keys, topk, starts, ends, offs, opts):
+    """All weights < 0: every logit <= 0; the top-k are the least negative
+    (keys whose dots are all negative give exactly 0 and win)."""
+    q, k = _base_qk(rng, rows, keys)
+    return q, k, _uniform_scales(rng, keys), -(rng.randn(rows, HEADS).abs() / 32 + 1 / 1024)
+
+
+def _dist_relu_saturated(rng, rows, keys, topk, starts, ends, offs, opts):
+    """Most dots negative, so most logits are exactly 0 and the k-th value of
+    most long rows is 0, shared by thousands of keys: k entries ~ 1 + 0.3 N,
+    q entries ~ b_r + 0.3 N with b_r in [-0.12, -0.06] (a few percent of keys
+    positive in the least saturated rows)."""
+    k = 1.0 + 0.3 * rng.randn(keys, HEAD_DIM)
+    b = -0.06 - 0.06 * rng.rand(rows, 1, 1)
+    q = b + 0.3 * rng.randn(rows, HEADS, HEAD_DIM)
+    return q, k, _uniform_scales(rng, keys), rng.randn(rows, HEADS).abs() / 32 + 1 / 1024
+
+
+def _dist_rising(rng, rows, keys, topk, starts, ends, offs, opts):
+    """Scores rising with key position (hot recent keys): q leans on a shared
+    direction t, key s = t * (0.25 + 1.75 s/keys) + noise and scales rise
+    geometrically 0.5 .. 2: a running threshold must be raised on almost every
+    key block scanned in order (the worst case for streaming top-k)."""
+    dev = rng.device
+    t = _unit_sign_vector(rng)
+    pos = torch.arange(keys, device=dev, dtype=torch.float32) / max(keys, 1)
+    q = (0.5 + rng.rand(rows, HEADS, 1)) * t + 0.25 * rng.randn(rows, HEADS, HEAD_DIM)
+    k = (0.25 + 1.75 * pos)[:, None] * t + 0.1 * rng.randn(keys, HEAD_DIM)
+    scales = torch.exp2(-1.0 + 2.0 * pos)
+    w = rng.randn(rows, HEADS).abs() / 32 + 1 / 1024
+    return q, k, scales, w
+
+
+def _short_rows(rng: _Rng, keys: int, topk: int, starts: torch.Tensor, ends: torch.Tensor):
+    """Rows cycle through n = 0, 1, k-1, k, k+1, random in [2, k), and two rows
+    keeping the layout's range; n is clamped to keys; starts random (unaligned)."""
+    rows = starts.numel()
+    starts, ends = starts.clone(), ends.clone()
+    rand_n = rng.host_ints(2, max(topk, 3), rows)
+    rand_s = rng.host_ints(0, 1 << 30, rows)
+    for r in range(rows):
+        pick = r % 8
+        if pick >= 6:
+            continue
+        n = (0, 1, topk - 1, topk, topk + 1, rand_n[r])[pick]
+        n = min(n, keys)
+        s = rand_s[r] % (keys - n + 1)
+        starts[r], ends[r] = s, s + n
+    return starts, ends
+
+
+_DIST_FUNCS = {
+    "gaussian": _dist_gaussian,
+    "dsa": _dist_dsa,
+    "ties": _dist_ties,
+    "zero_weights": _dist_zero_weights,
+    "negative_weights": _dist_negative_weights,
+    "relu_saturated": _dist_relu_saturated,
+    "rising": _dist_rising,
+    "short_rows": _dist_gaussian,
+}
+
+
+def make_workload(layout: str = "causal", rows: int | None = 256, keys: int | None = 4096, topk: int = 2048,
+                  dist: str = "gaussian", seed: int = 0, device="cpu", name: str = "", **opts) -> Workload:
+    """A synthetic workload (see the module docstring for layouts, ``DISTS`` and
+    ``OPTIONS``). Deterministic for a given (arguments, seed, device type).
+    Raises ``UsageError`` naming the bad argument."""
+    unknown = sorted(set(opts) - set(OPTIONS))
+    if unknown:
+        raise UsageError(f"{unknown[0]}: unknown workload option; valid options: {', '.join(OPTIONS)}")
+    if layout not in LAYOUTS:
+        raise UsageError(f"layout: must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    if dist not in DISTS:
+        raise UsageError(f"dist: must be one of {', '.join(DISTS)}, got {dist!r}")
+    try:
+        contract.check_topk(topk)
+    except ContractError as e:
+        raise UsageError(str(e)) from None
+    if rows is not None:
+        _int("rows", rows)
+    if keys is not None:
+        _int("keys", keys, lo=1)
+    seed = _int("seed", seed)
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"device: {device} requested but no CUDA GPU is available")
+    rng = _Rng(seed, dev)
+    rows, keys, starts, ends, offs = _layout(rng, layout, rows, keys, opts)
+    if keys < 1:
+        raise UsageError("keys: must be >= 1")
+    if dist == "short_rows":
+        starts, ends = _short_rows(rng, keys, topk, starts, ends)
+    if opts.get("unaligned_starts"):
+        starts = _unalign(rng, starts, ends)
+    q, k, scales, weights = _DIST_FUNCS[dist](rng, rows, keys, topk, starts, ends, offs, opts)
+    w = Workload(
+        q=_fp8(q.to(dev)),
+        k=_fp8(k.to(dev)),
+        scales=scales.to(dev, torch.float32).contiguous(),
+        weights=weights.to(dev, torch.float32).contiguous(),
+        starts=starts.to(dev, torch.int32).contiguous(),
+        ends=ends.to(dev, torch.int32).contiguous(),
+        topk=int(topk),
+        name=name or f"{layout}-{dist}-r{rows}-k{keys}-t{topk}-s{seed}",
+        seed=seed,
+        layout=layout,
+        dist=dist,
+    )
+    return w
+
+
+# --------------------------------------------------------------------------- files
+
+def _file_error(path, msg: str) -> UsageError:
+    return UsageError(f"{path}: {msg}")
+
+
+def _sniff(path: Path) -> str:
+    """'pt', 'safetensors', or raise: by suffix, else by the first bytes."""
+    suffix = path.suffix.lower()
+    if suffix == ".safetensors":
+        return "safetensors"
+    if suffix in (".pt", ".pth"):
+        return "pt"
+    with open(path, "rb") as f:
+        head = f.read(16)
+    if head[:4] == b"PK\x03\x04":
+        return "pt"
+    if len(head) >= 9 and head[8:9] == b"{":
+        return "safetensors"
+    raise _file_error(path, "not a recognized workload format (expected a .safetensors or .pt file)")
+
+
+def _write(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str, str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tensors = {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}
+    suffix = path.suffix.lower()
+    if suffix == ".safetensors":
+        from safetensors.torch import save_file
+
+        save_file(tensors, str(path), metadata={"format": FORMAT_TAG, "version": FORMAT_VERSION, **meta})
+    elif suffix in (".pt", ".pth"):
+        torch.save({"format": FORMAT_TAG, "version": FORMAT_VERSION, **tensors, **meta}, str(path))
+    else:
+        raise _file_error(path, "unknown workload file type: use a .safetensors or .pt suffix")
+
+
+def _meta_of(w_topk, name, seed) -> dict[str, str]:
+    return {"topk": str(int(w_topk)), "name": str(name or ""), "seed": "" if seed is None else str(int(seed))}
+
+
+def save_workload(w: Workload, path) -> Path:
+    """Writes ``w`` (moved to the CPU) as ``.safetensors`` or ``.pt``; returns the path."""
+    path = Path(path)
+    meta = _meta_of(w.topk, w.name, w.seed)
+    meta.update({"layout": w.layout or "", "dist": w.dist or ""})
+    _write(path, w.tensors(), meta)
+    return path
+
+
+def record(path, q, k, scales, weights, starts, ends, topk, name: str = "") -> Path:
+    """Records one call's inputs from your own code (any device) to ``path``
+    (``.safetensors`` or ``.pt``), after checking them against the op contract
+    (``ContractError`` naming the argument). ``scales`` may be fp32 ``[keys]``
+    or UE8M0 uint8 ``[keys, 4]`` (stored as given). int64 starts/ends are
+    stored as int32. Returns the path."""
+    from . import ops
+
+    path = Path(path)
+    cpu = {}
+    for fname, t in zip(FIELDS, (q, k, scales, weights, starts, ends)):
+        if not isinstance(t, torch.Tensor):
+            raise ContractError(fname, f"expected a torch.Tensor, got {type(t).__name__}")
+        t = t.detach().to("cpu").contiguous()
+        if fname in ("starts", "ends") and t.dtype == torch.int64:
+            if t.numel() and (int(t.max()) >= 2**31 or int(t.min()) < -(2**31)):
+                raise ContractError(fname, "values do not fit int32")
+            t = t.to(torch.int32)
+        cpu[fname] = t
+    fp32_scales = cpu["scales"]
+    if fp32_scales.dtype == torch.uint8 and fp32_scales.dim() == 2:
+        fp32_scales = ops.fused_mqa_topk_key_scales(fp32_scales)
+    w = Workload(cpu["q"], cpu["k"], fp32_scales, cpu["weights"], cpu["starts"], cpu["ends"], topk, name=name)
+    w.validate()
+    _check_values(None, w)
+    _write(path, cpu, _meta_of(topk, name, None))
+    return path
+
+
+def _check_values(path, w: Workload) -> None:
+    """Finite fp8 inputs, finite positive scales, finite weights."""
+    def bad(field, msg):
+        if path is None:
+            raise ContractError(field, msg)
+        raise _file_error(path, f"{field}: {msg}")
+
+    for f in ("q", "k"):
+        t = getattr(w, f)
+        if t.numel() and not bool(torch.isfinite(t.to(torch.float32)).all()):
+            bad(f, "contains NaN")
+    if w.scales.numel():
+        if not bool(torch.isfinite(w.scales).all()):
+            bad("scales", "contains NaN or inf")
+        if not bool((w.scales > 0).all()):
+            bad("scales", "must be > 0 (per-key dequant scales)")
+    if w.weights.numel() and not bool(torch.isfinite(w.weights).all()):
+        bad("weights", "contains NaN or inf")
+
+
+def _read_raw(path: Path) -> tuple[str, dict[str, Any], dict[str, str]]:
+    """(format, tensors/values dict, metadata) of a workload file, or UsageError."""
+    if not path.exists():
+        raise _file_error(path, "no such file")
+    if not path.is_file():
+        raise _file_error(path, "not a regular file")
+    fmt = _sniff(path)
+    if fmt == "safetensors":
+        from safetensors import safe_open
+
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                meta = dict(f.metadata() or {})
+                data = {key: f.get_tensor(key) for key in f.keys()}
+        except Exception as e:  # safetensors raises its own SafetensorError / OSError
+            raise _file_error(path, f"corrupt or unreadable safetensors file ({type(e).__name__}: {e})") from None
+        return fmt, data, meta
+    import pickle
+
+    try:
+        obj = torch.load(str(path), map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        if "Unsupported global" in str(e) or "Unsupported class" in str(e):
+            raise _file_error(path, "holds Python objects other than tensors and plain values; refusing to unpickle "
+                                    "it (loaded with weights_only=True)") from None
+        raise _file_error(path, f"corrupt .pt file ({first})") from None
+    except Exception as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise _file_error(path, f"corrupt or unreadable .pt file ({type(e).__name__}: {first})") from None
+    if not isinstance(obj, dict):
+        raise _file_error(path, f"expected a dict of tensors at the top level, got {type(obj).__name__}")
+    meta = {key: v for key, v in obj.items() if not isinstance(v, torch.Tensor)}
+    data = {key: v for key, v in obj.items() if isinstance(v, torch.Tensor)}
+    return fmt, data, meta
+
+
+def _meta_int(path, meta: dict, key: str, required: bool) -> int | None:
+    v = meta.get(key)
+    if v is None or v == "":
+        if required:
+            raise _file_error(path, f"{key}: missing (expected an int in the file's metadata)")
+        return None
+    if isinstance(v, bool):
+        raise _file_error(path, f"{key}: expected an int, got {v!r}")
+    if isinstance(v, int):
+        return v
+    if isinstance(v, str):
+        try:
+            return int(v.strip())
+        except ValueError:
+            pass
+    raise _file_error(path, f"{key}: expected an int, got {v!r}")
+
+
+def _field(path, data: dict, name: str) -> torch.Tensor:
+    if name not in data:
+        present = ", ".join(sorted(data)) or "none"
+        raise _file_error(path, f"{name}: missing tensor (the file has: {present})")
+    return data[name]
+
+
+def _load_checked(path: Path) -> tuple[Workload, str, str]:
+    """(workload on CPU, file format, scales format) of a file, every field checked."""
+    from . import ops
+
+    fmt, data, meta = _read_raw(path)
+    q, k, scales, weights, starts, ends = (_field(path, data, f) for f in FIELDS)
+    fp8_as_u8 = {s.strip() for s in str(meta.get("fp8_as_uint8", "")).split(",") if s.strip()}
+    for f, t in (("q", q), ("k", k)):
+        if f in fp8_as_u8 and t.dtype == torch.uint8:
+            t = t.view(FP8)
+        if t.dtype != FP8:
+            raise _file_error(path, f"{f}: expected dtype float8_e4m3fn, got {str(t.dtype).replace('torch.', '')}")
+        if f == "q":
+            q = t
+        else:
+            k = t
+    if q.dim() != 3 or q.shape[1] != HEADS or q.shape[2] != HEAD_DIM:
+        raise _file_error(path, f"q: expected shape [rows, {HEADS}, {HEAD_DIM}], got {list(q.shape)}")
+    if k.dim() != 2 or k.shape[1] != HEAD_DIM:
+        raise _file_error(path, f"k: expected shape [keys, {HEAD_DIM}], got {list(k.shape)}")
+    rows, keys = q.shape[0], k.shape[0]
+    scales_format = "fp32"
+    if scales.dtype == torch.uint8:
+        if scales.dim() != 2 or tuple(scales.shape) != (keys, 4):
+            raise _file_error(path, f"scales: UE8M0 scales must have shape [keys, 4] = [{keys}, 4], got {list(scales.shape)}")
+        try:
+            scales = ops.fused_mqa_topk_key_scales(scales.contiguous())
+        except ContractError as e:
+            raise _file_error(path, f"scales: {e}") from None
+        scales_format = "ue8m0"
+    elif scales.dtype != torch.float32:
+        raise _file_error(path, f"scales: expected float32 [keys] or uint8 [keys, 4] (UE8M0), got {str(scales.dtype).replace('torch.', '')}")
+    if tuple(scales.shape) != (keys,):
+        raise _file_error(path, f"scales: expected shape [keys] = [{keys}], got {list(scales.shape)}")
+    if weights.dtype != torch.float32:
+        raise _file_error(path, f"weights: expected dtype float32, got {str(weights.dtype).replace('torch.', '')}")
+    if tuple(weights.shape) != (rows, HEADS):
+        raise _file_error(path, f"weights: expected shape [rows, {HEADS}] = [{rows}, {HEADS}], got {list(weights.shape)}")
+    checked = []
+    for f, t in (("starts", starts), ("ends", ends)):
+        if t.dtype not in (torch.int32, torch.int64):
+            raise _file_error(path, f"{f}: expected dtype int32, got {str(t.dtype).replace('torch.', '')}")
+        if tuple(t.shape) != (rows,):
+            raise _file_error(path, f"{f}: expected shape [rows] = [{rows}], got {list(t.shape)}")
+        if t.dtype == torch.int64 and t.numel() and (int(t.max()) >= 2**31 or int(t.min()) < -(2**31)):
+            raise _file_error(path, f"{f}: values do not fit int32")
+        checked.append(t.to(torch.int32))
+    starts, ends = checked
+    try:
+        contract.check_ranges(starts, ends, keys)
+    except ContractError as e:
+        raise _file_error(path, str(e)) from None
+    topk = _meta_int(path, meta, "topk", required=True)
+    if topk not in TOPKS:
+        raise _file_error(path, f"topk: must be one of {TOPKS}, got {topk}")
+    seed = _meta_int(path, meta, "seed", required=False)
+    name = meta.get("name") or path.stem
+    if not isinstance(name, str):
+        raise _file_error(path, f"name: expected a string, got {type(name).__name__}")
+    w = Workload(q.contiguous(), k.contiguous(), scales.contiguous(), weights.contiguous(), starts.contiguous(),
+                 ends.contiguous(), int(topk), name=name, seed=seed,
+                 layout=str(meta.get("layout") or "recorded"), dist=str(meta.get("dist") or ""))
+    _check_values(path, w)
+    try:
+        w.validate()
+    except ContractError as e:  # pragma: no cover - the checks above cover the contract
+        raise _file_error(path, str(e)) from None
+    return w, fmt, scales_format
+
+
+def load_workload(path, device="cpu") -> Workload:
+    """Reads a recorded workload (``.safetensors`` or ``.pt``), checks every
+    field (``UsageError`` naming the file and field), converts UE8M0 scales to
+    fp32, and moves it to ``device``."""
+    w, _, _ = _load_checked(Path(path))
+    return w.to(device) if torch.device(device).type != "cpu" else w
+
+
+def describe_workload(path) -> dict:
+    """``Workload.describe()`` of a file plus its format and size (``mqa-topk inspect``)."""
+    path = Path(path)
+    w, fmt, scales_format = _load_checked(path)
+    d = {"file": str(path), "format": fmt, "file_bytes": path.stat().st_size, "scales_format": scales_format}
+    d.update(w.describe())
+    return d
+
+
+# --------------------------------------------------------------------------- configs
+
+def _case_error(path, i: int, case: dict, msg: str) -> UsageError:
+    label = case.get("name") if isinstance(case, dict) and isinstance(case.get("name"), str) else f"#{i + 1}"
+    return UsageError(f"{path}: case {label}: {msg}")
+
+
+def load_workload_config(path) -> list[dict]:
+    """The ``[[case]]`` tables of a TOML file as dicts (``name``, ``layout``,
+    ``rows``, ``keys``, ``topk``, ``dist``, ``seed`` and generator options, or
+    ``file`` for a recorded workload, resolved relative to the config). An
+    optional ``[defaults]`` table fills fields a case leaves out. Malformed
+    entries raise ``UsageError`` naming the file, the case and the field."""
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"{path}: no such config file")
+    try:
+        with open(path, "rb") as f:
+            doc = tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise UsageError(f"{path}: not valid TOML ({e})") from None
+    unknown_top = sorted(set(doc) - {"case", "defaults"})
+    if unknown_top:
+        raise UsageError(f"{path}: unknown table {unknown_top[0]!r} (expected [[case]] and optionally [defaults])")
+    defaults = doc.get("defaults", {})
+    if not isinstance(defaults, dict):
+        raise UsageError(f"{path}: [defaults] must be a table")
+    cases = doc.get("case")
+    if not isinstance(cases, list) or not cases:
+        raise UsageError(f"{path}: no [[case]] entries")
+    out, names = [], set()
+    for i, raw in enumerate(cases):
+        if not isinstance(raw, dict):
+            raise UsageError(f"{path}: case #{i + 1}: must be a table")
+        case = {**defaults, **raw}
+        out.append(_normalize_case(path, i, case))
+        if out[-1]["name"] in names:
+            raise _case_error(path, i, case, f"name: duplicate case name {out[-1]['name']!r}")
+        names.add(out[-1]["name"])
+    return out
+
+
+def _normalize_case(path, i: int, case: dict) -> dict:
+    c = dict(case)
+    for key in c:
+        if key not in CASE_FIELDS and key not in OPTIONS:
+            raise _case_error(path, i, case, f"{key}: unknown field; valid fields: "
+                                             f"{', '.join(CASE_FIELDS)}, and options {', '.join(OPTIONS)}")
+    if "file" in c:
+        f = c["file"]
+        if not isinstance(f, str) or not f:
+            raise _case_error(path, i, case, "file: expected a path string")
+        fp = Path(f)
+        if not fp.is_absolute():
+            fp = Path(path).parent / fp
+        c["file"] = str(fp)
+        c.setdefault("name", fp.stem)
+        c.setdefault("layout", "recorded")
+        return c
+    c.setdefault("layout", "causal")
+    c.setdefault("dist", "gaussian")
+    c.setdefault("seed", 0)
+    if c["layout"] not in LAYOUTS:
+        raise _case_error(path, i, case, f"layout: must be one of {', '.join(LAYOUTS)}, got {c['layout']!r}")
+    if c["dist"] not in DISTS:
+        raise _case_error(path, i, case, f"dist: must be one of {', '.join(DISTS)}, got {c['dist']!r}")
+    if "topk" not in c:
+        raise _case_error(path, i, case, "topk: missing")
+    if isinstance(c["topk"], bool) or c["topk"] not in TOPKS:
+        raise _case_error(path, i, case, f"topk: must be one of {TOPKS}, got {c['topk']!r}")
+    explicit = "key_lengths" in c and "row_lengths" in c
+    for key in ("rows", "keys"):
+        if key not in c:
+            if explicit:
+                continue
+            raise _case_error(path, i, case, f"{key}: missing")
+        v = c[key]
+        if isinstance(v, bool) or not isinstance(v, int) or v < (1 if key == "keys" else 0):
+            raise _case_error(path, i, case, f"{key}: expected a positive integer, got {v!r}")
+    if isinstance(c["seed"], bool) or not isinstance(c["seed"], int) or c["seed"] < 0:
+        raise _case_error(path, i, case, f"seed: expected a non-negative integer, got {c['seed']!r}")
+    if c["layout"] == "causal" and "rows" in c and "keys" in c and c["rows"] > c["keys"]:
+        raise _case_error(path, i, case, f"rows: the causal layout needs rows <= keys (got {c['rows']} > {c['keys']})")
+    if not isinstance(c.get("name", ""), str):
+        raise _case_error(path, i, case, "name: expected a string")
+    c.setdefault("name", f"{c['layout']}-{c['dist']}-r{c.get('rows')}-k{c.get('keys')}-t{c['topk']}")
+    return c
+
+
+def workload_from_case(case: dict, device="cpu") -> Workload:
+    """A case dict (from ``load_workload_config``, or written by hand) to a
+    ``Workload`` on ``device``: generated, or loaded from ``case['file']``."""
+    if not isinstance(case, dict):
+        raise UsageError(f"case: expected a dict, got {type(case).__name__}")
+    if "file" in case:
+        w = load_workload(case["file"], device)
+        if case.get("name"):
+            w.name = str(case["name"])
+        return w
+    opts = {key: v for key, v in case.items() if key in OPTIONS}
+    return make_workload(
+        layout=case.get("layout", "causal"),
+        rows=case.get("rows"),
+        keys=case.get("keys"),
+        topk=case.get("topk", 2048),
+        dist=case.get("dist", "gaussian"),
+        seed=case.get("seed", 0),
+        device=device,
+        name=str(case.get("name") or ""),
+        **opts,
+    )
+
+
+__all__ = [
+    "Workload", "LAYOUTS", "DISTS", "OPTIONS", "make_workload", "save_workload", "load_workload", "record",
+    "describe_workload", "load_workload_config", "workload_from_case",
+]
