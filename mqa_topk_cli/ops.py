@@ -59,9 +59,9 @@ def mqa_logits(q, k, scales, weights, starts, ends) -> torch.Tensor:
     """Dense fp32 logits ``[rows, keys]`` (SPEC §1) from the native sm_90a kernel.
 
     Only ``[starts[r], ends[r])`` of row r is meaningful: inside it the exact
-    logit; in the rest of the 256-key tiles the kernel computes for the row's
-    4-row block the value is ``-inf``; everything else is left unwritten
-    (unspecified). The result may be a view with a row stride padded to a
+    logit; in the rest of the row's 4-row block span (its smallest start
+    rounded down to 16, to its largest end) ``-inf``; everything else is left
+    unwritten (unspecified). The result may be a view with a row stride padded to a
     multiple of 4 floats.
     """
     rows, keys = check_mqa_inputs(q, k, scales, weights, starts, ends)
@@ -143,7 +143,8 @@ def dense_mqa_topk_prefill(q, k, scales, weights, starts, ends, output,
     e_host = ends.to("cpu", torch.int64)
     for r0 in range(0, rows, chunk):
         sl = slice(r0, min(rows, r0 + chunk))
-        lo, hi = int(s_host[sl].min()), int(e_host[sl].max())
+        # lo rounded down to 16 keys keeps k[lo:] and scales[lo:] 16-byte aligned.
+        lo, hi = int(s_host[sl].min()) & ~15, int(e_host[sl].max())
         hi = max(hi, lo)
         st = (starts[sl] - lo).contiguous()
         en = (ends[sl] - lo).contiguous()

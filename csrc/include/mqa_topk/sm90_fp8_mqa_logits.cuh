@@ -22,7 +22,8 @@
 // - The four math warpgroups interleave: while one runs its epilogue the tensor
 //   cores work on the others' MMAs.
 // Output contract: inside [starts[r], ends[r]) the logit; in the rest of the
-// block's computed span [min start, max end) of its 4 rows the value -inf;
+// block's computed span [min start rounded down to 16, max end) of its 4 rows
+// the value -inf;
 // everything else untouched. Rows with start == end are ignored for the span.
 #pragma once
 
@@ -71,8 +72,8 @@ struct Sm90LogitsConfig {
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per CTA");
 };
 
-// The key span of row block b over its non-empty rows; returns its 256-key tile
-// count (0 when every row is empty). Ranges are clamped to [0, keys] so the
+// The key span [lo, hi) of row block b over its non-empty rows, lo rounded down
+// to a multiple of 16; returns its 256-key tile count (0 when every row is empty). Ranges are clamped to [0, keys] so the
 // kernel never addresses outside the tensors even for unchecked input.
 template <int kBlockRows, int kBlockKeys>
 __device__ __forceinline__ int block_span(const Sm90LogitsParams& p, int b, int& lo, int& hi) {
@@ -90,7 +91,11 @@ __device__ __forceinline__ int block_span(const Sm90LogitsParams& p, int b, int&
       }
     }
   }
-  return hi > lo ? (hi - lo + kBlockKeys - 1) / kBlockKeys : 0;
+  if (hi <= lo) return 0;
+  // Tiles start on a 16-key boundary: a TMA box must start 16-byte aligned in
+  // global memory, and the scales' box starts at the tile's first key.
+  lo &= ~15;
+  return (hi - lo + kBlockKeys - 1) / kBlockKeys;
 }
 
 // The CTA's share of the work: `count` tiles starting at tile t0 of block b0.
