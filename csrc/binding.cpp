@@ -12,6 +12,12 @@
 #define MQA_HAS_FUSED 1
 #endif
 
+#ifdef MQA_TOPK_DEV_PROBES
+void mqa_logits_probe(int64_t variant, const at::Tensor& q, const at::Tensor& k, const at::Tensor& scales,
+                      const at::Tensor& weights, const at::Tensor& starts, const at::Tensor& ends,
+                      const at::Tensor& logits);
+#endif
+
 namespace {
 py::list kernel_info() {
   std::vector<mqa_topk::KernelInfo> all = mqa_logits_kernel_info();
@@ -44,6 +50,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 #ifdef MQA_HAS_FUSED
   m.def("fused_mqa_topk", &fused_mqa_topk, "fused FP8 MQA logits + top-k (sm90)");
   m.def("fused_mqa_topk_workspace_bytes", &fused_mqa_topk_workspace_bytes, "fused workspace size");
+#endif
+#ifdef MQA_TOPK_DEV_PROBES
+  m.def("mqa_logits_probe", &mqa_logits_probe, "development-only logits kernel variants");
 #endif
   m.def("kernel_info", &kernel_info, "registers / shared memory / local memory of each kernel");
 }

@@ -46,10 +46,16 @@ def verbose_build() -> bool:
     return os.environ.get("MQA_TOPK_VERBOSE_BUILD", "0") not in ("", "0", "false", "no")
 
 
+def dev_probes() -> bool:
+    """MQA_TOPK_DEV_PROBES=1 also builds csrc/dev/ (kernel variants for measuring)."""
+    return os.environ.get("MQA_TOPK_DEV_PROBES", "0") not in ("", "0", "false", "no")
+
+
 def sources() -> list[Path]:
     """Translation units of the extension: the binding and one .cu per op."""
     root = csrc_dir()
-    return [root / "binding.cpp", *sorted(root.glob("*.cu"))]
+    extra = sorted((root / "dev").glob("*.cu")) if dev_probes() else []
+    return [root / "binding.cpp", *sorted(root.glob("*.cu")), *extra]
 
 
 def _all_inputs() -> list[Path]:
@@ -85,9 +91,13 @@ def nvcc_version() -> str | None:
 
 def _flags() -> tuple[list[str], list[str]]:
     cuda = list(BASE_CUDA_FLAGS)
+    cxx = list(BASE_CXX_FLAGS)
     if verbose_build():
         cuda += ["-Xptxas", "-v", "-lineinfo"]
-    return cuda, list(BASE_CXX_FLAGS)
+    if dev_probes():
+        cuda.append("-DMQA_TOPK_DEV_PROBES")
+        cxx.append("-DMQA_TOPK_DEV_PROBES")
+    return cuda, cxx
 
 
 def build_key() -> str:

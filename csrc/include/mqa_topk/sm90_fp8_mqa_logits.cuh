@@ -46,9 +46,12 @@ struct Sm90LogitsParams {
   int keys;
 };
 
-template <int kNumStages_>
+// kProbe is for measuring only (never used by the ops): 1 skips the epilogue
+// arithmetic, 2 skips the MMAs; 0 is the real kernel.
+template <int kNumStages_, int kProbe_ = 0>
 struct Sm90LogitsConfig {
   static constexpr int kNumStages = kNumStages_;
+  static constexpr int kProbe = kProbe_;
   static constexpr int kHeads = 32;
   static constexpr int kHeadDim = 128;
   static constexpr int kBlockRows = 4;
@@ -265,7 +268,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     ptx::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < Cfg::kHeadDim / 32; ++kk)
-      ptx::wgmma_m64n128k32_e4m3(acc, desc_a + 2 * kk, desc_b + 2 * kk, kk);
+      if constexpr (Cfg::kProbe != 2) ptx::wgmma_m64n128k32_e4m3(acc, desc_a + 2 * kk, desc_b + 2 * kk, kk);
     ptx::wgmma_commit();
     ptx::wgmma_wait<0>();
     ptx::fence_regs(acc);
@@ -276,41 +279,46 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     __syncwarp();
     if (lane == 0) ptx::mbar_arrive(empty + stage);
 
-    // Epilogue: 8 head-partials per (key half, row), then reduce-scatter over the quad.
-    const float2* w2 = reinterpret_cast<const float2*>(smem + Cfg::kOffWeights + qb * Cfg::kWeightBytes);
-    float part[2][4];
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      float s0 = 0.f, s1 = 0.f;
-#pragma unroll
-      for (int jj = 0; jj < 4; ++jj) {
-        const float2 w = w2[r * 16 + jj * 4 + quad];
-        const int j = 4 * r + jj;
-        s0 = fmaf(w.x, acc[4 * j + 0] + fabsf(acc[4 * j + 0]), s0);
-        s0 = fmaf(w.y, acc[4 * j + 1] + fabsf(acc[4 * j + 1]), s0);
-        s1 = fmaf(w.x, acc[4 * j + 2] + fabsf(acc[4 * j + 2]), s1);
-        s1 = fmaf(w.y, acc[4 * j + 3] + fabsf(acc[4 * j + 3]), s1);
-      }
-      part[0][r] = s0;
-      part[1][r] = s1;
-    }
-    float half[2][2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int rr = 0; rr < 2; ++rr) {
-        const float send = hi_bit ? part[h][rr] : part[h][2 + rr];
-        const float keep = hi_bit ? part[h][2 + rr] : part[h][rr];
-        half[h][rr] = keep + __shfl_xor_sync(0xffffffffu, send, 2);
-      }
     float fin[2];
+    if constexpr (Cfg::kProbe == 1) {
+      fin[0] = acc[0];
+      fin[1] = acc[63];
+    } else {
+      // Epilogue: 8 head-partials per (key half, row), then reduce-scatter over the quad.
+      const float2* w2 = reinterpret_cast<const float2*>(smem + Cfg::kOffWeights + qb * Cfg::kWeightBytes);
+      float part[2][4];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float send = lo_bit ? half[h][0] : half[h][1];
-      const float keep = lo_bit ? half[h][1] : half[h][0];
-      fin[h] = keep + __shfl_xor_sync(0xffffffffu, send, 1);
-    }
+      for (int r = 0; r < 4; ++r) {
+        float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) {
+          const float2 w = w2[r * 16 + jj * 4 + quad];
+          const int j = 4 * r + jj;
+          s0 = fmaf(w.x, acc[4 * j + 0] + fabsf(acc[4 * j + 0]), s0);
+          s0 = fmaf(w.y, acc[4 * j + 1] + fabsf(acc[4 * j + 1]), s0);
+          s1 = fmaf(w.x, acc[4 * j + 2] + fabsf(acc[4 * j + 2]), s1);
+          s1 = fmaf(w.y, acc[4 * j + 3] + fabsf(acc[4 * j + 3]), s1);
+        }
+        part[0][r] = s0;
+        part[1][r] = s1;
+      }
+      float half[2][2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int rr = 0; rr < 2; ++rr) {
+          const float send = hi_bit ? part[h][rr] : part[h][2 + rr];
+          const float keep = hi_bit ? part[h][2 + rr] : part[h][rr];
+          half[h][rr] = keep + __shfl_xor_sync(0xffffffffu, send, 2);
+        }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float send = lo_bit ? half[h][0] : half[h][1];
+        const float keep = lo_bit ? half[h][1] : half[h][0];
+        fin[h] = keep + __shfl_xor_sync(0xffffffffu, send, 1);
+      }
 
+    }
     const bool last_of_block = (t + 1 == nt);
     if (last_of_block) {
       __syncwarp();
