@@ -478,7 +478,7 @@ def bench(rows, keys, topk, layout, dist, seed, paths_, config, case_names, op, 
             click.echo(f"fp8 GEMM ceiling: {ceil.status}")
     env = environment(dev)
     click.echo(f"{env.get('gpu') or 'CPU'} | torch {env.get('torch')} | CUDA {env.get('cuda') or '-'} | "
-               f"commit {env.get('commit') or '-'} | {results[0].method if results and results[0].method else ''}".rstrip(" |"))
+               f"commit {env.get('commit') or '-'} | {next((r.method for r in results if r.ok), '')}".rstrip(" |"))
     if out:
         _write_out(out, results, env)
     timed = [r for r in results if r.op != "gemm"]
@@ -516,10 +516,14 @@ def _verify_rows(results) -> list[dict]:
 @shape_options
 @click.option("--other", default=None, callback=_v_path_name, help="Also compare index sets with this path (diagnostic).")
 @click.option("--reruns", type=click.IntRange(min=0), default=2, show_default=True, help="Reruns for the determinism check.")
+@click.option("--precision", type=click.Choice(["fp32", "fp64"]), default="fp32", show_default=True,
+              help="Precision of the reference logits.")
+@click.option("--tol-rel", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Relative tolerance of the optimality check [default: verify.DEFAULT_TOL_REL = 2^-10].")
 @click.option("--device", default=None, callback=_v_device, help="cuda, cuda:N, cpu or auto [default: auto].")
 @click.option("--out", default=None, callback=_v_out, help="Write results to FILE.csv or FILE.json.")
 def verify(paths_, config, case_names, workload_files, rows, keys, topk, layout, dist, seed, other, reruns,
-           device, out) -> None:
+           precision, tol_rel, device, out) -> None:
     """Check paths against the reference, layer by layer (validity, tie-aware
     optimality, exact-set diagnostic, determinism, inputs unchanged). Exit 1 on
     any failure."""
@@ -563,8 +567,10 @@ def verify(paths_, config, case_names, workload_files, rows, keys, topk, layout,
                 w = make()
             except MqaTopkError as e:
                 raise UsageError(f"case {label}: {_one_line(str(e))}") from e
+            ref_cache: dict = {}  # the reference logits, shared by the paths of this workload
             for n in names:
-                r = verify_mod.verify_case(w, n, other=other, reruns=reruns)
+                r = verify_mod.verify_case(w, n, other=other, reruns=reruns, precision=precision, tol_rel=tol_rel,
+                                           ref_cache=ref_cache)
                 if getattr(r, "case", None) in (None, ""):
                     try:
                         r.case = label
@@ -573,7 +579,7 @@ def verify(paths_, config, case_names, workload_files, rows, keys, topk, layout,
                 results.append(r)
                 done += 1
                 prog(done, total, f"{label} / {n}")
-            del w
+            del w, ref_cache
     t = Table(title="mqa-topk verify")
     for c in ("case", "path", "rows", "keys", "topk", "valid rows", "tie-equiv rows", "exact-set rate",
               "max violation", "deterministic", "result"):

@@ -379,6 +379,8 @@ def run_crossover(
             continue
         if any(c["keys"] is None for c in cs):
             recommended[topk] = eligibility.recommended_min_keys(None)
+        elif all(c["at_min"] for c in cs):  # A wins from the first measured point: that point, as measured
+            recommended[topk] = int(max(c["keys"] for c in cs))
         else:
             recommended[topk] = eligibility.recommended_min_keys(max(c["keys"] for c in cs))
 
