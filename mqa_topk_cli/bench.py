@@ -17,13 +17,13 @@ from __future__ import annotations
 import gc
 import json
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 import torch
 
-from .errors import ContractError, MqaTopkError, Unavailable, UsageError
+from .errors import MqaTopkError, Unavailable, UsageError
 from .timing import time_fn
 
 #: FLOP per visible (row, key) pair: 2 * 32 heads * 128 dims (SPEC §1).
@@ -417,5 +417,5 @@ def bench_result_from_dict(d: dict) -> BenchResult:
 
 __all__ = [
     "BenchResult", "HEADLINE", "OPS", "FLOP_PER_PAIR", "run_bench", "fp8_gemm_ceiling", "status_of",
-    "write_results", "results_frame", "as_records", "ContractError", "asdict",
+    "write_results", "results_frame", "as_records",
 ]

@@ -350,6 +350,26 @@ def main(debug: bool) -> None:
 # ------------------------------------------------------------ build
 
 
+def _ninja_version() -> str | None:
+    """``ninja --version`` (the binary or the pip package), or None."""
+    import shutil
+    import subprocess
+
+    exe = shutil.which("ninja")
+    if exe is None:
+        try:
+            import ninja  # the pip package ships the binary
+
+            exe = str(Path(ninja.BIN_DIR) / "ninja")
+        except Exception:
+            return None
+    try:
+        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=5, check=False)
+    except Exception:
+        return None
+    return f"{exe} ({out.stdout.strip()})" if out.returncode == 0 and out.stdout.strip() else None
+
+
 @main.command()
 @click.option("--verbose", is_flag=True, help="Verbose build: ptxas -v and -lineinfo (MQA_TOPK_VERBOSE_BUILD=1).")
 @click.option("--force", is_flag=True, help="Rebuild even if the cache holds a build of these sources.")
@@ -370,7 +390,7 @@ def build(verbose: bool, force: bool) -> None:
     t.add_row("GPU", f"{rep.get('gpu') or 'none'}" + (f" ({rep.get('sms')} SMs)" if rep.get("sms") else ""))
     t.add_row("arch", str(rep.get("arch") or "-") + (f"  (target {rep['target']})" if rep.get("target") else ""))
     t.add_row("nvcc", f"{rep.get('nvcc') or 'not found'}" + (f"  ({rep['nvcc_version']})" if rep.get("nvcc_version") else ""))
-    t.add_row("ninja", "found" if rep.get("ninja") else "not found")
+    t.add_row("ninja", _ninja_version() or ("found" if rep.get("ninja") else "not found"))
     t.add_row("torch CUDA", str(rep.get("torch_cuda") or "none (CPU build of torch)"))
     t.add_row("cache dir", str(rep.get("cache_dir")))
     srcs = rep.get("sources") or []
@@ -378,8 +398,6 @@ def build(verbose: bool, force: bool) -> None:
     con.print(t)
     missing = list(rep.get("missing") or [])
     if missing:
-        for m in missing:
-            click.echo(f"missing: {m}", err=True)
         raise Unavailable("cannot build here: " + "; ".join(missing))
     click.echo("building ..." if force else "building (or loading from the cache) ...")
     jit.load_extension(verbose=verbose, force=force)
