@@ -1,11 +1,17 @@
 """The exact answer (SPEC §1), as pure functions: no global state, no kernels.
 
-- ``reference_logits``: fp32 or fp64 logits of selected rows over all keys or a
-  key range, ``-inf`` outside each row's ``[start, end)``. q and k are upcast
-  from fp8; every fp8 x fp8 product is exact in fp32 (two 4-bit significands),
-  so the fp32 result differs from the exact value only by the rounding of the
-  sums. TF32 is switched off for the duration of each call (TF32 would still
-  hold fp8 inputs exactly, but the head sum multiplies fp32 values).
+- ``reference_logits``: logits of selected rows over all keys or a key range,
+  ``-inf`` outside each row's ``[start, end)``. The dot products are computed
+  in float64, where they are **exact in any summation order**: an e4m3 value
+  is a multiple of 2**-9 below 2**9, so a product is a multiple of 2**-18
+  below 2**18, and a 128-term sum (and every partial sum) is a multiple of
+  2**-18 below 2**25: 43 bits, inside float64's 53. The head sum then runs in
+  float64 in a fixed order (h = 0..31, one exactly rounded multiply and add per
+  element, no BLAS), times the scale, and is rounded once to fp32 for
+  ``precision="fp32"`` (kept in float64 for ``"fp64"``). So the result does
+  not depend on chunking or on matrix shapes, and keys with bitwise-identical
+  k rows and scales get bitwise-identical logits (as in any implementation
+  whose per-key reduction order is fixed). TF32 is switched off inside.
 - ``reference_topk``: the exact top-k of each row by (value desc, index asc)
   over ``[start, end)``: a stable descending sort, so equal values keep
   ascending index order. Indices relative to the start, ``-1`` padded, in
@@ -86,32 +92,34 @@ def reference_logits(q, k, scales, weights, starts, ends, *, precision: str = "f
     out = torch.empty((nr, nk), dtype=dtype, device=dev)
     if nr == 0 or nk == 0:
         return out
-    esize = torch.finfo(dtype).bits // 8
-    per_row = HEADS * nk * esize  # the [32, keys] dot products of one row
+    # Per row: the [32, keys] float64 dots, their weighted copy and the sum.
+    per_row = HEADS * nk * 8 * 2 + nk * 8
     if per_row <= max_bytes:
         rc, kc = max(1, min(nr, max_bytes // per_row)), nk
     else:
-        rc, kc = 1, max(1, max_bytes // (HEADS * esize))
-    kf = k[lo:hi].to(dtype)
-    sc = scales[lo:hi].to(dtype)
+        rc, kc = 1, max(1, max_bytes // (HEADS * 8 * 2 + 8))
+    kf = k[lo:hi].to(torch.float64)
+    sc = scales[lo:hi].to(torch.float64)
     st = starts.to(torch.int64)
     en = ends.to(torch.int64)
     with ieee_fp32_matmul():
         for a in range(r0, r1, rc):
             b = min(r1, a + rc)
-            qf = q[a:b].to(dtype).reshape((b - a) * HEADS, HEAD_DIM)
-            wf = weights[a:b].to(dtype).unsqueeze(1)  # [rc, 1, 32]
+            qf = q[a:b].to(torch.float64).reshape((b - a) * HEADS, HEAD_DIM)
+            wf = weights[a:b].to(torch.float64)  # [rc, 32]
             s = st[a:b, None]
             e = en[a:b, None]
             for c in range(0, nk, kc):
                 d = min(nk, c + kc)
-                dots = torch.relu_(qf @ kf[c:d].T)  # [rc*32, kc]
-                blk = torch.bmm(wf, dots.view(b - a, HEADS, d - c)).squeeze(1)  # sum over heads
-                blk *= sc[c:d]
+                dots = torch.relu_(qf @ kf[c:d].T).view(b - a, HEADS, d - c)  # exact
+                acc = torch.zeros((b - a, d - c), dtype=torch.float64, device=dev)
+                for h in range(HEADS):  # fixed order, elementwise: no shape-dependent rounding
+                    acc += wf[:, h:h + 1] * dots[:, h]
+                acc *= sc[c:d]
                 col = torch.arange(lo + c, lo + d, device=dev)
-                blk.masked_fill_((col < s) | (col >= e), float("-inf"))
-                out[a - r0:b - r0, c:d] = blk
-                del dots, blk
+                acc.masked_fill_((col < s) | (col >= e), float("-inf"))
+                out[a - r0:b - r0, c:d] = acc
+                del dots, acc
     return out
 
 
@@ -152,29 +160,59 @@ def reference_topk(logits: torch.Tensor, starts: torch.Tensor, ends: torch.Tenso
     return out
 
 
+def _row_chunk(w, precision: str, row_chunk: int | None, max_bytes: int) -> int:
+    if row_chunk is not None:
+        if row_chunk < 1:
+            raise ValueError(f"row_chunk: must be >= 1, got {row_chunk}")
+        return int(row_chunk)
+    esize = 8 if precision == "fp64" else 4
+    return max(1, (max_bytes // 4) // (max(w.keys, 1) * esize))
+
+
+def iter_reference_logits(w, precision: str = "fp32", row_chunk: int | None = None, *,
+                          max_bytes: int = DEFAULT_MAX_BYTES):
+    """Yields ``(r0, r1, lo, hi, logits)`` over row chunks of workload ``w``:
+    ``logits = reference_logits(rows=slice(r0, r1), key_range=(lo, hi))`` where
+    ``[lo, hi)`` is the key span the chunk's rows see. The one chunk plan shared
+    by ``reference_mqa_topk`` and ``assemble_reference_logits`` (the same
+    shapes give the same fp32 roundings)."""
+    rows = w.rows
+    if rows == 0:
+        return
+    st = w.starts.to("cpu", torch.int64)
+    en = w.ends.to("cpu", torch.int64)
+    rc = _row_chunk(w, precision, row_chunk, max_bytes)
+    for a in range(0, rows, rc):
+        b = min(rows, a + rc)
+        lo, hi = int(st[a:b].min()), int(en[a:b].max())
+        hi = max(lo, hi)
+        yield a, b, lo, hi, reference_logits(w.q, w.k, w.scales, w.weights, w.starts, w.ends, precision=precision,
+                                             rows=slice(a, b), key_range=(lo, hi), max_bytes=max_bytes)
+
+
 def reference_mqa_topk(w, precision: str = "fp32", row_chunk: int | None = None, *,
                        max_bytes: int = DEFAULT_MAX_BYTES) -> torch.Tensor:
     """``reference_topk(reference_logits(...))`` of workload ``w``, chunked over
     rows (each chunk computes only the key span its rows see). ``[rows, topk]``
     int32 on the workload's device, sorted by (value desc, index asc)."""
-    rows, topk = w.rows, int(w.topk)
-    out = torch.full((rows, topk), -1, dtype=torch.int32, device=w.device)
-    if rows == 0:
-        return out
-    st = w.starts.to("cpu", torch.int64)
-    en = w.ends.to("cpu", torch.int64)
-    if row_chunk is None:
-        esize = 8 if precision == "fp64" else 4
-        row_chunk = max(1, (max_bytes // 4) // (max(w.keys, 1) * esize))
-    for a in range(0, rows, row_chunk):
-        b = min(rows, a + row_chunk)
-        lo, hi = int(st[a:b].min()), int(en[a:b].max())
-        hi = max(lo, hi)
-        logits = reference_logits(w.q, w.k, w.scales, w.weights, w.starts, w.ends, precision=precision,
-                                  rows=slice(a, b), key_range=(lo, hi), max_bytes=max_bytes)
+    topk = int(w.topk)
+    out = torch.full((w.rows, topk), -1, dtype=torch.int32, device=w.device)
+    for a, b, lo, hi, logits in iter_reference_logits(w, precision, row_chunk, max_bytes=max_bytes):
         out[a:b] = reference_topk(logits, w.starts[a:b] - lo, w.ends[a:b] - lo, topk, max_bytes=max_bytes)
         del logits
     return out
 
 
-__all__ = ["reference_logits", "reference_topk", "reference_mqa_topk", "ieee_fp32_matmul", "DEFAULT_MAX_BYTES"]
+def assemble_reference_logits(w, precision: str = "fp32", row_chunk: int | None = None, *,
+                              max_bytes: int = DEFAULT_MAX_BYTES) -> torch.Tensor:
+    """The logits ``reference_mqa_topk`` selects from, as one ``[rows, keys]``
+    tensor (-inf outside each row's range): bitwise the values it ranked."""
+    dtype = _dtype(precision)
+    out = torch.full((w.rows, w.keys), float("-inf"), dtype=dtype, device=w.device)
+    for a, b, lo, hi, logits in iter_reference_logits(w, precision, row_chunk, max_bytes=max_bytes):
+        out[a:b, lo:hi] = logits
+    return out
+
+
+__all__ = ["reference_logits", "reference_topk", "reference_mqa_topk", "iter_reference_logits",
+           "assemble_reference_logits", "ieee_fp32_matmul", "DEFAULT_MAX_BYTES"]

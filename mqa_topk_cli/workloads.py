@@ -818,6 +818,11 @@ def _normalize_case(path, i: int, case: dict) -> dict:
     if isinstance(c["topk"], bool) or c["topk"] not in TOPKS:
         raise _case_error(path, i, case, f"topk: must be one of {TOPKS}, got {c['topk']!r}")
     explicit = "key_lengths" in c and "row_lengths" in c
+    if explicit:
+        for key, lens in (("rows", c["row_lengths"]), ("keys", c["key_lengths"])):
+            if not isinstance(lens, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in lens):
+                raise _case_error(path, i, case, f"{'row' if key == 'rows' else 'key'}_lengths: expected a list of integers")
+            c.setdefault(key, sum(lens))
     for key in ("rows", "keys"):
         if key not in c:
             if explicit:
