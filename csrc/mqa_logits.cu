@@ -74,13 +74,16 @@ void mqa_logits(const at::Tensor& q, const at::Tensor& k, const at::Tensor& scal
                   pr->sizes());
     MQA_CHECK_ARG(pr->is_contiguous(), name, "must be contiguous");
   }
-  // logits: [rows, pitch] float32 with unit column stride, pitch >= keys
+  // logits: [rows, pitch] float32 with unit column stride, pitch >= keys, pitch % 4 == 0, 16-byte aligned
   check_cuda_tensor(logits, "logits", dev);
   MQA_CHECK_ARG(logits.scalar_type() == at::kFloat, "logits", "expected dtype float32, got ", logits.scalar_type());
   MQA_CHECK_ARG(logits.dim() == 2 && logits.size(0) == rows && logits.size(1) >= keys && logits.stride(1) == 1 &&
                     logits.stride(0) >= keys,
                 "logits", "expected [rows=", rows, ", >= keys=", keys, "] with unit column stride, got ",
                 logits.sizes(), " strides ", logits.strides());
+  MQA_CHECK_ARG(logits.stride(0) % 4 == 0, "logits", "row stride must be a multiple of 4 floats (16 bytes), got ",
+                logits.stride(0));
+  check_aligned(logits, "logits");
   MQA_CHECK_ARG(rows <= (int64_t(1) << 31) / kHeads - 1, "q", "too many rows (", rows, ")");
   if (rows == 0 || keys == 0) return;
 
@@ -91,14 +94,14 @@ void mqa_logits(const at::Tensor& q, const at::Tensor& k, const at::Tensor& scal
       q.data_ptr(), k.data_ptr(), scales.data_ptr<float>(), weights.data_ptr<float>(), starts.data_ptr<int>(),
       ends.data_ptr<int>(), logits.data_ptr<float>(), logits.stride(0), static_cast<int>(rows),
       static_cast<int>(keys), sm_count(dev.index()), stream, &map_error);
-  static const char* const kMapNames[4] = {"q", "k", "scales", "weights"};
+  static const char* const kMapNames[5] = {"q", "k", "scales", "weights", "logits"};
   TORCH_CHECK(map_error == 0, "mqa_logits: could not encode the TMA tensor map of ",
-              kMapNames[map_error / 1000 % 4], " (CUresult ", map_error % 1000, ")");
+              kMapNames[map_error / 1000 % 5], " (CUresult ", map_error % 1000, ")");
   TORCH_CHECK(err == cudaSuccess, "mqa_logits: launch failed: ", cudaGetErrorString(err));
 }
 
 std::vector<mqa_topk::KernelInfo> mqa_logits_kernel_info() {
   using Cfg = mqa_topk::Sm90LogitsDefault;
-  return {mqa_topk::kernel_info("sm90_fp8_mqa_logits<stages=4>", &mqa_topk::sm90_fp8_mqa_logits_kernel<Cfg>,
-                                Cfg::kSmemBytes)};
+  return {mqa_topk::kernel_info("sm90_fp8_mqa_logits<rows=8,wg=2,stages=8>",
+                                &mqa_topk::sm90_fp8_mqa_logits_kernel<Cfg>, Cfg::kSmemBytes)};
 }

@@ -4,8 +4,11 @@
 //   logits[r, s] = scales[s] * sum_h weights[r, h] * relu(dot(q[r, h, :], k[s, :]))
 //
 // Design
-// - Block = 4 query rows x 32 heads = the wgmma N dimension (128). Keys are the
-//   wgmma A operand: 4 math warpgroups x 64 keys = 256-key tiles.
+// - Block = kBlockRows query rows x 32 heads = the wgmma N dimension (8 rows:
+//   N = 256 by default; 4 rows: N = 128). Keys are the wgmma A operand: each
+//   math warpgroup takes 64 keys of the tile. Eight rows per block halve the
+//   key bytes streamed from L2 per FLOP against four (the four-row version was
+//   L2-feed bound near 1.1 PFLOP/s even with no epilogue).
 // - Persistent grid (one CTA per SM). All (block, tile) pairs of the call are
 //   numbered in block order and every CTA takes an equal contiguous share, so
 //   causal/ragged spans never leave the last wave half empty. Every CTA finds
@@ -14,12 +17,14 @@
 //   math warpgroups. K tiles (32 KB) + key scales (1 KB) flow through a
 //   kNumStages-deep mbarrier ring; Q (16 KB) + weights of the current block are
 //   double-buffered so the next block's Q loads while the last tiles finish.
-// - Epilogue per thread: 64 accumulators = 2 keys x 4 rows x 8 heads.
+// - Epilogue per thread: 16 x kBlockRows accumulators = 2 keys x rows x 8 heads.
 //   relu(x) as (x + |x|) (one FADD with an abs modifier instead of FMNMX; the 0.5
 //   is folded into the key scale, exact since it is a power of two), weight FMAs,
-//   then a reduce-scatter over the 4 lanes of a quad (6 shuffles instead of 16):
-//   each lane ends with its own row's two logits and stores them.
-// - The four math warpgroups interleave: while one runs its epilogue the tensor
+//   then a reduce-scatter over the 4 lanes of a quad: each lane keeps a quarter
+//   of the (row, key) sums. The masked logits go to a per-warpgroup shared
+//   buffer and one TMA store writes the [rows x 64 keys] tile (coalesced,
+//   asynchronous; scattered 4-byte stores cost more than the math).
+// - The math warpgroups interleave: while one runs its epilogue the tensor
 //   cores work on the others' MMAs.
 // Output contract: inside [starts[r], ends[r]) the logit; in the rest of the
 // block's computed span [min start rounded down to 16, max end) of its 4 rows
@@ -48,30 +53,35 @@ struct Sm90LogitsParams {
 
 // kProbe is for measuring only (never used by the ops): 1 skips the epilogue
 // arithmetic, 2 skips the MMAs; 0 is the real kernel.
-template <int kNumStages_, int kProbe_ = 0>
+template <int kBlockRows_, int kMathWarpgroups_, int kNumStages_, int kProbe_ = 0>
 struct Sm90LogitsConfig {
+  static constexpr int kBlockRows = kBlockRows_;
+  static constexpr int kMathWarpgroups = kMathWarpgroups_;
   static constexpr int kNumStages = kNumStages_;
   static constexpr int kProbe = kProbe_;
   static constexpr int kHeads = 32;
   static constexpr int kHeadDim = 128;
-  static constexpr int kBlockRows = 4;
-  static constexpr int kMathWarpgroups = 4;
+  static constexpr int kN = kBlockRows * kHeads;  // wgmma N
+  static constexpr int kAcc = kN / 2;              // fp32 accumulators per thread
   static constexpr int kBlockKeys = 64 * kMathWarpgroups;
   static constexpr int kThreads = 128 * (kMathWarpgroups + 1);
   static constexpr int kMathThreads = 128 * kMathWarpgroups;
   static constexpr int kKTileBytes = kBlockKeys * kHeadDim;
-  static constexpr int kQTileBytes = kBlockRows * kHeads * kHeadDim;
+  static constexpr int kQTileBytes = kN * kHeadDim;
   static constexpr int kScaleBytes = kBlockKeys * 4;
   static constexpr int kWeightBytes = kBlockRows * kHeads * 4;
+  static constexpr int kOutBytes = kBlockRows * 64 * 4;  // one warpgroup's output tile
   static constexpr int kOffK = 0;
   static constexpr int kOffQ = kOffK + kNumStages * kKTileBytes;
-  static constexpr int kOffScales = kOffQ + 2 * kQTileBytes;
+  static constexpr int kOffOut = kOffQ + 2 * kQTileBytes;
+  static constexpr int kOffScales = kOffOut + 2 * kMathWarpgroups * kOutBytes;
   static constexpr int kOffWeights = kOffScales + kNumStages * kScaleBytes;
   static constexpr int kOffBars = kOffWeights + 2 * kWeightBytes;
   static constexpr int kNumBars = 2 * kNumStages + 4;
   static constexpr int kSmemBytes = kOffBars + kNumBars * 8 + 1024;  // + alignment slack
+  static_assert(kBlockRows == 4 || kBlockRows == 8, "wgmma N = 128 or 256");
   static_assert(kKTileBytes % 1024 == 0 && kQTileBytes % 1024 == 0, "swizzle atoms need 1 KB alignment");
-  static_assert(kBlockKeys <= 256, "one TMA box covers the key tile");
+  static_assert(kBlockKeys <= 256 && kN <= 256, "one TMA box per tile");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per CTA");
 };
 
@@ -161,7 +171,8 @@ template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     sm90_fp8_mqa_logits_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                                const __grid_constant__ CUtensorMap tm_scales,
-                               const __grid_constant__ CUtensorMap tm_weights, const Sm90LogitsParams p) {
+                               const __grid_constant__ CUtensorMap tm_weights,
+                               const __grid_constant__ CUtensorMap tm_out, const Sm90LogitsParams p) {
   constexpr int S = Cfg::kNumStages;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
@@ -232,28 +243,32 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   }
 
   // ---------------- math warpgroups ----------------
+  constexpr int R = Cfg::kBlockRows;
+  constexpr int RQ = R / 4;  // rows per lane after the reduce-scatter
   const int lane = tid & 31;
   const int warp_in_wg = (tid >> 5) & 3;
-  const int quad = lane & 3;        // this lane's query row within the block after the reduce-scatter
-  const int key_in_tile = wg * 64 + warp_in_wg * 16 + (lane >> 2);  // and +8
-  const bool hi_bit = quad & 2, lo_bit = quad & 1;
+  const int quad = lane & 3;
+  const int hb = (quad >> 1) & 1, lb = quad & 1;
+  const int row_local0 = hb * (R / 2) + lb * RQ;  // this lane's first row after the reduce-scatter
+  const int key_local = warp_in_wg * 16 + (lane >> 2);  // and +8, within the warpgroup's 64 keys
+  const bool elected = (tid & 127) == 0;
+  float* out_buf = reinterpret_cast<float*>(smem + Cfg::kOffOut + wg * 2 * Cfg::kOutBytes);
 
   int b = share.b0, t = share.t0, lo, hi;
   int nt = block_span<Cfg::kBlockRows, Cfg::kBlockKeys>(p, b, lo, hi);
   int it = 0, qi = 0;
   bool new_block = true;
-  int row = 0, row_start = 0, row_end = 0;
-  float acc[64];
+  int row_start[RQ], row_end[RQ];
+  float acc[Cfg::kAcc];
 
   for (long long left = share.count; left > 0; --left) {
     const int qb = qi & 1;
     if (new_block) {
-      row = b * Cfg::kBlockRows + quad;
-      if (row < p.rows) {
-        row_start = __ldg(p.starts + row);
-        row_end = __ldg(p.ends + row);
-      } else {
-        row_start = row_end = 0;
+#pragma unroll
+      for (int i = 0; i < RQ; ++i) {
+        const int row = b * R + row_local0 + i;
+        row_start[i] = row < p.rows ? __ldg(p.starts + row) : 0;
+        row_end[i] = row < p.rows ? __ldg(p.ends + row) : 0;
       }
       ptx::mbar_wait(q_full + qb, (qi >> 1) & 1);
       new_block = false;
@@ -268,27 +283,27 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     ptx::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < Cfg::kHeadDim / 32; ++kk)
-      if constexpr (Cfg::kProbe != 2) ptx::wgmma_m64n128k32_e4m3(acc, desc_a + 2 * kk, desc_b + 2 * kk, kk);
+      if constexpr (Cfg::kProbe != 2) ptx::wgmma_e4m3<Cfg::kN>(acc, desc_a + 2 * kk, desc_b + 2 * kk, kk);
     ptx::wgmma_commit();
     ptx::wgmma_wait<0>();
     ptx::fence_regs(acc);
 
     const float* sc = reinterpret_cast<const float*>(smem + Cfg::kOffScales + stage * Cfg::kScaleBytes);
-    const float scale0 = 0.5f * sc[key_in_tile];
-    const float scale1 = 0.5f * sc[key_in_tile + 8];
+    const float scale0 = 0.5f * sc[wg * 64 + key_local];
+    const float scale1 = 0.5f * sc[wg * 64 + key_local + 8];
     __syncwarp();
     if (lane == 0) ptx::mbar_arrive(empty + stage);
 
-    float fin[2];
+    // Epilogue: 8 head-partials per (key half, row), then a reduce-scatter over the quad.
+    float fin[2][RQ];
     if constexpr (Cfg::kProbe == 1) {
-      fin[0] = acc[0];
-      fin[1] = acc[63];
-    } else {
-      // Epilogue: 8 head-partials per (key half, row), then reduce-scatter over the quad.
-      const float2* w2 = reinterpret_cast<const float2*>(smem + Cfg::kOffWeights + qb * Cfg::kWeightBytes);
-      float part[2][4];
 #pragma unroll
-      for (int r = 0; r < 4; ++r) {
+      for (int i = 0; i < RQ; ++i) fin[0][i] = acc[i], fin[1][i] = acc[Cfg::kAcc - 1 - i];
+    } else {
+      const float2* w2 = reinterpret_cast<const float2*>(smem + Cfg::kOffWeights + qb * Cfg::kWeightBytes);
+      float part[2][R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
         float s0 = 0.f, s1 = 0.f;
 #pragma unroll
         for (int jj = 0; jj < 4; ++jj) {
@@ -302,36 +317,51 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         part[0][r] = s0;
         part[1][r] = s1;
       }
-      float half[2][2];
+      // Lanes with bit 1 set keep the upper half of the rows, then bit 0 splits again.
+      float half[2][R / 2];
 #pragma unroll
       for (int h = 0; h < 2; ++h)
 #pragma unroll
-        for (int rr = 0; rr < 2; ++rr) {
-          const float send = hi_bit ? part[h][rr] : part[h][2 + rr];
-          const float keep = hi_bit ? part[h][2 + rr] : part[h][rr];
-          half[h][rr] = keep + __shfl_xor_sync(0xffffffffu, send, 2);
+        for (int i = 0; i < R / 2; ++i) {
+          const float send = hb ? part[h][i] : part[h][R / 2 + i];
+          const float keep = hb ? part[h][R / 2 + i] : part[h][i];
+          half[h][i] = keep + __shfl_xor_sync(0xffffffffu, send, 2);
         }
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float send = lo_bit ? half[h][0] : half[h][1];
-        const float keep = lo_bit ? half[h][1] : half[h][0];
-        fin[h] = keep + __shfl_xor_sync(0xffffffffu, send, 1);
-      }
-
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int i = 0; i < RQ; ++i) {
+          const float send = lb ? half[h][i] : half[h][RQ + i];
+          const float keep = lb ? half[h][RQ + i] : half[h][i];
+          fin[h][i] = keep + __shfl_xor_sync(0xffffffffu, send, 1);
+        }
     }
+
     const bool last_of_block = (t + 1 == nt);
     if (last_of_block) {
       __syncwarp();
       if (lane == 0) ptx::mbar_arrive(q_empty + qb);
     }
 
-    if (row < p.rows) {
-      float* out = p.logits + static_cast<int64_t>(row) * p.ld;
-      const int key_a = lo + t * Cfg::kBlockKeys + key_in_tile;
-      const int key_b = key_a + 8;
-      const float ninf = -__int_as_float(0x7f800000);
-      if (key_a < hi) __stcs(out + key_a, (key_a >= row_start && key_a < row_end) ? fin[0] * scale0 : ninf);
-      if (key_b < hi) __stcs(out + key_b, (key_b >= row_start && key_b < row_end) ? fin[1] * scale1 : ninf);
+    // Masked logits -> this warpgroup's shared output tile -> one TMA store.
+    const int key_wg0 = lo + t * Cfg::kBlockKeys + wg * 64;
+    const int ob = it & 1;
+    float* obuf = out_buf + ob * (Cfg::kOutBytes / 4);
+    if (elected) ptx::bulk_wait_group_read<1>();  // the store from this buffer two tiles ago has read it
+    ptx::named_barrier_sync(1 + wg, 128);
+    const float ninf = -__int_as_float(0x7f800000);
+#pragma unroll
+    for (int i = 0; i < RQ; ++i) {
+      const int ka = key_wg0 + key_local, kb = ka + 8;
+      obuf[(row_local0 + i) * 64 + key_local] = (ka >= row_start[i] && ka < row_end[i]) ? fin[0][i] * scale0 : ninf;
+      obuf[(row_local0 + i) * 64 + key_local + 8] =
+          (kb >= row_start[i] && kb < row_end[i]) ? fin[1][i] * scale1 : ninf;
+    }
+    ptx::fence_proxy_async();
+    ptx::named_barrier_sync(1 + wg, 128);
+    if (elected) {
+      ptx::tma_store_2d(&tm_out, obuf, key_wg0, b * R);
+      ptx::bulk_commit_group();
     }
 
     ++it;
@@ -345,10 +375,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       new_block = true;
     }
   }
+  if (elected) ptx::bulk_wait_group<0>();
 }
 
 // ---- host --------------------------------------------------------------------
-using Sm90LogitsDefault = Sm90LogitsConfig<4>;
+using Sm90LogitsDefault = Sm90LogitsConfig<8, 2, 8>;
 
 template <class Cfg = Sm90LogitsDefault>
 inline const void* sm90_fp8_mqa_logits_kernel_ptr() {
@@ -357,29 +388,33 @@ inline const void* sm90_fp8_mqa_logits_kernel_ptr() {
 
 // Launches the kernel; q [rows, 32, 128] fp8, k [keys, 128] fp8, scales [keys]
 // fp32, weights [rows, 32] fp32 (all contiguous, 16-byte aligned), logits with
-// row pitch ld >= keys (elements). Returns cudaErrorInvalidValue when a tensor
-// map cannot be encoded (*map_error = 1000 * map index (q, k, scales, weights)
-// + the driver's CUresult, 999 for a missing driver entry point).
+// row pitch ld >= keys (elements, a multiple of 4; 16-byte aligned base).
+// Returns cudaErrorInvalidValue when a tensor map cannot be encoded
+// (*map_error = 1000 * map index (q, k, scales, weights, logits) + the driver's
+// CUresult, 999 for a missing driver entry point).
 template <class Cfg = Sm90LogitsDefault>
 inline cudaError_t launch_sm90_fp8_mqa_logits(const void* q, const void* k, const float* scales,
                                               const float* weights, const int* starts, const int* ends,
                                               float* logits, int64_t ld, int rows, int keys, int num_sms,
                                               cudaStream_t stream, int* map_error = nullptr) {
   if (rows <= 0 || keys <= 0) return cudaSuccess;
-  CUtensorMap tm_q, tm_k, tm_s, tm_w;
+  CUtensorMap tm_q, tm_k, tm_s, tm_w, tm_o;
   const uint64_t q_rows = static_cast<uint64_t>(rows) * Cfg::kHeads;
   // Scales as a [1, keys] 2-D map so a box past the last key reads zeros (the
-  // outer stride is never used; it only has to be a multiple of 16).
-  const int res[4] = {
+  // outer stride is never used; it only has to be a multiple of 16). The output
+  // map's width is `keys`: a tile's columns past it are clipped.
+  const int res[5] = {
       make_tensor_map_2d(&tm_q, q, CU_TENSOR_MAP_DATA_TYPE_UINT8, Cfg::kHeadDim, q_rows, Cfg::kHeadDim,
-                         Cfg::kHeadDim, Cfg::kBlockRows * Cfg::kHeads, CU_TENSOR_MAP_SWIZZLE_128B),
+                         Cfg::kHeadDim, Cfg::kN, CU_TENSOR_MAP_SWIZZLE_128B),
       make_tensor_map_2d(&tm_k, k, CU_TENSOR_MAP_DATA_TYPE_UINT8, Cfg::kHeadDim, keys, Cfg::kHeadDim, Cfg::kHeadDim,
                          Cfg::kBlockKeys, CU_TENSOR_MAP_SWIZZLE_128B),
       make_tensor_map_2d(&tm_s, scales, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, keys, 1, (uint64_t(keys) * 4 + 15) / 16 * 16,
                          Cfg::kBlockKeys, 1, CU_TENSOR_MAP_SWIZZLE_NONE),
       make_tensor_map_2d(&tm_w, weights, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, Cfg::kHeads, rows, Cfg::kHeads * 4,
-                         Cfg::kHeads, Cfg::kBlockRows, CU_TENSOR_MAP_SWIZZLE_NONE)};
-  for (int i = 0; i < 4; ++i) {
+                         Cfg::kHeads, Cfg::kBlockRows, CU_TENSOR_MAP_SWIZZLE_NONE),
+      make_tensor_map_2d(&tm_o, logits, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, keys, rows, uint64_t(ld) * 4, 64,
+                         Cfg::kBlockRows, CU_TENSOR_MAP_SWIZZLE_NONE)};
+  for (int i = 0; i < 5; ++i) {
     if (res[i] != 0) {
       if (map_error) *map_error = i * 1000 + (res[i] < 0 ? 999 : res[i]);
       return cudaErrorInvalidValue;
@@ -389,7 +424,7 @@ inline cudaError_t launch_sm90_fp8_mqa_logits(const void* q, const void* k, cons
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;
   Sm90LogitsParams p{starts, ends, logits, ld, rows, keys};
-  kernel<<<num_sms, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(tm_q, tm_k, tm_s, tm_w, p);
+  kernel<<<num_sms, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(tm_q, tm_k, tm_s, tm_w, tm_o, p);
   return cudaGetLastError();
 }
 

@@ -64,13 +64,19 @@
 //
 // Shared memory (dynamic; see TopkConfig::kSmemBytes): histogram 2048 x
 //   kCopies u32; bitmaps A and B of kSegment bits each; staging kCap x (u32
-//   key + i32 index); 2 x 32 scan words + a few control words.
+//   key + i32 index); 2 x 32 scan words, 4 control words, 32 dummy words.
 //   Config 512x2: 4 copies, 128K-bit bitmaps, cap 6144 -> 115,0xx B, two CTAs
 //   per SM (1024 threads, <= 64 registers). Config 1024x1: 8 copies, 256K-bit
 //   bitmaps, cap 8192 -> ~197 KB, one CTA per SM.
 #pragma once
 
+// MQA_TOPK_HOST_EMULATION: the kernel body is also compiled as plain C++ by a
+// CPU SIMT emulator (fibers) used to test the algorithm off-GPU; the
+// emulator provides the CUDA built-ins and the mqa_topk_emu:: primitives
+// that replace the inline PTX below. Never defined in real builds.
+#ifndef MQA_TOPK_HOST_EMULATION
 #include <cuda_runtime.h>
+#endif
 
 #include <cstdint>
 
@@ -86,12 +92,14 @@ constexpr uint32_t kNoBin = 0xffffffffu;  // run-merge sentinel (not a bin)
 // loads in flight per thread, kCopies histogram copies (power of two <= 32),
 // kSegment bitmap bits (indices per emission segment; multiple of 128),
 // kCap staged (key, index) pairs.
-template <int kThreads_, int kMinBlocks_, int kUnroll_, int kCopies_, int kSegment_, int kCap_>
+template <int kThreads_, int kMinBlocks_, int kUnroll_, int kRingStages_, int kRingUnroll_, int kCopies_,
+          int kSegment_, int kCap_>
 struct TopkConfig {
+  static constexpr int kRingStages = kRingStages_;
+  static constexpr int kRingUnroll = kRingUnroll_;
   static constexpr int kThreads = kThreads_;
   static constexpr int kMinBlocks = kMinBlocks_;
   static constexpr int kUnroll = kUnroll_;
-  static constexpr int kUnroll2 = kUnroll_ < 4 ? kUnroll_ : 4;
   static constexpr int kCopies = kCopies_;
   static constexpr int kSegment = kSegment_;
   static constexpr int kCap = kCap_;
@@ -106,7 +114,11 @@ struct TopkConfig {
   static constexpr int kIdxOff = kKeyOff + kCap * 4;
   static constexpr int kScanOff = kIdxOff + kCap * 4;  // 64 words
   static constexpr int kCtrlOff = kScanOff + 64 * 4;   // 4 words: bin, above, count, staged
-  static constexpr int kSmemBytes = kCtrlOff + 4 * 4;
+  static constexpr int kDummyOff = kCtrlOff + 4 * 4;   // 32 words: targets of no-op adds
+  static constexpr int kSmemBytes = kDummyOff + 32 * 4;
+  // Pass-1 cp.async ring (aliases bitmaps A, B and the staging arrays).
+  static constexpr int kRingOff = kBitAOff;
+  static constexpr int kRingBytes = kRingStages * kRingUnroll * kThreads * 16;
 
   static_assert(kThreads % 32 == 0 && kThreads >= 64 && kThreads <= 1024, "threads");
   static_assert(kBins % kThreads == 0, "each thread owns a whole number of bins in the search");
@@ -114,6 +126,7 @@ struct TopkConfig {
   static_assert(kSegment % 128 == 0 && kSegment >= 1024, "segment");
   static_assert(kCap % 4 == 0 && kCap >= 256, "cap");
   static_assert(kUnroll >= 1 && kUnroll <= 16, "unroll");
+  static_assert(kRingBytes <= kScanOff - kRingOff, "pass-1 ring must fit in bitmaps + staging");
   // Hopper: 228 KB of shared memory per SM, 227 KB per CTA, 1 KB reserved per CTA.
   static_assert(kSmemBytes <= 232448, "shared memory per CTA");
   static_assert(kMinBlocks * (kSmemBytes + 1024) <= 233472, "shared memory for kMinBlocks CTAs per SM");
@@ -122,8 +135,8 @@ struct TopkConfig {
 
 // Default: 512 threads, two CTAs per SM (one CTA's scan/refine/emit phases
 // overlap the other's streaming). Alternative: 1024 threads, one CTA per SM.
-using TopkConfig512 = TopkConfig<512, 2, 8, 4, 131072, 6144>;
-using TopkConfig1024 = TopkConfig<1024, 1, 4, 8, 262144, 8192>;
+using TopkConfig512 = TopkConfig<512, 2, 4, 4, 2, 4, 131072, 6144>;
+using TopkConfig1024 = TopkConfig<1024, 1, 4, 4, 2, 8, 262144, 8192>;
 
 // ---------------------------------------------------------------------------
 // Keys and loads
@@ -140,16 +153,15 @@ __device__ __forceinline__ uint32_t order_key(float x) {
   return ((u ^ m) - m) ^ (~m & 0x80000000u);
 }
 
-// Shared-memory reduction (no return value), executed only where pred holds.
-__device__ __forceinline__ void red_add_shared_if(uint32_t saddr, uint32_t v, bool pred) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.u32 p, %2, 0;\n"
-      "@p red.shared.add.u32 [%0], %1;\n"
-      "}\n" ::"r"(saddr),
-      "r"(v), "r"(static_cast<uint32_t>(pred))
-      : "memory");
+// Shared-memory reduction (no return value). Unconditional on purpose:
+// callers route "no-op" adds (value 0) to a per-lane dummy word (bank = lane,
+// conflict-free) instead of predicating, which ptxas would turn into a branch.
+__device__ __forceinline__ void red_add_shared(uint32_t saddr, uint32_t v) {
+#ifdef MQA_TOPK_HOST_EMULATION
+  mqa_topk_emu::red_add_shared(saddr, v);
+#else
+  asm volatile("red.shared.add.u32 [%0], %1;" ::"r"(saddr), "r"(v) : "memory");
+#endif
 }
 
 enum LoadPolicy : int {
@@ -160,6 +172,10 @@ enum LoadPolicy : int {
 
 template <int kPolicy>
 __device__ __forceinline__ float4 load_vec(const float4* p, uint64_t policy) {
+#ifdef MQA_TOPK_HOST_EMULATION
+  (void)policy;
+  return mqa_topk_emu::load_vec(p);
+#else
   float4 v;
   if constexpr (kPolicy == kLoadStream) {
     asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.f32 {%0, %1, %2, %3}, [%4];"
@@ -175,12 +191,17 @@ __device__ __forceinline__ float4 load_vec(const float4* p, uint64_t policy) {
                  : "l"(p));
   }
   return v;
+#endif
 }
 
 __device__ __forceinline__ uint64_t make_evict_first_policy() {
+#ifdef MQA_TOPK_HOST_EMULATION
+  return 0;
+#else
   uint64_t policy;
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
   return policy;
+#endif
 }
 
 // Calls op(idx0, float4 v, mask) for the `count` floats at ptr, grouped in
@@ -233,6 +254,98 @@ __device__ __forceinline__ void for_each_vec(const float* ptr, int count, bool r
   op(idx0, make_float4(e[0], e[1], e[2], e[3]), m);
 }
 
+#ifdef MQA_TOPK_HOST_EMULATION
+__device__ __forceinline__ void cp_async_16(uint32_t dst_saddr, const void* src) {
+  mqa_topk_emu::cp_async_16(dst_saddr, src);
+}
+__device__ __forceinline__ void cp_async_commit() { mqa_topk_emu::cp_async_commit(); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  mqa_topk_emu::cp_async_wait(kPending);
+}
+__device__ __forceinline__ float4 lds_vec(uint32_t saddr) { return mqa_topk_emu::lds_vec(saddr); }
+#else
+__device__ __forceinline__ void cp_async_16(uint32_t dst_saddr, const void* src) {
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(dst_saddr), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+}
+__device__ __forceinline__ float4 lds_vec(uint32_t saddr) {
+  float4 v;
+  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(saddr)
+               : "memory");
+  return v;
+}
+#endif
+
+// Same contract as for_each_vec, for the first read of a row (from HBM):
+// each thread streams its own vectors through a private ring of kStages x
+// kUnroll 16-byte slots in shared memory with cp.async (kStages - 1 batches
+// in flight while one is processed). No registers hold data in flight, so
+// the memory-level parallelism does not depend on ptxas' scheduling; a
+// thread only reads back the slots it wrote itself, so the ring needs no
+// barriers. ring_saddr: kStages * kUnroll * kThreads * 16 bytes, 16-aligned.
+template <int kThreads, int kUnroll, int kStages, class Op>
+__device__ __forceinline__ void for_each_vec_async(const float* ptr, int count, uint32_t ring_saddr, Op& op) {
+  static_assert((kStages & (kStages - 1)) == 0 && kStages >= 2, "stages: power of two >= 2");
+  const int t = threadIdx.x;
+  int head = static_cast<int>(((16u - (static_cast<uint32_t>(reinterpret_cast<uintptr_t>(ptr)) & 15u)) & 15u) >> 2);
+  head = head < count ? head : count;
+  const int nv = (count - head) >> 2;
+  const float4* body = reinterpret_cast<const float4*>(ptr + head);
+  constexpr int kBatch = kThreads * kUnroll;
+  const int nb = (nv + kBatch - 1) / kBatch;
+  const uint32_t my_slot = ring_saddr + static_cast<uint32_t>(t) * 16u;
+  auto issue = [&](int b) {
+    if (b < nb) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int vi = b * kBatch + u * kThreads + t;
+        if (vi < nv)
+          cp_async_16(my_slot + static_cast<uint32_t>(((b & (kStages - 1)) * kUnroll + u) * kThreads * 16), body + vi);
+      }
+    }
+    cp_async_commit();  // possibly empty: keeps the group count uniform
+  };
+#pragma unroll
+  for (int b = 0; b < kStages - 1; ++b) issue(b);
+  for (int i = 0; i < nb; ++i) {
+    issue(i + kStages - 1);  // refills the slot processed in iteration i - 1
+    cp_async_wait<kStages - 1>();  // batch i has landed
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int vi = i * kBatch + u * kThreads + t;
+      const bool in = vi < nv;
+      const float4 v = in ? lds_vec(my_slot + static_cast<uint32_t>(((i & (kStages - 1)) * kUnroll + u) * kThreads * 16))
+                          : make_float4(0.f, 0.f, 0.f, 0.f);
+      op(head + 4 * vi, v, in ? 0xfu : 0u);
+    }
+  }
+  cp_async_wait<0>();
+  const int tail = count - head - 4 * nv;  // 0..3
+  float e[4] = {0.f, 0.f, 0.f, 0.f};
+  uint32_t m = 0;
+  int idx0 = 0;
+  if (t == 0 && head > 0) {
+#pragma unroll
+    for (int j = 0; j < 3; ++j)
+      if (j < head) e[j] = __ldg(ptr + j);
+    m = (1u << head) - 1u;
+  } else if (t == 1 && tail > 0) {
+    idx0 = head + 4 * nv;
+#pragma unroll
+    for (int j = 0; j < 3; ++j)
+      if (j < tail) e[j] = __ldg(ptr + idx0 + j);
+    m = (1u << tail) - 1u;
+  }
+  op(idx0, make_float4(e[0], e[1], e[2], e[3]), m);
+}
+
 // Sets bits idx0 + j (j < 4, bit j of bits4) of a bitmap.
 __device__ __forceinline__ void set_bits4(uint32_t* bitmap, int idx0, uint32_t bits4) {
   const uint32_t w = static_cast<uint32_t>(idx0) >> 5;
@@ -250,15 +363,17 @@ __device__ __forceinline__ void set_bits4(uint32_t* bitmap, int idx0, uint32_t b
 // float4 are merged into one atomic.
 template <int kCopies, bool kFilter>
 struct HistOp {
-  uint32_t hist_saddr;  // shared-space address of the histogram
+  uint32_t hist_saddr;   // shared-space address of the histogram
+  uint32_t dummy_saddr;  // this lane's dummy word
   uint32_t cls;
   int cls_shift;
   int bin_shift;
   uint32_t bin_mask;
   uint32_t copy;  // lane % kCopies
 
-  __device__ __forceinline__ uint32_t addr(uint32_t bin) const {
-    return hist_saddr + (((bin & (kBins - 1)) * kCopies + copy) << 2);
+  __device__ __forceinline__ void add_if(uint32_t bin, uint32_t c, bool pred) const {
+    const uint32_t a = hist_saddr + (((bin & (kBins - 1)) * kCopies + copy) << 2);
+    red_add_shared(pred ? a : dummy_saddr, pred ? c : 0u);
   }
   __device__ __forceinline__ void operator()(int, float4 v, uint32_t mask) const {
     const float f[4] = {v.x, v.y, v.z, v.w};
@@ -270,16 +385,16 @@ struct HistOp {
       if constexpr (kFilter) ok = ok && (key >> cls_shift) == cls;
       b[j] = ok ? ((key >> bin_shift) & bin_mask) : kNoBin;
     }
-    // One atomic per run of equal bins: a run ending at j (j == 3 or
+    // One add per run of equal bins: a run ending at j (j == 3 or
     // b[j] != b[j+1]) adds its length; runs of invalid keys add nothing.
     const bool e0 = b[0] != b[1], e1 = b[1] != b[2], e2 = b[2] != b[3];
     const uint32_t c1 = e0 ? 1u : 2u;
     const uint32_t c2 = e1 ? 1u : c1 + 1u;
     const uint32_t c3 = e2 ? 1u : c2 + 1u;
-    red_add_shared_if(addr(b[0]), 1u, e0 && b[0] != kNoBin);
-    red_add_shared_if(addr(b[1]), c1, e1 && b[1] != kNoBin);
-    red_add_shared_if(addr(b[2]), c2, e2 && b[2] != kNoBin);
-    red_add_shared_if(addr(b[3]), c3, b[3] != kNoBin);
+    add_if(b[0], 1u, e0 && b[0] != kNoBin);
+    add_if(b[1], c1, e1 && b[1] != kNoBin);
+    add_if(b[2], c2, e2 && b[2] != kNoBin);
+    add_if(b[3], c3, b[3] != kNoBin);
   }
 };
 
@@ -508,8 +623,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     topk_per_row_kernel(const float* __restrict__ logits, int64_t ld, const int* __restrict__ starts,
                         const int* __restrict__ ends, int* __restrict__ out, int width, int topk) {
   constexpr int T = Cfg::kThreads;
-  constexpr int U = Cfg::kUnroll;  // pass 1 (from HBM)
-  constexpr int U2 = Cfg::kUnroll2;  // re-reads (mostly from L2)
+  constexpr int U2 = Cfg::kUnroll;  // re-reads (mostly from L2), register loads
   constexpr int C = Cfg::kCopies;
   constexpr int S = Cfg::kSegment;
   constexpr uint32_t kCap = static_cast<uint32_t>(Cfg::kCap);
@@ -517,6 +631,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   extern __shared__ __align__(16) unsigned char smem[];
   uint32_t* hist = reinterpret_cast<uint32_t*>(smem + Cfg::kHistOff);
   const uint32_t hist_saddr = static_cast<uint32_t>(__cvta_generic_to_shared(hist));
+  const uint32_t dummy_saddr = static_cast<uint32_t>(__cvta_generic_to_shared(smem + Cfg::kDummyOff)) + 4u * (threadIdx.x & 31u);
   uint32_t* bit_a = reinterpret_cast<uint32_t*>(smem + Cfg::kBitAOff);
   uint32_t* bit_b = reinterpret_cast<uint32_t*>(smem + Cfg::kBitBOff);
   uint32_t* skey = reinterpret_cast<uint32_t*>(smem + Cfg::kKeyOff);
@@ -550,8 +665,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   zero_words<T>(hist, kBins * C);
   __syncthreads();
   {
-    HistOp<C, false> op{hist_saddr, 0u, 0, 21, 0x7ffu, copy};
-    for_each_vec<T, U, kLoadStream>(ptr, n, false, policy, op);
+    // The ring aliases bitmaps + staging, which are first used after pass 1.
+    HistOp<C, false> op{hist_saddr, dummy_saddr, 0u, 0, 21, 0x7ffu, copy};
+    for_each_vec_async<T, Cfg::kRingUnroll, Cfg::kRingStages>(
+        ptr, n, static_cast<uint32_t>(__cvta_generic_to_shared(smem + Cfg::kRingOff)), op);
   }
   __syncthreads();
   Select sel = search_bin<T, C>(hist, static_cast<uint32_t>(k), scratch, ctrl);
@@ -569,7 +686,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     zero_words<T>(hist, kBins * C);
     __syncthreads();
     {
-      HistOp<C, true> op{hist_saddr, cls, shift, ns, (1u << bits) - 1u, copy};
+      HistOp<C, true> op{hist_saddr, dummy_saddr, cls, shift, ns, (1u << bits) - 1u, copy};
       for_each_vec<T, U2, kLoadNormal>(ptr, n, rev, policy, op);
     }
     rev = !rev;
@@ -612,7 +729,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       __syncthreads();
       for (uint32_t i = t; i < staged; i += T) {
         const uint32_t key = skey[i];
-        red_add_shared_if(hist_saddr + ((((key >> ns) & bmask) * C + copy) << 2), 1u, (key >> shift) == cls);
+        const bool in = (key >> shift) == cls;
+        red_add_shared(in ? hist_saddr + ((((key >> ns) & bmask) * C + copy) << 2) : dummy_saddr, in ? 1u : 0u);
       }
       __syncthreads();
       sel = search_bin<T, C>(hist, r, scratch, ctrl);
@@ -662,6 +780,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   }
 }
 
+#ifndef MQA_TOPK_HOST_EMULATION
 // ---------------------------------------------------------------------------
 // Host launch helpers (torch-free).
 
@@ -698,6 +817,7 @@ inline cudaError_t launch_topk_per_row(const float* logits, int64_t ld, const in
     return launch_topk_per_row_cfg<TopkConfig1024>(logits, ld, starts, ends, out, rows, width, topk, stream);
   return launch_topk_per_row_cfg<TopkConfig512>(logits, ld, starts, ends, out, rows, width, topk, stream);
 }
+#endif  // MQA_TOPK_HOST_EMULATION
 
 }  // namespace topk
 }  // namespace mqa_topk
