@@ -17,9 +17,11 @@
 //   Levels: bits 31..21 (2048 bins), 20..10 (2048), 9..0 (1024). A "class" is
 //   (key >> shift) == cls; r = how many of the class still belong to the top-k.
 //   1. n <= k: write 0..n-1, pad -1. Done, no selection.
-//   2. Pass 1 streams the row (16-byte loads, kUnroll in flight per thread)
-//      into a level-0 histogram in shared memory. The histogram has kCopies
-//      interleaved copies (word = bin * kCopies + lane % kCopies), and the 4
+//   2. Pass 1 streams the row from HBM through a per-thread cp.async ring in
+//      shared memory (16-byte copies, several batches in flight per thread,
+//      independent of register pressure) into a level-0 histogram. The
+//      histogram has kCopies interleaved copies (word = bin * kCopies +
+//      lane % kCopies), and the 4
 //      keys of one float4 are run-length merged before the atomics, so rows
 //      where all values are equal cost ~1 atomic per 4 keys with a
 //      (32 / kCopies)-way same-address conflict, not 32-way.
@@ -65,9 +67,12 @@
 // Shared memory (dynamic; see TopkConfig::kSmemBytes): histogram 2048 x
 //   kCopies u32; bitmaps A and B of kSegment bits each; staging kCap x (u32
 //   key + i32 index); 2 x 32 scan words, 4 control words, 32 dummy words.
-//   Config 512x2: 4 copies, 128K-bit bitmaps, cap 6144 -> 115,0xx B, two CTAs
-//   per SM (1024 threads, <= 64 registers). Config 1024x1: 8 copies, 256K-bit
-//   bitmaps, cap 8192 -> ~197 KB, one CTA per SM.
+//   Pass 1's cp.async ring (kRingStages x kRingUnroll x 16 B per thread)
+//   aliases bitmaps + staging, which are only used after pass 1.
+//   TopkConfig512 (default): 512 threads, 2 CTAs/SM (<= 64 registers), 4
+//   copies, 128K-bit bitmaps, cap 6144 -> 115,088 B per CTA (ring 64 KB).
+//   TopkConfig1024: 1024 threads, 1 CTA/SM, 8 copies, 256K-bit bitmaps, cap
+//   8192 -> 197,008 B (ring 128 KB).
 #pragma once
 
 // MQA_TOPK_HOST_EMULATION: the kernel body is also compiled as plain C++ by a

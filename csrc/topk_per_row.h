@@ -1,0 +1,16 @@
+// Exact, deterministic per-row top-k over fp32 logits (the dense path's second
+// half). Kernel: include/mqa_topk/sm90_topk_per_row.cuh.
+#pragma once
+#include <ATen/ATen.h>
+
+#include <vector>
+
+#include "launch_common.h"
+
+// logits [rows, width] fp32 (unit column stride, row stride >= width),
+// starts/ends [rows] int32, output [rows, topk] int32 with topk in
+// {512, 1024, 2048}: indices (relative to start) of the top-k of each row's
+// [start, end), ties to the lowest index, -1 padded.
+void topk_per_row(const at::Tensor& logits, const at::Tensor& starts, const at::Tensor& ends,
+                  const at::Tensor& output);
+std::vector<mqa_topk::KernelInfo> topk_per_row_kernel_info();
