@@ -19,7 +19,8 @@ Layouts (SPEC §1): ``causal`` (the last R of N tokens: start 0, end N-R+r+1),
 ``ragged`` (several requests packed: request i owns keys [off_i, off_i+c_i)
 and its q_i rows see [off_i, off_i+c_i-q_i+j+1)), ``full`` (every row sees
 [0, N)). Option ``unaligned_starts=True`` moves every row's start forward by
-an odd amount (never a multiple of 16), keeping start <= end.
+1..255 keys to a position that is no multiple of 16 (where the row has room),
+keeping start < end.
 
 Distributions (SPEC §4, the workloads that find bugs): see ``DISTS`` and the
 ``_dist_*`` functions; each states what it provokes.
@@ -52,7 +53,7 @@ OPTIONS = {
     "requests": "ragged: number of packed requests (default 4, random lengths)",
     "key_lengths": "ragged: explicit key count c_i of each request",
     "row_lengths": "ragged: explicit row count q_i of each request (q_i <= c_i)",
-    "unaligned_starts": "any layout: shift each row's start forward by an odd amount",
+    "unaligned_starts": "any layout: move each row's start forward by 1..255 keys, off any multiple of 16",
     "tie_mode": "ties: 'boundary' (default; the k-th value shared by hundreds to thousands of keys) or 'whole' (every visible key of every row ties)",
     "near_ties": "ties: the tie group becomes thousands of distinct values within 0.1% of each other (one coarse histogram bin)",
     "sinks": "dsa: number of sink keys at the start of each request (default 4)",
@@ -223,8 +224,12 @@ def _ragged_lengths(rng: _Rng, rows: int | None, keys: int | None, opts: dict) -
         cuts = []
     bounds = [0, *cuts, keys]
     kl = [bounds[i + 1] - bounds[i] for i in range(nreq)]
-    # Rows in proportion to keys (floor), the remainder to requests with room.
-    rl = [rows * c // keys for c in kl]
+    # One row per request when there are enough, the rest in proportion to the
+    # remaining keys (floor), the remainder to requests with room.
+    base = 1 if rows >= nreq else 0
+    cap_total = keys - base * nreq
+    rest = rows - base * nreq
+    rl = [base + (rest * (c - base) // cap_total if cap_total else 0) for c in kl]
     left = rows - sum(rl)
     i = 0
     while left > 0:
@@ -265,13 +270,17 @@ def _layout(rng: _Rng, layout: str, rows: int | None, keys: int | None, opts: di
 
 
 def _unalign(rng: _Rng, starts: torch.Tensor, ends: torch.Tensor) -> torch.Tensor:
-    """Starts moved forward by an odd shift <= 255 (and <= n - 1 when n > 1), so
-    most starts are no multiple of 16 or 256; rows keep at least one key."""
+    """Starts moved forward by 1..255 keys (never past end - 1) to a position
+    that is no multiple of 16 (hence of 256) wherever the row has room; rows
+    keep at least one key."""
     n = ends - starts
-    shift = (rng.randint(0, 128, starts.numel()).to("cpu") * 2 + 1)
+    shift = rng.randint(1, 256, starts.numel()).to("cpu")
     room = torch.clamp(n - 1, min=0)
-    shift = torch.minimum(shift, room)
-    return starts + shift
+    new = starts + torch.minimum(shift, room)
+    aligned = (new % 16 == 0)
+    up = aligned & (new + 1 <= starts + room)
+    down = aligned & ~up & (new - 1 > starts)
+    return new + up.to(new.dtype) - down.to(new.dtype)
 
 
 def _base_qk(rng: _Rng, rows: int, keys: int, qscale: float = 1.0, kscale: float = 1.0):
@@ -611,7 +620,8 @@ def _read_raw(path: Path) -> tuple[str, dict[str, Any], dict[str, str]]:
         try:
             with safe_open(str(path), framework="pt") as f:
                 meta = dict(f.metadata() or {})
-                data = {key: f.get_tensor(key) for key in f.keys()}
+                # clone: the tensors may be views at unaligned offsets of the file's buffer
+                data = {key: f.get_tensor(key).clone() for key in f.keys()}
         except Exception as e:  # safetensors raises its own SafetensorError / OSError
             raise _file_error(path, f"corrupt or unreadable safetensors file ({type(e).__name__}: {e})") from None
         return fmt, data, meta

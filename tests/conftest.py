@@ -1,0 +1,44 @@
+"""Shared fixtures; tests marked ``@pytest.mark.gpu`` skip without a CUDA GPU."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def make():
+    """make(**kwargs) -> a cached CPU workload from workloads.make_workload.
+    Callers must not modify the returned tensors (tests that do clone first)."""
+    from mqa_topk_cli.workloads import make_workload
+
+    cache = {}
+
+    def _make(**kw):
+        key = tuple(sorted((k, repr(v)) for k, v in kw.items()))
+        if key not in cache:
+            cache[key] = make_workload(**kw)
+        return cache[key]
+
+    return _make
+
+
+@pytest.fixture
+def tiny(make):
+    """13 causal rows over 700 keys, top-512 (some rows with n > k)."""
+    return make(layout="causal", rows=13, keys=700, topk=512, dist="gaussian", seed=0)
+
+
+@pytest.fixture
+def cuda_device():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    return torch.device("cuda")

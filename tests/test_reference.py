@@ -1,0 +1,154 @@
+"""reference.py against a brute-force float64 loop on tiny shapes, and the
+top-k tie rule against Python's sorted()."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from mqa_topk_cli.reference import (
+    assemble_reference_logits,
+    ieee_fp32_matmul,
+    reference_logits,
+    reference_mqa_topk,
+    reference_topk,
+)
+from mqa_topk_cli.workloads import Workload, make_workload
+
+
+def brute_logits(w) -> list[list[float]]:
+    """Python float64 loop: one (row, key) at a time."""
+    q = w.q.to(torch.float64)
+    k = w.k.to(torch.float64)
+    out = []
+    for r in range(w.rows):
+        row = [-math.inf] * w.keys
+        for s in range(int(w.starts[r]), int(w.ends[r])):
+            acc = 0.0
+            for h in range(32):
+                acc += float(w.weights[r, h]) * max(0.0, float(q[r, h] @ k[s]))
+            row[s] = float(w.scales[s]) * acc
+        out.append(row)
+    return out
+
+
+def brute_topk(logits_row: list[float], start: int, end: int, topk: int) -> list[int]:
+    order = sorted(range(start, end), key=lambda s: (-logits_row[s], s))[:topk]
+    rel = [s - start for s in order]
+    return rel + [-1] * (topk - len(rel))
+
+
+def _tiny(dist="gaussian", layout="ragged", rows=6, keys=40, seed=0, **kw):
+    return make_workload(layout, rows=rows, keys=keys, topk=512, dist=dist, seed=seed, **kw)
+
+
+def _with_ranges(w, starts, ends) -> Workload:
+    return Workload(w.q, w.k, w.scales, w.weights, torch.tensor(starts, dtype=torch.int32),
+                    torch.tensor(ends, dtype=torch.int32), w.topk)
+
+
+@pytest.mark.parametrize("dist", ["gaussian", "negative_weights", "zero_weights", "ties", "relu_saturated", "dsa"])
+def test_logits_match_brute_force(dist):
+    w = _tiny(dist, rows=5, keys=37, seed=2)
+    w = _with_ranges(w, [0, 3, 10, 36, 20], [37, 3, 25, 37, 21])  # full, n=0, middle, n=1 at the end, n=1
+    want = torch.tensor(brute_logits(w), dtype=torch.float64)
+    got64 = reference_logits(w.q, w.k, w.scales, w.weights, w.starts, w.ends, precision="fp64")
+    got32 = reference_logits(w.q, w.k, w.scales, w.weights, w.starts, w.ends)
+    assert got64.dtype == torch.float64 and got32.dtype == torch.float32
+    inside = torch.isfinite(want)
+    assert torch.equal(torch.isinf(got64), ~inside) and torch.equal(torch.isinf(got32), ~inside)
+    assert bool((got64[~inside] < 0).all())  # -inf, not +inf
+    scale = want[inside].abs().max().clamp(min=1e-30)
+    assert float((got64[inside] - want[inside]).abs().max()) <= 1e-12 * float(scale)
+    # fp32: one rounding of the (near exact) value: within half an fp32 ulp of it.
+    err = (got32.double()[inside] - want[inside]).abs()
+    assert bool((err <= want[inside].abs() * 2.0 ** -24 + 1e-30).all())
+    if dist == "negative_weights":
+        assert bool((got32[inside] <= 0).all()) and bool((got32[inside] < 0).any())
+    if dist == "zero_weights":
+        assert bool((got32[inside] == 0).all())
+
+
+def test_rows_and_key_range_slices_are_bitwise_the_full_result():
+    w = _tiny("gaussian", rows=9, keys=300, seed=1)
+    full = reference_logits(w.q, w.k, w.scales, w.weights, w.starts, w.ends)
+    part = reference_logits(w.q, w.k, w.scales, w.weights, w.starts, w.ends, rows=slice(2, 7), key_range=(17, 290))
+    assert torch.equal(part, full[2:7, 17:290])
+    # forced key chunking (max_bytes below one row) gives the same bits
+    chunked = reference_logits(w.q, w.k, w.scales, w.weights, w.starts, w.ends, max_bytes=40_000)
+    assert torch.equal(chunked, full)
+    with pytest.raises(ValueError, match="precision"):
+        reference_logits(w.q, w.k, w.scales, w.weights, w.starts, w.ends, precision="fp16")
+
+
+def test_duplicate_keys_get_bitwise_equal_logits_at_awkward_sizes():
+    # Identical k rows + scales must give identical logits wherever they sit
+    # (a BLAS tail block must not round differently).
+    w = make_workload("causal", rows=7, keys=3001, topk=512, dist="ties", seed=0, tie_mode="whole")
+    logits = reference_logits(w.q, w.k, w.scales, w.weights, w.starts, w.ends)
+    for r in range(w.rows):
+        row = logits[r, int(w.starts[r]):int(w.ends[r])]
+        assert torch.unique(row).numel() == 1
+
+
+def test_topk_matches_sorted_with_heavy_ties_and_short_rows():
+    g = torch.Generator().manual_seed(0)
+    rows, width, topk = 12, 1300, 512
+    logits = torch.randint(-3, 4, (rows, width), generator=g).to(torch.float32)  # 7 values: ties everywhere
+    logits[3] = 0.0  # whole row ties
+    logits[4] = -torch.arange(width, dtype=torch.float32)  # strictly falling
+    starts = [0, 5, 100, 0, 7, 1299, 400, 400, 0, 10, 600, 3]
+    ends = [1300, 5, 611, 1300, 1300, 1300, 912, 913, 511, 523, 1111, 1290]  # n = 0, 511, 512, 513, 1 ...
+    out = reference_topk(logits, torch.tensor(starts, dtype=torch.int32), torch.tensor(ends, dtype=torch.int32), topk)
+    assert out.dtype == torch.int32 and out.shape == (rows, topk)
+    for r in range(rows):
+        assert out[r].tolist() == brute_topk(logits[r].tolist(), starts[r], ends[r], topk), r
+    # the whole-row tie takes the lowest indices, in ascending order
+    assert out[3].tolist() == list(range(topk))
+
+
+def test_topk_with_minus_inf_inside_the_range():
+    logits = torch.full((1, 600), 1.0)
+    logits[0, 50:60] = float("-inf")  # -inf inside [40, 100): must still rank before the outside keys
+    out = reference_topk(logits, torch.tensor([40], dtype=torch.int32), torch.tensor([100], dtype=torch.int32), 512)
+    assert out[0].tolist() == brute_topk(logits[0].tolist(), 40, 100, 512)
+    assert sorted(out[0, :60].tolist()) == list(range(60))
+
+
+def test_topk_is_not_fooled_by_an_unstable_sort():
+    # 2000 equal values then a larger one: an unstable sort would scramble the tie order.
+    logits = torch.zeros((2, 2100))
+    logits[:, 2050] = 5.0
+    out = reference_topk(logits, torch.tensor([0, 1000], dtype=torch.int32),
+                         torch.tensor([2100, 2100], dtype=torch.int32), 1024)
+    assert out[0].tolist() == [2050] + list(range(1023))
+    assert out[1].tolist() == [1050] + list(range(1023))
+
+
+@pytest.mark.parametrize("dist", ["gaussian", "ties", "short_rows", "zero_weights"])
+def test_mqa_topk_matches_brute_force_end_to_end(dist):
+    w = make_workload("ragged", rows=6, keys=1400, topk=512, dist=dist, seed=4, unaligned_starts=True)
+    want = brute_logits(w)
+    out = reference_mqa_topk(w)
+    for r in range(w.rows):
+        assert out[r].tolist() == brute_topk(want[r], int(w.starts[r]), int(w.ends[r]), 512), r
+
+
+def test_chunking_does_not_change_the_answer():
+    w = make_workload("ragged", rows=40, keys=2000, topk=512, dist="ties", seed=3, requests=3)
+    base = reference_mqa_topk(w)
+    assert torch.equal(reference_mqa_topk(w, row_chunk=1), base)
+    assert torch.equal(reference_mqa_topk(w, row_chunk=7, max_bytes=300_000), base)
+    assert torch.equal(reference_mqa_topk(w, precision="fp64"), base)
+    full = assemble_reference_logits(w)
+    assert full.shape == (40, 2000)
+    assert torch.equal(reference_topk(full, w.starts, w.ends, 512), base)
+
+
+def test_ieee_context_restores_the_setting():
+    m = torch.backends.cuda.matmul
+    before = m.fp32_precision
+    with ieee_fp32_matmul():
+        assert m.fp32_precision == "ieee"
+    assert m.fp32_precision == before
