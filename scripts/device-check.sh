@@ -33,8 +33,8 @@ for s in "${stages[@]}"; do
     probe) run probe python3 scripts/logits_probe.py ;;
     gpu-tests) run gpu-tests python3 -m pytest -q -m gpu -x tests ;;
     verify) run verify mqa-topk verify --paths native,torch --out "$OUT/verify.json" ;;
-    bench-logits) run bench-logits mqa-topk bench --op logits --config logits-grid --paths native --out "$OUT/bench-logits.csv" ;;
-    bench-topk) run bench-topk mqa-topk bench --op topk --config topk-grid --paths native --out "$OUT/bench-topk.csv" ;;
+    bench-logits) run bench-logits mqa-topk bench --op logits --config bench --paths native --out "$OUT/bench-logits.csv" ;;
+    bench-topk) run bench-topk mqa-topk bench --op topk --config topk-grid --random-logits --paths native,torch --out "$OUT/bench-topk.csv" ;;
     bench) run bench mqa-topk bench --paths native,torch --out "$OUT/bench.csv" ;;
     crossover) run crossover mqa-topk crossover --out "$OUT/calibration.json" ;;
     sanitize) run sanitize compute-sanitizer --tool memcheck python3 scripts/sanitize_case.py ;;
