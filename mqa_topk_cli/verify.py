@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .contract import HEADS
 from .errors import Unavailable
 from .paths import PathImpl, get_path
 from .reference import ieee_fp32_matmul, reference_logits, reference_topk
