@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole GPU round in one call (device time is scarce: build once, then
 # test, verify and bench). Usage: scripts/device-check.sh [stage ...]
-#   stages: build probe gpu-tests verify bench-logits bench-topk bench crossover sanitize  (default: all but crossover/sanitize)
+#   stages: build probe gpu-tests verify bench-logits bench-topk bench crossover ncu sanitize  (default: all but crossover/sanitize)
 # Logs go to $OUT (or ./device-out) as <stage>.log; a summary is printed last.
 set -uo pipefail
 OUT=${OUT:-$PWD/device-out}
@@ -15,11 +15,13 @@ export MAX_JOBS=${MAX_JOBS:-16}
 stages=("$@")
 [ ${#stages[@]} -eq 0 ] && stages=(build probe gpu-tests verify bench-logits bench-topk bench)
 summary=()
-run() {  # run NAME CMD...
+run() {  # run NAME CMD...  (each stage under its own time limit, STAGE_TIMEOUT_<name> or 300 s)
   local name=$1; shift
+  local var="STAGE_TIMEOUT_${name//-/_}"
+  local limit=${!var:-300}
   local t0=$(date +%s)
   echo "=== $name: $*" | tee -a "$OUT/$name.log"
-  "$@" 2>&1 | tee -a "$OUT/$name.log"
+  timeout "$limit" "$@" 2>&1 | tee -a "$OUT/$name.log"
   local rc=${PIPESTATUS[0]}
   summary+=("$name rc=$rc $(( $(date +%s) - t0 ))s")
   return $rc
@@ -37,6 +39,7 @@ for s in "${stages[@]}"; do
     bench-topk) run bench-topk mqa-topk bench --op topk --config topk-grid --random-logits --paths native,torch --out "$OUT/bench-topk.csv" ;;
     bench) run bench mqa-topk bench --paths native,torch --out "$OUT/bench.csv" ;;
     crossover) run crossover mqa-topk crossover --out "$OUT/calibration.json" ;;
+    ncu) run ncu ncu --clock-control none -k regex:sm90_fp8 -c 1 --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis python3 scripts/ncu_logits.py ;;
     sanitize) run sanitize compute-sanitizer --tool memcheck python3 scripts/sanitize_case.py ;;
     *) echo "unknown stage $s" ;;
   esac

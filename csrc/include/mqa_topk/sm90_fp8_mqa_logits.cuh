@@ -175,7 +175,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                                const __grid_constant__ CUtensorMap tm_out, const Sm90LogitsParams p) {
   constexpr int S = Cfg::kNumStages;
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  // Offset the __shared__ array itself (not an integer address) so the compiler
+  // keeps the shared address space: LDS/STS instead of generic LD/ST.
+  uint8_t* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + Cfg::kOffBars);
   uint64_t* full = bars;
   uint64_t* empty = bars + S;

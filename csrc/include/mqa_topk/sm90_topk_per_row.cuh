@@ -93,10 +93,12 @@ constexpr int kMaxRowKeys = 1 << 22;  // contract.MAX_KEYS
 constexpr uint32_t kFullMask = 0xffffffffu;
 constexpr uint32_t kNoBin = 0xffffffffu;  // run-merge sentinel (not a bin)
 
-// kThreads per CTA, kMinBlocks CTAs per SM (launch bound), kUnroll float4
-// loads in flight per thread, kCopies histogram copies (power of two <= 32),
-// kSegment bitmap bits (indices per emission segment; multiple of 128),
-// kCap staged (key, index) pairs.
+// kThreads per CTA; kMinBlocks CTAs per SM (launch bound); kUnroll float4
+// register loads in flight per thread on re-reads (mostly L2 hits);
+// kRingStages x kRingUnroll 16-byte cp.async slots per thread for pass 1
+// (from HBM); kCopies histogram copies (power of two, 4..32); kSegment bitmap
+// bits (indices per emission segment; multiple of 128); kCap staged
+// (key, index) pairs. The output does not depend on the configuration.
 template <int kThreads_, int kMinBlocks_, int kUnroll_, int kRingStages_, int kRingUnroll_, int kCopies_,
           int kSegment_, int kCap_>
 struct TopkConfig {
@@ -170,7 +172,6 @@ __device__ __forceinline__ void red_add_shared(uint32_t saddr, uint32_t v) {
 }
 
 enum LoadPolicy : int {
-  kLoadStream = 0,  // first read from HBM: no L1 allocation, 256-byte L2 prefetch
   kLoadNormal = 1,  // re-read that will be read again
   kLoadLast = 2,    // last read of the row: L2 evict-first
 };
@@ -182,11 +183,7 @@ __device__ __forceinline__ float4 load_vec(const float4* p, uint64_t policy) {
   return mqa_topk_emu::load_vec(p);
 #else
   float4 v;
-  if constexpr (kPolicy == kLoadStream) {
-    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.f32 {%0, %1, %2, %3}, [%4];"
-                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-                 : "l"(p));
-  } else if constexpr (kPolicy == kLoadLast) {
+  if constexpr (kPolicy == kLoadLast) {
     asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.f32 {%0, %1, %2, %3}, [%4], %5;"
                  : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
                  : "l"(p), "l"(policy));
