@@ -1,6 +1,7 @@
 // Launcher of the per-row top-k kernel: contract checks, then launch.
 #include "topk_per_row.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
