@@ -606,7 +606,7 @@ def verify(paths_, config, case_names, workload_files, rows, keys, topk, layout,
         rate = r.exact_set_rate
         t.add_row(str(r.case), str(r.path), str(r.rows), str(r.keys), str(r.topk), f"{r.valid_rows}/{r.rows}",
                   str(r.tie_equivalent_rows), _fmt(rate, 4) if rate is not None else "-",
-                  _fmt(r.max_violation, 3) if isinstance(r.max_violation, float) else _fmt(r.max_violation),
+                  f"{r.max_violation:.3g}" if isinstance(r.max_violation, float) else _fmt(r.max_violation),
                   _fmt(r.deterministic), "[green]pass[/green]" if r.passed else "[red]FAIL[/red]")
     con = _console()
     con.print(t)
