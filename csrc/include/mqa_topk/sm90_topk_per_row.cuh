@@ -365,17 +365,16 @@ __device__ __forceinline__ void set_bits4(uint32_t* bitmap, int idx0, uint32_t b
 // float4 are merged into one atomic.
 template <int kCopies, bool kFilter>
 struct HistOp {
-  uint32_t hist_saddr;   // shared-space address of the histogram
+  uint32_t copy_saddr;   // shared-space address of the histogram + 4 * (lane % kCopies)
   uint32_t dummy_saddr;  // this lane's dummy word
   uint32_t cls;
   int cls_shift;
   int bin_shift;
   uint32_t bin_mask;
-  uint32_t copy;  // lane % kCopies
 
+  // bin may be kNoBin when !pred: its (wrapped) address is never used.
   __device__ __forceinline__ void add_if(uint32_t bin, uint32_t c, bool pred) const {
-    const uint32_t a = hist_saddr + (((bin & (kBins - 1)) * kCopies + copy) << 2);
-    red_add_shared(pred ? a : dummy_saddr, pred ? c : 0u);
+    red_add_shared(pred ? copy_saddr + bin * (kCopies * 4u) : dummy_saddr, pred ? c : 0u);
   }
   __device__ __forceinline__ void operator()(int, float4 v, uint32_t mask) const {
     const float f[4] = {v.x, v.y, v.z, v.w};
@@ -632,7 +631,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 
   extern __shared__ __align__(16) unsigned char smem[];
   uint32_t* hist = reinterpret_cast<uint32_t*>(smem + Cfg::kHistOff);
-  const uint32_t hist_saddr = static_cast<uint32_t>(__cvta_generic_to_shared(hist));
+  // this lane's histogram copy: word bin * C + lane % C
+  const uint32_t copy_saddr = static_cast<uint32_t>(__cvta_generic_to_shared(hist)) + 4u * (threadIdx.x & (C - 1u));
   const uint32_t dummy_saddr = static_cast<uint32_t>(__cvta_generic_to_shared(smem + Cfg::kDummyOff)) + 4u * (threadIdx.x & 31u);
   uint32_t* bit_a = reinterpret_cast<uint32_t*>(smem + Cfg::kBitAOff);
   uint32_t* bit_b = reinterpret_cast<uint32_t*>(smem + Cfg::kBitBOff);
@@ -643,7 +643,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 
   const int t = threadIdx.x;
   const uint32_t lane = t & 31;
-  const uint32_t copy = lane & (C - 1);
   const int row = blockIdx.x;
   const int k = topk;
   int* o = out + static_cast<int64_t>(row) * k;
@@ -668,7 +667,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   __syncthreads();
   {
     // The ring aliases bitmaps + staging, which are first used after pass 1.
-    HistOp<C, false> op{hist_saddr, dummy_saddr, 0u, 0, 21, 0x7ffu, copy};
+    HistOp<C, false> op{copy_saddr, dummy_saddr, 0u, 0, 21, 0x7ffu};
     for_each_vec_async<T, Cfg::kRingUnroll, Cfg::kRingStages>(
         ptr, n, static_cast<uint32_t>(__cvta_generic_to_shared(smem + Cfg::kRingOff)), op);
   }
@@ -688,7 +687,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     zero_words<T>(hist, kBins * C);
     __syncthreads();
     {
-      HistOp<C, true> op{hist_saddr, dummy_saddr, cls, shift, ns, (1u << bits) - 1u, copy};
+      HistOp<C, true> op{copy_saddr, dummy_saddr, cls, shift, ns, (1u << bits) - 1u};
       for_each_vec<T, U2, kLoadNormal>(ptr, n, rev, policy, op);
     }
     rev = !rev;
@@ -732,7 +731,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       for (uint32_t i = t; i < staged; i += T) {
         const uint32_t key = skey[i];
         const bool in = (key >> shift) == cls;
-        red_add_shared(in ? hist_saddr + ((((key >> ns) & bmask) * C + copy) << 2) : dummy_saddr, in ? 1u : 0u);
+        red_add_shared(in ? copy_saddr + ((key >> ns) & bmask) * (C * 4u) : dummy_saddr, in ? 1u : 0u);
       }
       __syncthreads();
       sel = search_bin<T, C>(hist, r, scratch, ctrl);
