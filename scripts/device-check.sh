@@ -2,7 +2,8 @@
 # The whole GPU round in one call (device time is scarce: build once, then
 # test, verify and bench). Usage: scripts/device-check.sh [stage ...]
 #   stages: build probe gpu-tests verify bench-logits bench-topk bench crossover ncu sanitize  (default: all but crossover/sanitize)
-# Logs go to $OUT (or ./device-out) as <stage>.log; a summary is printed last.
+# Every stage's output goes to one log, $OUT/device.log (the device tool returns
+# at most 8 files); result tables to $OUT/<stage>.csv|json; a summary is printed last.
 set -uo pipefail
 OUT=${OUT:-$PWD/device-out}
 mkdir -p "$OUT"
@@ -20,15 +21,14 @@ run() {  # run NAME CMD...  (each stage under its own time limit, STAGE_TIMEOUT_
   local var="STAGE_TIMEOUT_${name//-/_}"
   local limit=${!var:-300}
   local t0=$(date +%s)
-  echo "=== $name: $*" | tee -a "$OUT/$name.log"
-  timeout "$limit" "$@" 2>&1 | tee -a "$OUT/$name.log"
+  echo "=== $name: $*" | tee -a "$OUT/device.log"
+  timeout "$limit" "$@" 2>&1 | tee -a "$OUT/device.log"
   local rc=${PIPESTATUS[0]}
   summary+=("$name rc=$rc $(( $(date +%s) - t0 ))s")
   return $rc
 }
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,memory.used --format=csv > "$OUT/gpu.txt" 2>&1
-python3 -m pip install -q --no-build-isolation --no-deps -e . > "$OUT/install.log" 2>&1 || { echo "install failed"; cat "$OUT/install.log"; exit 1; }
-git rev-parse --short HEAD > "$OUT/commit.txt" 2>/dev/null
+{ date -u; git rev-parse --short HEAD 2>/dev/null; nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,memory.used --format=csv; } >> "$OUT/device.log" 2>&1
+python3 -m pip install -q --no-build-isolation --no-deps -e . >> "$OUT/device.log" 2>&1 || { echo "install failed"; tail "$OUT/device.log"; exit 1; }
 for s in "${stages[@]}"; do
   case $s in
     build) run build env MQA_TOPK_VERBOSE_BUILD=1 mqa-topk build || break ;;
@@ -44,4 +44,4 @@ for s in "${stages[@]}"; do
     *) echo "unknown stage $s" ;;
   esac
 done
-echo; echo "=== summary ($(cat "$OUT/commit.txt" 2>/dev/null))"; printf '%s\n' "${summary[@]}"
+echo; echo "=== summary ($(git rev-parse --short HEAD 2>/dev/null))" | tee -a "$OUT/device.log"; printf '%s\n' "${summary[@]}" | tee -a "$OUT/device.log"

@@ -66,7 +66,7 @@
 //
 // Shared memory (dynamic; see TopkConfig::kSmemBytes): histogram 2048 x
 //   kCopies u32; bitmaps A and B of kSegment bits each; staging kCap x (u32
-//   key + i32 index); 2 x 32 scan words, 4 control words, 32 dummy words.
+//   key + i32 index); 2 x 32 scan words, 8 control words, 32 dummy words.
 //   Pass 1's cp.async ring (kRingStages x kRingUnroll x 16 B per thread)
 //   aliases bitmaps + staging, which are only used after pass 1.
 //   TopkConfig512 (default): 512 threads, 2 CTAs/SM (<= 64 registers), 4
@@ -120,8 +120,8 @@ struct TopkConfig {
   static constexpr int kKeyOff = kBitBOff + kSegWords * 4;
   static constexpr int kIdxOff = kKeyOff + kCap * 4;
   static constexpr int kScanOff = kIdxOff + kCap * 4;  // 64 words
-  static constexpr int kCtrlOff = kScanOff + 64 * 4;   // 4 words: bin, above, count, staged
-  static constexpr int kDummyOff = kCtrlOff + 4 * 4;   // 32 words: targets of no-op adds
+  static constexpr int kCtrlOff = kScanOff + 64 * 4;   // 8 words: bin, above, count, staged, min, max
+  static constexpr int kDummyOff = kCtrlOff + 8 * 4;   // 32 words: targets of no-op adds
   static constexpr int kSmemBytes = kDummyOff + 32 * 4;
   // Pass-1 cp.async ring (aliases bitmaps A, B and the staging arrays).
   static constexpr int kRingOff = kBitAOff;
@@ -285,7 +285,9 @@ __device__ __forceinline__ float4 lds_vec(uint32_t saddr) {
 }
 #endif
 
-// Same contract as for_each_vec, for the first read of a row (from HBM):
+// Same contract as for_each_vec, for the reads of a row that come before
+// the bitmaps and staging arrays are in use (pass 1 from HBM, and the
+// full-row histogram refinements):
 // each thread streams its own vectors through a private ring of kStages x
 // kUnroll 16-byte slots in shared memory with cp.async (kStages - 1 batches
 // in flight while one is processed). No registers hold data in flight, so
@@ -293,7 +295,8 @@ __device__ __forceinline__ float4 lds_vec(uint32_t saddr) {
 // thread only reads back the slots it wrote itself, so the ring needs no
 // barriers. ring_saddr: kStages * kUnroll * kThreads * 16 bytes, 16-aligned.
 template <int kThreads, int kUnroll, int kStages, class Op>
-__device__ __forceinline__ void for_each_vec_async(const float* ptr, int count, uint32_t ring_saddr, Op& op) {
+__device__ __forceinline__ void for_each_vec_async(const float* ptr, int count, bool reverse, uint32_t ring_saddr,
+                                                   Op& op) {
   static_assert((kStages & (kStages - 1)) == 0 && kStages >= 2, "stages: power of two >= 2");
   const int t = threadIdx.x;
   int head = static_cast<int>(((16u - (static_cast<uint32_t>(reinterpret_cast<uintptr_t>(ptr)) & 15u)) & 15u) >> 2);
@@ -303,11 +306,12 @@ __device__ __forceinline__ void for_each_vec_async(const float* ptr, int count, 
   constexpr int kBatch = kThreads * kUnroll;
   const int nb = (nv + kBatch - 1) / kBatch;
   const uint32_t my_slot = ring_saddr + static_cast<uint32_t>(t) * 16u;
-  auto issue = [&](int b) {
+  auto issue = [&](int b) {  // b: position in processing order
     if (b < nb) {
+      const int pb = reverse ? nb - 1 - b : b;  // batch in memory order
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        const int vi = b * kBatch + u * kThreads + t;
+        const int vi = pb * kBatch + u * kThreads + t;
         if (vi < nv)
           cp_async_16(my_slot + static_cast<uint32_t>(((b & (kStages - 1)) * kUnroll + u) * kThreads * 16), body + vi);
       }
@@ -319,9 +323,10 @@ __device__ __forceinline__ void for_each_vec_async(const float* ptr, int count, 
   for (int i = 0; i < nb; ++i) {
     issue(i + kStages - 1);  // refills the slot processed in iteration i - 1
     cp_async_wait<kStages - 1>();  // batch i has landed
+    const int pi = reverse ? nb - 1 - i : i;
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int vi = i * kBatch + u * kThreads + t;
+      const int vi = pi * kBatch + u * kThreads + t;
       const bool in = vi < nv;
       const float4 v = in ? lds_vec(my_slot + static_cast<uint32_t>(((i & (kStages - 1)) * kUnroll + u) * kThreads * 16))
                           : make_float4(0.f, 0.f, 0.f, 0.f);
@@ -376,14 +381,22 @@ struct HistOp {
   __device__ __forceinline__ void add_if(uint32_t bin, uint32_t c, bool pred) const {
     red_add_shared(pred ? copy_saddr + bin * (kCopies * 4u) : dummy_saddr, pred ? c : 0u);
   }
-  __device__ __forceinline__ void operator()(int, float4 v, uint32_t mask) const {
+  // kFilter passes also track the smallest and largest key of the class: if
+  // they are equal the class is one value and needs no further levels.
+  uint32_t kmin = 0xffffffffu, kmax = 0u;
+
+  __device__ __forceinline__ void operator()(int, float4 v, uint32_t mask) {
     const float f[4] = {v.x, v.y, v.z, v.w};
     uint32_t b[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const uint32_t key = order_key(f[j]);
       bool ok = (mask >> j) & 1u;
-      if constexpr (kFilter) ok = ok && (key >> cls_shift) == cls;
+      if constexpr (kFilter) {
+        ok = ok && (key >> cls_shift) == cls;
+        kmin = ok && key < kmin ? key : kmin;
+        kmax = ok && key > kmax ? key : kmax;
+      }
       b[j] = ok ? ((key >> bin_shift) & bin_mask) : kNoBin;
     }
     // One add per run of equal bins: a run ending at j (j == 3 or
@@ -634,6 +647,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   // this lane's histogram copy: word bin * C + lane % C
   const uint32_t copy_saddr = static_cast<uint32_t>(__cvta_generic_to_shared(hist)) + 4u * (threadIdx.x & (C - 1u));
   const uint32_t dummy_saddr = static_cast<uint32_t>(__cvta_generic_to_shared(smem + Cfg::kDummyOff)) + 4u * (threadIdx.x & 31u);
+  // pass-1 / refinement cp.async ring: aliases bitmaps + staging (unused then)
+  const uint32_t ring_saddr = static_cast<uint32_t>(__cvta_generic_to_shared(smem + Cfg::kRingOff));
   uint32_t* bit_a = reinterpret_cast<uint32_t*>(smem + Cfg::kBitAOff);
   uint32_t* bit_b = reinterpret_cast<uint32_t*>(smem + Cfg::kBitBOff);
   uint32_t* skey = reinterpret_cast<uint32_t*>(smem + Cfg::kKeyOff);
@@ -666,10 +681,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   zero_words<T>(hist, kBins * C);
   __syncthreads();
   {
-    // The ring aliases bitmaps + staging, which are first used after pass 1.
     HistOp<C, false> op{copy_saddr, dummy_saddr, 0u, 0, 21, 0x7ffu};
-    for_each_vec_async<T, Cfg::kRingUnroll, Cfg::kRingStages>(
-        ptr, n, static_cast<uint32_t>(__cvta_generic_to_shared(smem + Cfg::kRingOff)), op);
+    for_each_vec_async<T, Cfg::kRingUnroll, Cfg::kRingStages>(ptr, n, false, ring_saddr, op);
   }
   __syncthreads();
   Select sel = search_bin<T, C>(hist, static_cast<uint32_t>(k), scratch, ctrl);
@@ -685,19 +698,34 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     const int bits = shift == 10 ? 10 : 11;
     const int ns = shift - bits;
     zero_words<T>(hist, kBins * C);
+    if (t == 0) {
+      ctrl[4] = 0xffffffffu;  // min key of the class
+      ctrl[5] = 0u;           // max key of the class
+    }
     __syncthreads();
     {
       HistOp<C, true> op{copy_saddr, dummy_saddr, cls, shift, ns, (1u << bits) - 1u};
-      for_each_vec<T, U2, kLoadNormal>(ptr, n, rev, policy, op);
+      for_each_vec_async<T, Cfg::kRingUnroll, Cfg::kRingStages>(ptr, n, rev, ring_saddr, op);
+      const uint32_t wmin = __reduce_min_sync(kFullMask, op.kmin);
+      const uint32_t wmax = __reduce_max_sync(kFullMask, op.kmax);
+      if (lane == 0) {
+        atomicMin(ctrl + 4, wmin);
+        atomicMax(ctrl + 5, wmax);
+      }
     }
     rev = !rev;
     __syncthreads();
+    const uint32_t kmin = ctrl[4], kmax = ctrl[5];
     sel = search_bin<T, C>(hist, r, scratch, ctrl);
     ok = sel.bin >= 0;
     r -= sel.above;
     cnt = sel.count;
     cls = (cls << bits) | static_cast<uint32_t>(sel.bin);
     shift = ns;
+    if (ok && kmin == kmax) {  // one value (e.g. all equal): the class is that key
+      cls = kmin;
+      shift = 0;
+    }
   }
 
   if (ok && cnt <= kCap && cnt != r && shift != 0) {

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Compiles every kernel for sm_90a through the torch-free translation units in
+# csrc/ci/ (CI runs this on a CPU machine with nvcc). Prints each kernel's
+# registers / shared memory / spills; fails on any compile error.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+[ -x "$NVCC" ] || { echo "compile-check: nvcc not found (set NVCC)"; exit 1; }
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+status=0
+for tu in csrc/ci/*.cu; do
+  echo "== $tu"
+  if ! "$NVCC" -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -Icsrc/include \
+      -c "$tu" -o "$out/$(basename "$tu").o" 2> "$out/log"; then
+    cat "$out/log"; status=1; continue
+  fi
+  grep -E "Compiling entry|registers|spill" "$out/log" | sed -E 's/^ptxas info *: //' || true
+done
+[ $status -eq 0 ] && echo "compile-check: every kernel compiles for sm_90a"
+exit $status
