@@ -8,3 +8,8 @@ cudaError_t ci_launch_logits() {
                                               0, 132, nullptr);
 }
 
+// The four-row variant (N = 128, four math warpgroups) is kept compiling too.
+cudaError_t ci_launch_logits_rows4() {
+  return mqa_topk::launch_sm90_fp8_mqa_logits<mqa_topk::Sm90LogitsConfig<4, 4, 4>>(
+      nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 0, 0, 132, nullptr);
+}

@@ -79,7 +79,7 @@ struct Sm90LogitsConfig {
   static constexpr int kOffBars = kOffWeights + 2 * kWeightBytes;
   static constexpr int kNumBars = 2 * kNumStages + 4;
   static constexpr int kSmemBytes = kOffBars + kNumBars * 8 + 1024;  // + alignment slack
-  static_assert(kBlockRows == 8, "two wgmma halves of N = 128");
+  static_assert(kBlockRows == 4 || kBlockRows == 8, "wgmma N = 128 or 256");
   static_assert(kKTileBytes % 1024 == 0 && kQTileBytes % 1024 == 0, "swizzle atoms need 1 KB alignment");
   static_assert(kBlockKeys <= 256 && kN <= 256, "one TMA box per tile");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per CTA");
@@ -245,167 +245,110 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   }
 
   // ---------------- math warpgroups ----------------
-  // Each warpgroup splits its 64 x N tile into two N/2 halves (rows 0..R/2-1 and
-  // R/2..R-1) with their own accumulators and commit groups, and runs one half's
-  // epilogue while the other half's MMA is in flight:
-  //   [epilogue A(i) | MMA B(i)]  [epilogue B(i) + store | MMA A(i+1)]  ...
-  // No extra registers: the two halves are the same 2 x kAcc/2 accumulators.
   constexpr int R = Cfg::kBlockRows;
-  constexpr int RH = R / 2;  // rows per half
   constexpr int RQ = R / 4;  // rows per lane after the reduce-scatter
-  constexpr int NH = Cfg::kN / 2;
   const int lane = tid & 31;
   const int warp_in_wg = (tid >> 5) & 3;
   const int quad = lane & 3;
   const int hb = (quad >> 1) & 1, lb = quad & 1;
-  const int row_local0 = hb * RH + lb * RQ;  // this lane's first row after the reduce-scatter
+  const int row_local0 = hb * (R / 2) + lb * RQ;  // this lane's first row after the reduce-scatter
   const int key_local = warp_in_wg * 16 + (lane >> 2);  // and +8, within the warpgroup's 64 keys
   const bool elected = (tid & 127) == 0;
   float* out_buf = reinterpret_cast<float*>(smem + Cfg::kOffOut + wg * 2 * Cfg::kOutBytes);
 
-  struct Cursor {
-    int b, t, nt, lo, qi, it;
-  };
-  int span_hi;  // unused here: the output tensor map clips the tile
-  Cursor cur;
-  cur.b = share.b0;
-  cur.t = share.t0;
-  cur.nt = block_span<Cfg::kBlockRows, Cfg::kBlockKeys>(p, cur.b, cur.lo, span_hi);
-  cur.qi = 0;
-  cur.it = 0;
+  int b = share.b0, t = share.t0, lo, hi;
+  int nt = block_span<Cfg::kBlockRows, Cfg::kBlockKeys>(p, b, lo, hi);
+  int it = 0, qi = 0;
+  bool new_block = true;
   int row_start[RQ], row_end[RQ];
-  auto load_rows = [&](int b) {
+  float acc[Cfg::kAcc];
+
+  for (long long left = share.count; left > 0; --left) {
+    const int qb = qi & 1;
+    if (new_block) {
 #pragma unroll
-    for (int i = 0; i < RQ; ++i) {
-      const int row = b * R + row_local0 + i;
-      row_start[i] = row < p.rows ? __ldg(p.starts + row) : 0;
-      row_end[i] = row < p.rows ? __ldg(p.ends + row) : 0;
+      for (int i = 0; i < RQ; ++i) {
+        const int row = b * R + row_local0 + i;
+        row_start[i] = row < p.rows ? __ldg(p.starts + row) : 0;
+        row_end[i] = row < p.rows ? __ldg(p.ends + row) : 0;
+      }
+      ptx::mbar_wait(q_full + qb, (qi >> 1) & 1);
+      new_block = false;
     }
-  };
-  auto wait_inputs = [&](const Cursor& c, bool new_block) {
-    if (new_block) ptx::mbar_wait(q_full + (c.qi & 1), (c.qi >> 1) & 1);
-    ptx::mbar_wait(full + c.it % S, (c.it / S) & 1);
-  };
-  auto issue = [&](float (&acc)[Cfg::kAcc / 2], int half, const Cursor& c) {
-    const uint8_t* k_tile = smem + Cfg::kOffK + (c.it % S) * Cfg::kKTileBytes + wg * 64 * Cfg::kHeadDim;
-    const uint8_t* q_tile = smem + Cfg::kOffQ + (c.qi & 1) * Cfg::kQTileBytes + half * NH * Cfg::kHeadDim;
+    const int stage = it % S;
+    ptx::mbar_wait(full + stage, (it / S) & 1);
+
+    const uint8_t* k_tile = smem + Cfg::kOffK + stage * Cfg::kKTileBytes + wg * 64 * Cfg::kHeadDim;
+    const uint8_t* q_tile = smem + Cfg::kOffQ + qb * Cfg::kQTileBytes;
     const uint64_t desc_a = ptx::make_desc_k128_sw128(k_tile);
     const uint64_t desc_b = ptx::make_desc_k128_sw128(q_tile);
     ptx::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < Cfg::kHeadDim / 32; ++kk)
-      if constexpr (Cfg::kProbe != 2) ptx::wgmma_e4m3<NH>(acc, desc_a + 2 * kk, desc_b + 2 * kk, kk);
+      if constexpr (Cfg::kProbe != 2) ptx::wgmma_e4m3<Cfg::kN>(acc, desc_a + 2 * kk, desc_b + 2 * kk, kk);
     ptx::wgmma_commit();
-  };
-  // Head-partials of one half: part[h][r] = sum over this lane's 8 heads of
-  // w * (x + |x|) for key half h (+0 / +8) and row r of the half. Four chains of
-  // four per row keep the FMA latency off the critical path.
-  auto partials = [&](const float (&acc)[Cfg::kAcc / 2], int half, int qb, float (&part)[2][RH]) {
-    const float2* w2 = reinterpret_cast<const float2*>(smem + Cfg::kOffWeights + qb * Cfg::kWeightBytes);
-#pragma unroll
-    for (int r = 0; r < RH; ++r) {
-      float a0 = 0.f, a1 = 0.f, c0 = 0.f, c1 = 0.f;
-#pragma unroll
-      for (int jj = 0; jj < 4; ++jj) {
-        const float2 w = w2[(half * RH + r) * 16 + jj * 4 + quad];
-        const int j = 4 * r + jj;
-        a0 = fmaf(w.x, acc[4 * j + 0] + fabsf(acc[4 * j + 0]), a0);
-        a1 = fmaf(w.y, acc[4 * j + 1] + fabsf(acc[4 * j + 1]), a1);
-        c0 = fmaf(w.x, acc[4 * j + 2] + fabsf(acc[4 * j + 2]), c0);
-        c1 = fmaf(w.y, acc[4 * j + 3] + fabsf(acc[4 * j + 3]), c1);
-      }
-      part[0][r] = a0 + a1;
-      part[1][r] = c0 + c1;
-    }
-  };
+    ptx::wgmma_wait<0>();
+    ptx::fence_regs(acc);
 
-  float acc_a[Cfg::kAcc / 2], acc_b[Cfg::kAcc / 2];
-  load_rows(cur.b);
-  wait_inputs(cur, true);
-  issue(acc_a, 0, cur);
-  issue(acc_b, 1, cur);
-  for (long long left = share.count;; --left) {
-    const bool has_next = left > 1;
-    float part[2][R];
-    float part_a[2][RH], part_b[2][RH];
-
-    ptx::wgmma_wait<1>();  // half A of this tile
-    ptx::fence_regs(acc_a);
-    if constexpr (Cfg::kProbe == 1) {
-#pragma unroll
-      for (int r = 0; r < RH; ++r) part_a[0][r] = acc_a[r], part_a[1][r] = acc_a[Cfg::kAcc / 2 - 1 - r];
-    } else {
-      partials(acc_a, 0, cur.qi & 1, part_a);
-    }
-
-    Cursor nxt = cur;
-    bool next_block = false;
-    if (has_next) {
-      ++nxt.it;
-      if (++nxt.t == nxt.nt) {
-        do {
-          ++nxt.b;
-          nxt.nt = block_span<Cfg::kBlockRows, Cfg::kBlockKeys>(p, nxt.b, nxt.lo, span_hi);
-        } while (nxt.nt == 0);
-        nxt.t = 0;
-        ++nxt.qi;
-        next_block = true;
-      }
-      wait_inputs(nxt, next_block);
-      issue(acc_a, 0, nxt);
-      ptx::wgmma_wait<1>();  // half B of this tile (A of the next may still run)
-    } else {
-      ptx::wgmma_wait<0>();
-    }
-    ptx::fence_regs(acc_b);
-
-    const int stage = cur.it % S;
     const float* sc = reinterpret_cast<const float*>(smem + Cfg::kOffScales + stage * Cfg::kScaleBytes);
     const float scale0 = 0.5f * sc[wg * 64 + key_local];
     const float scale1 = 0.5f * sc[wg * 64 + key_local + 8];
     __syncwarp();
     if (lane == 0) ptx::mbar_arrive(empty + stage);
 
+    // Epilogue: 8 head-partials per (key half, row), then a reduce-scatter over the quad.
+    float fin[2][RQ];
     if constexpr (Cfg::kProbe == 1) {
 #pragma unroll
-      for (int r = 0; r < RH; ++r) part_b[0][r] = acc_b[r], part_b[1][r] = acc_b[Cfg::kAcc / 2 - 1 - r];
+      for (int i = 0; i < RQ; ++i) fin[0][i] = acc[i], fin[1][i] = acc[Cfg::kAcc - 1 - i];
     } else {
-      partials(acc_b, 1, cur.qi & 1, part_b);
+      const float2* w2 = reinterpret_cast<const float2*>(smem + Cfg::kOffWeights + qb * Cfg::kWeightBytes);
+      float part[2][R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) {
+          const float2 w = w2[r * 16 + jj * 4 + quad];
+          const int j = 4 * r + jj;
+          s0 = fmaf(w.x, acc[4 * j + 0] + fabsf(acc[4 * j + 0]), s0);
+          s0 = fmaf(w.y, acc[4 * j + 1] + fabsf(acc[4 * j + 1]), s0);
+          s1 = fmaf(w.x, acc[4 * j + 2] + fabsf(acc[4 * j + 2]), s1);
+          s1 = fmaf(w.y, acc[4 * j + 3] + fabsf(acc[4 * j + 3]), s1);
+        }
+        part[0][r] = s0;
+        part[1][r] = s1;
+      }
+      // Lanes with bit 1 set keep the upper half of the rows, then bit 0 splits again.
+      float half[2][R / 2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int i = 0; i < R / 2; ++i) {
+          const float send = hb ? part[h][i] : part[h][R / 2 + i];
+          const float keep = hb ? part[h][R / 2 + i] : part[h][i];
+          half[h][i] = keep + __shfl_xor_sync(0xffffffffu, send, 2);
+        }
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int i = 0; i < RQ; ++i) {
+          const float send = lb ? half[h][i] : half[h][RQ + i];
+          const float keep = lb ? half[h][RQ + i] : half[h][i];
+          fin[h][i] = keep + __shfl_xor_sync(0xffffffffu, send, 1);
+        }
     }
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int r = 0; r < RH; ++r) part[h][r] = part_a[h][r], part[h][RH + r] = part_b[h][r];
 
-    // Reduce-scatter over the quad: bit 1 of the lane keeps the upper half of the
-    // rows, then bit 0 splits again; each lane ends with RQ rows x 2 keys.
-    float halfsum[2][RH];
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int i = 0; i < RH; ++i) {
-        const float send = hb ? part[h][i] : part[h][RH + i];
-        const float keep = hb ? part[h][RH + i] : part[h][i];
-        halfsum[h][i] = keep + __shfl_xor_sync(0xffffffffu, send, 2);
-      }
-    float fin[2][RQ];
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int i = 0; i < RQ; ++i) {
-        const float send = lb ? halfsum[h][i] : halfsum[h][RQ + i];
-        const float keep = lb ? halfsum[h][RQ + i] : halfsum[h][i];
-        fin[h][i] = keep + __shfl_xor_sync(0xffffffffu, send, 1);
-      }
-
-    if (cur.t + 1 == cur.nt) {  // last tile of the block: its Q and weights are free
+    const bool last_of_block = (t + 1 == nt);
+    if (last_of_block) {
       __syncwarp();
-      if (lane == 0) ptx::mbar_arrive(q_empty + (cur.qi & 1));
+      if (lane == 0) ptx::mbar_arrive(q_empty + qb);
     }
 
     // Masked logits -> this warpgroup's shared output tile -> one TMA store.
-    const int key_wg0 = cur.lo + cur.t * Cfg::kBlockKeys + wg * 64;
-    float* obuf = out_buf + (cur.it & 1) * (Cfg::kOutBytes / 4);
+    const int key_wg0 = lo + t * Cfg::kBlockKeys + wg * 64;
+    const int ob = it & 1;
+    float* obuf = out_buf + ob * (Cfg::kOutBytes / 4);
     if (elected) ptx::bulk_wait_group_read<1>();  // the store from this buffer two tiles ago has read it
     ptx::named_barrier_sync(1 + wg, 128);
     const float ninf = -__int_as_float(0x7f800000);
@@ -419,14 +362,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     ptx::fence_proxy_async();
     ptx::named_barrier_sync(1 + wg, 128);
     if (elected) {
-      ptx::tma_store_2d(&tm_out, obuf, key_wg0, cur.b * R);
+      ptx::tma_store_2d(&tm_out, obuf, key_wg0, b * R);
       ptx::bulk_commit_group();
     }
 
-    if (!has_next) break;
-    if (next_block) load_rows(nxt.b);
-    issue(acc_b, 1, nxt);
-    cur = nxt;
+    ++it;
+    if (++t == nt && left > 1) {
+      do {
+        ++b;
+        nt = block_span<Cfg::kBlockRows, Cfg::kBlockKeys>(p, b, lo, hi);
+      } while (nt == 0);
+      t = 0;
+      ++qi;
+      new_block = true;
+    }
   }
   if (elected) ptx::bulk_wait_group<0>();
 }
