@@ -38,10 +38,12 @@
 //      full key is resolved (level 2). Staged pairs above the final class go
 //      to bitmap A, those equal to it to bitmap B.
 //      If the class is larger than kCap, another histogram level is built by
-//      a full pass over the row (filtered to the class) -- exact, just one
-//      more read -- until the class fits, or is exactly what is needed, or
-//      the key is fully resolved; in the last two cases the final pass marks
-//      A/B straight from the row.
+//      a full pass over the row (filtered to the class; through the same
+//      cp.async ring) -- exact, just one more read -- until the class fits,
+//      or is exactly what is needed, or the key is fully resolved; in the
+//      last two cases the final pass marks A/B straight from the row. Such a
+//      pass also finds the class's min and max key: if equal (all values
+//      equal, all zeros) the class is one key and is resolved at once.
 //   4. Emission: a block scan over the bitmaps' popcounts writes the A
 //      indices (exactly k - r of them) in ascending index order to out[0,
 //      k - r) and the first r B indices (the lowest-index ties) in ascending
@@ -49,7 +51,8 @@
 //      do the final pass segment by segment, ascending, with running offsets;
 //      they always take the "mark from the row" route (one extra read).
 //   No overflow failure mode: every path is exact; a huge tie class (all
-//   values equal, all zeros) just costs up to two extra histogram passes.
+//   values equal, all zeros) just costs one extra histogram pass (two if the
+//   class holds more than one value).
 //
 // Determinism: histogram counts are order-independent; bitmaps are built with
 //   atomicOr (the final bit pattern is order-independent); staged slots are
