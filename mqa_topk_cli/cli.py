@@ -537,7 +537,7 @@ def _verify_rows(results) -> list[dict]:
 @click.option("--precision", type=click.Choice(["fp32", "fp64"]), default="fp32", show_default=True,
               help="Precision of the reference logits.")
 @click.option("--tol-rel", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Relative tolerance of the optimality check [default: verify.DEFAULT_TOL_REL = 2^-10].")
+              help="Relative tolerance of the optimality check [default: verify.DEFAULT_TOL_REL = 2^-12].")
 @click.option("--device", default=None, callback=_v_device, help="cuda, cuda:N, cpu or auto [default: auto].")
 @click.option("--out", default=None, callback=_v_out, help="Write results to FILE.csv or FILE.json.")
 def verify(paths_, config, case_names, workload_files, rows, keys, topk, layout, dist, seed, other, reruns,

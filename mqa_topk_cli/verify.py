@@ -41,7 +41,7 @@ from .reference import ieee_fp32_matmul, reference_logits, reference_topk
 
 #: Relative tolerance of layer 2, in units of the row's magnitude bound M_r.
 #:
-#: Why 2**-10. Every fp8 x fp8 product is exact in fp32, so a path's logit
+#: Why 2**-12. Every fp8 x fp8 product is exact in fp32, so a path's logit
 #: differs from the exact value only by how its sums are rounded. Bounds:
 #:
 #: * fp32 accumulation in any order (the reference, the torch path on CPU):
@@ -49,17 +49,18 @@ from .reference import ieee_fp32_matmul, reference_logits, reference_topk
 #:   ``(128 + 32) * 2**-24 * M_r ~ 2**-16.7 * M_r``, and typically
 #:   ``~sqrt(160) * 2**-24 * M_r ~ 2**-20 * M_r`` (M_r bounds the sums of
 #:   absolute values, see ``magnitude_bound``).
-#: * Hopper FP8 tensor cores (wgmma, the native/fused kernels and cuBLAS's
-#:   ``_scaled_mm``) keep only about 13-14 mantissa bits in their internal
-#:   accumulation of the 128-long dot (4 chained k=32 steps), i.e. errors up
-#:   to ``~4 * 2**-13 * M_r = 2**-11 * M_r`` in the worst case.
+#: * Hopper FP8 tensor cores (wgmma: the native/fused kernels and cuBLAS's
+#:   ``_scaled_mm``) keep fewer mantissa bits in their internal accumulation
+#:   of the 128-long dot. Measured on the H200 (2026-11-29): the native logits
+#:   kernel's largest error over 7 shapes was 2.4e-5 * M_r (2**-15.3), and the
+#:   largest layer-2 deviation over all 30 cases of configs/verify.toml, native
+#:   and torch paths, was 7.6e-5 * M_r (2**-13.7, the "rising" workloads).
 #:
-#: 2**-10 covers the tensor-core bound with a factor 2 of margin and sits 2**6
-#: above the fp32 worst case. It is the one place to tighten after measuring
-#: the native kernels' error on the GPU (``max_violation`` reports how much of
-#: it a path uses). A path whose sorted chosen values are off by more than
-#: this picked a key whose logit is wrong by more than any rounding explains.
-DEFAULT_TOL_REL = 2.0 ** -10
+#: 2**-12 keeps a factor 3.2 of margin over the worst measured deviation and
+#: sits 2**4.7 above the fp32 worst case. A path whose sorted chosen values
+#: are off by more than this picked a key whose logit is wrong by more than
+#: any rounding explains.
+DEFAULT_TOL_REL = 2.0 ** -12
 #: Written into the output before the first run; never a valid entry.
 SENTINEL = 0x7FFFFFFF
 #: Concrete failure messages kept per result.

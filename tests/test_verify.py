@@ -376,7 +376,7 @@ def test_a_raising_path_is_a_labelled_failure(gauss):
 
 
 def test_default_tolerance_is_the_documented_constant():
-    assert DEFAULT_TOL_REL == 2.0 ** -10
+    assert DEFAULT_TOL_REL == 2.0 ** -12
     with pytest.raises(ValueError, match="tol_rel"):
         verify_case(make_workload("causal", rows=1, keys=1, topk=512), "reference", tol_rel=0.0)
 
