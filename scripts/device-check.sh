@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole GPU round in one call (device time is scarce: build once, then
 # test, verify and bench). Usage: scripts/device-check.sh [stage ...]
-#   stages: build probe gpu-tests verify bench-logits bench-topk bench crossover ncu sanitize  (default: all but crossover/sanitize)
+#   stages: build probe gpu-tests verify verify-ref bench bench-torch bench-split bench-logits bench-topk crossover ncu sanitize  (default: all but crossover/sanitize)
 # Every stage's output goes to one log, $OUT/device.log (the device tool returns
 # at most 8 files); result tables to $OUT/<stage>.csv|json; a summary is printed last.
 set -uo pipefail
@@ -35,9 +35,12 @@ for s in "${stages[@]}"; do
     probe) run probe python3 scripts/logits_probe.py ;;
     gpu-tests) run gpu-tests python3 -m pytest -q -m gpu -x tests ;;
     verify) run verify mqa-topk verify --paths native,torch --out "$OUT/verify.json" ;;
+    verify-ref) run verify-ref mqa-topk verify --paths torch,reference --out "$OUT/verify-ref.json" ;;
+    bench-split) run bench-split mqa-topk bench --op logits --paths native,torch && run bench-split mqa-topk bench --op topk --paths native,torch ;;
     bench-logits) run bench-logits mqa-topk bench --op logits --config bench --paths native --out "$OUT/bench-logits.csv" ;;
     bench-topk) run bench-topk mqa-topk bench --op topk --config topk-grid --random-logits --paths native,torch --out "$OUT/bench-topk.csv" ;;
     bench) run bench mqa-topk bench --paths native,torch --out "$OUT/bench.csv" ;;
+    bench-torch) run bench-torch mqa-topk bench --paths torch ;;
     crossover) run crossover mqa-topk crossover --out "$OUT/calibration.json" ;;
     ncu) run ncu ncu --clock-control none -k regex:sm90_fp8 -c 1 --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis python3 scripts/ncu_logits.py ;;
     sanitize) run sanitize compute-sanitizer --tool memcheck python3 scripts/sanitize_case.py ;;

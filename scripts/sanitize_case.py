@@ -1,0 +1,27 @@
+"""Small cases of every native op, for compute-sanitizer (memcheck): logits
+with causal and random ranges (awkward sizes), the top-k on short and long
+rows with a padded row stride, and the dense path end to end."""
+import sys
+
+import torch
+
+sys.path.insert(0, "scripts")
+from logits_probe import make  # noqa: E402
+
+from mqa_topk_cli import ops  # noqa: E402
+
+for rows, keys, layout in ((67, 1000, "causal"), (37, 3001, "random"), (5, 1, "random")):
+    q, k, scales, w, starts, ends = make(rows, keys, 11, layout)
+    logits = ops.mqa_logits(q, k, scales, w, starts, ends)
+    for topk in (512, 2048):
+        out = torch.empty((rows, topk), dtype=torch.int32, device="cuda")
+        ops.top_k_per_row_prefill(logits, starts, ends, out)
+        ops.dense_mqa_topk_prefill(q, k, scales, w, starts, ends, out)
+g = torch.Generator(device="cuda").manual_seed(3)
+wide = torch.randn(9, 40003, device="cuda", generator=g)[:, 3:40001]  # row stride > width, unaligned rows
+starts = torch.tensor([0, 1, 5, 100, 0, 39990, 7, 0, 2], dtype=torch.int32, device="cuda")
+ends = torch.tensor([40000, 2000, 5, 30000, 600, 39998, 40000, 2048, 2050], dtype=torch.int32, device="cuda")
+out = torch.empty((9, 2048), dtype=torch.int32, device="cuda")
+ops.top_k_per_row_prefill(wide, starts, ends, out)
+torch.cuda.synchronize()
+print("sanitize cases ran")
