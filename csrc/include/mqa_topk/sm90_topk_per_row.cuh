@@ -73,9 +73,9 @@
 //   Pass 1's cp.async ring (kRingStages x kRingUnroll x 16 B per thread)
 //   aliases bitmaps + staging, which are only used after pass 1.
 //   TopkConfig512 (default): 512 threads, 2 CTAs/SM (<= 64 registers), 4
-//   copies, 128K-bit bitmaps, cap 6144 -> 115,088 B per CTA (ring 64 KB).
+//   copies, 128K-bit bitmaps, cap 6144 -> 115,104 B per CTA (ring 64 KB).
 //   TopkConfig1024: 1024 threads, 1 CTA/SM, 8 copies, 256K-bit bitmaps, cap
-//   8192 -> 197,008 B (ring 128 KB).
+//   8192 -> 197,024 B (ring 128 KB).
 #pragma once
 
 // MQA_TOPK_HOST_EMULATION: the kernel body is also compiled as plain C++ by a
