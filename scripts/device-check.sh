@@ -40,6 +40,7 @@ for s in "${stages[@]}"; do
     bench-logits) run bench-logits mqa-topk bench --op logits --config bench --paths native --out "$OUT/bench-logits.csv" ;;
     bench-topk) run bench-topk mqa-topk bench --op topk --config topk-grid --random-logits --paths native,torch --out "$OUT/bench-topk.csv" ;;
     bench) run bench mqa-topk bench --paths native,torch --out "$OUT/bench.csv" ;;
+    bench-topk-1024) run bench-topk-1024 env MQA_TOPK_TOPK_THREADS=1024 mqa-topk bench --op topk --config topk-grid --random-logits --paths native --case n64k-k2048 --case n64k-k512 --case n128k-k2048 ;;
     bench-torch) run bench-torch mqa-topk bench --paths torch ;;
     crossover) run crossover mqa-topk crossover --out "$OUT/calibration.json" ;;
     ncu) run ncu ncu --clock-control none -k regex:sm90_fp8 -c 1 --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis python3 scripts/ncu_logits.py ;;
