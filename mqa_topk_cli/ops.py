@@ -59,19 +59,22 @@ def mqa_logits(q, k, scales, weights, starts, ends) -> torch.Tensor:
     """Dense fp32 logits ``[rows, keys]`` (SPEC §1) from the native sm_90a kernel.
 
     Only ``[starts[r], ends[r])`` of row r is meaningful: inside it the exact
-    logit; in the rest of the row's 4-row block span (its smallest start
-    rounded down to 16, to its largest end) ``-inf``; everything else is left
-    unwritten (unspecified). The result may be a view with a row stride padded to a
-    multiple of 4 floats.
+    logit; in the rest of the row's 8-row block span (the block's smallest
+    start rounded down to 16, to its largest end) ``-inf``; everything else is
+    left unwritten (unspecified). The result may be a view with a row stride
+    padded to a multiple of 4 floats.
     """
     rows, keys = check_mqa_inputs(q, k, scales, weights, starts, ends)
     _require_cuda(q, "mqa_logits")
     ext = _native()
-    pitch = max(LOGITS_PITCH, -(-keys // LOGITS_PITCH) * LOGITS_PITCH)
-    buf = torch.empty((rows, pitch), dtype=torch.float32, device=q.device)
+    buf = torch.empty((rows, _pitch(keys)), dtype=torch.float32, device=q.device)
     if rows and keys:
         ext.mqa_logits(q, k, scales, weights, starts, ends, buf)
     return buf[:, :keys]
+
+
+def _pitch(width: int) -> int:
+    return max(LOGITS_PITCH, -(-width // LOGITS_PITCH) * LOGITS_PITCH)
 
 
 def _topk_rows_torch(logits: torch.Tensor, starts: torch.Tensor, ends: torch.Tensor, output: torch.Tensor) -> None:
@@ -115,10 +118,15 @@ def top_k_per_row_prefill(logits, starts, ends, output) -> None:
     unordered, -1 padded. Ties at the k-th value go to the lowest indices."""
     rows, _ = check_logits(logits, starts, ends)
     check_output(output, rows, logits.device)
+    _topk_checked(logits, starts, ends, output)
+
+
+def _topk_checked(logits, starts, ends, output) -> None:
+    """The top-k on inputs that already passed the contract checks."""
     if logits.device.type == "cuda":
         ext = _native()
         if hasattr(ext, "topk_per_row"):
-            if rows:
+            if logits.shape[0]:
                 ext.topk_per_row(logits, starts, ends, output)
             return
     _topk_rows_torch(logits, starts, ends, output)
@@ -137,22 +145,31 @@ def dense_mqa_topk_prefill(q, k, scales, weights, starts, ends, output,
     _require_cuda(q, "dense_mqa_topk_prefill")
     if rows == 0:
         return
-    full_pitch = -(-max(keys, 1) // LOGITS_PITCH) * LOGITS_PITCH
+    # Everything is checked once above (one host sync for the ranges); the
+    # chunks below call the extension directly, so the GPU never waits on
+    # Python between chunks, and they share one logits buffer.
+    ext = _native()
+    full_pitch = _pitch(max(keys, 1))
     chunk = max(1, min(rows, max_logits_bytes // (full_pitch * 4)))
     s_host = starts.to("cpu", torch.int64)
     e_host = ends.to("cpu", torch.int64)
+    buf = torch.empty(chunk * full_pitch, dtype=torch.float32, device=q.device)
     for r0 in range(0, rows, chunk):
         sl = slice(r0, min(rows, r0 + chunk))
+        n = sl.stop - r0
         # lo rounded down to 16 keys keeps k[lo:] and scales[lo:] 16-byte aligned.
         lo, hi = int(s_host[sl].min()) & ~15, int(e_host[sl].max())
         hi = max(hi, lo)
         st = (starts[sl] - lo).contiguous()
         en = (ends[sl] - lo).contiguous()
         if hi > lo:
-            logits = mqa_logits(q[sl], k[lo:hi], scales[lo:hi], weights[sl], st, en)
+            pitch = _pitch(hi - lo)
+            logits = buf[: n * pitch].view(n, pitch)
+            ext.mqa_logits(q[sl], k[lo:hi], scales[lo:hi], weights[sl], st, en, logits)
+            logits = logits[:, : hi - lo]
         else:
-            logits = torch.empty((sl.stop - r0, 0), dtype=torch.float32, device=q.device)
-        top_k_per_row_prefill(logits, st, en, output[sl])
+            logits = torch.empty((n, 0), dtype=torch.float32, device=q.device)
+        _topk_checked(logits, st, en, output[sl])
 
 
 def fused_mqa_topk_prefill(q, k, scales, weights, starts, ends, output) -> None:

@@ -20,7 +20,7 @@ for rows, keys, layout in ((67, 1000, "causal"), (37, 3001, "random"), (5, 1, "r
 g = torch.Generator(device="cuda").manual_seed(3)
 wide = torch.randn(9, 40003, device="cuda", generator=g)[:, 3:40001]  # row stride > width, unaligned rows
 starts = torch.tensor([0, 1, 5, 100, 0, 39990, 7, 0, 2], dtype=torch.int32, device="cuda")
-ends = torch.tensor([40000, 2000, 5, 30000, 600, 39998, 40000, 2048, 2050], dtype=torch.int32, device="cuda")
+ends = torch.tensor([39998, 2000, 5, 30000, 600, 39998, 39990, 2048, 2050], dtype=torch.int32, device="cuda")
 out = torch.empty((9, 2048), dtype=torch.int32, device="cuda")
 ops.top_k_per_row_prefill(wide, starts, ends, out)
 torch.cuda.synchronize()
