@@ -13,3 +13,9 @@ cudaError_t ci_launch_logits_rows4() {
   return mqa_topk::launch_sm90_fp8_mqa_logits<mqa_topk::Sm90LogitsConfig<4, 4, 4>>(
       nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 0, 0, 132, nullptr);
 }
+
+// Experimental: three math warpgroups, TMA issued inline (no producer warpgroup).
+cudaError_t ci_launch_logits_inline3() {
+  return mqa_topk::launch_sm90_fp8_mqa_logits<mqa_topk::Sm90LogitsConfig<8, 3, 5, 0, true>>(
+      nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 0, 0, 132, nullptr);
+}

@@ -26,8 +26,9 @@ void mqa_logits_probe(int64_t variant, const at::Tensor& q, const at::Tensor& k,
     case 0: err = go(Sm90LogitsConfig<8, 2, 8, 0>{}); break;
     case 1: err = go(Sm90LogitsConfig<8, 2, 8, 1>{}); break;
     case 2: err = go(Sm90LogitsConfig<8, 2, 8, 2>{}); break;
-    case 3: err = go(Sm90LogitsConfig<4, 4, 4, 0>{}); break;
-    case 4: err = go(Sm90LogitsConfig<8, 2, 5, 0>{}); break;
+    case 3: err = go(Sm90LogitsConfig<8, 2, 6, 0>{}); break;
+    case 4: err = go(Sm90LogitsConfig<8, 3, 5, 0, true>{}); break;
+    case 5: err = go(Sm90LogitsConfig<8, 3, 5, 1, true>{}); break;
     default: TORCH_CHECK_VALUE(false, "variant: unknown ", variant);
   }
   TORCH_CHECK(err == cudaSuccess, "probe launch failed: ", cudaGetErrorString(err));

@@ -53,8 +53,13 @@ struct Sm90LogitsParams {
 
 // kProbe is for measuring only (never used by the ops): 1 skips the epilogue
 // arithmetic, 2 skips the MMAs; 0 is the real kernel.
-template <int kBlockRows_, int kMathWarpgroups_, int kNumStages_, int kProbe_ = 0>
+// kInlineProducer (experimental, measured through the dev probes only): no
+// producer warpgroup; thread 0 of the first math warpgroup issues the TMA loads
+// a few tiles ahead, so three math warpgroups fit the 168-register budget of
+// 384 threads.
+template <int kBlockRows_, int kMathWarpgroups_, int kNumStages_, int kProbe_ = 0, bool kInlineProducer_ = false>
 struct Sm90LogitsConfig {
+  static constexpr bool kInlineProducer = kInlineProducer_;
   static constexpr int kBlockRows = kBlockRows_;
   static constexpr int kMathWarpgroups = kMathWarpgroups_;
   static constexpr int kNumStages = kNumStages_;
@@ -64,7 +69,7 @@ struct Sm90LogitsConfig {
   static constexpr int kN = kBlockRows * kHeads;  // wgmma N
   static constexpr int kAcc = kN / 2;              // fp32 accumulators per thread
   static constexpr int kBlockKeys = 64 * kMathWarpgroups;
-  static constexpr int kThreads = 128 * (kMathWarpgroups + 1);
+  static constexpr int kThreads = 128 * (kMathWarpgroups + (kInlineProducer ? 0 : 1));
   static constexpr int kMathThreads = 128 * kMathWarpgroups;
   static constexpr int kKTileBytes = kBlockKeys * kHeadDim;
   static constexpr int kQTileBytes = kN * kHeadDim;
@@ -167,6 +172,57 @@ __device__ __forceinline__ WorkShare find_work_share(const Sm90LogitsParams& p) 
   return WorkShare{s_start[0], s_start[1], g1 - g0};
 }
 
+// The TMA issuer of the inline-producer variant: the same walk over the CTA's
+// share as the consumers, run ahead by one thread. step() issues the next
+// tile (and the block's Q + weights first when the block changes); with
+// blocking = false it gives up instead of waiting for a free buffer.
+template <class Cfg>
+struct InlineTileProducer {
+  int b, t, nt, lo, qi, it;
+  long long left;
+  bool need_q;
+
+  __device__ __forceinline__ bool step(bool blocking, const Sm90LogitsParams& p, uint8_t* smem,
+                                       const CUtensorMap* tm_q, const CUtensorMap* tm_k,
+                                       const CUtensorMap* tm_scales, const CUtensorMap* tm_weights,
+                                       uint64_t* full, uint64_t* empty, uint64_t* q_full, uint64_t* q_empty) {
+    constexpr int S = Cfg::kNumStages;
+    if (left <= 0) return false;
+    if (need_q) {
+      const int qb = qi & 1;
+      const uint32_t parity = ((qi >> 1) & 1) ^ 1;
+      if (blocking) ptx::mbar_wait(q_empty + qb, parity);
+      else if (!ptx::mbar_test(q_empty + qb, parity)) return false;
+      ptx::mbar_arrive_expect_tx(q_full + qb, Cfg::kQTileBytes + Cfg::kWeightBytes);
+      ptx::tma_load_2d(smem + Cfg::kOffQ + qb * Cfg::kQTileBytes, tm_q, q_full + qb, 0,
+                       b * Cfg::kBlockRows * Cfg::kHeads);
+      ptx::tma_load_2d(smem + Cfg::kOffWeights + qb * Cfg::kWeightBytes, tm_weights, q_full + qb, 0,
+                       b * Cfg::kBlockRows);
+      need_q = false;
+    }
+    const int stage = it % S;
+    const uint32_t parity = ((it / S) & 1) ^ 1;
+    if (blocking) ptx::mbar_wait(empty + stage, parity);
+    else if (!ptx::mbar_test(empty + stage, parity)) return false;
+    ptx::mbar_arrive_expect_tx(full + stage, Cfg::kKTileBytes + Cfg::kScaleBytes);
+    const int key0 = lo + t * Cfg::kBlockKeys;
+    ptx::tma_load_2d(smem + Cfg::kOffK + stage * Cfg::kKTileBytes, tm_k, full + stage, 0, key0);
+    ptx::tma_load_2d(smem + Cfg::kOffScales + stage * Cfg::kScaleBytes, tm_scales, full + stage, key0, 0);
+    ++it;
+    if (--left > 0 && ++t == nt) {
+      int hi;
+      do {
+        ++b;
+        nt = block_span<Cfg::kBlockRows, Cfg::kBlockKeys>(p, b, lo, hi);
+      } while (nt == 0);
+      t = 0;
+      ++qi;
+      need_q = true;
+    }
+    return true;
+  }
+};
+
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     sm90_fp8_mqa_logits_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
@@ -262,8 +318,35 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   bool new_block = true;
   int row_start[RQ], row_end[RQ];
   float acc[Cfg::kAcc];
+  [[maybe_unused]] InlineTileProducer<Cfg> prod;
+  if constexpr (Cfg::kInlineProducer) {
+    if (tid == 0) {
+      prod.b = share.b0;
+      prod.t = share.t0;
+      int hi_unused;
+      prod.nt = block_span<Cfg::kBlockRows, Cfg::kBlockKeys>(p, prod.b, prod.lo, hi_unused);
+      prod.qi = 0;
+      prod.it = 0;
+      prod.left = share.count;
+      prod.need_q = true;
+    }
+  }
 
   for (long long left = share.count; left > 0; --left) {
+    if constexpr (Cfg::kInlineProducer) {
+      if (tid == 0) {
+        // Tile `it` must be issued before anyone waits for it (blocking); then
+        // run ahead as far as free buffers allow (never blocking).
+        while (prod.it <= it && prod.step(true, p, smem, &tm_q, &tm_k, &tm_scales, &tm_weights, full, empty,
+                                           q_full, q_empty)) {
+        }
+        for (int n = 0; n < S && prod.it < it + S &&
+                        prod.step(false, p, smem, &tm_q, &tm_k, &tm_scales, &tm_weights, full, empty, q_full,
+                                  q_empty);
+             ++n) {
+        }
+      }
+    }
     const int qb = qi & 1;
     if (new_block) {
 #pragma unroll
