@@ -116,6 +116,18 @@ __device__ __forceinline__ int block_span(const Sm90LogitsParams& p, int b, int&
   return (hi - lo + kBlockKeys - 1) / kBlockKeys;
 }
 
+// Moves b to the next row block that has tiles; returns its tile count. Only
+// called while the share has tiles left, so such a block exists.
+template <int kBlockRows, int kBlockKeys>
+__device__ __forceinline__ int next_block(const Sm90LogitsParams& p, int& b, int& lo, int& hi) {
+  int nt;
+  do {
+    ++b;
+    nt = block_span<kBlockRows, kBlockKeys>(p, b, lo, hi);
+  } while (nt == 0);
+  return nt;
+}
+
 // The CTA's share of the work: `count` tiles starting at tile t0 of block b0.
 struct WorkShare {
   int b0;
@@ -211,10 +223,7 @@ struct InlineTileProducer {
     ++it;
     if (--left > 0 && ++t == nt) {
       int hi;
-      do {
-        ++b;
-        nt = block_span<Cfg::kBlockRows, Cfg::kBlockKeys>(p, b, lo, hi);
-      } while (nt == 0);
+      nt = next_block<Cfg::kBlockRows, Cfg::kBlockKeys>(p, b, lo, hi);
       t = 0;
       ++qi;
       need_q = true;
@@ -288,10 +297,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       ptx::tma_load_2d(smem + Cfg::kOffScales + stage * Cfg::kScaleBytes, &tm_scales, full + stage, key0, 0);
       ++it;
       if (++t == nt && left > 1) {
-        do {
-          ++b;
-          nt = block_span<Cfg::kBlockRows, Cfg::kBlockKeys>(p, b, lo, hi);
-        } while (nt == 0);
+        nt = next_block<Cfg::kBlockRows, Cfg::kBlockKeys>(p, b, lo, hi);
         t = 0;
         ++qi;
         new_block = true;
@@ -451,10 +457,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
     ++it;
     if (++t == nt && left > 1) {
-      do {
-        ++b;
-        nt = block_span<Cfg::kBlockRows, Cfg::kBlockKeys>(p, b, lo, hi);
-      } while (nt == 0);
+      nt = next_block<Cfg::kBlockRows, Cfg::kBlockKeys>(p, b, lo, hi);
       t = 0;
       ++qi;
       new_block = true;
