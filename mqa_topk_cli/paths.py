@@ -204,53 +204,60 @@ class TorchPath(PathImpl):
 
 # --------------------------------------------------------------------------- native / fused
 
-class NativePath(PathImpl):
-    name = "native"
-    description = "ops.dense_mqa_topk_prefill: native sm_90a logits kernel + native top-k, rows chunked"
+class _KernelPath(PathImpl):
+    """A path whose whole run is one op of ``ops`` on the workload's tensors."""
+
     deterministic_ties = True
     requires_cuda = True
+    op_name = ""  # the ops function that runs the path
 
-    def unavailable_reason(self, device):
+    def _native_reason(self, device):
         base = super().unavailable_reason(device)
         if base:
             return base
         from . import jit
 
         reason = jit.native_available()
-        return f"native: {reason}" if reason else None
+        return f"{self.name}: {reason}" if reason else None
+
+    def unavailable_reason(self, device):
+        return self._native_reason(device)
 
     def run(self, w, output):
-        ops.dense_mqa_topk_prefill(w.q, w.k, w.scales, w.weights, w.starts, w.ends, output)
+        getattr(ops, self.op_name)(w.q, w.k, w.scales, w.weights, w.starts, w.ends, output)
 
     def prepare(self, w):
         out = self.new_output(w)
+        op = getattr(ops, self.op_name)
         q, k, scales, weights, starts, ends = w.q, w.k, w.scales, w.weights, w.starts, w.ends
 
         def fn() -> None:
-            ops.dense_mqa_topk_prefill(q, k, scales, weights, starts, ends, out)
+            op(q, k, scales, weights, starts, ends, out)
 
         fn.output = out  # type: ignore[attr-defined]
         return fn
+
+
+class NativePath(_KernelPath):
+    name = "native"
+    description = "ops.dense_mqa_topk_prefill: native sm_90a logits kernel + native top-k, rows chunked"
+    op_name = "dense_mqa_topk_prefill"
 
     def logits(self, w):
         return ops.mqa_logits(w.q, w.k, w.scales, w.weights, w.starts, w.ends)
 
 
-class FusedPath(PathImpl):
+class FusedPath(_KernelPath):
     name = "fused"
     description = "ops.fused_mqa_topk_prefill: one launch, logits tile by tile with on-the-fly top-k"
-    deterministic_ties = True
-    requires_cuda = True
+    op_name = "fused_mqa_topk_prefill"
 
     def unavailable_reason(self, device):
-        base = super().unavailable_reason(device)
-        if base:
-            return base
+        reason = self._native_reason(device)
+        if reason:
+            return reason
         from . import jit
 
-        reason = jit.native_available()
-        if reason:
-            return f"fused: {reason}"
         try:
             ext = jit.load_extension()
         except Unavailable as e:
@@ -258,19 +265,6 @@ class FusedPath(PathImpl):
         if not hasattr(ext, "fused_mqa_topk"):
             return "fused: not built in this version"
         return None
-
-    def run(self, w, output):
-        ops.fused_mqa_topk_prefill(w.q, w.k, w.scales, w.weights, w.starts, w.ends, output)
-
-    def prepare(self, w):
-        out = self.new_output(w)
-        q, k, scales, weights, starts, ends = w.q, w.k, w.scales, w.weights, w.starts, w.ends
-
-        def fn() -> None:
-            ops.fused_mqa_topk_prefill(q, k, scales, weights, starts, ends, out)
-
-        fn.output = out  # type: ignore[attr-defined]
-        return fn
 
 
 # --------------------------------------------------------------------------- registry
