@@ -172,24 +172,25 @@ def _v_path_name(ctx, param, value):
     return names[0]
 
 
-def _v_layout(ctx, param, value):
-    if value is None:
-        return None
-    from .workloads import LAYOUTS
+def _v_one_of(what: str, options_name: str):
+    """A click callback accepting None or one of ``workloads.<options_name>``."""
 
-    if value not in LAYOUTS:
-        raise click.BadParameter(f"unknown layout {value!r} (choose from {', '.join(LAYOUTS)})", ctx=ctx, param=param)
-    return value
+    def check(ctx, param, value):
+        if value is None:
+            return None
+        from . import workloads
+
+        options = getattr(workloads, options_name)
+        if value not in options:
+            raise click.BadParameter(f"unknown {what} {value!r} (choose from {', '.join(options)})", ctx=ctx,
+                                     param=param)
+        return value
+
+    return check
 
 
-def _v_dist(ctx, param, value):
-    if value is None:
-        return None
-    from .workloads import DISTS
-
-    if value not in DISTS:
-        raise click.BadParameter(f"unknown distribution {value!r} (choose from {', '.join(DISTS)})", ctx=ctx, param=param)
-    return value
+_v_layout = _v_one_of("layout", "LAYOUTS")
+_v_dist = _v_one_of("distribution", "DISTS")
 
 
 def _v_keys(ctx, param, value):
