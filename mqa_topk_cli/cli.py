@@ -407,6 +407,10 @@ def build(verbose: bool, force: bool) -> None:
     click.echo(f"built for {br.get('arch')} in {_fmt(secs, 1)} s; cache {br.get('cache_dir')}")
     if br.get("ops") is not None:
         click.echo(f"ops: {', '.join(br.get('ops') or []) or '(none)'}")
+    ws = br.get("fused_workspace_bytes")
+    if ws:
+        click.echo("fused workspace (any rows/keys): "
+                   + ", ".join(f"topk {t}: {b / 2**20:.1f} MiB" for t, b in sorted(ws.items())))
     kt = Table(title="kernels")
     for col in ("kernel", "registers", "shared bytes", "local (spill) bytes", "max threads"):
         kt.add_column(col, justify="left" if col == "kernel" else "right")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as _dt
 import functools
 import platform
+import os
 import shutil
 import socket
 import subprocess
@@ -32,7 +33,11 @@ def _run(cmd: list[str], cwd: Path | None = None, timeout: float = 5.0) -> str |
 @functools.cache
 def git_commit() -> str | None:
     """Short commit of the checkout this package runs from, with ``-dirty`` when
-    tracked files differ from it; None outside a git repository (e.g. a wheel)."""
+    tracked files differ from it; None outside a git repository (e.g. a wheel).
+    ``MQA_TOPK_COMMIT`` names it where the tree was copied without .git (the
+    GPU machine)."""
+    if os.environ.get("MQA_TOPK_COMMIT"):
+        return os.environ["MQA_TOPK_COMMIT"]
     if shutil.which("git") is None:
         return None
     top = _run(["git", "rev-parse", "--show-toplevel"], cwd=_PKG_DIR)

@@ -235,4 +235,13 @@ def build_report() -> dict:
         "cache_dir": str(_build_dir),
         "kernels": list(ext.kernel_info()),
         "ops": sorted(n for n in ("mqa_logits", "topk_per_row", "fused_mqa_topk") if hasattr(ext, n)),
+        "fused_workspace_bytes": ({t: int(ext.fused_mqa_topk_workspace_bytes(t, _current_device()))
+                                   for t in (512, 1024, 2048)}
+                                  if hasattr(ext, "fused_mqa_topk_workspace_bytes") else None),
     }
+
+
+def _current_device() -> int:
+    import torch
+
+    return torch.cuda.current_device()

@@ -172,20 +172,66 @@ def dense_mqa_topk_prefill(q, k, scales, weights, starts, ends, output,
         _topk_checked(logits, st, en, output[sl])
 
 
-def fused_mqa_topk_prefill(q, k, scales, weights, starts, ends, output) -> None:
-    """Fused single-launch logits + top-k (SPEC §2). Same output convention as
-    ``top_k_per_row_prefill``."""
+#: Candidate slots per (warpgroup, row) buffer of the fused kernel, and its
+#: workspace layout (csrc/include/mqa_topk/sm90_fused_mqa_topk.cuh): a 16-byte
+#: block counter + per SM 2 warpgroups x 8 rows x (key, index) x cap words.
+def fused_candidate_cap(topk: int) -> int:
+    return 2 * topk + 128
+
+
+def fused_mqa_topk_workspace_bytes(topk: int, num_sms: int) -> int:
+    """Bytes of workspace ``fused_mqa_topk_prefill`` needs on a GPU with
+    ``num_sms`` SMs (independent of rows and keys)."""
+    if topk not in contract.TOPKS:
+        raise ContractError("topk", f"must be one of {contract.TOPKS}, got {topk!r}")
+    if not isinstance(num_sms, int) or num_sms <= 0:
+        raise ContractError("num_sms", f"must be a positive int, got {num_sms!r}")
+    return 16 + num_sms * 2 * 8 * 2 * fused_candidate_cap(topk) * 4
+
+
+_workspaces: dict = {}
+
+
+def fused_mqa_topk_workspace(device, topk: int) -> torch.Tensor:
+    """The fused kernel's workspace for ``topk`` on ``device`` (allocated once
+    per (device, topk) and reused; calls on one stream may share it)."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        raise Unavailable(f"fused_mqa_topk_workspace: the fused kernel runs on a CUDA (sm_90) GPU; got {device}")
+    if device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    key = (device.index, topk)
+    ws = _workspaces.get(key)
+    if ws is None:
+        sms = torch.cuda.get_device_properties(device).multi_processor_count
+        ws = torch.empty(fused_mqa_topk_workspace_bytes(topk, sms), dtype=torch.uint8, device=device)
+        _workspaces[key] = ws
+    return ws
+
+
+def fused_mqa_topk_prefill(q, k, scales, weights, starts, ends, output, workspace=None) -> None:
+    """Fused single-launch logits + top-k (SPEC §2): one memset of a 4-byte
+    counter and one kernel. Same output convention as
+    ``top_k_per_row_prefill``; the logits are bitwise those of ``mqa_logits``,
+    so the index sets equal the native dense path's. ``workspace``: a uint8
+    CUDA tensor of at least ``fused_mqa_topk_workspace_bytes`` bytes (default:
+    one cached per device and topk)."""
     rows, _ = check_mqa_inputs(q, k, scales, weights, starts, ends)
     check_output(output, rows, q.device)
     _require_cuda(q, "fused_mqa_topk_prefill")
     ext = _native()
     if not hasattr(ext, "fused_mqa_topk"):
         raise Unavailable("fused_mqa_topk_prefill: the fused kernel is not built in this version")
-    ext.fused_mqa_topk(q, k, scales, weights, starts, ends, output)
+    if workspace is None:
+        workspace = fused_mqa_topk_workspace(q.device, output.shape[1])
+    elif not isinstance(workspace, torch.Tensor):
+        raise ContractError("workspace", f"expected a torch.Tensor, got {type(workspace).__name__}")
+    ext.fused_mqa_topk(q, k, scales, weights, starts, ends, output, workspace)
 
 
 __all__ = [
     "DEFAULT_MAX_LOGITS_BYTES", "mqa_logits", "top_k_per_row_prefill", "dense_mqa_topk_prefill",
-    "fused_mqa_topk_prefill", "fused_mqa_topk_key_scales", "use_fused_mqa_topk", "fused_mqa_topk_chunk",
+    "fused_mqa_topk_prefill", "fused_mqa_topk_key_scales", "fused_mqa_topk_workspace",
+    "fused_mqa_topk_workspace_bytes", "fused_candidate_cap", "use_fused_mqa_topk", "fused_mqa_topk_chunk",
     "fused_mqa_topk_min_keys", "fused_mqa_topk_available", "contract",
 ]

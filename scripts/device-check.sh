@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole GPU round in one call (device time is scarce: build once, then
 # test, verify and bench). Usage: scripts/device-check.sh [stage ...]
-#   stages: build probe gpu-tests verify verify-ref bench bench-torch bench-split bench-logits bench-topk crossover ncu sanitize  (default: all but crossover/sanitize)
+#   stages: build probe fused-tests verify-fused bench-fused bench-fused-grid gpu-tests verify verify-ref bench bench-torch bench-split bench-logits bench-topk crossover ncu sanitize  (default: all but crossover/sanitize)
 # Every stage's output goes to one log, $OUT/device.log (the device tool returns
 # at most 8 files); result tables to $OUT/<stage>.csv|json; a summary is printed last.
 set -uo pipefail
@@ -27,13 +27,17 @@ run() {  # run NAME CMD...  (each stage under its own time limit, STAGE_TIMEOUT_
   summary+=("$name rc=$rc $(( $(date +%s) - t0 ))s")
   return $rc
 }
-{ date -u; git rev-parse --short HEAD 2>/dev/null; nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,memory.used --format=csv; } >> "$OUT/device.log" 2>&1
+{ date -u; git rev-parse --short HEAD 2>/dev/null || echo "commit ${MQA_TOPK_COMMIT:-unknown}"; nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,memory.used --format=csv; } >> "$OUT/device.log" 2>&1
 python3 -m pip install -q --no-build-isolation --no-deps -e . >> "$OUT/device.log" 2>&1 || { echo "install failed"; tail "$OUT/device.log"; exit 1; }
 for s in "${stages[@]}"; do
   case $s in
     build) run build env MQA_TOPK_VERBOSE_BUILD=1 mqa-topk build || break ;;
     probe) run probe python3 scripts/logits_probe.py ;;
     gpu-tests) run gpu-tests python3 -m pytest -q -m gpu -x tests ;;
+    fused-tests) run fused-tests python3 -m pytest -q -x tests/test_gpu_fused.py || break ;;
+    verify-fused) run verify-fused mqa-topk verify --paths fused,native --out "$OUT/verify-fused.json" ;;
+    bench-fused) run bench-fused mqa-topk bench --paths fused,native --out "$OUT/bench-fused.csv" ;;
+    bench-fused-grid) run bench-fused-grid mqa-topk bench --config bench --paths fused,native --out "$OUT/bench-fused-grid.csv" ;;
     verify) run verify mqa-topk verify --paths native,torch --out "$OUT/verify.json" ;;
     verify-ref) run verify-ref mqa-topk verify --paths torch,reference --out "$OUT/verify-ref.json" ;;
     bench-split) run bench-split mqa-topk bench --op logits --paths native,torch && run bench-split mqa-topk bench --op topk --paths native,torch ;;

@@ -1,4 +1,4 @@
-"""Small cases of every native op, for compute-sanitizer (memcheck): logits
+"""Small cases of every native op (the fused one included), for compute-sanitizer (memcheck): logits
 with causal and random ranges (awkward sizes), the top-k on short and long
 rows with a padded row stride, and the dense path end to end."""
 import sys
@@ -17,6 +17,13 @@ for rows, keys, layout in ((67, 1000, "causal"), (37, 3001, "random"), (5, 1, "r
         out = torch.empty((rows, topk), dtype=torch.int32, device="cuda")
         ops.top_k_per_row_prefill(logits, starts, ends, out)
         ops.dense_mqa_topk_prefill(q, k, scales, w, starts, ends, out)
+        if hasattr(ops._native(), "fused_mqa_topk"):
+            ops.fused_mqa_topk_prefill(q, k, scales, w, starts, ends, out)
+# The fused kernel on rows long enough to compact its candidate buffers.
+if hasattr(ops._native(), "fused_mqa_topk"):
+    q, k, scales, w, starts, ends = make(16, 20000, 12, "causal")
+    out = torch.empty((16, 512), dtype=torch.int32, device="cuda")
+    ops.fused_mqa_topk_prefill(q, k, scales, w, starts, ends, out)
 g = torch.Generator(device="cuda").manual_seed(3)
 wide = torch.randn(9, 40003, device="cuda", generator=g)[:, 3:40001]  # row stride > width, unaligned rows
 starts = torch.tensor([0, 1, 5, 100, 0, 39990, 7, 0, 2], dtype=torch.int32, device="cuda")

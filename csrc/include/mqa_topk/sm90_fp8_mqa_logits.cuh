@@ -184,6 +184,56 @@ __device__ __forceinline__ WorkShare find_work_share(const Sm90LogitsParams& p) 
   return WorkShare{s_start[0], s_start[1], g1 - g0};
 }
 
+// The per-element arithmetic of the logits epilogue, shared by the dense and the
+// fused kernels so both produce bitwise-identical logits: relu as (x + |x|)
+// (the 0.5 lives in the key scale), 8 head-partials per (key half, row) with
+// the weights, then a reduce-scatter over the 4 lanes of a quad. On return
+// fin[h][i] is the (unscaled) logit of row 2 * quad + i (8-row blocks; rows
+// hb * R/2 + lb * R/4 + i in general) and key key_local + 8 * h of the
+// warpgroup's 64 keys.
+template <class Cfg>
+__device__ __forceinline__ void logits_epilogue_reduce(const float (&acc)[Cfg::kAcc], const uint8_t* weights_smem,
+                                                       int quad, float (&fin)[2][Cfg::kBlockRows / 4]) {
+  constexpr int R = Cfg::kBlockRows;
+  constexpr int RQ = R / 4;
+  const int hb = (quad >> 1) & 1, lb = quad & 1;
+  const float2* w2 = reinterpret_cast<const float2*>(weights_smem);
+  float part[2][R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj) {
+      const float2 w = w2[r * 16 + jj * 4 + quad];
+      const int j = 4 * r + jj;
+      s0 = fmaf(w.x, acc[4 * j + 0] + fabsf(acc[4 * j + 0]), s0);
+      s0 = fmaf(w.y, acc[4 * j + 1] + fabsf(acc[4 * j + 1]), s0);
+      s1 = fmaf(w.x, acc[4 * j + 2] + fabsf(acc[4 * j + 2]), s1);
+      s1 = fmaf(w.y, acc[4 * j + 3] + fabsf(acc[4 * j + 3]), s1);
+    }
+    part[0][r] = s0;
+    part[1][r] = s1;
+  }
+  // Lanes with bit 1 set keep the upper half of the rows, then bit 0 splits again.
+  float half[2][R / 2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int i = 0; i < R / 2; ++i) {
+      const float send = hb ? part[h][i] : part[h][R / 2 + i];
+      const float keep = hb ? part[h][R / 2 + i] : part[h][i];
+      half[h][i] = keep + __shfl_xor_sync(0xffffffffu, send, 2);
+    }
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int i = 0; i < RQ; ++i) {
+      const float send = lb ? half[h][i] : half[h][RQ + i];
+      const float keep = lb ? half[h][RQ + i] : half[h][i];
+      fin[h][i] = keep + __shfl_xor_sync(0xffffffffu, send, 1);
+    }
+}
+
 // The TMA issuer of the inline-producer variant: the same walk over the CTA's
 // share as the consumers, run ahead by one thread. step() issues the next
 // tile (and the block's Q + weights first when the block changes); with
@@ -391,41 +441,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
       for (int i = 0; i < RQ; ++i) fin[0][i] = acc[i], fin[1][i] = acc[Cfg::kAcc - 1 - i];
     } else {
-      const float2* w2 = reinterpret_cast<const float2*>(smem + Cfg::kOffWeights + qb * Cfg::kWeightBytes);
-      float part[2][R];
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        float s0 = 0.f, s1 = 0.f;
-#pragma unroll
-        for (int jj = 0; jj < 4; ++jj) {
-          const float2 w = w2[r * 16 + jj * 4 + quad];
-          const int j = 4 * r + jj;
-          s0 = fmaf(w.x, acc[4 * j + 0] + fabsf(acc[4 * j + 0]), s0);
-          s0 = fmaf(w.y, acc[4 * j + 1] + fabsf(acc[4 * j + 1]), s0);
-          s1 = fmaf(w.x, acc[4 * j + 2] + fabsf(acc[4 * j + 2]), s1);
-          s1 = fmaf(w.y, acc[4 * j + 3] + fabsf(acc[4 * j + 3]), s1);
-        }
-        part[0][r] = s0;
-        part[1][r] = s1;
-      }
-      // Lanes with bit 1 set keep the upper half of the rows, then bit 0 splits again.
-      float half[2][R / 2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int i = 0; i < R / 2; ++i) {
-          const float send = hb ? part[h][i] : part[h][R / 2 + i];
-          const float keep = hb ? part[h][R / 2 + i] : part[h][i];
-          half[h][i] = keep + __shfl_xor_sync(0xffffffffu, send, 2);
-        }
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int i = 0; i < RQ; ++i) {
-          const float send = lb ? half[h][i] : half[h][RQ + i];
-          const float keep = lb ? half[h][RQ + i] : half[h][i];
-          fin[h][i] = keep + __shfl_xor_sync(0xffffffffu, send, 1);
-        }
+      logits_epilogue_reduce<Cfg>(acc, smem + Cfg::kOffWeights + qb * Cfg::kWeightBytes, quad, fin);
     }
 
     const bool last_of_block = (t + 1 == nt);

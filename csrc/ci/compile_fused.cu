@@ -1,0 +1,9 @@
+// Torch-free translation unit: instantiates the fused kernel through its host
+// launcher so CI (a CPU machine with nvcc) catches a kernel that does not
+// compile for sm_90a. Nothing is launched.
+#include "mqa_topk/sm90_fused_mqa_topk.cuh"
+
+cudaError_t ci_launch_fused() {
+  return mqa_topk::launch_sm90_fused_mqa_topk(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                              0, 0, 2048, 132, nullptr);
+}

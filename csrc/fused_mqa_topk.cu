@@ -1,0 +1,60 @@
+// Launcher of the fused FP8 MQA-logits + top-k kernel: contract checks, then
+// one memset (the block counter) and one launch.
+#include "fused_mqa_topk.h"
+
+#include "mqa_topk/sm90_fused_mqa_topk.cuh"
+
+namespace {
+bool valid_topk(int64_t t) { return t == 512 || t == 1024 || t == 2048; }
+}  // namespace
+
+int64_t fused_mqa_topk_workspace_bytes(int64_t topk, int64_t device) {
+  MQA_CHECK_ARG(valid_topk(topk), "topk", "must be 512, 1024 or 2048, got ", topk);
+  MQA_CHECK_ARG(device >= 0, "device", "must be a CUDA device index, got ", device);
+  return static_cast<int64_t>(
+      mqa_topk::fused_workspace_bytes(static_cast<int>(topk), mqa_topk::sm_count(static_cast<int>(device))));
+}
+
+void fused_mqa_topk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& scales, const at::Tensor& weights,
+                    const at::Tensor& starts, const at::Tensor& ends, const at::Tensor& output,
+                    const at::Tensor& workspace) {
+  int64_t rows = 0, keys = 0;
+  mqa_topk::check_mqa_inputs(q, k, scales, weights, starts, ends, &rows, &keys);
+  const at::Device dev = q.device();
+  mqa_topk::check_cuda_tensor(output, "output", dev);
+  MQA_CHECK_ARG(output.scalar_type() == at::kInt, "output", "expected dtype int32, got ", output.scalar_type());
+  MQA_CHECK_ARG(output.dim() == 2 && output.size(0) == rows, "output", "expected shape [rows=", rows,
+                ", topk], got ", output.sizes());
+  const int64_t topk = output.size(1);
+  MQA_CHECK_ARG(valid_topk(topk), "output", "topk (its second dimension) must be 512, 1024 or 2048, got ", topk);
+  MQA_CHECK_ARG(output.is_contiguous(), "output", "must be contiguous");
+  mqa_topk::check_cuda_tensor(workspace, "workspace", dev);
+  MQA_CHECK_ARG(workspace.scalar_type() == at::kByte && workspace.dim() == 1 && workspace.is_contiguous(),
+                "workspace", "expected a contiguous 1-D uint8 tensor, got ", workspace.scalar_type(), " ",
+                workspace.sizes());
+  mqa_topk::check_aligned(workspace, "workspace");
+  const int num_sms = mqa_topk::sm_count(dev.index());
+  const int64_t need = static_cast<int64_t>(mqa_topk::fused_workspace_bytes(static_cast<int>(topk), num_sms));
+  MQA_CHECK_ARG(workspace.numel() >= need, "workspace", "needs ", need, " bytes for topk=", topk, ", got ",
+                workspace.numel());
+  if (rows == 0) return;
+
+  const c10::cuda::CUDAGuard guard(dev);
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(dev.index());
+  int map_error = 0;
+  const cudaError_t err = mqa_topk::launch_sm90_fused_mqa_topk(
+      q.data_ptr(), keys ? k.data_ptr() : nullptr, keys ? scales.data_ptr<float>() : nullptr,
+      weights.data_ptr<float>(), starts.data_ptr<int>(), ends.data_ptr<int>(), output.data_ptr<int>(),
+      workspace.data_ptr(), static_cast<int>(rows), static_cast<int>(keys), static_cast<int>(topk), num_sms, stream,
+      &map_error);
+  static const char* const kMapNames[4] = {"q", "k", "scales", "weights"};
+  TORCH_CHECK(map_error == 0, "fused_mqa_topk: could not encode the TMA tensor map of ",
+              kMapNames[map_error / 1000 % 4], " (CUresult ", map_error % 1000, ")");
+  TORCH_CHECK(err == cudaSuccess, "fused_mqa_topk: launch failed: ", cudaGetErrorString(err));
+}
+
+std::vector<mqa_topk::KernelInfo> fused_mqa_topk_kernel_info() {
+  using Cfg = mqa_topk::Sm90FusedDefault;
+  return {mqa_topk::kernel_info("sm90_fused_mqa_topk<rows=8,wg=2,stages=8>",
+                                &mqa_topk::sm90_fused_mqa_topk_kernel<Cfg>, Cfg::kSmemBytes)};
+}

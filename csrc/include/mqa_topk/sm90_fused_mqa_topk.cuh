@@ -1,0 +1,601 @@
+// sm90_fused_mqa_topk: one launch computes the FP8 MQA logits of every visible
+// (row, key) pair tile by tile and keeps each row's exact top-k on the fly; the
+// logits never reach memory. Hopper (sm_90a), torch-free.
+//
+// Logits: the dense kernel's main loop and epilogue arithmetic
+// (sm90_fp8_mqa_logits.cuh: 8-row blocks = wgmma N 256, keys as the A operand,
+// 64 keys per math warpgroup, producer warpgroup + K/scales TMA ring,
+// `logits_epilogue_reduce`, `x * (0.5 * scale)`), so every logit is bitwise
+// equal to the dense kernel's and the two paths select identical index sets.
+//
+// Selection (per row; order = composite (value desc, index asc), value compared
+// through the order-preserving key of sm90_topk_per_row, -0.0 == +0.0):
+// - Each math warpgroup appends the logits of its 64 keys per tile that beat
+//   the row's running threshold to its own candidate buffer of the row (global
+//   workspace, per CTA, L2-resident): (order key, absolute index) pairs,
+//   capacity `cap` = 2k + 128. Slots are given in a fixed order (tile, warp,
+//   key half, lane) through one per-warpgroup exchange of per-warp counts, so
+//   buffer contents, and everything after, are deterministic.
+// - When a row's buffer could overflow on the next tile (count > cap - 64),
+//   a warp radix-selects that buffer's k-th composite (8-bit digits: 4 passes
+//   over the keys, up to 3 over the indices among ties), compacts the buffer
+//   to exactly k entries in place (stable) and raises the row's shared
+//   threshold to that composite. The threshold is always the k-th largest
+//   composite of a subset of the row, so no element of the row's top-k is ever
+//   dropped (SPEC §6); both warpgroups filter with the larger threshold.
+// - At the end of a block both warpgroups meet; warp w merges row w's two
+//   buffers (the same select over both) and writes the top min(k, n) relative
+//   indices in buffer order, then -1 padding.
+// - Key tiles of a block are visited in a scrambled order (a golden-ratio
+//   stride coprime to the tile count, last tile first), so scores rising with
+//   position do not keep the threshold low.
+// Cost bounds: every select costs O(count) and runs only after >= k + 64 new
+// candidates (or once per row at the block end), so even when every logit
+// beats the threshold (e.g. adversarial orders) selection work stays linear
+// in the row length: at most one select per (k + 64) / 64 tiles per row and
+// warpgroup.
+// Work: blocks are handed out by a global counter (largest row index first:
+// causal blocks are longest last) to a persistent grid of one CTA per SM.
+// Workspace: 16 bytes (the counter, zeroed before the launch) + num_sms x
+// 2 x 8 x 2 x cap x 4 bytes (71 MiB for k = 2048 on 132 SMs).
+#pragma once
+
+#include "sm90_fp8_mqa_logits.cuh"
+
+namespace mqa_topk {
+
+struct Sm90FusedParams {
+  const int* starts;
+  const int* ends;
+  int* out;          // [rows, topk]
+  uint32_t* ws;      // candidate buffers, num_sms x 2 x 8 x 2 x cap
+  int* counter;      // block counter, zero at launch
+  int rows;
+  int keys;
+  int topk;
+  int cap;           // candidates per (warpgroup, row) buffer: 2 * topk + 128
+};
+
+template <int kNumStages_>
+struct Sm90FusedConfig {
+  using Logits = Sm90LogitsConfig<8, 2, kNumStages_>;
+  static constexpr int kBlockRows = 8;
+  static constexpr int kNumStages = kNumStages_;
+  static constexpr int kMathWarpgroups = 2;
+  static constexpr int kThreads = 384;
+  static constexpr int kMathThreads = 256;
+  static constexpr int kBlockKeys = Logits::kBlockKeys;  // 128
+  static constexpr int kOffK = 0;
+  static constexpr int kOffQ = kOffK + kNumStages * Logits::kKTileBytes;
+  static constexpr int kOffScales = kOffQ + 2 * Logits::kQTileBytes;
+  static constexpr int kOffWeights = kOffScales + kNumStages * Logits::kScaleBytes;
+  static constexpr int kOffHist = kOffWeights + 2 * Logits::kWeightBytes;   // 8 warps x 256 bins
+  static constexpr int kOffWc = kOffHist + 8 * 256 * 4;                     // [2 parity][2 wg][4 warps][8 rows]
+  static constexpr int kOffCnt = kOffWc + 2 * 2 * 4 * 8 * 4;                // [2 wg][8 rows]
+  static constexpr int kOffThr = kOffCnt + 2 * 8 * 4;                       // [8 rows] u64
+  static constexpr int kOffSlot = kOffThr + 8 * 8;                          // [2] int4: block, lo, nt, stride
+  static constexpr int kOffBars = kOffSlot + 2 * 16;
+  static constexpr int kNumBars = 2 * kNumStages + 4;
+  static constexpr int kSmemBytes = kOffBars + kNumBars * 8 + 1024;
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory per CTA");
+  static constexpr int kWsFloatsPerCtaPerCap = 2 * 8 * 2;  // u32 words per CTA = this x cap
+};
+
+// Candidate capacity per (warpgroup, row) buffer for a given k.
+__host__ __device__ constexpr int fused_candidate_cap(int topk) { return 2 * topk + 128; }
+
+// Bytes of workspace the fused kernel needs (the counter lives in the first 16).
+inline size_t fused_workspace_bytes(int topk, int num_sms) {
+  return 16 + size_t(num_sms) * 2 * 8 * 2 * size_t(fused_candidate_cap(topk)) * 4;
+}
+
+namespace fused_detail {
+
+// Stride of the scrambled tile walk: about 0.618 * nt, coprime to nt.
+__device__ __forceinline__ int tile_stride(int nt) {
+  if (nt <= 2) return 1;
+  int s = max(1, static_cast<int>(nt * 0.6180339887f));
+  for (;; ++s) {
+    int a = nt, b = s;
+    while (b) {
+      const int r = a % b;
+      a = b;
+      b = r;
+    }
+    if (a == 1) return s;
+  }
+}
+// Tile visited at position t (last tile first).
+__device__ __forceinline__ int tile_at(int t, int nt, int stride) {
+  return static_cast<int>((static_cast<long long>(t) * stride + (nt - 1)) % nt);
+}
+
+__device__ __forceinline__ uint32_t order_key(float x) {
+  const uint32_t u = __float_as_uint(x);
+  const uint32_t m = 0u - (u >> 31);
+  return ((u ^ m) - m) ^ (~m & 0x80000000u);
+}
+__device__ __forceinline__ uint64_t composite(uint32_t key, uint32_t idx) {
+  return (static_cast<uint64_t>(key) << 32) | static_cast<uint64_t>(0xffffffffu - idx);
+}
+
+// A row's candidates: up to two (keys, indices, count) segments.
+struct Segs {
+  uint32_t* key[2];
+  uint32_t* idx[2];
+  int n[2];
+  int nseg;
+};
+
+// One radix pass by a warp: histogram of digit (v >> shift) & 255 over the
+// entries whose masked bits match; v is the key, or the index when on_idx
+// (then only entries with key == key_eq count). hist: this warp's 256 bins,
+// zero on entry and on return.
+__device__ __forceinline__ void warp_hist_pass(const Segs& s, bool on_idx, uint32_t key_eq, uint32_t mask,
+                                               uint32_t prefix, int shift, uint32_t* hist, int lane) {
+#pragma unroll 1
+  for (int g = 0; g < s.nseg; ++g) {
+    const uint32_t* kp = s.key[g];
+    const uint32_t* ip = s.idx[g];
+    const int n = s.n[g];
+#pragma unroll 1
+    for (int j0 = 0; j0 < n; j0 += 32 * 8) {
+      uint32_t v[8];
+      bool ok[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        const int j = j0 + u * 32 + lane;
+        ok[u] = j < n;
+        v[u] = 0;
+        if (ok[u]) {
+          const uint32_t kv = __ldcg(kp + j);
+          if (on_idx) {
+            ok[u] = kv == key_eq;
+            v[u] = __ldcg(ip + j);
+          } else {
+            v[u] = kv;
+          }
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < 8; ++u)
+        if (ok[u] && (v[u] & mask) == prefix) atomicAdd(hist + ((v[u] >> shift) & 255u), 1u);
+    }
+  }
+  __syncwarp();
+}
+
+// Finds the digit holding the need-th entry (1-based) counted from the top
+// digit down (descending) or from digit 0 up; returns the digit, sets *before
+// (entries in digits strictly before it in that order) and *in_bin; clears hist.
+__device__ __forceinline__ uint32_t warp_find_digit(uint32_t* hist, uint32_t need, bool descending, uint32_t* before,
+                                                    uint32_t* in_bin, int lane) {
+  uint32_t c[8];
+  uint32_t sum = 0;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int d = descending ? 255 - (8 * lane + j) : 8 * lane + j;
+    c[j] = hist[d];
+    sum += c[j];
+  }
+  uint32_t incl = sum;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const uint32_t t = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += t;
+  }
+  const uint32_t excl = incl - sum;
+  const uint32_t hit = __ballot_sync(0xffffffffu, excl < need && need <= incl);
+  const int src = hit ? __ffs(hit) - 1 : 31;
+  uint32_t digit = 0, bef = 0, inb = 0;
+  if (lane == src) {
+    uint32_t acc = excl;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      if (acc + c[j] >= need) {
+        digit = descending ? 255 - (8 * lane + j) : 8 * lane + j;
+        bef = acc;
+        inb = c[j];
+        break;
+      }
+      acc += c[j];
+    }
+  }
+  __syncwarp();
+#pragma unroll
+  for (int j = 0; j < 8; ++j) hist[8 * lane + j] = 0;
+  __syncwarp();
+  digit = __shfl_sync(0xffffffffu, digit, src);
+  *before = __shfl_sync(0xffffffffu, bef, src);
+  *in_bin = __shfl_sync(0xffffffffu, inb, src);
+  return digit;
+}
+
+// The k-th largest composite (key desc, index asc) of the segments' entries
+// (requires total > k): its key and index.
+__device__ __forceinline__ void warp_kth(const Segs& s, uint32_t k, uint32_t* hist, int lane, uint32_t* kth_key,
+                                         uint32_t* kth_idx) {
+  uint32_t need = k, prefix = 0, mask = 0, before, in_bin = 0;
+#pragma unroll 1
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    warp_hist_pass(s, false, 0, mask, prefix, shift, hist, lane);
+    const uint32_t d = warp_find_digit(hist, need, true, &before, &in_bin, lane);
+    need -= before;
+    prefix |= d << shift;
+    mask |= 255u << shift;
+  }
+  *kth_key = prefix;
+  if (in_bin == need) {  // every entry with this key is in: no index cut needed
+    *kth_idx = 0xffffffffu;
+    return;
+  }
+  // Indices are < 2^24 (keys <= 2^22 by contract): three 8-bit digits.
+  uint32_t iprefix = 0, imask = 0;
+#pragma unroll 1
+  for (int shift = 16; shift >= 0; shift -= 8) {
+    warp_hist_pass(s, true, prefix, imask, iprefix, shift, hist, lane);
+    const uint32_t d = warp_find_digit(hist, need, false, &before, &in_bin, lane);
+    need -= before;
+    iprefix |= d << shift;
+    imask |= 255u << shift;
+  }
+  *kth_idx = iprefix;
+}
+
+__device__ __forceinline__ bool kept(uint32_t key, uint32_t idx, uint32_t kk, uint32_t ki) {
+  return key > kk || (key == kk && idx <= ki);
+}
+
+// Compacts one buffer of n > k entries to its top k in place (stable); returns
+// the threshold composite (the k-th).
+__device__ __forceinline__ uint64_t warp_compact(uint32_t* kp, uint32_t* ip, int n, int k, uint32_t* hist, int lane) {
+  Segs s{{kp, nullptr}, {ip, nullptr}, {n, 0}, 1};
+  uint32_t kk, ki;
+  warp_kth(s, static_cast<uint32_t>(k), hist, lane, &kk, &ki);
+  int pos = 0;
+#pragma unroll 1
+  for (int j0 = 0; j0 < n; j0 += 32 * 4) {
+    uint32_t kv[4], iv[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int j = j0 + u * 32 + lane;
+      kv[u] = 0;
+      iv[u] = 0;
+      if (j < n) {
+        kv[u] = __ldcg(kp + j);
+        iv[u] = __ldcg(ip + j);
+      }
+    }
+    __syncwarp();  // every lane has read its entries before any slot below j0 + 128 is written
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int j = j0 + u * 32 + lane;
+      const bool keep = j < n && kept(kv[u], iv[u], kk, ki);
+      const uint32_t m = __ballot_sync(0xffffffffu, keep);
+      if (keep) {
+        const int at = pos + __popc(m & ((1u << lane) - 1u));
+        __stcg(kp + at, kv[u]);
+        __stcg(ip + at, iv[u]);
+      }
+      pos += __popc(m);
+    }
+  }
+  __syncwarp();
+  return composite(kk, ki);
+}
+
+}  // namespace fused_detail
+
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    sm90_fused_mqa_topk_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+                               const __grid_constant__ CUtensorMap tm_scales,
+                               const __grid_constant__ CUtensorMap tm_weights, const Sm90FusedParams p) {
+  using L = typename Cfg::Logits;
+  using namespace fused_detail;
+  constexpr int S = Cfg::kNumStages;
+  constexpr int R = 8;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + Cfg::kOffBars);
+  uint64_t* full = bars;
+  uint64_t* empty = bars + S;
+  uint64_t* q_full = bars + 2 * S;
+  uint64_t* q_empty = bars + 2 * S + 2;
+  uint32_t* hist_all = reinterpret_cast<uint32_t*>(smem + Cfg::kOffHist);
+  uint32_t* wc = reinterpret_cast<uint32_t*>(smem + Cfg::kOffWc);
+  uint32_t* cnt_s = reinterpret_cast<uint32_t*>(smem + Cfg::kOffCnt);
+  unsigned long long* thr = reinterpret_cast<unsigned long long*>(smem + Cfg::kOffThr);
+  volatile unsigned long long* thr_v = thr;  // read while the other warpgroup may raise it
+  volatile int* slot = reinterpret_cast<volatile int*>(smem + Cfg::kOffSlot);  // [2][4]
+
+  const int tid = threadIdx.x;
+  const int wg = tid / 128;
+  if (tid == 0) {
+    for (int i = 0; i < S; ++i) {
+      ptx::mbar_init(full + i, 1);
+      ptx::mbar_init(empty + i, Cfg::kMathThreads / 32);
+    }
+    for (int i = 0; i < 2; ++i) {
+      ptx::mbar_init(q_full + i, 1);
+      ptx::mbar_init(q_empty + i, Cfg::kMathThreads / 32);
+    }
+    ptx::fence_barrier_init();
+  }
+  for (int i = tid; i < 8 * 256; i += Cfg::kThreads) hist_all[i] = 0;
+  if (tid < R) thr[tid] = 0;
+  __syncthreads();
+
+  const int nblocks = (p.rows + R - 1) / R;
+  if (wg == Cfg::kMathWarpgroups) {
+    // ---------------- producer: one thread takes blocks and issues every TMA ----------------
+    if (tid != Cfg::kMathThreads) return;
+    ptx::prefetch_tensor_map(&tm_q);
+    ptx::prefetch_tensor_map(&tm_k);
+    ptx::prefetch_tensor_map(&tm_scales);
+    ptx::prefetch_tensor_map(&tm_weights);
+    int it = 0;
+    const Sm90LogitsParams lp{p.starts, p.ends, nullptr, 0, p.rows, p.keys};
+    for (int qi = 0;; ++qi) {
+      const int qb = qi & 1;
+      ptx::mbar_wait(q_empty + qb, ((qi >> 1) & 1) ^ 1);
+      // Claim the next block only once its Q buffer is free (one block ahead).
+      const int w = atomicAdd(p.counter, 1);
+      if (w >= nblocks) {
+        slot[4 * qb] = -1;
+        ptx::mbar_arrive(q_full + qb);
+        return;
+      }
+      const int b = nblocks - 1 - w;
+      int lo, hi;
+      const int nt = block_span<R, Cfg::kBlockKeys>(lp, b, lo, hi);
+      const int stride = tile_stride(nt);
+      slot[4 * qb + 0] = b;
+      slot[4 * qb + 1] = lo;
+      slot[4 * qb + 2] = nt;
+      slot[4 * qb + 3] = stride;
+      if (nt == 0) {  // every row empty: the consumers only write -1
+        ptx::mbar_arrive(q_full + qb);
+        continue;
+      }
+      ptx::mbar_arrive_expect_tx(q_full + qb, L::kQTileBytes + L::kWeightBytes);
+      ptx::tma_load_2d(smem + Cfg::kOffQ + qb * L::kQTileBytes, &tm_q, q_full + qb, 0, b * R * L::kHeads);
+      ptx::tma_load_2d(smem + Cfg::kOffWeights + qb * L::kWeightBytes, &tm_weights, q_full + qb, 0, b * R);
+      for (int t = 0; t < nt; ++t, ++it) {
+        const int stage = it % S;
+        ptx::mbar_wait(empty + stage, ((it / S) & 1) ^ 1);
+        ptx::mbar_arrive_expect_tx(full + stage, L::kKTileBytes + L::kScaleBytes);
+        const int key0 = lo + tile_at(t, nt, stride) * Cfg::kBlockKeys;
+        ptx::tma_load_2d(smem + Cfg::kOffK + stage * L::kKTileBytes, &tm_k, full + stage, 0, key0);
+        ptx::tma_load_2d(smem + Cfg::kOffScales + stage * L::kScaleBytes, &tm_scales, full + stage, key0, 0);
+      }
+    }
+  }
+
+  // ---------------- math warpgroups ----------------
+  constexpr int RQ = 2;
+  const int lane = tid & 31;
+  const int warp_in_wg = (tid >> 5) & 3;
+  const int gwarp = tid >> 5;  // 0..7
+  const int quad = lane & 3;
+  const int key_local = warp_in_wg * 16 + (lane >> 2);
+  const uint32_t qmask = 0x11111111u << quad;
+  const uint32_t lt_mask = (1u << lane) - 1u;
+  uint32_t* hist = hist_all + gwarp * 256;
+  const int cap = p.cap, k = p.topk;
+  // Rows compacted when one overflows: those at least (cap - k) / 2 past k, so
+  // every select removes >= (k + 128) / 2 entries.
+  const uint32_t compact_above = static_cast<uint32_t>(k + (cap - k) / 2);
+  // This CTA's candidate buffers: [wg][row][key | idx][cap].
+  uint32_t* ws_cta = p.ws + size_t(blockIdx.x) * 2 * 8 * 2 * size_t(cap);
+  auto buf_key = [&](int w, int r) { return ws_cta + size_t((w * 8 + r) * 2) * cap; };
+  auto buf_idx = [&](int w, int r) { return ws_cta + size_t((w * 8 + r) * 2 + 1) * cap; };
+
+  int it = 0;
+  for (int qi = 0;; ++qi) {
+    const int qb = qi & 1;
+    ptx::mbar_wait(q_full + qb, (qi >> 1) & 1);
+    const int b = slot[4 * qb];
+    if (b < 0) break;
+    const int lo = slot[4 * qb + 1], nt = slot[4 * qb + 2], stride = slot[4 * qb + 3];
+
+    int row_start[RQ], row_end[RQ];
+#pragma unroll
+    for (int i = 0; i < RQ; ++i) {
+      const int row = b * R + 2 * quad + i;
+      row_start[i] = row < p.rows ? __ldg(p.starts + row) : 0;
+      row_end[i] = row < p.rows ? __ldg(p.ends + row) : 0;
+    }
+    uint32_t cnt = 0;  // candidates of row (lane & 7) in this warpgroup's buffer
+
+#pragma unroll 1
+    for (int t = 0; t < nt; ++t, ++it) {
+      const int stage = it % S;
+      ptx::mbar_wait(full + stage, (it / S) & 1);
+      float acc[L::kAcc];
+      const uint8_t* k_tile = smem + Cfg::kOffK + stage * L::kKTileBytes + wg * 64 * L::kHeadDim;
+      const uint8_t* q_tile = smem + Cfg::kOffQ + qb * L::kQTileBytes;
+      const uint64_t desc_a = ptx::make_desc_k128_sw128(k_tile);
+      const uint64_t desc_b = ptx::make_desc_k128_sw128(q_tile);
+      ptx::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < L::kHeadDim / 32; ++kk) ptx::wgmma_e4m3<L::kN>(acc, desc_a + 2 * kk, desc_b + 2 * kk, kk);
+      ptx::wgmma_commit();
+      ptx::wgmma_wait<0>();
+      ptx::fence_regs(acc);
+
+      const float* sc = reinterpret_cast<const float*>(smem + Cfg::kOffScales + stage * L::kScaleBytes);
+      const float scale0 = 0.5f * sc[wg * 64 + key_local];
+      const float scale1 = 0.5f * sc[wg * 64 + key_local + 8];
+      __syncwarp();
+      if (lane == 0) ptx::mbar_arrive(empty + stage);
+
+      float fin[2][RQ];
+      logits_epilogue_reduce<L>(acc, smem + Cfg::kOffWeights + qb * L::kWeightBytes, quad, fin);
+
+      // Filter against the running thresholds.
+      const int key_wg0 = lo + tile_at(t, nt, stride) * Cfg::kBlockKeys + wg * 64;
+      uint32_t okey[2][RQ];
+      bool surv[2][RQ];
+#pragma unroll
+      for (int i = 0; i < RQ; ++i) {
+        const uint64_t th = thr_v[2 * quad + i];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int kabs = key_wg0 + key_local + 8 * h;
+          const float v = fin[h][i] * (h ? scale1 : scale0);
+          okey[h][i] = order_key(v);
+          surv[h][i] = kabs >= row_start[i] && kabs < row_end[i] &&
+                       composite(okey[h][i], static_cast<uint32_t>(kabs)) > th;
+        }
+      }
+      // Deterministic slots: per-warp counts per row, exchanged within the warpgroup.
+      uint32_t m[2][RQ], wcount[RQ];
+#pragma unroll
+      for (int i = 0; i < RQ; ++i) {
+        m[0][i] = __ballot_sync(0xffffffffu, surv[0][i]);
+        m[1][i] = __ballot_sync(0xffffffffu, surv[1][i]);
+        wcount[i] = __popc(m[0][i] & qmask) + __popc(m[1][i] & qmask);
+      }
+      uint32_t* wcp = wc + ((t & 1) * 2 + wg) * 32;  // [warp][row]
+      if (lane < 4) {
+        wcp[warp_in_wg * 8 + 2 * lane] = wcount[0];
+        wcp[warp_in_wg * 8 + 2 * lane + 1] = wcount[1];
+      }
+      ptx::named_barrier_sync(1 + wg, 128);
+      uint32_t before = 0, total = 0;
+      {
+        const int r = lane & 7;
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+          const uint32_t c = wcp[w * 8 + r];
+          total += c;
+          before += w < warp_in_wg ? c : 0u;
+        }
+      }
+      const uint32_t base_r = cnt + before;  // for row lane & 7
+      cnt += total;
+#pragma unroll
+      for (int i = 0; i < RQ; ++i) {
+        const uint32_t base = __shfl_sync(0xffffffffu, base_r, 2 * quad + i);
+        const uint32_t n0 = __popc(m[0][i] & qmask);
+        uint32_t* kp = buf_key(wg, 2 * quad + i);
+        uint32_t* ip = buf_idx(wg, 2 * quad + i);
+        if (surv[0][i]) {
+          const uint32_t at = base + __popc(m[0][i] & qmask & lt_mask);
+          __stcg(kp + at, okey[0][i]);
+          __stcg(ip + at, static_cast<uint32_t>(key_wg0 + key_local));
+        }
+        if (surv[1][i]) {
+          const uint32_t at = base + n0 + __popc(m[1][i] & qmask & lt_mask);
+          __stcg(kp + at, okey[1][i]);
+          __stcg(ip + at, static_cast<uint32_t>(key_wg0 + key_local + 8));
+        }
+      }
+      // Room for a full tile (64 per row) must remain: compact the rows that
+      // could overflow. The decision is uniform over the warpgroup (same counts).
+      const bool over = __any_sync(0xffffffffu, cnt + 64 > static_cast<uint32_t>(cap));
+      if (over) {
+        ptx::named_barrier_sync(1 + wg, 128);  // every append of this tile is visible
+#pragma unroll 1
+        for (int rr = 0; rr < 2; ++rr) {
+          const int r = warp_in_wg + 4 * rr;
+          const uint32_t c = __shfl_sync(0xffffffffu, cnt, r);
+          if (c > compact_above) {
+            const uint64_t th = warp_compact(buf_key(wg, r), buf_idx(wg, r), static_cast<int>(c), k, hist, lane);
+            if (lane == 0) atomicMax(thr + r, static_cast<unsigned long long>(th));
+          }
+        }
+        if (cnt > compact_above) cnt = k;
+        ptx::named_barrier_sync(1 + wg, 128);  // compaction done before the next appends
+      }
+    }
+
+    // ---- block end: merge the two warpgroups' buffers of each row, emit ----
+    if (warp_in_wg == 0 && lane < 8) cnt_s[wg * 8 + lane] = cnt;
+    ptx::named_barrier_sync(3, Cfg::kMathThreads);
+    {
+      const int r = gwarp;
+      const int row = b * R + r;
+      if (row < p.rows) {
+        const int start = __ldg(p.starts + row);
+        Segs s{{buf_key(0, r), buf_key(1, r)}, {buf_idx(0, r), buf_idx(1, r)},
+               {static_cast<int>(cnt_s[r]), static_cast<int>(cnt_s[8 + r])}, 2};
+        const int total = s.n[0] + s.n[1];
+        uint32_t kk = 0, ki = 0xffffffffu;
+        if (total > k) warp_kth(s, static_cast<uint32_t>(k), hist, lane, &kk, &ki);
+        int* orow = p.out + size_t(row) * k;
+        int pos = 0;
+#pragma unroll 1
+        for (int g = 0; g < 2; ++g) {
+#pragma unroll 1
+          for (int j0 = 0; j0 < s.n[g]; j0 += 32) {
+            const int j = j0 + lane;
+            uint32_t kv = 0, iv = 0;
+            if (j < s.n[g]) {
+              kv = __ldcg(s.key[g] + j);
+              iv = __ldcg(s.idx[g] + j);
+            }
+            const bool keep = j < s.n[g] && kept(kv, iv, kk, ki);
+            const uint32_t mk = __ballot_sync(0xffffffffu, keep);
+            const int at = pos + __popc(mk & lt_mask);
+            if (keep && at < k) orow[at] = static_cast<int>(iv) - start;
+            pos += __popc(mk);
+          }
+        }
+        for (int j = min(pos, k) + lane; j < k; j += 32) orow[j] = -1;
+      }
+      if (lane == 0) thr_v[r] = 0;
+    }
+    ptx::named_barrier_sync(3, Cfg::kMathThreads);
+    __syncwarp();
+    if (lane == 0) ptx::mbar_arrive(q_empty + qb);
+  }
+}
+
+// ---- host --------------------------------------------------------------------
+using Sm90FusedDefault = Sm90FusedConfig<8>;
+
+// Launches the fused kernel. q [rows, 32, 128] fp8, k [keys, 128] fp8, scales
+// [keys] fp32, weights [rows, 32] fp32 (contiguous, 16-byte aligned), out
+// [rows, topk] int32 contiguous, workspace of fused_workspace_bytes(topk,
+// num_sms) bytes (16-byte aligned). Zeroes the counter (one memset) then
+// launches one kernel. Tensor-map errors as in launch_sm90_fp8_mqa_logits.
+template <class Cfg = Sm90FusedDefault>
+inline cudaError_t launch_sm90_fused_mqa_topk(const void* q, const void* k, const float* scales,
+                                              const float* weights, const int* starts, const int* ends, int* out,
+                                              void* workspace, int rows, int keys, int topk, int num_sms,
+                                              cudaStream_t stream, int* map_error = nullptr) {
+  using L = typename Cfg::Logits;
+  if (rows <= 0) return cudaSuccess;
+  CUtensorMap tm_q, tm_k, tm_s, tm_w;
+  const uint64_t q_rows = static_cast<uint64_t>(rows) * L::kHeads;
+  const int kk = keys > 0 ? keys : 1;  // keys == 0: maps stay valid, every row is empty
+  const int res[4] = {
+      make_tensor_map_2d(&tm_q, q, CU_TENSOR_MAP_DATA_TYPE_UINT8, L::kHeadDim, q_rows, L::kHeadDim, L::kHeadDim,
+                         L::kN, CU_TENSOR_MAP_SWIZZLE_128B),
+      make_tensor_map_2d(&tm_k, keys > 0 ? k : q, CU_TENSOR_MAP_DATA_TYPE_UINT8, L::kHeadDim, kk, L::kHeadDim,
+                         L::kHeadDim, L::kBlockKeys, CU_TENSOR_MAP_SWIZZLE_128B),
+      make_tensor_map_2d(&tm_s, keys > 0 ? static_cast<const void*>(scales) : weights, CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+                         kk, 1, (uint64_t(kk) * 4 + 15) / 16 * 16, L::kBlockKeys, 1, CU_TENSOR_MAP_SWIZZLE_NONE),
+      make_tensor_map_2d(&tm_w, weights, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, L::kHeads, rows, L::kHeads * 4, L::kHeads,
+                         L::kBlockRows, CU_TENSOR_MAP_SWIZZLE_NONE)};
+  for (int i = 0; i < 4; ++i) {
+    if (res[i] != 0) {
+      if (map_error) *map_error = i * 1000 + (res[i] < 0 ? 999 : res[i]);
+      return cudaErrorInvalidValue;
+    }
+  }
+  auto kernel = &sm90_fused_mqa_topk_kernel<Cfg>;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+  if (err != cudaSuccess) return err;
+  int* counter = static_cast<int*>(workspace);
+  err = cudaMemsetAsync(counter, 0, sizeof(int), stream);
+  if (err != cudaSuccess) return err;
+  Sm90FusedParams p{starts, ends, out, reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(workspace) + 16),
+                    counter, rows, keys, topk, fused_candidate_cap(topk)};
+  kernel<<<num_sms, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(tm_q, tm_k, tm_s, tm_w, p);
+  return cudaGetLastError();
+}
+
+}  // namespace mqa_topk

@@ -1,0 +1,142 @@
+"""GPU tests of the fused logits + top-k kernel (skipped without a CUDA GPU).
+
+Every output is compared with the exact reference set computed from the dense
+kernel's logits (``ops.mqa_logits``; the fused kernel computes bitwise the same
+logits, so the sets must be identical, ties to the lowest index), with
+poisoned outputs, and reruns must be bitwise identical.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mqa_topk_cli import ops
+from mqa_topk_cli.contract import MAX_KEYS, TOPKS
+from mqa_topk_cli.errors import ContractError
+from mqa_topk_cli.workloads import make_workload
+
+from test_gpu_topk import assert_exact  # noqa: E402 (tests/ is on sys.path under pytest)
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def dev():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    if not hasattr(ops._native(), "fused_mqa_topk"):
+        pytest.fail("the extension has no fused_mqa_topk: the fused kernel is not built/registered")
+    return torch.device("cuda")
+
+
+def run_fused(w, topk, poison):
+    out = torch.full((w.rows, topk), poison, dtype=torch.int32, device="cuda")
+    ops.fused_mqa_topk_prefill(w.q, w.k, w.scales, w.weights, w.starts, w.ends, out)
+    return out
+
+
+def check_fused(w, topk=None, what=""):
+    topk = topk or w.topk
+    inputs = [t.clone() for t in (w.q.view(torch.uint8), w.k.view(torch.uint8), w.scales, w.weights, w.starts,
+                                  w.ends)]
+    out1 = run_fused(w, topk, -7)
+    out2 = run_fused(w, topk, -3)
+    after = (w.q.view(torch.uint8), w.k.view(torch.uint8), w.scales, w.weights, w.starts, w.ends)
+    assert all(torch.equal(a, b) for a, b in zip(inputs, after)), f"{what}: inputs modified"
+    assert torch.equal(out1, out2), f"{what}: reruns differ"
+    logits = ops.mqa_logits(w.q, w.k, w.scales, w.weights, w.starts, w.ends)
+    assert_exact(out1, logits, w.starts, w.ends, topk, what)
+    return out1
+
+
+CASES = [
+    dict(layout="causal", rows=67, keys=5001, dist="gaussian"),
+    dict(layout="causal", rows=64, keys=9000, dist="ties"),
+    dict(layout="causal", rows=40, keys=12000, dist="ties", tie_mode="whole"),
+    dict(layout="causal", rows=33, keys=8000, dist="ties", near_ties=True),
+    dict(layout="full", rows=40, keys=3000, dist="short_rows"),
+    dict(layout="ragged", rows=100, keys=9001, dist="dsa", unaligned_starts=True),
+    dict(layout="ragged", rows=90, keys=20000, dist="zero_weights"),
+    dict(layout="full", rows=24, keys=30001, dist="negative_weights"),
+    dict(layout="full", rows=24, keys=30000, dist="relu_saturated"),
+    dict(layout="causal", rows=48, keys=40000, dist="rising"),
+]
+
+
+@pytest.mark.parametrize("topk", TOPKS)
+@pytest.mark.parametrize("kw", CASES, ids=lambda kw: f"{kw['layout']}-{kw['dist']}-{kw['keys']}")
+def test_fused_exact_on_workloads(dev, kw, topk):
+    w = make_workload(device="cuda", seed=11, topk=topk, **kw)
+    check_fused(w, what=str(kw))
+
+
+@pytest.mark.parametrize("dist,opts", [("gaussian", {}), ("rising", {}), ("ties", {"tie_mode": "whole"}),
+                                       ("ties", {})])
+def test_fused_long_rows_many_compactions(dev, dist, opts):
+    # 16 rows of 300K keys: every warpgroup buffer is compacted many times.
+    w = make_workload("full", rows=16, keys=300_000, topk=2048, dist=dist, seed=5, device="cuda", **opts)
+    check_fused(w, what=f"long {dist}")
+
+
+def test_fused_row_at_the_key_limit(dev):
+    w = make_workload("full", rows=3, keys=MAX_KEYS, topk=2048, dist="gaussian", seed=6, device="cuda")
+    check_fused(w, what="key limit")
+
+
+def test_fused_matches_native_dense_exactly(dev):
+    w = make_workload("ragged", rows=300, keys=50_000, topk=2048, dist="dsa", seed=7, device="cuda",
+                      unaligned_starts=True)
+    fused = run_fused(w, 2048, -5)
+    dense = torch.full_like(fused, -9)
+    ops.dense_mqa_topk_prefill(w.q, w.k, w.scales, w.weights, w.starts, w.ends, dense)
+    assert torch.equal(fused.sort(dim=1).values, dense.sort(dim=1).values)
+
+
+def test_fused_batch_invariant(dev):
+    w = make_workload("causal", rows=96, keys=30_000, topk=1024, dist="gaussian", seed=8, device="cuda")
+    full = run_fused(w, 1024, -1)
+    for a, b in ((3, 50), (40, 41), (17, 96)):
+        out = torch.full((b - a, 1024), -4, dtype=torch.int32, device="cuda")
+        ops.fused_mqa_topk_prefill(w.q[a:b], w.k, w.scales, w.weights[a:b], w.starts[a:b].clone(),
+                                   w.ends[a:b].clone(), out)
+        assert torch.equal(out.sort(dim=1).values, full[a:b].sort(dim=1).values), (a, b)
+
+
+def test_fused_empty_shapes_and_rows(dev):
+    w = make_workload("causal", rows=20, keys=3000, topk=512, dist="gaussian", seed=9, device="cuda")
+    out = torch.empty((0, 512), dtype=torch.int32, device="cuda")
+    ops.fused_mqa_topk_prefill(w.q[:0], w.k, w.scales, w.weights[:0], w.starts[:0], w.ends[:0], out)
+    # every row empty, and a mix of empty and tiny rows
+    starts = torch.full((20,), 100, dtype=torch.int32, device="cuda")
+    ends = starts.clone()
+    out = torch.full((20, 512), 5, dtype=torch.int32, device="cuda")
+    ops.fused_mqa_topk_prefill(w.q, w.k, w.scales, w.weights, starts, ends, out)
+    assert bool((out == -1).all())
+    ends = starts + torch.arange(20, dtype=torch.int32, device="cuda") % 3
+    out = torch.full((20, 512), 5, dtype=torch.int32, device="cuda")
+    ops.fused_mqa_topk_prefill(w.q, w.k, w.scales, w.weights, starts, ends.contiguous(), out)
+    logits = ops.mqa_logits(w.q, w.k, w.scales, w.weights, starts, ends.contiguous())
+    assert_exact(out, logits, starts, ends, 512, "tiny rows")
+
+
+def test_fused_workspace_contract(dev):
+    ext = ops._native()
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for t in TOPKS:
+        assert ext.fused_mqa_topk_workspace_bytes(t, 0) == ops.fused_mqa_topk_workspace_bytes(t, sms)
+        assert ops.fused_mqa_topk_workspace_bytes(t, sms) <= 128 << 20
+    w = make_workload("causal", rows=9, keys=3000, topk=512, dist="gaussian", seed=10, device="cuda")
+    out = torch.empty((9, 512), dtype=torch.int32, device="cuda")
+    small = torch.empty(1024, dtype=torch.uint8, device="cuda")
+    with pytest.raises(ValueError, match="workspace"):
+        ops.fused_mqa_topk_prefill(w.q, w.k, w.scales, w.weights, w.starts, w.ends, out, workspace=small)
+    with pytest.raises(ValueError, match="workspace"):
+        ext.fused_mqa_topk(w.q, w.k, w.scales, w.weights, w.starts, w.ends, out,
+                           torch.empty(4096, dtype=torch.int32, device="cuda"))
+    with pytest.raises((ValueError, ContractError), match="output"):
+        ops.fused_mqa_topk_prefill(w.q, w.k, w.scales, w.weights, w.starts, w.ends,
+                                   torch.empty((9, 100), dtype=torch.int32, device="cuda"))
+    with pytest.raises(ValueError, match="output"):
+        ext.fused_mqa_topk(w.q, w.k, w.scales, w.weights, w.starts, w.ends,
+                           torch.empty((9, 100), dtype=torch.int32, device="cuda"),
+                           ops.fused_mqa_topk_workspace("cuda", 512))
