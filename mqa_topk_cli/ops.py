@@ -176,7 +176,7 @@ def dense_mqa_topk_prefill(q, k, scales, weights, starts, ends, output,
 #: workspace layout (csrc/include/mqa_topk/sm90_fused_mqa_topk.cuh): a 16-byte
 #: block counter + per SM 2 warpgroups x 8 rows x (key, index) x cap words.
 def fused_candidate_cap(topk: int) -> int:
-    return 2 * topk + 128
+    return 3 * topk + 128
 
 
 def fused_mqa_topk_workspace_bytes(topk: int, num_sms: int) -> int:

@@ -52,4 +52,4 @@ for s in "${stages[@]}"; do
     *) echo "unknown stage $s" ;;
   esac
 done
-echo; echo "=== summary ($(git rev-parse --short HEAD 2>/dev/null))" | tee -a "$OUT/device.log"; printf '%s\n' "${summary[@]}" | tee -a "$OUT/device.log"
+echo; echo "=== summary (${MQA_TOPK_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)})" | tee -a "$OUT/device.log"; printf '%s\n' "${summary[@]}" | tee -a "$OUT/device.log"

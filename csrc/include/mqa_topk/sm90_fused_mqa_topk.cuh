@@ -13,31 +13,35 @@
 // - Each math warpgroup appends the logits of its 64 keys per tile that beat
 //   the row's running threshold to its own candidate buffer of the row (global
 //   workspace, per CTA, L2-resident): (order key, absolute index) pairs,
-//   capacity `cap` = 2k + 128. Slots are given in a fixed order (tile, warp,
+//   capacity `cap` = 3k + 128. Slots are given in a fixed order (tile, warp,
 //   key half, lane) through one per-warpgroup exchange of per-warp counts, so
 //   buffer contents, and everything after, are deterministic.
 // - When a row's buffer could overflow on the next tile (count > cap - 64),
-//   a warp radix-selects that buffer's k-th composite (8-bit digits: 4 passes
-//   over the keys, up to 3 over the indices among ties), compacts the buffer
-//   to exactly k entries in place (stable) and raises the row's shared
-//   threshold to that composite. The threshold is always the k-th largest
-//   composite of a subset of the row, so no element of the row's top-k is ever
-//   dropped (SPEC §6); both warpgroups filter with the larger threshold.
+//   one warp per row selects (`warp_select`): one vector pass finds the range
+//   and count of the entries at or above the running threshold, one histogram
+//   pass over an 8-bit digit spanning that range finds the bin of the k-th,
+//   the bin's entries (usually a few dozen) are gathered into shared memory
+//   and finished there by radix passes; a crowded bin (heavy ties) falls back
+//   to exact radix passes over L2 (4 over keys, up to 3 over indices). Then a
+//   stable in-place pass keeps exactly the top k and the row's shared
+//   threshold rises to the k-th composite. That threshold is always the k-th
+//   largest composite of a subset of the row, so no element of the row's
+//   top-k is ever dropped (SPEC §6); both warpgroups filter with it.
 // - At the end of a block both warpgroups meet; warp w merges row w's two
 //   buffers (the same select over both) and writes the top min(k, n) relative
 //   indices in buffer order, then -1 padding.
 // - Key tiles of a block are visited in a scrambled order (a golden-ratio
 //   stride coprime to the tile count, last tile first), so scores rising with
 //   position do not keep the threshold low.
-// Cost bounds: every select costs O(count) and runs only after >= k + 64 new
-// candidates (or once per row at the block end), so even when every logit
-// beats the threshold (e.g. adversarial orders) selection work stays linear
-// in the row length: at most one select per (k + 64) / 64 tiles per row and
+// Cost bounds: a select costs O(count) (a bounded number of passes) and runs
+// only after >= k + 64 new candidates (or once per row at the block end), so
+// even when every logit beats the threshold selection work stays linear in
+// the row length: at most one select per (k + 64) / 64 tiles per row and
 // warpgroup.
 // Work: blocks are handed out by a global counter (largest row index first:
 // causal blocks are longest last) to a persistent grid of one CTA per SM.
 // Workspace: 16 bytes (the counter, zeroed before the launch) + num_sms x
-// 2 x 8 x 2 x cap x 4 bytes (71 MiB for k = 2048 on 132 SMs).
+// 2 x 8 x 2 x cap x 4 bytes (101 MiB for k = 2048 on 132 SMs, 18.6 MiB for k = 512).
 #pragma once
 
 #include "sm90_fp8_mqa_logits.cuh"
@@ -53,7 +57,7 @@ struct Sm90FusedParams {
   int rows;
   int keys;
   int topk;
-  int cap;           // candidates per (warpgroup, row) buffer: 2 * topk + 128
+  int cap;           // candidates per (warpgroup, row) buffer: 3 * topk + 128
 };
 
 template <int kNumStages_>
@@ -73,7 +77,8 @@ struct Sm90FusedConfig {
   static constexpr int kOffWc = kOffHist + 8 * 256 * 4;                     // [2 parity][2 wg][4 warps][8 rows]
   static constexpr int kOffCnt = kOffWc + 2 * 2 * 4 * 8 * 4;                // [2 wg][8 rows]
   static constexpr int kOffThr = kOffCnt + 2 * 8 * 4;                       // [8 rows] u64
-  static constexpr int kOffSlot = kOffThr + 8 * 8;                          // [2] int4: block, lo, nt, stride
+  static constexpr int kOffScratch = kOffThr + 8 * 8;                       // 8 warps x kScratch x (key, idx)
+  static constexpr int kOffSlot = kOffScratch + 8 * 256 * 2 * 4;            // [2] int4: block, lo, nt, stride
   static constexpr int kOffBars = kOffSlot + 2 * 16;
   static constexpr int kNumBars = 2 * kNumStages + 4;
   static constexpr int kSmemBytes = kOffBars + kNumBars * 8 + 1024;
@@ -82,7 +87,7 @@ struct Sm90FusedConfig {
 };
 
 // Candidate capacity per (warpgroup, row) buffer for a given k.
-__host__ __device__ constexpr int fused_candidate_cap(int topk) { return 2 * topk + 128; }
+__host__ __device__ constexpr int fused_candidate_cap(int topk) { return 3 * topk + 128; }
 
 // Bytes of workspace the fused kernel needs (the counter lives in the first 16).
 inline size_t fused_workspace_bytes(int topk, int num_sms) {
@@ -105,9 +110,11 @@ __device__ __forceinline__ int tile_stride(int nt) {
     if (a == 1) return s;
   }
 }
-// Tile visited at position t (last tile first).
-__device__ __forceinline__ int tile_at(int t, int nt, int stride) {
-  return static_cast<int>((static_cast<long long>(t) * stride + (nt - 1)) % nt);
+// The tile visited after tile tp: (tp + stride) mod nt (the walk starts at the
+// last tile, nt - 1, and visits every tile once since stride is coprime to nt).
+__device__ __forceinline__ int next_tile(int tp, int nt, int stride) {
+  tp += stride;
+  return tp >= nt ? tp - nt : tp;
 }
 
 __device__ __forceinline__ uint32_t order_key(float x) {
@@ -119,18 +126,27 @@ __device__ __forceinline__ uint64_t composite(uint32_t key, uint32_t idx) {
   return (static_cast<uint64_t>(key) << 32) | static_cast<uint64_t>(0xffffffffu - idx);
 }
 
-// A row's candidates: up to two (keys, indices, count) segments.
+// A row's candidates: up to two (keys, indices, count) segments. Global
+// buffers are 16-byte aligned with capacity a multiple of 4, so the vector
+// passes may read whole uint4 groups past the count (masked).
 struct Segs {
-  uint32_t* key[2];
-  uint32_t* idx[2];
+  const uint32_t* key[2];
+  const uint32_t* idx[2];
   int n[2];
   int nseg;
 };
 
-// One radix pass by a warp: histogram of digit (v >> shift) & 255 over the
-// entries whose masked bits match; v is the key, or the index when on_idx
-// (then only entries with key == key_eq count). hist: this warp's 256 bins,
-// zero on entry and on return.
+template <bool kGlobal>
+__device__ __forceinline__ uint32_t ld_u32(const uint32_t* p) {
+  if constexpr (kGlobal) return __ldcg(p);
+  else return *p;
+}
+
+// Scalar radix pass by a warp (fallback paths and shared-memory scratch):
+// histogram of digit (v >> shift) & 255 over the entries whose masked bits
+// match; v is the key, or the index when on_idx (then only entries with key ==
+// key_eq count). hist: this warp's 256 bins, zero on entry.
+template <bool kGlobal>
 __device__ __forceinline__ void warp_hist_pass(const Segs& s, bool on_idx, uint32_t key_eq, uint32_t mask,
                                                uint32_t prefix, int shift, uint32_t* hist, int lane) {
 #pragma unroll 1
@@ -148,10 +164,10 @@ __device__ __forceinline__ void warp_hist_pass(const Segs& s, bool on_idx, uint3
         ok[u] = j < n;
         v[u] = 0;
         if (ok[u]) {
-          const uint32_t kv = __ldcg(kp + j);
+          const uint32_t kv = ld_u32<kGlobal>(kp + j);
           if (on_idx) {
             ok[u] = kv == key_eq;
-            v[u] = __ldcg(ip + j);
+            v[u] = ld_u32<kGlobal>(ip + j);
           } else {
             v[u] = kv;
           }
@@ -211,77 +227,182 @@ __device__ __forceinline__ uint32_t warp_find_digit(uint32_t* hist, uint32_t nee
   return digit;
 }
 
-// The k-th largest composite (key desc, index asc) of the segments' entries
-// (requires total > k): its key and index.
-__device__ __forceinline__ void warp_kth(const Segs& s, uint32_t k, uint32_t* hist, int lane, uint32_t* kth_key,
-                                         uint32_t* kth_idx) {
-  uint32_t need = k, prefix = 0, mask = 0, before, in_bin = 0;
+// The need-th largest composite (key desc, index asc) of the segments' entries
+// (requires total >= need), by 8-bit radix passes: 4 over the keys, then up to
+// 3 over the indices of the entries tied at that key (indices < 2^24: keys <=
+// 2^22 by contract).
+template <bool kGlobal>
+__device__ __forceinline__ uint64_t warp_kth_radix(const Segs& s, uint32_t need, uint32_t* hist, int lane) {
+  uint32_t prefix = 0, mask = 0, before, in_bin = 0;
 #pragma unroll 1
   for (int shift = 24; shift >= 0; shift -= 8) {
-    warp_hist_pass(s, false, 0, mask, prefix, shift, hist, lane);
+    warp_hist_pass<kGlobal>(s, false, 0, mask, prefix, shift, hist, lane);
     const uint32_t d = warp_find_digit(hist, need, true, &before, &in_bin, lane);
     need -= before;
     prefix |= d << shift;
     mask |= 255u << shift;
   }
-  *kth_key = prefix;
-  if (in_bin == need) {  // every entry with this key is in: no index cut needed
-    *kth_idx = 0xffffffffu;
-    return;
-  }
-  // Indices are < 2^24 (keys <= 2^22 by contract): three 8-bit digits.
+  if (in_bin == need) return composite(prefix, 0xffffffffu);  // every entry with this key is in
   uint32_t iprefix = 0, imask = 0;
 #pragma unroll 1
   for (int shift = 16; shift >= 0; shift -= 8) {
-    warp_hist_pass(s, true, prefix, imask, iprefix, shift, hist, lane);
+    warp_hist_pass<kGlobal>(s, true, prefix, imask, iprefix, shift, hist, lane);
     const uint32_t d = warp_find_digit(hist, need, false, &before, &in_bin, lane);
     need -= before;
     iprefix |= d << shift;
     imask |= 255u << shift;
   }
-  *kth_idx = iprefix;
+  return composite(prefix, iprefix);
 }
 
-__device__ __forceinline__ bool kept(uint32_t key, uint32_t idx, uint32_t kk, uint32_t ki) {
-  return key > kk || (key == kk && idx <= ki);
-}
-
-// Compacts one buffer of n > k entries to its top k in place (stable); returns
-// the threshold composite (the k-th).
-__device__ __forceinline__ uint64_t warp_compact(uint32_t* kp, uint32_t* ip, int n, int k, uint32_t* hist, int lane) {
-  Segs s{{kp, nullptr}, {ip, nullptr}, {n, 0}, 1};
-  uint32_t kk, ki;
-  warp_kth(s, static_cast<uint32_t>(k), hist, lane, &kk, &ki);
-  int pos = 0;
+// Calls f(key, idx_ptr_of_entry, valid) for every entry of the segments, four
+// per lane per step (uint4 loads of the keys, L2 only).
+template <class F>
+__device__ __forceinline__ void for_each_key4(const Segs& s, int lane, F&& f) {
 #pragma unroll 1
-  for (int j0 = 0; j0 < n; j0 += 32 * 4) {
-    uint32_t kv[4], iv[4];
+  for (int g = 0; g < s.nseg; ++g) {
+    const uint32_t* kp = s.key[g];
+    const int n = s.n[g];
+#pragma unroll 1
+    for (int j0 = 0; j0 < n; j0 += 32 * 4 * 4) {
+      uint4 v[4];
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const int j = j0 + u * 32 + lane;
-      kv[u] = 0;
-      iv[u] = 0;
-      if (j < n) {
-        kv[u] = __ldcg(kp + j);
-        iv[u] = __ldcg(ip + j);
+      for (int u = 0; u < 4; ++u) {
+        const int j = j0 + (u * 32 + lane) * 4;
+        v[u] = j < n ? __ldcg(reinterpret_cast<const uint4*>(kp + j)) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int j = j0 + (u * 32 + lane) * 4;
+        const uint32_t kv[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) f(kv[e], s.idx[g] + j + e, j + e < n);
       }
     }
-    __syncwarp();  // every lane has read its entries before any slot below j0 + 128 is written
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const int j = j0 + u * 32 + lane;
-      const bool keep = j < n && kept(kv[u], iv[u], kk, ki);
-      const uint32_t m = __ballot_sync(0xffffffffu, keep);
-      if (keep) {
-        const int at = pos + __popc(m & ((1u << lane) - 1u));
-        __stcg(kp + at, kv[u]);
-        __stcg(ip + at, iv[u]);
+  }
+}
+
+// Scratch in shared memory for the entries of one histogram bin.
+constexpr int kScratch = 256;
+
+// The threshold that keeps a row's top-k among its candidates: entries with
+// composite >= thr (the row's running threshold) are eligible; returns the
+// k-th largest eligible composite, or thr itself when at most k are eligible
+// (then every eligible entry is kept). Passes: one vector pass for the
+// eligible range and count, one histogram pass over an 8-bit digit chosen to
+// span that range, one gather of the digit's bin into shared memory (when it
+// holds <= kScratch entries; radix passes over L2 otherwise), the rest in
+// shared memory.
+__device__ __forceinline__ uint64_t warp_select(const Segs& s, uint64_t thr, uint32_t k, uint32_t* hist,
+                                                uint32_t* sk, uint32_t* si, int lane) {
+  const uint32_t tk = static_cast<uint32_t>(thr >> 32);
+  auto eligible = [&](uint32_t key, const uint32_t* ip) {
+    return key > tk || (key == tk && composite(key, __ldcg(ip)) >= thr);
+  };
+  uint32_t kmin = 0xffffffffu, kmax = 0, cnt = 0;
+  for_each_key4(s, lane, [&](uint32_t key, const uint32_t* ip, bool valid) {
+    if (valid && eligible(key, ip)) {
+      kmin = min(kmin, key);
+      kmax = max(kmax, key);
+      ++cnt;
+    }
+  });
+  cnt = __reduce_add_sync(0xffffffffu, cnt);
+  if (cnt <= k) return thr;
+  kmin = __reduce_min_sync(0xffffffffu, kmin);
+  kmax = __reduce_max_sync(0xffffffffu, kmax);
+  const uint32_t diff = kmin ^ kmax;
+  const int shift = diff ? max(31 - __clz(diff) - 7, 0) : 0;
+  uint32_t need = k, before = 0, in_bin = 0, bin_prefix = 0, bin_mask = 0;
+  if (diff) {
+    for_each_key4(s, lane, [&](uint32_t key, const uint32_t* ip, bool valid) {
+      if (valid && eligible(key, ip)) atomicAdd(hist + ((key >> shift) & 255u), 1u);
+    });
+    __syncwarp();
+    const uint32_t d = warp_find_digit(hist, need, true, &before, &in_bin, lane);
+    need -= before;
+    const uint32_t high = shift + 8 >= 32 ? 0u : ~0u << (shift + 8);
+    bin_mask = high | (255u << shift);
+    bin_prefix = (kmin & high) | (d << shift);
+  } else {
+    bin_mask = ~0u;
+    bin_prefix = kmin;
+    in_bin = cnt;
+  }
+  if (in_bin <= static_cast<uint32_t>(kScratch)) {
+    // Gather the bin (order irrelevant: only its need-th composite is wanted).
+    uint32_t base = 0;
+    for_each_key4(s, lane, [&](uint32_t key, const uint32_t* ip, bool valid) {
+      const bool in = valid && (key & bin_mask) == bin_prefix && eligible(key, ip);
+      const uint32_t m = __ballot_sync(0xffffffffu, in);
+      if (in) {
+        const uint32_t at = base + __popc(m & ((1u << lane) - 1u));
+        sk[at] = key;
+        si[at] = __ldcg(ip);
       }
-      pos += __popc(m);
+      base += __popc(m);
+    });
+    __syncwarp();
+    const Segs bin{{sk, nullptr}, {si, nullptr}, {static_cast<int>(in_bin), 0}, 1};
+    const uint64_t t = warp_kth_radix<false>(bin, need, hist, lane);
+    __syncwarp();
+    return t;
+  }
+  // A crowded bin (heavy ties or very dense values): exact radix over all
+  // candidates. The k-th of all entries is an eligible one (more than k are).
+  return warp_kth_radix<true>(s, k, hist, lane);
+}
+
+// Keeps the entries with composite >= t in segment order (stable): writes
+// kept entry number `pos` through emit(pos, key, idx); returns the count.
+// Reads a 4-entry group per lane (keys and indices as uint4) and ranks with a
+// warp scan; emit may write in place (positions never pass the read point).
+template <class Emit>
+__device__ __forceinline__ int warp_emit(const Segs& s, uint64_t t, int lane, Emit&& emit) {
+  int pos = 0;
+#pragma unroll 1
+  for (int g = 0; g < s.nseg; ++g) {
+    const uint32_t* kp = s.key[g];
+    const uint32_t* ip = s.idx[g];
+    const int n = s.n[g];
+#pragma unroll 1
+    for (int j0 = 0; j0 < n; j0 += 32 * 4 * 2) {
+      uint4 kv[2], iv[2];
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const int j = j0 + (u * 32 + lane) * 4;
+        kv[u] = j < n ? __ldcg(reinterpret_cast<const uint4*>(kp + j)) : make_uint4(0, 0, 0, 0);
+        iv[u] = j < n ? __ldcg(reinterpret_cast<const uint4*>(ip + j)) : make_uint4(0, 0, 0, 0);
+      }
+      __syncwarp();  // every read of this step precedes any write below
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const int j = j0 + (u * 32 + lane) * 4;
+        const uint32_t ks[4] = {kv[u].x, kv[u].y, kv[u].z, kv[u].w};
+        const uint32_t is[4] = {iv[u].x, iv[u].y, iv[u].z, iv[u].w};
+        bool keep[4];
+        int mine = 0;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          keep[e] = j + e < n && composite(ks[e], is[e]) >= t;
+          mine += keep[e];
+        }
+        int incl = mine;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+          const int v = __shfl_up_sync(0xffffffffu, incl, o);
+          if (lane >= o) incl += v;
+        }
+        int at = pos + incl - mine;
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (keep[e]) emit(at++, ks[e], is[e]);
+        pos += __shfl_sync(0xffffffffu, incl, 31);
+      }
     }
   }
   __syncwarp();
-  return composite(kk, ki);
+  return pos;
 }
 
 }  // namespace fused_detail
@@ -361,11 +482,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       ptx::mbar_arrive_expect_tx(q_full + qb, L::kQTileBytes + L::kWeightBytes);
       ptx::tma_load_2d(smem + Cfg::kOffQ + qb * L::kQTileBytes, &tm_q, q_full + qb, 0, b * R * L::kHeads);
       ptx::tma_load_2d(smem + Cfg::kOffWeights + qb * L::kWeightBytes, &tm_weights, q_full + qb, 0, b * R);
-      for (int t = 0; t < nt; ++t, ++it) {
+      for (int t = 0, tp = nt - 1; t < nt; ++t, ++it, tp = next_tile(tp, nt, stride)) {
         const int stage = it % S;
         ptx::mbar_wait(empty + stage, ((it / S) & 1) ^ 1);
         ptx::mbar_arrive_expect_tx(full + stage, L::kKTileBytes + L::kScaleBytes);
-        const int key0 = lo + tile_at(t, nt, stride) * Cfg::kBlockKeys;
+        const int key0 = lo + tp * Cfg::kBlockKeys;
         ptx::tma_load_2d(smem + Cfg::kOffK + stage * L::kKTileBytes, &tm_k, full + stage, 0, key0);
         ptx::tma_load_2d(smem + Cfg::kOffScales + stage * L::kScaleBytes, &tm_scales, full + stage, key0, 0);
       }
@@ -382,6 +503,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const uint32_t qmask = 0x11111111u << quad;
   const uint32_t lt_mask = (1u << lane) - 1u;
   uint32_t* hist = hist_all + gwarp * 256;
+  uint32_t* sk = reinterpret_cast<uint32_t*>(smem + Cfg::kOffScratch) + gwarp * 2 * fused_detail::kScratch;
+  uint32_t* si = sk + fused_detail::kScratch;
   const int cap = p.cap, k = p.topk;
   // Rows compacted when one overflows: those at least (cap - k) / 2 past k, so
   // every select removes >= (k + 128) / 2 entries.
@@ -409,7 +532,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     uint32_t cnt = 0;  // candidates of row (lane & 7) in this warpgroup's buffer
 
 #pragma unroll 1
-    for (int t = 0; t < nt; ++t, ++it) {
+    for (int t = 0, tp = nt - 1; t < nt; ++t, ++it, tp = next_tile(tp, nt, stride)) {
       const int stage = it % S;
       ptx::mbar_wait(full + stage, (it / S) & 1);
       float acc[L::kAcc];
@@ -434,7 +557,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       logits_epilogue_reduce<L>(acc, smem + Cfg::kOffWeights + qb * L::kWeightBytes, quad, fin);
 
       // Filter against the running thresholds.
-      const int key_wg0 = lo + tile_at(t, nt, stride) * Cfg::kBlockKeys + wg * 64;
+      const int key_wg0 = lo + tp * Cfg::kBlockKeys + wg * 64;
       uint32_t okey[2][RQ];
       bool surv[2][RQ];
 #pragma unroll
@@ -502,12 +625,22 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           const int r = warp_in_wg + 4 * rr;
           const uint32_t c = __shfl_sync(0xffffffffu, cnt, r);
           if (c > compact_above) {
-            const uint64_t th = warp_compact(buf_key(wg, r), buf_idx(wg, r), static_cast<int>(c), k, hist, lane);
-            if (lane == 0) atomicMax(thr + r, static_cast<unsigned long long>(th));
+            uint32_t* kp = buf_key(wg, r);
+            uint32_t* ip = buf_idx(wg, r);
+            const Segs sg{{kp, nullptr}, {ip, nullptr}, {static_cast<int>(c), 0}, 1};
+            const uint64_t th = warp_select(sg, thr_v[r], static_cast<uint32_t>(k), hist, sk, si, lane);
+            const int left = warp_emit(sg, th, lane, [&](int at, uint32_t key, uint32_t idx) {
+              __stcg(kp + at, key);
+              __stcg(ip + at, idx);
+            });
+            if (lane == 0) {
+              atomicMax(thr + r, static_cast<unsigned long long>(th));
+              cnt_s[wg * 8 + r] = static_cast<uint32_t>(left);
+            }
           }
         }
-        if (cnt > compact_above) cnt = k;
         ptx::named_barrier_sync(1 + wg, 128);  // compaction done before the next appends
+        if (cnt > compact_above) cnt = cnt_s[wg * 8 + (lane & 7)];  // every warp learns the new counts
       }
     }
 
@@ -519,30 +652,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const int row = b * R + r;
       if (row < p.rows) {
         const int start = __ldg(p.starts + row);
-        Segs s{{buf_key(0, r), buf_key(1, r)}, {buf_idx(0, r), buf_idx(1, r)},
+        const Segs s{{buf_key(0, r), buf_key(1, r)}, {buf_idx(0, r), buf_idx(1, r)},
                {static_cast<int>(cnt_s[r]), static_cast<int>(cnt_s[8 + r])}, 2};
-        const int total = s.n[0] + s.n[1];
-        uint32_t kk = 0, ki = 0xffffffffu;
-        if (total > k) warp_kth(s, static_cast<uint32_t>(k), hist, lane, &kk, &ki);
+        const uint64_t th = warp_select(s, thr_v[r], static_cast<uint32_t>(k), hist, sk, si, lane);
         int* orow = p.out + size_t(row) * k;
-        int pos = 0;
-#pragma unroll 1
-        for (int g = 0; g < 2; ++g) {
-#pragma unroll 1
-          for (int j0 = 0; j0 < s.n[g]; j0 += 32) {
-            const int j = j0 + lane;
-            uint32_t kv = 0, iv = 0;
-            if (j < s.n[g]) {
-              kv = __ldcg(s.key[g] + j);
-              iv = __ldcg(s.idx[g] + j);
-            }
-            const bool keep = j < s.n[g] && kept(kv, iv, kk, ki);
-            const uint32_t mk = __ballot_sync(0xffffffffu, keep);
-            const int at = pos + __popc(mk & lt_mask);
-            if (keep && at < k) orow[at] = static_cast<int>(iv) - start;
-            pos += __popc(mk);
-          }
-        }
+        const int pos = warp_emit(s, th, lane, [&](int at, uint32_t, uint32_t idx) {
+          if (at < k) orow[at] = static_cast<int>(idx) - start;
+        });
         for (int j = min(pos, k) + lane; j < k; j += 32) orow[j] = -1;
       }
       if (lane == 0) thr_v[r] = 0;
