@@ -4,8 +4,17 @@
 
 #include "mqa_topk/sm90_fused_mqa_topk.cuh"
 
+#include <cstdlib>
+
 namespace {
 bool valid_topk(int64_t t) { return t == 512 || t == 1024 || t == 2048; }
+// Development knobs (scripts/fused_probe.py), never set in normal use:
+// MQA_TOPK_FUSED_PROBE=1 skips every append (logits + filter alone; the output
+// is then all -1), MQA_TOPK_FUSED_CAP=N shrinks the candidate capacity.
+int env_int(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::atoi(v) : 0;
+}
 }  // namespace
 
 int64_t fused_mqa_topk_workspace_bytes(int64_t topk, int64_t device) {
@@ -46,7 +55,7 @@ void fused_mqa_topk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
       q.data_ptr(), keys ? k.data_ptr() : nullptr, keys ? scales.data_ptr<float>() : nullptr,
       weights.data_ptr<float>(), starts.data_ptr<int>(), ends.data_ptr<int>(), output.data_ptr<int>(),
       workspace.data_ptr(), static_cast<int>(rows), static_cast<int>(keys), static_cast<int>(topk), num_sms, stream,
-      &map_error);
+      &map_error, env_int("MQA_TOPK_FUSED_PROBE"), env_int("MQA_TOPK_FUSED_CAP"));
   static const char* const kMapNames[4] = {"q", "k", "scales", "weights"};
   TORCH_CHECK(map_error == 0, "fused_mqa_topk: could not encode the TMA tensor map of ",
               kMapNames[map_error / 1000 % 4], " (CUresult ", map_error % 1000, ")");

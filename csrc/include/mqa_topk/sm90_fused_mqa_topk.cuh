@@ -58,6 +58,7 @@ struct Sm90FusedParams {
   int keys;
   int topk;
   int cap;           // candidates per (warpgroup, row) buffer: 3 * topk + 128
+  int probe;         // development only: 1 = never append (times the logits + filter alone); 0 = real
 };
 
 template <int kNumStages_>
@@ -568,7 +569,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           const int kabs = key_wg0 + key_local + 8 * h;
           const float v = fin[h][i] * (h ? scale1 : scale0);
           okey[h][i] = order_key(v);
-          surv[h][i] = kabs >= row_start[i] && kabs < row_end[i] &&
+          surv[h][i] = p.probe != 1 && kabs >= row_start[i] && kabs < row_end[i] &&
                        composite(okey[h][i], static_cast<uint32_t>(kabs)) > th;
         }
       }
@@ -681,7 +682,8 @@ template <class Cfg = Sm90FusedDefault>
 inline cudaError_t launch_sm90_fused_mqa_topk(const void* q, const void* k, const float* scales,
                                               const float* weights, const int* starts, const int* ends, int* out,
                                               void* workspace, int rows, int keys, int topk, int num_sms,
-                                              cudaStream_t stream, int* map_error = nullptr) {
+                                              cudaStream_t stream, int* map_error = nullptr, int probe = 0,
+                                              int cap = 0) {
   using L = typename Cfg::Logits;
   if (rows <= 0) return cudaSuccess;
   CUtensorMap tm_q, tm_k, tm_s, tm_w;
@@ -705,11 +707,15 @@ inline cudaError_t launch_sm90_fused_mqa_topk(const void* q, const void* k, cons
   auto kernel = &sm90_fused_mqa_topk_kernel<Cfg>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;
+  // cap: 0 = the default; development runs may shrink it (never below
+  // topk + 128, a multiple of 4 for the vector passes) within the workspace.
+  const int cap_default = fused_candidate_cap(topk);
+  cap = cap <= 0 ? cap_default : max(topk + 128, min(cap, cap_default)) & ~3;
   int* counter = static_cast<int*>(workspace);
   err = cudaMemsetAsync(counter, 0, sizeof(int), stream);
   if (err != cudaSuccess) return err;
   Sm90FusedParams p{starts, ends, out, reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(workspace) + 16),
-                    counter, rows, keys, topk, fused_candidate_cap(topk)};
+                    counter, rows, keys, topk, cap, probe};
   kernel<<<num_sms, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(tm_q, tm_k, tm_s, tm_w, p);
   return cudaGetLastError();
 }

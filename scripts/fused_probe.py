@@ -1,0 +1,47 @@
+"""Development probe of the fused kernel: where its time goes. Times (cold L2,
+medians) on the headline shape: the dense logits kernel alone, the fused
+kernel, the fused kernel with appends switched off (MQA_TOPK_FUSED_PROBE=1:
+logits + threshold filter only) and with smaller candidate capacities
+(MQA_TOPK_FUSED_CAP), checking that every real variant returns the same sets.
+The numbers that count come from `mqa-topk bench`."""
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, "scripts")
+from logits_probe import make  # noqa: E402
+
+from mqa_topk_cli import ops  # noqa: E402
+from mqa_topk_cli.timing import time_fn  # noqa: E402
+
+rows, keys = (int(a) for a in (sys.argv[1:3] if len(sys.argv) > 2 else (8192, 65536)))
+q, k, scales, w, starts, ends = make(rows, keys, 5, "causal")
+flop = 8192.0 * float((ends - starts).sum())
+base = {}
+
+
+def run(label, topk, env):
+    for name in ("MQA_TOPK_FUSED_PROBE", "MQA_TOPK_FUSED_CAP"):
+        os.environ.pop(name, None)
+    os.environ.update(env)
+    out = torch.full((rows, topk), -7, dtype=torch.int32, device="cuda")
+    fn = lambda: ops.fused_mqa_topk_prefill(q, k, scales, w, starts, ends, out)  # noqa: E731
+    t = time_fn(fn)
+    same = ""
+    if env.get("MQA_TOPK_FUSED_PROBE") != "1":
+        srt = out.sort(dim=1).values
+        if topk not in base:
+            base[topk] = srt
+        same = "same sets" if torch.equal(base[topk], srt) else "SETS DIFFER"
+    print(f"{label:34s} topk={topk:5d} {t.median_ms:8.3f} ms  {flop / t.median_ms / 1e9:7.1f} TFLOP/s  {same}",
+          flush=True)
+
+
+t = time_fn(lambda: ops.mqa_logits(q, k, scales, w, starts, ends))
+print(f"{'dense logits kernel alone':34s} {'':11s} {t.median_ms:8.3f} ms  {flop / t.median_ms / 1e9:7.1f} TFLOP/s")
+for topk in (2048, 512):
+    run("fused", topk, {})
+    run("fused, no appends (probe 1)", topk, {"MQA_TOPK_FUSED_PROBE": "1"})
+    for cap in (topk + 512, 2 * topk + 128):
+        run(f"fused, cap {cap}", topk, {"MQA_TOPK_FUSED_CAP": str(cap)})
