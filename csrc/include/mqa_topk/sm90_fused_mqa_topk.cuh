@@ -257,7 +257,7 @@ __device__ __forceinline__ uint64_t warp_kth_radix(const Segs& s, uint32_t need,
 }
 
 // Calls f(key, idx_ptr_of_entry, valid) for every entry of the segments, four
-// per lane per step (uint4 loads of the keys, L2 only).
+// per lane, eight groups in flight (uint4 loads of the keys, L2 only).
 template <class F>
 __device__ __forceinline__ void for_each_key4(const Segs& s, int lane, F&& f) {
 #pragma unroll 1
@@ -265,15 +265,15 @@ __device__ __forceinline__ void for_each_key4(const Segs& s, int lane, F&& f) {
     const uint32_t* kp = s.key[g];
     const int n = s.n[g];
 #pragma unroll 1
-    for (int j0 = 0; j0 < n; j0 += 32 * 4 * 4) {
-      uint4 v[4];
+    for (int j0 = 0; j0 < n; j0 += 32 * 4 * 8) {
+      uint4 v[8];
 #pragma unroll
-      for (int u = 0; u < 4; ++u) {
+      for (int u = 0; u < 8; ++u) {
         const int j = j0 + (u * 32 + lane) * 4;
         v[u] = j < n ? __ldcg(reinterpret_cast<const uint4*>(kp + j)) : make_uint4(0, 0, 0, 0);
       }
 #pragma unroll
-      for (int u = 0; u < 4; ++u) {
+      for (int u = 0; u < 8; ++u) {
         const int j = j0 + (u * 32 + lane) * 4;
         const uint32_t kv[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
 #pragma unroll
@@ -313,22 +313,32 @@ __device__ __forceinline__ uint64_t warp_select(const Segs& s, uint64_t thr, uin
   kmin = __reduce_min_sync(0xffffffffu, kmin);
   kmax = __reduce_max_sync(0xffffffffu, kmax);
   const uint32_t diff = kmin ^ kmax;
-  const int shift = diff ? max(31 - __clz(diff) - 7, 0) : 0;
-  uint32_t need = k, before = 0, in_bin = 0, bin_prefix = 0, bin_mask = 0;
+  // Refine by 8-bit digits (vector passes) until the bin of the k-th holds at
+  // most kScratch entries or the key is fully determined. The first digit
+  // spans the eligible range [kmin, kmax], whose bits above it are common.
+  int shift = diff ? max(31 - __clz(diff) - 7, 0) : 0;
+  uint32_t need = k, before = 0, in_bin = cnt;
+  uint32_t bin_mask = shift + 8 >= 32 ? 0u : ~0u << (shift + 8);
+  uint32_t bin_prefix = kmin & bin_mask;
   if (diff) {
-    for_each_key4(s, lane, [&](uint32_t key, const uint32_t* ip, bool valid) {
-      if (valid && eligible(key, ip)) atomicAdd(hist + ((key >> shift) & 255u), 1u);
-    });
-    __syncwarp();
-    const uint32_t d = warp_find_digit(hist, need, true, &before, &in_bin, lane);
-    need -= before;
-    const uint32_t high = shift + 8 >= 32 ? 0u : ~0u << (shift + 8);
-    bin_mask = high | (255u << shift);
-    bin_prefix = (kmin & high) | (d << shift);
+#pragma unroll 1
+    for (;;) {
+      const uint32_t pm = bin_mask, pp = bin_prefix;
+      const int sh = shift;
+      for_each_key4(s, lane, [&](uint32_t key, const uint32_t* ip, bool valid) {
+        if (valid && (key & pm) == pp && eligible(key, ip)) atomicAdd(hist + ((key >> sh) & 255u), 1u);
+      });
+      __syncwarp();
+      const uint32_t d = warp_find_digit(hist, need, true, &before, &in_bin, lane);
+      need -= before;
+      bin_mask |= 255u << shift;
+      bin_prefix |= d << shift;
+      if (in_bin <= static_cast<uint32_t>(kScratch) || shift == 0) break;
+      shift = shift >= 8 ? shift - 8 : 0;
+    }
   } else {
     bin_mask = ~0u;
     bin_prefix = kmin;
-    in_bin = cnt;
   }
   if (in_bin <= static_cast<uint32_t>(kScratch)) {
     // Gather the bin (order irrelevant: only its need-th composite is wanted).
@@ -349,14 +359,27 @@ __device__ __forceinline__ uint64_t warp_select(const Segs& s, uint64_t thr, uin
     __syncwarp();
     return t;
   }
-  // A crowded bin (heavy ties or very dense values): exact radix over all
-  // candidates. The k-th of all entries is an eligible one (more than k are).
-  return warp_kth_radix<true>(s, k, hist, lane);
+  // More than kScratch entries share the k-th key (heavy ties): the need-th
+  // smallest index among them, by radix passes over the indices. Ineligible
+  // entries with that key (key == the threshold's, index past it) have larger
+  // indices than every eligible one, so counting them changes nothing.
+  const uint32_t key_eq = bin_prefix;
+  if (in_bin == need) return composite(key_eq, 0xffffffffu);
+  uint32_t iprefix = 0, imask = 0;
+#pragma unroll 1
+  for (int sh = 16; sh >= 0; sh -= 8) {
+    warp_hist_pass<true>(s, true, key_eq, imask, iprefix, sh, hist, lane);
+    const uint32_t d = warp_find_digit(hist, need, false, &before, &in_bin, lane);
+    need -= before;
+    iprefix |= d << sh;
+    imask |= 255u << sh;
+  }
+  return composite(key_eq, iprefix);
 }
 
 // Keeps the entries with composite >= t in segment order (stable): writes
 // kept entry number `pos` through emit(pos, key, idx); returns the count.
-// Reads a 4-entry group per lane (keys and indices as uint4) and ranks with a
+// Reads 4-entry groups (keys and indices as uint4, four per lane in flight) and ranks with a
 // warp scan; emit may write in place (positions never pass the read point).
 template <class Emit>
 __device__ __forceinline__ int warp_emit(const Segs& s, uint64_t t, int lane, Emit&& emit) {
@@ -367,17 +390,17 @@ __device__ __forceinline__ int warp_emit(const Segs& s, uint64_t t, int lane, Em
     const uint32_t* ip = s.idx[g];
     const int n = s.n[g];
 #pragma unroll 1
-    for (int j0 = 0; j0 < n; j0 += 32 * 4 * 2) {
-      uint4 kv[2], iv[2];
+    for (int j0 = 0; j0 < n; j0 += 32 * 4 * 4) {
+      uint4 kv[4], iv[4];
 #pragma unroll
-      for (int u = 0; u < 2; ++u) {
+      for (int u = 0; u < 4; ++u) {
         const int j = j0 + (u * 32 + lane) * 4;
         kv[u] = j < n ? __ldcg(reinterpret_cast<const uint4*>(kp + j)) : make_uint4(0, 0, 0, 0);
         iv[u] = j < n ? __ldcg(reinterpret_cast<const uint4*>(ip + j)) : make_uint4(0, 0, 0, 0);
       }
       __syncwarp();  // every read of this step precedes any write below
 #pragma unroll
-      for (int u = 0; u < 2; ++u) {
+      for (int u = 0; u < 4; ++u) {
         const int j = j0 + (u * 32 + lane) * 4;
         const uint32_t ks[4] = {kv[u].x, kv[u].y, kv[u].z, kv[u].w};
         const uint32_t is[4] = {iv[u].x, iv[u].y, iv[u].z, iv[u].w};
