@@ -143,15 +143,6 @@ __device__ __forceinline__ uint32_t ld_u32(const uint32_t* p) {
   else return *p;
 }
 
-// Adds one entry per lane (where ok) to a warp's shared histogram. Lanes with
-// the same bin are merged first (match.any) and their leader adds the count:
-// candidate keys crowd into a few bins near the threshold, and 32 lanes
-// hitting one bin would serialise the atomics 32-fold.
-__device__ __forceinline__ void warp_hist_add(uint32_t* hist, bool ok, uint32_t bin, int lane) {
-  const uint32_t peers = __match_any_sync(0xffffffffu, ok ? bin : 0xffffffffu);
-  if (ok && __ffs(peers) - 1 == lane) atomicAdd(hist + bin, static_cast<uint32_t>(__popc(peers)));
-}
-
 // Scalar radix pass by a warp (fallback paths and shared-memory scratch):
 // histogram of digit (v >> shift) & 255 over the entries whose masked bits
 // match; v is the key, or the index when on_idx (then only entries with key ==
@@ -184,7 +175,8 @@ __device__ __forceinline__ void warp_hist_pass(const Segs& s, bool on_idx, uint3
         }
       }
 #pragma unroll
-      for (int u = 0; u < 8; ++u) warp_hist_add(hist, ok[u] && (v[u] & mask) == prefix, (v[u] >> shift) & 255u, lane);
+      for (int u = 0; u < 8; ++u)
+        if (ok[u] && (v[u] & mask) == prefix) atomicAdd(hist + ((v[u] >> shift) & 255u), 1u);
     }
   }
   __syncwarp();
@@ -334,7 +326,7 @@ __device__ __forceinline__ uint64_t warp_select(const Segs& s, uint64_t thr, uin
       const uint32_t pm = bin_mask, pp = bin_prefix;
       const int sh = shift;
       for_each_key4(s, lane, [&](uint32_t key, const uint32_t* ip, bool valid) {
-        warp_hist_add(hist, valid && (key & pm) == pp && eligible(key, ip), (key >> sh) & 255u, lane);
+        if (valid && (key & pm) == pp && eligible(key, ip)) atomicAdd(hist + ((key >> sh) & 255u), 1u);
       });
       __syncwarp();
       const uint32_t d = warp_find_digit(hist, need, true, &before, &in_bin, lane);
