@@ -38,10 +38,33 @@ def run(label, topk, env):
           flush=True)
 
 
+
+
+def stats(topk):
+    """One run with MQA_TOPK_FUSED_PROBE=2: where the math warps spend cycles."""
+    os.environ.pop("MQA_TOPK_FUSED_CAP", None)
+    os.environ["MQA_TOPK_FUSED_PROBE"] = "2"
+    out = torch.full((rows, topk), -7, dtype=torch.int32, device="cuda")
+    ops.fused_mqa_topk_prefill(q, k, scales, w, starts, ends, out)
+    torch.cuda.synchronize()
+    os.environ.pop("MQA_TOPK_FUSED_PROBE")
+    ws = ops._workspaces[(torch.cuda.current_device(), topk)]
+    st = ws[8:64].view(torch.int64).tolist()
+    warps = torch.cuda.get_device_properties(0).multi_processor_count * 8
+    sel, sel_entries, sel_cyc, over_cyc, merge_entries, merge_cyc, total_cyc = st
+    blocks = (rows + 7) // 8
+    print(f"stats topk={topk}: {sel} row compactions ({sel / blocks / 16:.2f} per warpgroup-row per block), "
+          f"{sel_entries / max(sel, 1):.0f} entries each, {sel_cyc / max(sel, 1):.0f} cycles each; "
+          f"compaction branch {over_cyc / total_cyc:.1%} of math-warp cycles; merge {merge_entries / max(blocks * 8, 1):.0f} "
+          f"entries per row, merge phase {merge_cyc / total_cyc:.1%} of math-warp cycles "
+          f"({merge_cyc / warps / max(blocks / (warps / 8), 1):.0f} cycles per block); "
+          f"{total_cyc / warps:.0f} cycles per math warp", flush=True)
+
+
 t = time_fn(lambda: ops.mqa_logits(q, k, scales, w, starts, ends))
 print(f"{'dense logits kernel alone':34s} {'':11s} {t.median_ms:8.3f} ms  {flop / t.median_ms / 1e9:7.1f} TFLOP/s")
 for topk in (2048, 512):
     run("fused", topk, {})
-    run("fused, no appends (probe 1)", topk, {"MQA_TOPK_FUSED_PROBE": "1"})
-    for cap in (topk + 512, 2 * topk + 128):
-        run(f"fused, cap {cap}", topk, {"MQA_TOPK_FUSED_CAP": str(cap)})
+    stats(topk)
+    if topk == 2048:
+        run("fused, no appends (probe 1)", topk, {"MQA_TOPK_FUSED_PROBE": "1"})

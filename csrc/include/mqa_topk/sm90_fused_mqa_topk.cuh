@@ -58,7 +58,7 @@ struct Sm90FusedParams {
   int keys;
   int topk;
   int cap;           // candidates per (warpgroup, row) buffer: 3 * topk + 128
-  int probe;         // development only: 1 = never append (times the logits + filter alone); 0 = real
+  int probe;         // development only: 1 = never append (logits + filter alone), 2 = real + statistics
 };
 
 template <int kNumStages_>
@@ -90,9 +90,13 @@ struct Sm90FusedConfig {
 // Candidate capacity per (warpgroup, row) buffer for a given k.
 __host__ __device__ constexpr int fused_candidate_cap(int topk) { return 3 * topk + 128; }
 
-// Bytes of workspace the fused kernel needs (the counter lives in the first 16).
+// Workspace header: the block counter (int) and, for development probe 2,
+// seven u64 statistics (see scripts/fused_probe.py).
+constexpr int kFusedHeaderBytes = 64;
+
+// Bytes of workspace the fused kernel needs (header first).
 inline size_t fused_workspace_bytes(int topk, int num_sms) {
-  return 16 + size_t(num_sms) * 2 * 8 * 2 * size_t(fused_candidate_cap(topk)) * 4;
+  return kFusedHeaderBytes + size_t(num_sms) * 2 * 8 * 2 * size_t(fused_candidate_cap(topk)) * 4;
 }
 
 namespace fused_detail {
@@ -538,12 +542,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   auto buf_key = [&](int w, int r) { return ws_cta + size_t((w * 8 + r) * 2) * cap; };
   auto buf_idx = [&](int w, int r) { return ws_cta + size_t((w * 8 + r) * 2 + 1) * cap; };
 
+  unsigned long long* stats = reinterpret_cast<unsigned long long*>(p.counter) + 1;
+  const long long t_start = clock64();
   int it = 0;
   for (int qi = 0;; ++qi) {
     const int qb = qi & 1;
     ptx::mbar_wait(q_full + qb, (qi >> 1) & 1);
     const int b = slot[4 * qb];
-    if (b < 0) break;
+    if (b < 0) {
+      if (p.probe == 2 && lane == 0) atomicAdd(stats + 6, static_cast<unsigned long long>(clock64() - t_start));
+      break;
+    }
     const int lo = slot[4 * qb + 1], nt = slot[4 * qb + 2], stride = slot[4 * qb + 3];
 
     int row_start[RQ], row_end[RQ];
@@ -643,12 +652,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // could overflow. The decision is uniform over the warpgroup (same counts).
       const bool over = __any_sync(0xffffffffu, cnt + 64 > static_cast<uint32_t>(cap));
       if (over) {
+        const long long t_over = clock64();
         ptx::named_barrier_sync(1 + wg, 128);  // every append of this tile is visible
 #pragma unroll 1
         for (int rr = 0; rr < 2; ++rr) {
           const int r = warp_in_wg + 4 * rr;
           const uint32_t c = __shfl_sync(0xffffffffu, cnt, r);
           if (c > compact_above) {
+            const long long t_sel = clock64();
             uint32_t* kp = buf_key(wg, r);
             uint32_t* ip = buf_idx(wg, r);
             const Segs sg{{kp, nullptr}, {ip, nullptr}, {static_cast<int>(c), 0}, 1};
@@ -660,15 +671,22 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             if (lane == 0) {
               atomicMax(thr + r, static_cast<unsigned long long>(th));
               cnt_s[wg * 8 + r] = static_cast<uint32_t>(left);
+              if (p.probe == 2) {
+                atomicAdd(stats + 0, 1ull);
+                atomicAdd(stats + 1, static_cast<unsigned long long>(c));
+                atomicAdd(stats + 2, static_cast<unsigned long long>(clock64() - t_sel));
+              }
             }
           }
         }
         ptx::named_barrier_sync(1 + wg, 128);  // compaction done before the next appends
         if (cnt > compact_above) cnt = cnt_s[wg * 8 + (lane & 7)];  // every warp learns the new counts
+        if (p.probe == 2 && lane == 0) atomicAdd(stats + 3, static_cast<unsigned long long>(clock64() - t_over));
       }
     }
 
     // ---- block end: merge the two warpgroups' buffers of each row, emit ----
+    const long long t_merge = clock64();
     if (warp_in_wg == 0 && lane < 8) cnt_s[wg * 8 + lane] = cnt;
     ptx::named_barrier_sync(3, Cfg::kMathThreads);
     {
@@ -678,6 +696,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         const int start = __ldg(p.starts + row);
         const Segs s{{buf_key(0, r), buf_key(1, r)}, {buf_idx(0, r), buf_idx(1, r)},
                {static_cast<int>(cnt_s[r]), static_cast<int>(cnt_s[8 + r])}, 2};
+        if (p.probe == 2 && lane == 0) atomicAdd(stats + 4, static_cast<unsigned long long>(s.n[0] + s.n[1]));
         const uint64_t th = warp_select(s, thr_v[r], static_cast<uint32_t>(k), hist, sk, si, lane);
         int* orow = p.out + size_t(row) * k;
         const int pos = warp_emit(s, th, lane, [&](int at, uint32_t, uint32_t idx) {
@@ -690,6 +709,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     ptx::named_barrier_sync(3, Cfg::kMathThreads);
     __syncwarp();
     if (lane == 0) ptx::mbar_arrive(q_empty + qb);
+    if (p.probe == 2 && lane == 0) atomicAdd(stats + 5, static_cast<unsigned long long>(clock64() - t_merge));
   }
 }
 
@@ -735,9 +755,9 @@ inline cudaError_t launch_sm90_fused_mqa_topk(const void* q, const void* k, cons
   const int cap_default = fused_candidate_cap(topk);
   cap = cap <= 0 ? cap_default : max(topk + 128, min(cap, cap_default)) & ~3;
   int* counter = static_cast<int*>(workspace);
-  err = cudaMemsetAsync(counter, 0, sizeof(int), stream);
+  err = cudaMemsetAsync(counter, 0, kFusedHeaderBytes, stream);
   if (err != cudaSuccess) return err;
-  Sm90FusedParams p{starts, ends, out, reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(workspace) + 16),
+  Sm90FusedParams p{starts, ends, out, reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(workspace) + kFusedHeaderBytes),
                     counter, rows, keys, topk, cap, probe};
   kernel<<<num_sms, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(tm_q, tm_k, tm_s, tm_w, p);
   return cudaGetLastError();
