@@ -236,16 +236,22 @@ __device__ __forceinline__ uint32_t warp_find_digit(uint32_t* hist, uint32_t nee
 // (requires total >= need), by 8-bit radix passes: 4 over the keys, then up to
 // 3 over the indices of the entries tied at that key (indices < 2^24: keys <=
 // 2^22 by contract).
+// key_hi_common: the key bits above bit `top` are equal in every entry (their
+// value), so the passes start at the digit holding bit `top`.
 template <bool kGlobal>
-__device__ __forceinline__ uint64_t warp_kth_radix(const Segs& s, uint32_t need, uint32_t* hist, int lane) {
-  uint32_t prefix = 0, mask = 0, before, in_bin = 0;
+__device__ __forceinline__ uint64_t warp_kth_radix(const Segs& s, uint32_t need, uint32_t* hist, int lane,
+                                                   int top = 31, uint32_t key_hi_common = 0) {
+  const int first = top >= 7 ? top - 7 : 0;
+  uint32_t mask = first + 8 >= 32 ? 0u : ~0u << (first + 8);
+  uint32_t prefix = key_hi_common & mask, before, in_bin = 0;
 #pragma unroll 1
-  for (int shift = 24; shift >= 0; shift -= 8) {
+  for (int shift = first;; shift = shift >= 8 ? shift - 8 : 0) {
     warp_hist_pass<kGlobal>(s, false, 0, mask, prefix, shift, hist, lane);
     const uint32_t d = warp_find_digit(hist, need, true, &before, &in_bin, lane);
     need -= before;
     prefix |= d << shift;
     mask |= 255u << shift;
+    if (shift == 0) break;
   }
   if (in_bin == need) return composite(prefix, 0xffffffffu);  // every entry with this key is in
   uint32_t iprefix = 0, imask = 0;
@@ -290,76 +296,104 @@ __device__ __forceinline__ void for_each_key4(const Segs& s, int lane, F&& f) {
 // Scratch in shared memory for the entries of one histogram bin.
 constexpr int kScratch = 256;
 
+// Bin of key in 256 equal slices of the order-key range [lo, lo + range]
+// (monotone in the key; mult = floor(2^40 / (range + 1)), or 0 for range < 256,
+// where the bin is the offset itself).
+__device__ __forceinline__ uint32_t range_bin(uint32_t key, uint32_t lo, uint32_t mult) {
+  const uint32_t d = key - lo;
+  return mult ? __umulhi(d, mult) : d;
+}
+__device__ __forceinline__ uint32_t range_mult(uint32_t range) {
+  return range < 256u ? 0u : static_cast<uint32_t>((1ull << 40) / (static_cast<unsigned long long>(range) + 1ull));
+}
+
 // The threshold that keeps a row's top-k among its candidates: entries with
 // composite >= thr (the row's running threshold) are eligible; returns the
 // k-th largest eligible composite, or thr itself when at most k are eligible
-// (then every eligible entry is kept). Passes: one vector pass for the
-// eligible range and count, one histogram pass over an 8-bit digit chosen to
-// span that range, one gather of the digit's bin into shared memory (when it
-// holds <= kScratch entries; radix passes over L2 otherwise), the rest in
-// shared memory.
+// (then every eligible entry is kept).
+// Passes over the candidates (L2, uint4 loads): the eligible key range and
+// count; a 256-bin histogram over equal slices of that range (candidate
+// values crowd near the threshold, and bit-digit bins would put them all in
+// one bin: serialised atomics and more passes); the gather of the k-th's bin
+// (usually a few dozen entries) into shared memory, finished there by radix
+// passes over the bits that still differ. A bin with more than kScratch
+// entries is refined (range + histogram again inside it); heavy ties (one key)
+// go to radix passes over the indices.
 __device__ __forceinline__ uint64_t warp_select(const Segs& s, uint64_t thr, uint32_t k, uint32_t* hist,
                                                 uint32_t* sk, uint32_t* si, int lane) {
   const uint32_t tk = static_cast<uint32_t>(thr >> 32);
   auto eligible = [&](uint32_t key, const uint32_t* ip) {
     return key > tk || (key == tk && composite(key, __ldcg(ip)) >= thr);
   };
-  uint32_t kmin = 0xffffffffu, kmax = 0, cnt = 0;
-  for_each_key4(s, lane, [&](uint32_t key, const uint32_t* ip, bool valid) {
-    if (valid && eligible(key, ip)) {
-      kmin = min(kmin, key);
-      kmax = max(kmax, key);
-      ++cnt;
-    }
-  });
-  cnt = __reduce_add_sync(0xffffffffu, cnt);
-  if (cnt <= k) return thr;
-  kmin = __reduce_min_sync(0xffffffffu, kmin);
-  kmax = __reduce_max_sync(0xffffffffu, kmax);
-  const uint32_t diff = kmin ^ kmax;
-  // Refine by 8-bit digits (vector passes) until the bin of the k-th holds at
-  // most kScratch entries or the key is fully determined. The first digit
-  // spans the eligible range [kmin, kmax], whose bits above it are common.
-  int shift = diff ? max(31 - __clz(diff) - 7, 0) : 0;
-  uint32_t need = k, before = 0, in_bin = cnt;
-  uint32_t bin_mask = shift + 8 >= 32 ? 0u : ~0u << (shift + 8);
-  uint32_t bin_prefix = kmin & bin_mask;
-  if (diff) {
+  // Current bin: keys in [lo, hi] (and, after a histogram, slice `sel` of
+  // [plo, plo + prange]).
+  uint32_t lo = 0, hi = 0xffffffffu, plo = 0, pmult = 0, sel = 0;
+  bool has_slice = false;
+  auto in_bin = [&](uint32_t key) {
+    return key >= lo && key <= hi && (!has_slice || range_bin(key, plo, pmult) == sel);
+  };
+  uint32_t need = k, cnt = 0;
 #pragma unroll 1
-    for (;;) {
-      const uint32_t pm = bin_mask, pp = bin_prefix;
-      const int sh = shift;
-      for_each_key4(s, lane, [&](uint32_t key, const uint32_t* ip, bool valid) {
-        if (valid && (key & pm) == pp && eligible(key, ip)) atomicAdd(hist + ((key >> sh) & 255u), 1u);
-      });
-      __syncwarp();
-      const uint32_t d = warp_find_digit(hist, need, true, &before, &in_bin, lane);
-      need -= before;
-      bin_mask |= 255u << shift;
-      bin_prefix |= d << shift;
-      if (in_bin <= static_cast<uint32_t>(kScratch) || shift == 0) break;
-      shift = shift >= 8 ? shift - 8 : 0;
-    }
-  } else {
-    bin_mask = ~0u;
-    bin_prefix = kmin;
-  }
-  if (in_bin <= static_cast<uint32_t>(kScratch)) {
-    // Gather the bin (order irrelevant: only its need-th composite is wanted).
-    uint32_t base = 0;
+  for (int round = 0;; ++round) {
+    uint32_t kmin = 0xffffffffu, kmax = 0, c = 0;
     for_each_key4(s, lane, [&](uint32_t key, const uint32_t* ip, bool valid) {
-      const bool in = valid && (key & bin_mask) == bin_prefix && eligible(key, ip);
+      if (valid && in_bin(key) && eligible(key, ip)) {
+        kmin = min(kmin, key);
+        kmax = max(kmax, key);
+        ++c;
+      }
+    });
+    c = __reduce_add_sync(0xffffffffu, c);
+    kmin = __reduce_min_sync(0xffffffffu, kmin);
+    kmax = __reduce_max_sync(0xffffffffu, kmax);
+    if (round == 0) {
+      cnt = c;
+      if (cnt <= k) return thr;
+    }
+    lo = kmin;
+    hi = kmax;
+    has_slice = false;
+    if (c <= static_cast<uint32_t>(kScratch) || kmin == kmax) {
+      cnt = c;
+      break;
+    }
+    // Histogram over 256 equal slices of [kmin, kmax].
+    const uint32_t mult = range_mult(kmax - kmin);
+    for_each_key4(s, lane, [&](uint32_t key, const uint32_t* ip, bool valid) {
+      if (valid && key >= kmin && key <= kmax && eligible(key, ip))
+        atomicAdd(hist + range_bin(key, kmin, mult), 1u);
+    });
+    __syncwarp();
+    uint32_t before = 0, nb = 0;
+    sel = warp_find_digit(hist, need, true, &before, &nb, lane);
+    need -= before;
+    plo = kmin;
+    pmult = mult;
+    has_slice = true;
+    cnt = nb;
+    if (nb <= static_cast<uint32_t>(kScratch)) break;
+  }
+  if (cnt <= static_cast<uint32_t>(kScratch)) {
+    // Gather the bin (order irrelevant: only its need-th composite is wanted).
+    uint32_t base = 0, gmin = 0xffffffffu, gmax = 0;
+    for_each_key4(s, lane, [&](uint32_t key, const uint32_t* ip, bool valid) {
+      const bool in = valid && in_bin(key) && eligible(key, ip);
       const uint32_t m = __ballot_sync(0xffffffffu, in);
       if (in) {
         const uint32_t at = base + __popc(m & ((1u << lane) - 1u));
         sk[at] = key;
         si[at] = __ldcg(ip);
+        gmin = min(gmin, key);
+        gmax = max(gmax, key);
       }
       base += __popc(m);
     });
     __syncwarp();
-    const Segs bin{{sk, nullptr}, {si, nullptr}, {static_cast<int>(in_bin), 0}, 1};
-    const uint64_t t = warp_kth_radix<false>(bin, need, hist, lane);
+    gmin = __reduce_min_sync(0xffffffffu, gmin);
+    gmax = __reduce_max_sync(0xffffffffu, gmax);
+    const int top = gmin == gmax ? 0 : 31 - __clz(gmin ^ gmax);
+    const Segs bin{{sk, nullptr}, {si, nullptr}, {static_cast<int>(cnt), 0}, 1};
+    const uint64_t t = warp_kth_radix<false>(bin, need, hist, lane, top, gmin);
     __syncwarp();
     return t;
   }
@@ -367,13 +401,13 @@ __device__ __forceinline__ uint64_t warp_select(const Segs& s, uint64_t thr, uin
   // smallest index among them, by radix passes over the indices. Ineligible
   // entries with that key (key == the threshold's, index past it) have larger
   // indices than every eligible one, so counting them changes nothing.
-  const uint32_t key_eq = bin_prefix;
-  if (in_bin == need) return composite(key_eq, 0xffffffffu);
-  uint32_t iprefix = 0, imask = 0;
+  const uint32_t key_eq = lo;
+  if (cnt == need) return composite(key_eq, 0xffffffffu);
+  uint32_t iprefix = 0, imask = 0, before = 0, nb = 0;
 #pragma unroll 1
   for (int sh = 16; sh >= 0; sh -= 8) {
     warp_hist_pass<true>(s, true, key_eq, imask, iprefix, sh, hist, lane);
-    const uint32_t d = warp_find_digit(hist, need, false, &before, &in_bin, lane);
+    const uint32_t d = warp_find_digit(hist, need, false, &before, &nb, lane);
     need -= before;
     iprefix |= d << sh;
     imask |= 255u << sh;
