@@ -266,28 +266,38 @@ __device__ __forceinline__ uint64_t warp_kth_radix(const Segs& s, uint32_t need,
   return composite(prefix, iprefix);
 }
 
-// Calls f(key, idx_ptr_of_entry, valid) for every entry of the segments, four
-// per lane, eight groups in flight (uint4 loads of the keys, L2 only).
-template <class F>
+// Calls f(key, valid) for every entry of the segments, four per lane, eight
+// groups in flight (uint4 loads of the keys, L2 only). kWithIdx: also loads
+// the indices (uint4) and calls f(key, idx, valid).
+template <bool kWithIdx = false, class F>
 __device__ __forceinline__ void for_each_key4(const Segs& s, int lane, F&& f) {
+  constexpr int G = kWithIdx ? 4 : 8;
 #pragma unroll 1
   for (int g = 0; g < s.nseg; ++g) {
     const uint32_t* kp = s.key[g];
+    const uint32_t* ip = s.idx[g];
     const int n = s.n[g];
 #pragma unroll 1
-    for (int j0 = 0; j0 < n; j0 += 32 * 4 * 8) {
-      uint4 v[8];
+    for (int j0 = 0; j0 < n; j0 += 32 * 4 * G) {
+      uint4 v[G], w[G];
 #pragma unroll
-      for (int u = 0; u < 8; ++u) {
+      for (int u = 0; u < G; ++u) {
         const int j = j0 + (u * 32 + lane) * 4;
         v[u] = j < n ? __ldcg(reinterpret_cast<const uint4*>(kp + j)) : make_uint4(0, 0, 0, 0);
+        if constexpr (kWithIdx) w[u] = j < n ? __ldcg(reinterpret_cast<const uint4*>(ip + j)) : make_uint4(0, 0, 0, 0);
       }
 #pragma unroll
-      for (int u = 0; u < 8; ++u) {
+      for (int u = 0; u < G; ++u) {
         const int j = j0 + (u * 32 + lane) * 4;
         const uint32_t kv[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
+        if constexpr (kWithIdx) {
+          const uint32_t iv[4] = {w[u].x, w[u].y, w[u].z, w[u].w};
 #pragma unroll
-        for (int e = 0; e < 4; ++e) f(kv[e], s.idx[g] + j + e, j + e < n);
+          for (int e = 0; e < 4; ++e) f(kv[e], iv[e], j + e < n);
+        } else {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) f(kv[e], j + e < n);
+        }
       }
     }
   }
@@ -321,10 +331,14 @@ __device__ __forceinline__ uint32_t range_mult(uint32_t range) {
 // go to radix passes over the indices.
 __device__ __forceinline__ uint64_t warp_select(const Segs& s, uint64_t thr, uint32_t k, uint32_t* hist,
                                                 uint32_t* sk, uint32_t* si, int lane) {
+  // Eligible: key >= the threshold's key. This includes the few entries with
+  // that key and an index past the threshold's (below it); they are smaller
+  // than every truly eligible entry, so whenever at least k entries are at or
+  // above the threshold the k-th is the same, and otherwise the result only
+  // keeps a few stale entries (the shared threshold never goes down). No
+  // index load per entry (a dependent load per key would serialise the pass).
   const uint32_t tk = static_cast<uint32_t>(thr >> 32);
-  auto eligible = [&](uint32_t key, const uint32_t* ip) {
-    return key > tk || (key == tk && composite(key, __ldcg(ip)) >= thr);
-  };
+  auto eligible = [&](uint32_t key) { return key >= tk; };
   // Current bin: keys in [lo, hi] (and, after a histogram, slice `sel` of
   // [plo, plo + prange]).
   uint32_t lo = 0, hi = 0xffffffffu, plo = 0, pmult = 0, sel = 0;
@@ -336,8 +350,8 @@ __device__ __forceinline__ uint64_t warp_select(const Segs& s, uint64_t thr, uin
 #pragma unroll 1
   for (int round = 0;; ++round) {
     uint32_t kmin = 0xffffffffu, kmax = 0, c = 0;
-    for_each_key4(s, lane, [&](uint32_t key, const uint32_t* ip, bool valid) {
-      if (valid && in_bin(key) && eligible(key, ip)) {
+    for_each_key4(s, lane, [&](uint32_t key, bool valid) {
+      if (valid && in_bin(key) && eligible(key)) {
         kmin = min(kmin, key);
         kmax = max(kmax, key);
         ++c;
@@ -359,8 +373,8 @@ __device__ __forceinline__ uint64_t warp_select(const Segs& s, uint64_t thr, uin
     }
     // Histogram over 256 equal slices of [kmin, kmax].
     const uint32_t mult = range_mult(kmax - kmin);
-    for_each_key4(s, lane, [&](uint32_t key, const uint32_t* ip, bool valid) {
-      if (valid && key >= kmin && key <= kmax && eligible(key, ip))
+    for_each_key4(s, lane, [&](uint32_t key, bool valid) {
+      if (valid && key >= kmin && key <= kmax && eligible(key))
         atomicAdd(hist + range_bin(key, kmin, mult), 1u);
     });
     __syncwarp();
@@ -376,13 +390,13 @@ __device__ __forceinline__ uint64_t warp_select(const Segs& s, uint64_t thr, uin
   if (cnt <= static_cast<uint32_t>(kScratch)) {
     // Gather the bin (order irrelevant: only its need-th composite is wanted).
     uint32_t base = 0, gmin = 0xffffffffu, gmax = 0;
-    for_each_key4(s, lane, [&](uint32_t key, const uint32_t* ip, bool valid) {
-      const bool in = valid && in_bin(key) && eligible(key, ip);
+    for_each_key4<true>(s, lane, [&](uint32_t key, uint32_t idx, bool valid) {
+      const bool in = valid && in_bin(key) && eligible(key);
       const uint32_t m = __ballot_sync(0xffffffffu, in);
       if (in) {
         const uint32_t at = base + __popc(m & ((1u << lane) - 1u));
         sk[at] = key;
-        si[at] = __ldcg(ip);
+        si[at] = idx;
         gmin = min(gmin, key);
         gmax = max(gmax, key);
       }
@@ -398,9 +412,7 @@ __device__ __forceinline__ uint64_t warp_select(const Segs& s, uint64_t thr, uin
     return t;
   }
   // More than kScratch entries share the k-th key (heavy ties): the need-th
-  // smallest index among them, by radix passes over the indices. Ineligible
-  // entries with that key (key == the threshold's, index past it) have larger
-  // indices than every eligible one, so counting them changes nothing.
+  // smallest index among them, by radix passes over the indices.
   const uint32_t key_eq = lo;
   if (cnt == need) return composite(key_eq, 0xffffffffu);
   uint32_t iprefix = 0, imask = 0, before = 0, nb = 0;
