@@ -42,3 +42,19 @@ def cuda_device():
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     return torch.device("cuda")
+
+
+@pytest.fixture
+def sm100_cal(tmp_path, monkeypatch):
+    """MQA_TOPK_CALIBRATION -> a file with the SM100 seed's thresholds (min keys
+    32K/32K/64K, wave rule on): the rule tests use fixed thresholds, not the
+    shipped H200 measurement (which says where our fused kernel wins)."""
+    import json
+
+    p = tmp_path / "sm100.json"
+    p.write_text(json.dumps({"format": 1, "source": "SM100 seed thresholds (tests)", "gpu": None, "sms": None,
+                             "date": None, "commit": None, "block_rows": 8,
+                             "min_keys": {"512": 32768, "1024": 32768, "2048": 65536}, "wave_rule": True,
+                             "measured": {}}))
+    monkeypatch.setenv("MQA_TOPK_CALIBRATION", str(p))
+    return p

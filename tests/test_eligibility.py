@@ -24,17 +24,28 @@ def _write_cal(path, **over):
 
 
 @pytest.fixture(autouse=True)
-def _no_env(monkeypatch):
-    monkeypatch.delenv("MQA_TOPK_CALIBRATION", raising=False)
+def _no_env(monkeypatch, sm100_cal):
+    # Rule tests run against the SM100 thresholds (sm100_cal sets MQA_TOPK_CALIBRATION).
     monkeypatch.delenv("MQA_TOPK_USE_FUSED", raising=False)
 
 
-def test_shipped_default_is_the_sm100_thresholds():
+def test_shipped_default_is_the_h200_measurement(monkeypatch):
+    monkeypatch.delenv("MQA_TOPK_CALIBRATION", raising=False)
     cal = el.load_calibration()
-    assert cal["min_keys"] == SM100
+    assert cal["gpu"] == "NVIDIA H200" and cal["sms"] == 132 and cal["commit"]
+    assert cal["source"].startswith("mqa-topk crossover")
     assert cal["block_rows"] == 8 and cal["wave_rule"] is True
-    assert "SM100 defaults" in cal["source"] and "mqa-topk crossover --out" in cal["source"]
-    assert [el.fused_mqa_topk_min_keys(t) for t in (512, 1024, 2048)] == [32768, 32768, 65536]
+    grid = cal["measured"]["grid"]
+    assert {g["topk"] for g in grid} == {512, 1024, 2048}
+    # Every threshold is where the measured grid says the fused path starts to
+    # win for good (or never: MAX_KEYS + 1).
+    for t in (512, 1024, 2048):
+        mk = el.fused_mqa_topk_min_keys(t)
+        pts = sorted((g["keys"], g["t_a_ms"] < g["t_b_ms"]) for g in grid if g["topk"] == t)
+        if mk > MAX_KEYS:
+            assert not pts[-1][1]
+        else:
+            assert all(win for keys, win in pts if keys >= mk) and not pts[0][1]
 
 
 def test_min_keys_from_a_calibration_named_by_the_env_var(tmp_path, monkeypatch):

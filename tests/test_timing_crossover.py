@@ -169,7 +169,7 @@ def test_wave_rows_around_multiples_of_block_rows_times_sms():
     assert rows == [1048, 1056, 1064, 1576, 1584, 2104, 2112, 2120, 2632, 2640]
 
 
-def test_wave_table_predictions_and_agreement():
+def test_wave_table_predictions_and_agreement(sm100_cal):
     rows = wave_rows(8, 132, (1,))
     cal = eligibility.load_calibration()
     # far above the dense rows per call of 64K keys? no: dense_rows large -> pure wave rule
@@ -310,7 +310,7 @@ def test_run_bench_labels_failures_and_goes_on(fake_paths):
     assert math.isnan(st[("big", "broken")].speedup)
 
 
-def test_run_crossover_with_synthetic_paths(fake_paths):
+def test_run_crossover_with_synthetic_paths(sm100_cal, fake_paths):
     sweep = {"layout": "causal", "dist": "gaussian", "seed": 0, "options": {}, "topks": [512, 2048], "rows": [8],
              "keys": [1000, 2000, 4000, 8000, 16000, 32000, 64000], "paths": ["fused", "native"], "confirm": 2,
              "wave": {"enabled": True, "keys": 64000, "topk": 512, "multiples": [1, 2]}}
