@@ -1,0 +1,291 @@
+// Off-GPU test of the fused kernel's selection (fused_select.cuh), compiled
+// with g++ and run by tests/test_fused_select_emu.py on the warp emulator.
+//
+// 1. warp_select + warp_emit on crafted candidate buffers (one or two
+//    segments, thresholds set or not, ties at the threshold key, heavy ties,
+//    near ties, sizes around multiples of 4/32/128) against a sorting
+//    reference: the threshold returned and the entries kept (in order).
+// 2. The kernel's per-row protocol (scrambled tile walk, two warpgroups
+//    appending what beats the shared threshold, compaction at cap - 64, the
+//    block-end merge) on adversarial rows, against the exact top-k by
+//    (value desc, index asc).
+// Exit status 0 when every check passes; the first failure is printed.
+#define MQA_TOPK_HOST_EMULATION 1
+#include "warp_emu.h"
+
+#include <cmath>
+#include <random>
+#include <string>
+
+#include "mqa_topk/fused_select.cuh"
+
+using namespace mqa_topk::fused_detail;
+
+namespace {
+
+int g_checks = 0;
+
+[[noreturn]] void die(const std::string& msg) {
+  std::fprintf(stderr, "FAIL: %s\n", msg.c_str());
+  std::exit(1);
+}
+void expect(bool ok, const std::string& msg) {
+  ++g_checks;
+  if (!ok) die(msg);
+}
+
+// A candidate buffer as the kernel keeps it: capacity a multiple of 4 (and
+// slack past the count, read by the vector passes and masked).
+struct Buf {
+  std::vector<uint32_t> key, idx;
+  int n = 0;
+  explicit Buf(int cap = 0) : key((cap + 3) / 4 * 4 + 4, 0xdeadbeefu), idx((cap + 3) / 4 * 4 + 4, 0xdeadbeefu) {}
+  void push(uint32_t k, uint32_t i) {
+    key[n] = k;
+    idx[n] = i;
+    ++n;
+  }
+};
+
+struct Scratch {
+  uint32_t hist[256] = {};
+  uint32_t sk[kScratch], si[kScratch];
+};
+
+uint64_t run_select(Buf* a, Buf* b, uint64_t thr, uint32_t k, Scratch& sc) {
+  Segs s{{a->key.data(), b ? b->key.data() : nullptr}, {a->idx.data(), b ? b->idx.data() : nullptr},
+         {a->n, b ? b->n : 0}, b ? 2 : 1};
+  uint64_t res[32];
+  warp_emu::run([&](int lane) { res[lane] = warp_select(s, thr, k, sc.hist, sc.sk, sc.si, lane); });
+  for (int l = 1; l < 32; ++l) expect(res[l] == res[0], "lanes disagree on the threshold");
+  for (int i = 0; i < 256; ++i) expect(sc.hist[i] == 0, "histogram not left zeroed");
+  return res[0];
+}
+
+// Keeps entries >= t: in place (one segment) or into out (any).
+int run_emit_inplace(Buf* a, uint64_t t) {
+  Segs s{{a->key.data(), nullptr}, {a->idx.data(), nullptr}, {a->n, 0}, 1};
+  int res[32];
+  uint32_t* kp = a->key.data();
+  uint32_t* ip = a->idx.data();
+  warp_emu::run([&](int lane) {
+    res[lane] = warp_emit(s, t, lane, [&](int at, uint32_t key, uint32_t idx) {
+      kp[at] = key;
+      ip[at] = idx;
+    });
+  });
+  for (int l = 1; l < 32; ++l) expect(res[l] == res[0], "lanes disagree on the kept count");
+  return res[0];
+}
+
+std::vector<std::pair<uint32_t, uint32_t>> run_emit_out(Buf* a, Buf* b, uint64_t t) {
+  Segs s{{a->key.data(), b ? b->key.data() : nullptr}, {a->idx.data(), b ? b->idx.data() : nullptr},
+         {a->n, b ? b->n : 0}, b ? 2 : 1};
+  std::vector<std::pair<uint32_t, uint32_t>> out(a->n + (b ? b->n : 0), {0, 0});
+  int res[32];
+  warp_emu::run([&](int lane) {
+    res[lane] = warp_emit(s, t, lane, [&](int at, uint32_t key, uint32_t idx) { out[at] = {key, idx}; });
+  });
+  out.resize(res[0]);
+  return out;
+}
+
+// Reference: the threshold warp_select must return, and the kept list.
+uint64_t ref_threshold(const std::vector<std::pair<uint32_t, uint32_t>>& all, uint64_t thr, uint32_t k) {
+  const uint32_t tk = static_cast<uint32_t>(thr >> 32);
+  std::vector<uint64_t> c;
+  for (auto& e : all)
+    if (e.first >= tk) c.push_back(composite(e.first, e.second));
+  if (c.size() <= k) return thr;
+  std::nth_element(c.begin(), c.begin() + (k - 1), c.end(), std::greater<uint64_t>());
+  return c[k - 1];
+}
+
+std::vector<std::pair<uint32_t, uint32_t>> entries(const Buf& a, const Buf* b) {
+  std::vector<std::pair<uint32_t, uint32_t>> v;
+  for (int i = 0; i < a.n; ++i) v.push_back({a.key[i], a.idx[i]});
+  if (b)
+    for (int i = 0; i < b->n; ++i) v.push_back({b->key[i], b->idx[i]});
+  return v;
+}
+
+void check_select_case(const std::string& name, Buf a, Buf* b, uint64_t thr, uint32_t k) {
+  Scratch sc;
+  const auto all = entries(a, b);
+  const uint64_t want = ref_threshold(all, thr, k);
+  const uint64_t got = run_select(&a, b, thr, k, sc);
+  // The threshold may sit below the k-th composite (e.g. (key, any index) when
+  // every entry with the k-th key is in) but must keep exactly the same set.
+  std::vector<std::pair<uint32_t, uint32_t>> kept, kept_ref;
+  for (auto& e : all) {
+    if (composite(e.first, e.second) >= got) kept.push_back(e);
+    if (composite(e.first, e.second) >= want) kept_ref.push_back(e);
+  }
+  expect(got <= want && kept == kept_ref,
+         name + ": threshold " + std::to_string(got) + " keeps another set than " + std::to_string(want));
+  if (want == thr) expect(got == thr, name + ": threshold moved though at most k are eligible");
+  if (!b) {
+    Buf c = a;
+    const int n = run_emit_inplace(&c, got);
+    expect(n == static_cast<int>(kept.size()), name + ": in-place kept count");
+    for (int i = 0; i < n; ++i)
+      expect(c.key[i] == kept[i].first && c.idx[i] == kept[i].second, name + ": in-place order/content");
+  }
+  const auto out = run_emit_out(&a, b, got);
+  expect(out == kept, name + ": emitted list (order or content)");
+  // Whenever at least k entries are at or above thr, exactly the top k are kept.
+  size_t at_or_above = 0;
+  for (auto& e : all) at_or_above += composite(e.first, e.second) >= thr;
+  if (at_or_above >= k) expect(kept.size() == k, name + ": not exactly k kept");
+}
+
+uint32_t okey(float v) { return order_key(v); }
+
+void select_cases() {
+  std::mt19937 rng(1234);
+  std::normal_distribution<float> gauss(0.f, 1.f);
+  for (uint32_t k : {512u, 2048u}) {
+    for (int n : {0, 1, 3, 31, 100, int(k) - 1, int(k), int(k) + 1, int(k) + 3, 2 * int(k) + 61, 3 * int(k) + 64}) {
+      Buf a(n);
+      for (int i = 0; i < n; ++i) a.push(okey(gauss(rng)), rng() % (1u << 22));
+      check_select_case("gauss n=" + std::to_string(n) + " k=" + std::to_string(k), a, nullptr, 0, k);
+    }
+    const int n = 3 * int(k) + 64;
+    {  // every key equal: heavy ties resolved by index
+      Buf a(n);
+      for (int i = 0; i < n; ++i) a.push(okey(0.25f), (i * 7919u) % (1u << 22));
+      check_select_case("all equal", a, nullptr, 0, k);
+    }
+    {  // thousands tied at the k-th value, some above
+      Buf a(n);
+      for (int i = 0; i < n; ++i) a.push(okey(i % 5 == 0 ? 2.f + gauss(rng) * 0.001f + 3.f : 1.5f), i * 3u);
+      check_select_case("boundary ties", a, nullptr, 0, k);
+    }
+    {  // near ties: thousands of distinct values within 1e-4 relative
+      Buf a(n);
+      for (int i = 0; i < n; ++i) a.push(okey(100.f * (1.f + 1e-4f * (rng() % 1000) / 1000.f)), i);
+      check_select_case("near ties", a, nullptr, 0, k);
+    }
+    {  // rising scores, negative values, both zeros
+      Buf a(n);
+      for (int i = 0; i < n; ++i) a.push(okey(i % 7 == 0 ? (i % 2 ? -0.f : 0.f) : float(i) - n / 2.f), i);
+      check_select_case("rising/negative/zeros", a, nullptr, 0, k);
+    }
+    {  // a threshold set, entries below it present (appended before it rose),
+       // ties at the threshold key with indices on both sides of its index
+      Buf a(n);
+      const uint32_t tk = okey(1.0f);
+      for (int i = 0; i < n; ++i) {
+        const int r = i % 4;
+        a.push(r == 0 ? okey(0.5f) : r == 1 ? tk : okey(1.0f + float(rng() % 1000) / 100.f), i * 2u);
+      }
+      for (uint32_t ti : {0u, 100u, uint32_t(n), 0xffffffffu}) {
+        const uint64_t thr = (uint64_t(tk) << 32) | (0xffffffffu - (ti == 0xffffffffu ? 0 : ti));
+        check_select_case("threshold set ti=" + std::to_string(ti), a, nullptr, thr, k);
+      }
+    }
+    {  // few at or above the threshold: nothing to cut, only filter
+      Buf a(n);
+      for (int i = 0; i < n; ++i) a.push(okey(i < 10 ? 5.f : 0.1f), i);
+      check_select_case("few eligible", a, nullptr, composite(okey(1.f), 0), k);
+    }
+    {  // two segments (the block-end merge)
+      Buf a(n), b(n - 17);
+      for (int i = 0; i < n; ++i) a.push(okey(gauss(rng)), 2 * i);
+      for (int i = 0; i < n - 17; ++i) b.push(okey(gauss(rng)), 2 * i + 1);
+      check_select_case("two segments", a, &b, 0, k);
+      Buf e(0);
+      check_select_case("two segments, one empty", a, &e, 0, k);
+    }
+  }
+}
+
+// ---- the per-row protocol of the kernel --------------------------------------
+// keys of the row: values v[0..n); returns the emitted relative indices.
+std::vector<uint32_t> simulate_row(const std::vector<float>& v, int k, int cap, std::mt19937& rng) {
+  const int n = static_cast<int>(v.size());
+  const int nt = (n + 127) / 128;
+  const int stride = tile_stride(nt);
+  Buf buf[2] = {Buf(cap), Buf(cap)};
+  uint64_t thr = 0;
+  const uint32_t compact_above = static_cast<uint32_t>(k + (cap - k) / 2);
+  Scratch sc;
+  for (int t = 0, tp = nt - 1; t < nt; ++t, tp = next_tile(tp, nt, stride)) {
+    const int first = rng() & 1;  // the warpgroups run in either order
+    for (int o = 0; o < 2; ++o) {
+      const int w = first ^ o;
+      for (int j = 0; j < 64; ++j) {
+        const int i = tp * 128 + w * 64 + j;
+        if (i >= n) continue;
+        const uint32_t key = order_key(v[i]);
+        if (composite(key, i) > thr) {
+          if (buf[w].n >= cap) die("candidate buffer overflow");
+          buf[w].push(key, i);
+        }
+      }
+      if (buf[w].n + 64 > cap && static_cast<uint32_t>(buf[w].n) > compact_above) {
+        const uint64_t th = run_select(&buf[w], nullptr, thr, k, sc);
+        buf[w].n = run_emit_inplace(&buf[w], th);
+        thr = std::max(thr, th);
+      }
+    }
+  }
+  const uint64_t th = run_select(&buf[0], &buf[1], thr, k, sc);
+  std::vector<uint32_t> out;
+  for (auto& e : run_emit_out(&buf[0], &buf[1], th)) out.push_back(e.second);
+  return out;
+}
+
+void check_row(const std::string& name, const std::vector<float>& v, int k, std::mt19937& rng) {
+  const int cap = 3 * k + 128;  // fused_candidate_cap
+  auto got = simulate_row(v, k, cap, rng);
+  std::vector<uint64_t> c;
+  for (size_t i = 0; i < v.size(); ++i) c.push_back(composite(order_key(v[i]), static_cast<uint32_t>(i)));
+  std::sort(c.begin(), c.end(), std::greater<uint64_t>());
+  const size_t m = std::min<size_t>(k, v.size());
+  std::vector<uint32_t> want;
+  for (size_t i = 0; i < m; ++i) want.push_back(0xffffffffu - static_cast<uint32_t>(c[i] & 0xffffffffu));
+  expect(got.size() == m, name + ": " + std::to_string(got.size()) + " emitted, expected " + std::to_string(m));
+  std::sort(got.begin(), got.end());
+  std::sort(want.begin(), want.end());
+  expect(got == want, name + ": index set differs from the exact top-k");
+}
+
+void protocol_cases() {
+  std::mt19937 rng(99);
+  std::normal_distribution<float> gauss(0.f, 1.f);
+  for (int k : {512, 2048}) {
+    for (int n : {1, 100, k - 1, k, k + 1, 4 * k + 77, 20000}) {
+      std::vector<float> v(n);
+      for (auto& x : v) x = gauss(rng);
+      check_row("gauss n=" + std::to_string(n), v, k, rng);
+    }
+    const int n = 20000;
+    std::vector<float> v(n);
+    for (int i = 0; i < n; ++i) v[i] = float(i);
+    check_row("rising", v, k, rng);
+    for (int i = 0; i < n; ++i) v[i] = float(n - i);
+    check_row("falling", v, k, rng);
+    for (int i = 0; i < n; ++i) v[i] = 0.f;
+    check_row("all zero", v, k, rng);
+    for (int i = 0; i < n; ++i) v[i] = (i % 3 == 0) ? -0.f : 0.f;
+    check_row("signed zeros", v, k, rng);
+    for (int i = 0; i < n; ++i) v[i] = (i % 9 == 0) ? 3.f + gauss(rng) : 1.f;  // thousands tie at the k-th
+    check_row("boundary ties", v, k, rng);
+    for (int i = 0; i < n; ++i) v[i] = 7.f * (1.f + 1e-5f * float(rng() % 4096));
+    check_row("near ties", v, k, rng);
+    for (int i = 0; i < n; ++i) v[i] = -std::fabs(gauss(rng));
+    check_row("negative", v, k, rng);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string which = argc > 1 ? argv[1] : "all";
+  if (which == "all" || which == "select") select_cases();
+  if (which == "all" || which == "protocol") protocol_cases();
+  std::printf("fused_select emulation: %d checks passed (%ld warp exchanges)\n", g_checks,
+              warp_emu::st().exchanges);
+  return 0;
+}

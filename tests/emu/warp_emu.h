@@ -1,0 +1,184 @@
+// A CPU emulator of one CUDA warp, for testing warp-level device code off-GPU
+// (csrc/include/mqa_topk/fused_select.cuh under MQA_TOPK_HOST_EMULATION).
+//
+// 32 fibers (ucontext), one per lane, run round-robin; every warp intrinsic
+// is an exchange point: a lane deposits its value and yields, and when it
+// resumes every lane has deposited, so the intrinsic reads all 32 values.
+// Between exchange points lanes run one after another, which is what
+// race-free warp code may assume (shared-memory atomics become plain adds).
+// A lane that finishes while others still wait at an intrinsic (divergent
+// intrinsics) is reported as an error. Full masks only.
+#pragma once
+
+#include <ucontext.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#define __device__
+#define __host__
+#define __forceinline__ inline
+
+struct uint4 {
+  uint32_t x, y, z, w;
+};
+inline uint4 make_uint4(uint32_t a, uint32_t b, uint32_t c, uint32_t d) { return uint4{a, b, c, d}; }
+
+namespace warp_emu {
+
+constexpr int kLanes = 32;
+
+struct State {
+  ucontext_t main_ctx;
+  ucontext_t ctx[kLanes];
+  std::vector<char> stack[kLanes];
+  uint64_t slots[2][kLanes];
+  long phase[kLanes];
+  bool done[kLanes];
+  int lane = 0;
+  std::function<void(int)> body;
+  long exchanges = 0;
+};
+
+inline State& st() {
+  static State s;
+  return s;
+}
+
+[[noreturn]] inline void fail(const char* what) {
+  std::fprintf(stderr, "warp_emu: %s\n", what);
+  std::exit(3);
+}
+
+inline void switch_to_next(int cur) {
+  State& s = st();
+  for (int d = 1; d <= kLanes; ++d) {
+    const int n = (cur + d) % kLanes;
+    if (!s.done[n]) {
+      s.lane = n;
+      if (n != cur) swapcontext(&s.ctx[cur], &s.ctx[n]);
+      return;
+    }
+  }
+  swapcontext(&s.ctx[cur], &s.main_ctx);  // every lane is done
+}
+
+// Deposits v, lets every other lane reach this point, returns the 32 values.
+inline const uint64_t* exchange(uint64_t v) {
+  State& s = st();
+  const int L = s.lane;
+  const long p = s.phase[L]++;
+  s.slots[p & 1][L] = v;
+  ++s.exchanges;
+  switch_to_next(L);
+  for (int i = 0; i < kLanes; ++i)
+    if (s.phase[i] < s.phase[L]) fail("divergent warp intrinsic (a lane skipped or finished early)");
+  return s.slots[p & 1];
+}
+
+inline void trampoline(int lane) {
+  State& s = st();
+  s.body(lane);
+  s.done[lane] = true;
+  // Lanes that still wait at an intrinsic are divergent: they will notice.
+  switch_to_next(lane);
+}
+
+// Runs body(lane) on 32 lanes in lockstep at every intrinsic.
+inline void run(std::function<void(int)> body) {
+  State& s = st();
+  s.body = std::move(body);
+  for (int l = 0; l < kLanes; ++l) {
+    s.stack[l].assign(1 << 18, 0);
+    s.phase[l] = 0;
+    s.done[l] = false;
+    getcontext(&s.ctx[l]);
+    s.ctx[l].uc_stack.ss_sp = s.stack[l].data();
+    s.ctx[l].uc_stack.ss_size = s.stack[l].size();
+    s.ctx[l].uc_link = &s.main_ctx;
+    makecontext(&s.ctx[l], reinterpret_cast<void (*)()>(&trampoline), 1, l);
+  }
+  s.lane = 0;
+  swapcontext(&s.main_ctx, &s.ctx[0]);
+  for (int l = 0; l < kLanes; ++l)
+    if (!s.done[l]) fail("a lane never finished");
+}
+
+template <class T>
+uint64_t to_bits(T v) {
+  uint64_t b = 0;
+  std::memcpy(&b, &v, sizeof(T));
+  return b;
+}
+template <class T>
+T from_bits(uint64_t b) {
+  T v;
+  std::memcpy(&v, &b, sizeof(T));
+  return v;
+}
+
+}  // namespace warp_emu
+
+// ---- the CUDA built-ins the device code uses --------------------------------
+inline void __syncwarp(unsigned = 0xffffffffu) { warp_emu::exchange(0); }
+inline unsigned __ballot_sync(unsigned, int pred) {
+  const uint64_t* v = warp_emu::exchange(pred != 0);
+  unsigned m = 0;
+  for (int i = 0; i < 32; ++i) m |= (v[i] ? 1u : 0u) << i;
+  return m;
+}
+template <class T>
+T __shfl_sync(unsigned, T v, int src) {
+  const uint64_t* x = warp_emu::exchange(warp_emu::to_bits(v));
+  return warp_emu::from_bits<T>(x[src & 31]);
+}
+template <class T>
+T __shfl_up_sync(unsigned, T v, unsigned d) {
+  const int L = warp_emu::st().lane;
+  const uint64_t* x = warp_emu::exchange(warp_emu::to_bits(v));
+  return L >= static_cast<int>(d) ? warp_emu::from_bits<T>(x[L - d]) : v;
+}
+inline unsigned __reduce_add_sync(unsigned, unsigned v) {
+  const uint64_t* x = warp_emu::exchange(v);
+  unsigned r = 0;
+  for (int i = 0; i < 32; ++i) r += static_cast<unsigned>(x[i]);
+  return r;
+}
+inline unsigned __reduce_min_sync(unsigned, unsigned v) {
+  const uint64_t* x = warp_emu::exchange(v);
+  unsigned r = 0xffffffffu;
+  for (int i = 0; i < 32; ++i) r = std::min(r, static_cast<unsigned>(x[i]));
+  return r;
+}
+inline unsigned __reduce_max_sync(unsigned, unsigned v) {
+  const uint64_t* x = warp_emu::exchange(v);
+  unsigned r = 0;
+  for (int i = 0; i < 32; ++i) r = std::max(r, static_cast<unsigned>(x[i]));
+  return r;
+}
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __ffs(int x) { return __builtin_ffs(x); }
+inline int __clz(int x) { return x ? __builtin_clz(static_cast<unsigned>(x)) : 32; }
+inline unsigned __umulhi(unsigned a, unsigned b) { return static_cast<unsigned>((uint64_t(a) * b) >> 32); }
+inline unsigned __float_as_uint(float f) { return warp_emu::from_bits<unsigned>(warp_emu::to_bits(f)); }
+template <class T>
+T __ldcg(const T* p) {
+  return *p;
+}
+template <class T>
+void __stcg(T* p, T v) {
+  *p = v;
+}
+inline unsigned atomicAdd(unsigned* p, unsigned v) {
+  const unsigned o = *p;
+  *p += v;
+  return o;
+}
+using std::max;
+using std::min;
