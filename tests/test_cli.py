@@ -149,9 +149,11 @@ def test_build_reports_kernels(run, monkeypatch):
         "arch": "sm_90a", "build_seconds": 12.5, "cache_dir": "/tmp/cache/sm90a-x",
         "kernels": [{"name": "sm90_fp8_mqa_logits", "registers": 168, "shared_bytes": 200704, "local_bytes": 0,
                      "max_threads": 640},
-                    {"name": "sm90_topk", "registers": 40, "shared_bytes": 9000, "local_bytes": 16, "max_threads": 512}]})
+                    {"name": "sm90_topk", "registers": 40, "shared_bytes": 9000, "local_bytes": 16, "max_threads": 512}],
+        "fused_workspace_bytes": {512: 28115008, 1024: 54067264, 2048: 105971776}})
     monkeypatch.delenv("MQA_TOPK_VERBOSE_BUILD", raising=False)
     res = run("build", "--force", "--verbose")
+    assert "fused workspace (any rows/keys): topk 512: 26.8 MiB" in res.stdout and "topk 2048: 101.1 MiB" in res.stdout
     assert res.exit_code == 0, res.output
     assert calls == {"verbose": True, "force": True}
     import os
