@@ -16,6 +16,11 @@
 void mqa_logits_probe(int64_t variant, const at::Tensor& q, const at::Tensor& k, const at::Tensor& scales,
                       const at::Tensor& weights, const at::Tensor& starts, const at::Tensor& ends,
                       const at::Tensor& logits);
+#ifdef MQA_HAS_FUSED
+void fused_mqa_topk_probe(int64_t variant, const at::Tensor& q, const at::Tensor& k, const at::Tensor& scales,
+                          const at::Tensor& weights, const at::Tensor& starts, const at::Tensor& ends,
+                          const at::Tensor& output, const at::Tensor& workspace);
+#endif
 #endif
 
 namespace {
@@ -53,6 +58,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 #endif
 #ifdef MQA_TOPK_DEV_PROBES
   m.def("mqa_logits_probe", &mqa_logits_probe, "development-only logits kernel variants");
+#ifdef MQA_HAS_FUSED
+  m.def("fused_mqa_topk_probe", &fused_mqa_topk_probe, "development-only fused kernel variants");
+#endif
 #endif
   m.def("kernel_info", &kernel_info, "registers / shared memory / local memory of each kernel");
 }

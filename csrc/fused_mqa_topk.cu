@@ -24,9 +24,9 @@ int64_t fused_mqa_topk_workspace_bytes(int64_t topk, int64_t device) {
       mqa_topk::fused_workspace_bytes(static_cast<int>(topk), mqa_topk::sm_count(static_cast<int>(device))));
 }
 
-void fused_mqa_topk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& scales, const at::Tensor& weights,
-                    const at::Tensor& starts, const at::Tensor& ends, const at::Tensor& output,
-                    const at::Tensor& workspace) {
+FusedLaunchArgs fused_mqa_topk_check(const at::Tensor& q, const at::Tensor& k, const at::Tensor& scales,
+                                     const at::Tensor& weights, const at::Tensor& starts, const at::Tensor& ends,
+                                     const at::Tensor& output, const at::Tensor& workspace) {
   int64_t rows = 0, keys = 0;
   mqa_topk::check_mqa_inputs(q, k, scales, weights, starts, ends, &rows, &keys);
   const at::Device dev = q.device();
@@ -46,20 +46,30 @@ void fused_mqa_topk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
   const int64_t need = static_cast<int64_t>(mqa_topk::fused_workspace_bytes(static_cast<int>(topk), num_sms));
   MQA_CHECK_ARG(workspace.numel() >= need, "workspace", "needs ", need, " bytes for topk=", topk, ", got ",
                 workspace.numel());
-  if (rows == 0) return;
+  return FusedLaunchArgs{static_cast<int>(rows), static_cast<int>(keys), static_cast<int>(topk), num_sms,
+                         env_int("MQA_TOPK_FUSED_PROBE"), env_int("MQA_TOPK_FUSED_CAP")};
+}
 
-  const c10::cuda::CUDAGuard guard(dev);
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(dev.index());
-  int map_error = 0;
-  const cudaError_t err = mqa_topk::launch_sm90_fused_mqa_topk(
-      q.data_ptr(), keys ? k.data_ptr() : nullptr, keys ? scales.data_ptr<float>() : nullptr,
-      weights.data_ptr<float>(), starts.data_ptr<int>(), ends.data_ptr<int>(), output.data_ptr<int>(),
-      workspace.data_ptr(), static_cast<int>(rows), static_cast<int>(keys), static_cast<int>(topk), num_sms, stream,
-      &map_error, env_int("MQA_TOPK_FUSED_PROBE"), env_int("MQA_TOPK_FUSED_CAP"));
+void fused_mqa_topk_report(cudaError_t err, int map_error) {
   static const char* const kMapNames[4] = {"q", "k", "scales", "weights"};
   TORCH_CHECK(map_error == 0, "fused_mqa_topk: could not encode the TMA tensor map of ",
               kMapNames[map_error / 1000 % 4], " (CUresult ", map_error % 1000, ")");
   TORCH_CHECK(err == cudaSuccess, "fused_mqa_topk: launch failed: ", cudaGetErrorString(err));
+}
+
+void fused_mqa_topk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& scales, const at::Tensor& weights,
+                    const at::Tensor& starts, const at::Tensor& ends, const at::Tensor& output,
+                    const at::Tensor& workspace) {
+  const FusedLaunchArgs a = fused_mqa_topk_check(q, k, scales, weights, starts, ends, output, workspace);
+  if (a.rows == 0) return;
+  const c10::cuda::CUDAGuard guard(q.device());
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(q.device().index());
+  int map_error = 0;
+  const cudaError_t err = mqa_topk::launch_sm90_fused_mqa_topk(
+      q.data_ptr(), a.keys ? k.data_ptr() : nullptr, a.keys ? scales.data_ptr<float>() : nullptr,
+      weights.data_ptr<float>(), starts.data_ptr<int>(), ends.data_ptr<int>(), output.data_ptr<int>(),
+      workspace.data_ptr(), a.rows, a.keys, a.topk, a.num_sms, stream, &map_error, a.probe, a.cap);
+  fused_mqa_topk_report(err, map_error);
 }
 
 std::vector<mqa_topk::KernelInfo> fused_mqa_topk_kernel_info() {

@@ -17,3 +17,15 @@ void fused_mqa_topk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
                     const at::Tensor& workspace);
 int64_t fused_mqa_topk_workspace_bytes(int64_t topk, int64_t device);
 std::vector<mqa_topk::KernelInfo> fused_mqa_topk_kernel_info();
+
+// For the launcher and the development probes (csrc/dev/): every contract
+// check of fused_mqa_topk, then what a launch needs (probe / cap: the
+// development knobs MQA_TOPK_FUSED_PROBE / MQA_TOPK_FUSED_CAP, 0 when unset);
+// and the error report after a launch.
+struct FusedLaunchArgs {
+  int rows, keys, topk, num_sms, probe, cap;
+};
+FusedLaunchArgs fused_mqa_topk_check(const at::Tensor& q, const at::Tensor& k, const at::Tensor& scales,
+                                     const at::Tensor& weights, const at::Tensor& starts, const at::Tensor& ends,
+                                     const at::Tensor& output, const at::Tensor& workspace);
+void fused_mqa_topk_report(cudaError_t err, int map_error);

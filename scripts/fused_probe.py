@@ -2,7 +2,8 @@
 medians) on the headline shape: the dense logits kernel alone, the fused
 kernel, the fused kernel with appends switched off (MQA_TOPK_FUSED_PROBE=1:
 logits + threshold filter only) and with smaller candidate capacities
-(MQA_TOPK_FUSED_CAP), checking that every real variant returns the same sets.
+(MQA_TOPK_FUSED_CAP), and, in MQA_TOPK_DEV_PROBES=1 builds, the lean-select
+kernel variant; checks that every real variant returns the same sets.
 The numbers that count come from `mqa-topk bench`."""
 import os
 import sys
@@ -21,12 +22,20 @@ flop = 8192.0 * float((ends - starts).sum())
 base = {}
 
 
-def run(label, topk, env):
+ext = ops._native()
+
+
+def run(label, topk, env, variant=None):
+    """variant: a dev-probe variant of the kernel (MQA_TOPK_DEV_PROBES=1 builds)."""
     for name in ("MQA_TOPK_FUSED_PROBE", "MQA_TOPK_FUSED_CAP"):
         os.environ.pop(name, None)
     os.environ.update(env)
     out = torch.full((rows, topk), -7, dtype=torch.int32, device="cuda")
-    fn = lambda: ops.fused_mqa_topk_prefill(q, k, scales, w, starts, ends, out)  # noqa: E731
+    if variant is None:
+        fn = lambda: ops.fused_mqa_topk_prefill(q, k, scales, w, starts, ends, out)  # noqa: E731
+    else:
+        ws = ops.fused_mqa_topk_workspace("cuda", topk)
+        fn = lambda: ext.fused_mqa_topk_probe(variant, q, k, scales, w, starts, ends, out, ws)  # noqa: E731
     t = time_fn(fn)
     same = ""
     if env.get("MQA_TOPK_FUSED_PROBE") != "1":
@@ -65,6 +74,8 @@ t = time_fn(lambda: ops.mqa_logits(q, k, scales, w, starts, ends))
 print(f"{'dense logits kernel alone':34s} {'':11s} {t.median_ms:8.3f} ms  {flop / t.median_ms / 1e9:7.1f} TFLOP/s")
 for topk in (2048, 512):
     run("fused", topk, {})
+    if hasattr(ext, "fused_mqa_topk_probe"):
+        run("fused, lean select (dev variant 1)", topk, {}, variant=1)
     stats(topk)
     if topk == 2048:
         run("fused, no appends (probe 1)", topk, {"MQA_TOPK_FUSED_PROBE": "1"})

@@ -140,3 +140,19 @@ def test_fused_workspace_contract(dev):
         ext.fused_mqa_topk(w.q, w.k, w.scales, w.weights, w.starts, w.ends,
                            torch.empty((9, 100), dtype=torch.int32, device="cuda"),
                            ops.fused_mqa_topk_workspace("cuda", 512))
+
+
+@pytest.mark.parametrize("kw", [CASES[0], CASES[2], CASES[3], CASES[9]], ids=["gauss", "ties-whole", "near-ties", "rising"])
+def test_dev_variant_lean_select_matches_default(dev, kw):
+    """Dev probe variant 1 (warp_select_lean), built with MQA_TOPK_DEV_PROBES=1:
+    the same output, bitwise, as the default kernel."""
+    ext = ops._native()
+    if not hasattr(ext, "fused_mqa_topk_probe"):
+        pytest.skip("built without MQA_TOPK_DEV_PROBES=1")
+    for topk in (512, 2048):
+        w = make_workload(device="cuda", seed=12, topk=topk, **kw)
+        ref = run_fused(w, topk, -7)
+        out = torch.full_like(ref, -5)
+        ext.fused_mqa_topk_probe(1, w.q, w.k, w.scales, w.weights, w.starts, w.ends, out,
+                                 ops.fused_mqa_topk_workspace("cuda", topk))
+        assert torch.equal(out, ref), kw

@@ -24,6 +24,7 @@ using namespace mqa_topk::fused_detail;
 namespace {
 
 int g_checks = 0;
+bool g_lean = false;  // test warp_select_lean instead of warp_select
 
 [[noreturn]] void die(const std::string& msg) {
   std::fprintf(stderr, "FAIL: %s\n", msg.c_str());
@@ -56,7 +57,10 @@ uint64_t run_select(Buf* a, Buf* b, uint64_t thr, uint32_t k, Scratch& sc) {
   Segs s{{a->key.data(), b ? b->key.data() : nullptr}, {a->idx.data(), b ? b->idx.data() : nullptr},
          {a->n, b ? b->n : 0}, b ? 2 : 1};
   uint64_t res[32];
-  warp_emu::run([&](int lane) { res[lane] = warp_select(s, thr, k, sc.hist, sc.sk, sc.si, lane); });
+  warp_emu::run([&](int lane) {
+    res[lane] = g_lean ? warp_select_lean(s, thr, k, sc.hist, sc.sk, sc.si, lane)
+                       : warp_select(s, thr, k, sc.hist, sc.sk, sc.si, lane);
+  });
   for (int l = 1; l < 32; ++l) expect(res[l] == res[0], "lanes disagree on the threshold");
   for (int i = 0; i < 256; ++i) expect(sc.hist[i] == 0, "histogram not left zeroed");
   return res[0];
@@ -283,6 +287,7 @@ void protocol_cases() {
 
 int main(int argc, char** argv) {
   const std::string which = argc > 1 ? argv[1] : "all";
+  g_lean = argc > 2 && std::string(argv[2]) == "lean";
   if (which == "all" || which == "select") select_cases();
   if (which == "all" || which == "protocol") protocol_cases();
   std::printf("fused_select emulation: %d checks passed (%ld warp exchanges)\n", g_checks,

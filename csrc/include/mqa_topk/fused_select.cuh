@@ -344,6 +344,136 @@ __device__ __forceinline__ uint64_t warp_select(const Segs& s, uint64_t thr, uin
   return composite(key_eq, iprefix);
 }
 
+// ---- lean variant (development: dev probe `fused_mqa_topk_probe` variant 1) ----
+// The same result as warp_select with branch-free passes: padding past a
+// segment's count reads as key 0 (every real key is >= 1, and eligibility is
+// key >= max(threshold key, 1)), so no per-entry validity flag; range tests
+// are one unsigned compare; the first pass has no slice test at all. Measured
+// 23 SASS instructions with two convergence regions per candidate per pass
+// in warp_select's range pass; this one aims at under ten, no branches.
+
+// Calls f(key) (kWithIdx: f(key, idx)) for every slot of the segments rounded
+// up to 4, padding slots as key 0.
+template <bool kWithIdx = false, class F>
+__device__ __forceinline__ void for_each_key4_lean(const Segs& s, int lane, F&& f) {
+  constexpr int G = kWithIdx ? 4 : 8;
+#pragma unroll 1
+  for (int g = 0; g < s.nseg; ++g) {
+    const uint32_t* kp = s.key[g];
+    const uint32_t* ip = s.idx[g];
+    const int n = s.n[g];
+#pragma unroll 1
+    for (int j0 = 0; j0 < n; j0 += 32 * 4 * G) {
+      uint4 v[G], w[G];
+#pragma unroll
+      for (int u = 0; u < G; ++u) {
+        const int j = j0 + (u * 32 + lane) * 4;
+        v[u] = j < n ? __ldcg(reinterpret_cast<const uint4*>(kp + j)) : make_uint4(0, 0, 0, 0);
+        if constexpr (kWithIdx) w[u] = j < n ? __ldcg(reinterpret_cast<const uint4*>(ip + j)) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int u = 0; u < G; ++u) {
+        const int j = j0 + (u * 32 + lane) * 4;
+        uint32_t kv[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) kv[e] = j + e < n ? kv[e] : 0u;
+        if constexpr (kWithIdx) {
+          const uint32_t iv[4] = {w[u].x, w[u].y, w[u].z, w[u].w};
+#pragma unroll
+          for (int e = 0; e < 4; ++e) f(kv[e], iv[e]);
+        } else {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) f(kv[e]);
+        }
+      }
+    }
+  }
+}
+
+__device__ __forceinline__ uint64_t warp_select_lean(const Segs& s, uint64_t thr, uint32_t k, uint32_t* hist,
+                                                     uint32_t* sk, uint32_t* si, int lane) {
+  const uint32_t tk1 = max(static_cast<uint32_t>(thr >> 32), 1u);
+  // Pass 1: range and count of the eligible keys (key >= tk1).
+  uint32_t kmin = 0xffffffffu, kmax = 0, c = 0;
+  for_each_key4_lean(s, lane, [&](uint32_t key) {
+    const bool el = key >= tk1;
+    kmin = min(kmin, el ? key : 0xffffffffu);
+    kmax = max(kmax, el ? key : 0u);
+    c += el ? 1u : 0u;
+  });
+  c = __reduce_add_sync(0xffffffffu, c);
+  if (c <= k) return thr;
+  uint32_t lo = __reduce_min_sync(0xffffffffu, kmin);
+  uint32_t span = __reduce_max_sync(0xffffffffu, kmax) - lo;  // current bin: keys in [lo, lo + span]
+  uint32_t plo = 0, pmult = 0, sel = 0, need = k;
+  bool sliced = false;  // when set, the bin is slice `sel` of [plo, ...] within [lo, lo + span]
+#pragma unroll 1
+  while (c > static_cast<uint32_t>(kScratch) && span != 0) {
+    if (sliced) {  // narrow [lo, lo + span] to the slice's actual key range
+      const uint32_t l0 = lo, s0 = span, pl = plo, pm = pmult, sl = sel;
+      kmin = 0xffffffffu;
+      kmax = 0;
+      for_each_key4_lean(s, lane, [&](uint32_t key) {
+        const bool in = key - l0 <= s0 && range_bin(key, pl, pm) == sl;
+        kmin = min(kmin, in ? key : 0xffffffffu);
+        kmax = max(kmax, in ? key : 0u);
+      });
+      lo = __reduce_min_sync(0xffffffffu, kmin);
+      span = __reduce_max_sync(0xffffffffu, kmax) - lo;
+      sliced = false;
+      if (span == 0) break;
+    }
+    const uint32_t l0 = lo, s0 = span, mult = range_mult(span);
+    for_each_key4_lean(s, lane, [&](uint32_t key) {
+      if (key - l0 <= s0) atomicAdd(hist + range_bin(key, l0, mult), 1u);
+    });
+    __syncwarp();
+    uint32_t before = 0;
+    sel = warp_find_digit(hist, need, true, &before, &c, lane);
+    need -= before;
+    plo = lo;
+    pmult = mult;
+    sliced = true;
+  }
+  if (c <= static_cast<uint32_t>(kScratch)) {
+    const uint32_t l0 = lo, s0 = span, pl = plo, pm = pmult, sl = sel;
+    const bool sl_on = sliced;
+    uint32_t base = 0, gmin = 0xffffffffu, gmax = 0;
+    for_each_key4_lean<true>(s, lane, [&](uint32_t key, uint32_t idx) {
+      const bool in = key - l0 <= s0 && (!sl_on || range_bin(key, pl, pm) == sl);
+      const uint32_t m = __ballot_sync(0xffffffffu, in);
+      if (in) {
+        const uint32_t at = base + __popc(m & ((1u << lane) - 1u));
+        sk[at] = key;
+        si[at] = idx;
+      }
+      gmin = min(gmin, in ? key : 0xffffffffu);
+      gmax = max(gmax, in ? key : 0u);
+      base += __popc(m);
+    });
+    __syncwarp();
+    gmin = __reduce_min_sync(0xffffffffu, gmin);
+    gmax = __reduce_max_sync(0xffffffffu, gmax);
+    const int top = gmin == gmax ? 0 : 31 - __clz(gmin ^ gmax);
+    const Segs bin{{sk, nullptr}, {si, nullptr}, {static_cast<int>(c), 0}, 1};
+    const uint64_t t = warp_kth_radix<false>(bin, need, hist, lane, top, gmin);
+    __syncwarp();
+    return t;
+  }
+  // Heavy ties: more than kScratch entries share the k-th key `lo`.
+  if (c == need) return composite(lo, 0xffffffffu);
+  uint32_t iprefix = 0, imask = 0, before = 0, nb = 0;
+#pragma unroll 1
+  for (int sh = 16; sh >= 0; sh -= 8) {
+    warp_hist_pass<true>(s, true, lo, imask, iprefix, sh, hist, lane);
+    const uint32_t d = warp_find_digit(hist, need, false, &before, &nb, lane);
+    need -= before;
+    iprefix |= d << sh;
+    imask |= 255u << sh;
+  }
+  return composite(lo, iprefix);
+}
+
 // Keeps the entries with composite >= t in segment order (stable): writes
 // kept entry number `pos` through emit(pos, key, idx); returns the count.
 // Reads 4-entry groups (keys and indices as uint4, four per lane in flight) and ranks with a

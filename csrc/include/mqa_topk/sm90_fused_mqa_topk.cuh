@@ -63,8 +63,11 @@ struct Sm90FusedParams {
   int probe;         // development only: 1 = never append (logits + filter alone), 2 = real + statistics
 };
 
-template <int kNumStages_>
+// kLeanSelect (development, dev probe variant 1): warp_select_lean instead of
+// warp_select (same results; branch-free passes). Not yet measured on a GPU.
+template <int kNumStages_, bool kLeanSelect_ = false>
 struct Sm90FusedConfig {
+  static constexpr bool kLeanSelect = kLeanSelect_;
   using Logits = Sm90LogitsConfig<8, 2, kNumStages_>;
   static constexpr int kBlockRows = 8;
   static constexpr int kNumStages = kNumStages_;
@@ -101,6 +104,13 @@ inline size_t fused_workspace_bytes(int topk, int num_sms) {
   return kFusedHeaderBytes + size_t(num_sms) * 2 * 8 * 2 * size_t(fused_candidate_cap(topk)) * 4;
 }
 
+
+template <bool kLean>
+__device__ __forceinline__ uint64_t select_row(const fused_detail::Segs& s, uint64_t thr, uint32_t k, uint32_t* hist,
+                                               uint32_t* sk, uint32_t* si, int lane) {
+  if constexpr (kLean) return fused_detail::warp_select_lean(s, thr, k, hist, sk, si, lane);
+  else return fused_detail::warp_select(s, thr, k, hist, sk, si, lane);
+}
 
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
@@ -330,7 +340,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             uint32_t* kp = buf_key(wg, r);
             uint32_t* ip = buf_idx(wg, r);
             const Segs sg{{kp, nullptr}, {ip, nullptr}, {static_cast<int>(c), 0}, 1};
-            const uint64_t th = warp_select(sg, thr_v[r], static_cast<uint32_t>(k), hist, sk, si, lane);
+            const uint64_t th = select_row<Cfg::kLeanSelect>(sg, thr_v[r], static_cast<uint32_t>(k), hist, sk, si, lane);
             const int left = warp_emit(sg, th, lane, [&](int at, uint32_t key, uint32_t idx) {
               __stcg(kp + at, key);
               __stcg(ip + at, idx);
@@ -364,7 +374,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         const Segs s{{buf_key(0, r), buf_key(1, r)}, {buf_idx(0, r), buf_idx(1, r)},
                {static_cast<int>(cnt_s[r]), static_cast<int>(cnt_s[8 + r])}, 2};
         if (p.probe == 2 && lane == 0) atomicAdd(stats + 4, static_cast<unsigned long long>(s.n[0] + s.n[1]));
-        const uint64_t th = warp_select(s, thr_v[r], static_cast<uint32_t>(k), hist, sk, si, lane);
+        const uint64_t th = select_row<Cfg::kLeanSelect>(s, thr_v[r], static_cast<uint32_t>(k), hist, sk, si, lane);
         int* orow = p.out + size_t(row) * k;
         const int pos = warp_emit(s, th, lane, [&](int at, uint32_t, uint32_t idx) {
           if (at < k) orow[at] = static_cast<int>(idx) - start;
