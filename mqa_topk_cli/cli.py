@@ -512,15 +512,18 @@ def bench(rows, keys, topk, layout, dist, seed, paths_, config, case_names, op, 
 # ------------------------------------------------------------ verify
 
 
-def _default_verify_path(device: str) -> str:
+def _default_verify_paths(device: str) -> list[str]:
+    """Every native kernel path that can run here (fused, native), else torch."""
     from . import paths as paths_mod
 
-    try:
-        if paths_mod.get_path("native").unavailable_reason(device) is None:
-            return "native"
-    except Exception:
-        pass
-    return "torch"
+    names = []
+    for n in ("fused", "native"):
+        try:
+            if paths_mod.get_path(n).unavailable_reason(device) is None:
+                names.append(n)
+        except Exception:
+            pass
+    return names or ["torch"]
 
 
 def _verify_rows(results) -> list[dict]:
@@ -531,7 +534,7 @@ def _verify_rows(results) -> list[dict]:
 
 @main.command()
 @click.option("--paths", "paths_", default=None, callback=_v_paths,
-              help="Comma list of paths to verify [default: native if available, else torch].")
+              help="Comma list of paths to verify [default: fused and native where available, else torch].")
 @click.option("--config", default=None, help="Workload config (file or shipped preset) [default: verify].")
 @click.option("--case", "case_names", multiple=True, help="Only these cases of the config (repeatable).")
 @click.option("--workload", "workload_files", multiple=True, type=click.Path(dir_okay=False),
@@ -575,7 +578,7 @@ def verify(paths_, config, case_names, workload_files, rows, keys, topk, layout,
         case = _case_from_flags(base, rows, keys, topk, layout, dist, seed)
         w = workloads.workload_from_case(case, dev)  # bad flags: one line, exit 2
         sources.append((case["name"], lambda w=w: w))
-    names = paths_ or [_default_verify_path(dev)]
+    names = paths_ or _default_verify_paths(dev)
     for n in names + ([other] if other else []):
         reason = paths_mod.get_path(n).unavailable_reason(dev)
         if reason:
