@@ -193,14 +193,16 @@ _workspaces: dict = {}
 
 
 def fused_mqa_topk_workspace(device, topk: int) -> torch.Tensor:
-    """The fused kernel's workspace for ``topk`` on ``device`` (allocated once
-    per (device, topk) and reused; calls on one stream may share it)."""
+    """The fused kernel's workspace for ``topk`` on ``device``, one per (device,
+    topk, current stream), allocated once and reused: calls queued on one
+    stream run one after another, so they may share it; concurrent streams
+    get their own."""
     device = torch.device(device)
     if device.type != "cuda":
         raise Unavailable(f"fused_mqa_topk_workspace: the fused kernel runs on a CUDA (sm_90) GPU; got {device}")
     if device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
-    key = (device.index, topk)
+    key = (device.index, topk, torch.cuda.current_stream(device).cuda_stream)
     ws = _workspaces.get(key)
     if ws is None:
         sms = torch.cuda.get_device_properties(device).multi_processor_count

@@ -57,7 +57,7 @@ def stats(topk):
     ops.fused_mqa_topk_prefill(q, k, scales, w, starts, ends, out)
     torch.cuda.synchronize()
     os.environ.pop("MQA_TOPK_FUSED_PROBE")
-    ws = ops._workspaces[(torch.cuda.current_device(), topk)]
+    ws = ops.fused_mqa_topk_workspace("cuda", topk)
     st = ws[8:64].view(torch.int64).tolist()
     warps = torch.cuda.get_device_properties(0).multi_processor_count * 8
     sel, sel_entries, sel_cyc, over_cyc, merge_entries, merge_cyc, total_cyc = st

@@ -156,3 +156,12 @@ def test_dev_variant_lean_select_matches_default(dev, kw):
         ext.fused_mqa_topk_probe(1, w.q, w.k, w.scales, w.weights, w.starts, w.ends, out,
                                  ops.fused_mqa_topk_workspace("cuda", topk))
         assert torch.equal(out, ref), kw
+
+
+def test_fused_workspace_is_per_stream(dev):
+    a = ops.fused_mqa_topk_workspace("cuda", 512)
+    assert ops.fused_mqa_topk_workspace("cuda", 512) is a
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        b = ops.fused_mqa_topk_workspace("cuda", 512)
+    assert b is not a and b.numel() == a.numel()
