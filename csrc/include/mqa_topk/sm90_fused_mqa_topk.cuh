@@ -19,12 +19,13 @@
 //   buffer contents, and everything after, are deterministic.
 // - When a row's buffer could overflow on the next tile (count > cap - 64),
 //   one warp per row selects (`warp_select`): one vector pass finds the range
-//   and count of the entries at or above the running threshold, one histogram
-//   pass over an 8-bit digit spanning that range finds the bin of the k-th,
-//   the bin's entries (usually a few dozen) are gathered into shared memory
-//   and finished there by radix passes; a crowded bin (heavy ties) falls back
-//   to exact radix passes over L2 (4 over keys, up to 3 over indices). Then a
-//   stable in-place pass keeps exactly the top k and the row's shared
+//   and count of the entries whose key is at or above the running threshold's,
+//   a histogram over 256 equal slices of that range finds the slice of the
+//   k-th (refined inside the slice while it holds more than 256 entries), the
+//   slice is gathered into shared memory and finished there by radix passes
+//   over the bits that still differ; heavy ties (one key) go to radix passes
+//   over the indices. Then a stable in-place pass keeps the top k (or, when
+//   at most k entries reach the threshold, just those) and the row's shared
 //   threshold rises to the k-th composite. That threshold is always the k-th
 //   largest composite of a subset of the row, so no element of the row's
 //   top-k is ever dropped (SPEC §6); both warpgroups filter with it.
@@ -41,8 +42,8 @@
 // warpgroup.
 // Work: blocks are handed out by a global counter (largest row index first:
 // causal blocks are longest last) to a persistent grid of one CTA per SM.
-// Workspace: 16 bytes (the counter, zeroed before the launch) + num_sms x
-// 2 x 8 x 2 x cap x 4 bytes (101.1 MiB for k = 2048 on 132 SMs, 26.8 MiB for k = 512).
+// Workspace: a 64-byte header (the block counter and development statistics,
+// zeroed before the launch) + num_sms x 2 x 8 x 2 x cap x 4 bytes (101.1 MiB for k = 2048 on 132 SMs, 26.8 MiB for k = 512).
 #pragma once
 
 #include "fused_select.cuh"
