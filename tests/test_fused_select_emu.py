@@ -28,10 +28,11 @@ def emu_binary(tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("variant", ["default", "lean"])
+@pytest.mark.parametrize("variant", ["default", "lean", "window"])
 @pytest.mark.parametrize("part", ["select", "protocol"])
 def test_fused_selection_on_the_warp_emulator(emu_binary, part, variant):
-    # variant "lean": warp_select_lean (the dev-probe variant of the kernel).
+    # "lean": warp_select_lean (dev variant 1); "window": lean + window-histogram
+    # compactions in the protocol (dev variant 2).
     res = subprocess.run([str(emu_binary), part, variant], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
     assert "checks passed" in res.stdout

@@ -24,7 +24,9 @@ using namespace mqa_topk::fused_detail;
 namespace {
 
 int g_checks = 0;
-bool g_lean = false;  // test warp_select_lean instead of warp_select
+bool g_lean = false;    // test warp_select_lean instead of warp_select
+bool g_window = false;  // protocol: window-histogram compactions (dev variant 2)
+long g_window_compactions = 0, g_window_from_hist = 0;
 
 [[noreturn]] void die(const std::string& msg) {
   std::fprintf(stderr, "FAIL: %s\n", msg.c_str());
@@ -204,6 +206,67 @@ void select_cases() {
   }
 }
 
+// warp_compact_window directly: keys placed exactly on slice edges (the k-th
+// key on its slice's lower edge), narrow windows (one key per bin), keys above
+// the window, no threshold: the kept set must contain the exact top k and
+// everything kept must be at or above the returned (safe) threshold.
+void window_case(const std::string& name, const std::vector<uint32_t>& keys, Window w, uint32_t k, uint64_t thr) {
+  const int n = static_cast<int>(keys.size());
+  const int cap = n + 8;
+  Buf b(cap);
+  for (int i = 0; i < n; ++i) b.push(keys[i], static_cast<uint32_t>((i * 7919u) % 1000003u));
+  uint32_t whist[256] = {};
+  for (int i = 0; i < n; ++i) ++whist[window_bin(w, keys[i])];
+  std::vector<uint64_t> c;
+  for (int i = 0; i < n; ++i) c.push_back(composite(b.key[i], b.idx[i]));
+  std::vector<uint64_t> sorted = c;
+  std::sort(sorted.begin(), sorted.end(), std::greater<uint64_t>());
+  const uint64_t kth = sorted[std::min<size_t>(k, sorted.size()) - 1];
+  Scratch sc;
+  uint64_t res[32];
+  int kept[32];
+  const Buf orig = b;
+  warp_emu::run([&](int lane) {
+    Window wl = w;
+    bool vl = true;
+    res[lane] = warp_compact_window(b.key.data(), b.idx.data(), n, thr, k, static_cast<uint32_t>(n), whist, wl, vl,
+                                    sc.hist, sc.sk, sc.si, lane, &kept[lane]);
+  });
+  // Safe: never above the buffer's k-th composite, unless the row's threshold
+  // (from elsewhere in the row) already was.
+  expect(res[0] <= std::max(kth, thr), name + ": threshold above the k-th composite (unsafe)");
+  std::vector<uint64_t> want;  // entries at or above the threshold, in order
+  for (int i = 0; i < n; ++i)
+    if (composite(orig.key[i], orig.idx[i]) >= res[0]) want.push_back(composite(orig.key[i], orig.idx[i]));
+  expect(kept[0] == static_cast<int>(want.size()), name + ": kept count");
+  for (int i = 0; i < kept[0]; ++i) expect(composite(b.key[i], b.idx[i]) == want[i], name + ": kept order/content");
+  uint32_t total = 0;
+  for (int i = 0; i < 256; ++i) total += whist[i];
+  expect(total == static_cast<uint32_t>(kept[0]), name + ": new window histogram does not count the kept entries");
+}
+
+void window_cases() {
+  std::mt19937 rng(7);
+  for (uint32_t k : {512u, 2048u}) {
+    const int n = 3 * static_cast<int>(k);
+    // Keys on slice edges of a wide window.
+    const Window w = make_window(0x80000000u, 0x80000000u + 10000000u);
+    std::vector<uint32_t> keys(n);
+    for (int i = 0; i < n; ++i) keys[i] = window_edge(w, 1 + (rng() % 255));
+    window_case("keys on slice edges k=" + std::to_string(k), keys, w, k, 0);
+    // One key per bin (span < 256).
+    const Window nw = make_window(0xa0000000u, 0xa0000000u + 150u);
+    for (int i = 0; i < n; ++i) keys[i] = nw.lo + (rng() % 151);
+    window_case("one key per bin", keys, nw, k, 0);
+    // Keys above the window top (all in the last bin) and a few inside.
+    for (int i = 0; i < n; ++i) keys[i] = i % 10 ? w.lo + w.span + 1 + (rng() % 1000) : w.lo + (rng() % w.span);
+    window_case("above the window", keys, w, k, 0);
+    // A threshold above the histogram's edge.
+    for (int i = 0; i < n; ++i) keys[i] = window_edge(w, 1 + (rng() % 255));
+    window_case("threshold above the edge", keys, w, k, composite(window_edge(w, 200), 5));
+  }
+}
+
 // ---- the per-row protocol of the kernel --------------------------------------
 // keys of the row: values v[0..n); returns the emitted relative indices.
 std::vector<uint32_t> simulate_row(const std::vector<float>& v, int k, int cap, std::mt19937& rng) {
@@ -214,6 +277,10 @@ std::vector<uint32_t> simulate_row(const std::vector<float>& v, int k, int cap, 
   uint64_t thr = 0;
   const uint32_t compact_above = static_cast<uint32_t>(k + (cap - k) / 2);
   Scratch sc;
+  // Window mode: per warpgroup a histogram of its buffer in its window.
+  uint32_t whist[2][256] = {};
+  Window win[2] = {};
+  bool valid[2] = {false, false};
   for (int t = 0, tp = nt - 1; t < nt; ++t, tp = next_tile(tp, nt, stride)) {
     const int first = rng() & 1;  // the warpgroups run in either order
     for (int o = 0; o < 2; ++o) {
@@ -225,12 +292,46 @@ std::vector<uint32_t> simulate_row(const std::vector<float>& v, int k, int cap, 
         if (composite(key, i) > thr) {
           if (buf[w].n >= cap) die("candidate buffer overflow");
           buf[w].push(key, i);
+          if (g_window && valid[w]) {
+            if (key < win[w].lo) die("appended key below the window");
+            ++whist[w][window_bin(win[w], key)];
+          }
         }
       }
       if (buf[w].n + 64 > cap && static_cast<uint32_t>(buf[w].n) > compact_above) {
-        const uint64_t th = run_select(&buf[w], nullptr, thr, k, sc);
-        buf[w].n = run_emit_inplace(&buf[w], th);
-        thr = std::max(thr, th);
+        if (g_window) {
+          if (valid[w]) {
+            uint32_t total = 0;
+            for (int b = 0; b < 256; ++b) total += whist[w][b];
+            expect(total == static_cast<uint32_t>(buf[w].n), "window histogram does not count the buffer");
+          }
+          if (valid[w]) ++g_window_from_hist;
+          uint64_t res[32];
+          int kept[32];
+          Window nw[32];
+          bool nv[32];
+          warp_emu::run([&](int lane) {
+            Window wl = win[w];
+            bool vl = valid[w];
+            res[lane] = warp_compact_window(buf[w].key.data(), buf[w].idx.data(), buf[w].n, thr, k, compact_above,
+                                            whist[w], wl, vl, sc.hist, sc.sk, sc.si, lane, &kept[lane]);
+            nw[lane] = wl;
+            nv[lane] = vl;
+          });
+          for (int l = 1; l < 32; ++l)
+            expect(res[l] == res[0] && kept[l] == kept[0] && nw[l].lo == nw[0].lo && nw[l].span == nw[0].span,
+                   "lanes disagree in the window compaction");
+          // Safe: at least min(k, entries at or above thr) entries kept, all at or above the threshold.
+          buf[w].n = kept[0];
+          win[w] = nw[0];
+          valid[w] = nv[0];
+          thr = std::max(thr, res[0]);
+          ++g_window_compactions;
+        } else {
+          const uint64_t th = run_select(&buf[w], nullptr, thr, k, sc);
+          buf[w].n = run_emit_inplace(&buf[w], th);
+          thr = std::max(thr, th);
+        }
       }
     }
   }
@@ -259,7 +360,7 @@ void protocol_cases() {
   std::mt19937 rng(99);
   std::normal_distribution<float> gauss(0.f, 1.f);
   for (int k : {512, 2048}) {
-    for (int n : {1, 100, k - 1, k, k + 1, 4 * k + 77, 20000}) {
+    for (int n : {1, 100, k - 1, k, k + 1, 4 * k + 77, 20000, 70000}) {
       std::vector<float> v(n);
       for (auto& x : v) x = gauss(rng);
       check_row("gauss n=" + std::to_string(n), v, k, rng);
@@ -280,6 +381,20 @@ void protocol_cases() {
     check_row("near ties", v, k, rng);
     for (int i = 0; i < n; ++i) v[i] = -std::fabs(gauss(rng));
     check_row("negative", v, k, rng);
+    // Few distinct values (window spans below 256 keys: every bin is one key,
+    // so the k-th key sits exactly on a bin edge), and a tied staircase.
+    std::vector<float> u(60000);
+    for (size_t i = 0; i < u.size(); ++i) u[i] = float((i * 7919u) % 37u);
+    check_row("37 distinct values", u, k, rng);
+    for (size_t i = 0; i < u.size(); ++i) u[i] = float(i / 64);
+    check_row("staircase", u, k, rng);
+    for (size_t i = 0; i < u.size(); ++i) u[i] = 1.0f + float((i * 40503u) % 3000u) * 1e-7f;
+    check_row("3000 values in one float octave", u, k, rng);
+    for (size_t i = 0; i < u.size(); ++i) {  // 200 adjacent floats: windows of a few keys, bins of one key
+      const uint32_t bits = 0x3f800000u + static_cast<uint32_t>((i * 7919u) % 200u);
+      std::memcpy(&u[i], &bits, 4);
+    }
+    check_row("200 adjacent floats", u, k, rng);
   }
 }
 
@@ -287,10 +402,14 @@ void protocol_cases() {
 
 int main(int argc, char** argv) {
   const std::string which = argc > 1 ? argv[1] : "all";
-  g_lean = argc > 2 && std::string(argv[2]) == "lean";
-  if (which == "all" || which == "select") select_cases();
+  g_lean = argc > 2 && (std::string(argv[2]) == "lean" || std::string(argv[2]) == "window");
+  g_window = argc > 2 && std::string(argv[2]) == "window";
+  if (which == "all" || which == "select") {
+    select_cases();
+    window_cases();
+  }
   if (which == "all" || which == "protocol") protocol_cases();
-  std::printf("fused_select emulation: %d checks passed (%ld warp exchanges)\n", g_checks,
-              warp_emu::st().exchanges);
+  std::printf("fused_select emulation: %d checks passed (%ld warp exchanges, %ld window compactions, %ld with a valid histogram)\n",
+              g_checks, warp_emu::st().exchanges, g_window_compactions, g_window_from_hist);
   return 0;
 }

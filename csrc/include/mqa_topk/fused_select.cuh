@@ -390,8 +390,10 @@ __device__ __forceinline__ void for_each_key4_lean(const Segs& s, int lane, F&& 
   }
 }
 
+// kmax_out (optional): the largest key at or above the threshold's (0 if none).
 __device__ __forceinline__ uint64_t warp_select_lean(const Segs& s, uint64_t thr, uint32_t k, uint32_t* hist,
-                                                     uint32_t* sk, uint32_t* si, int lane) {
+                                                     uint32_t* sk, uint32_t* si, int lane,
+                                                     uint32_t* kmax_out = nullptr) {
   const uint32_t tk1 = max(static_cast<uint32_t>(thr >> 32), 1u);
   // Pass 1: range and count of the eligible keys (key >= tk1).
   uint32_t kmin = 0xffffffffu, kmax = 0, c = 0;
@@ -402,9 +404,11 @@ __device__ __forceinline__ uint64_t warp_select_lean(const Segs& s, uint64_t thr
     c += el ? 1u : 0u;
   });
   c = __reduce_add_sync(0xffffffffu, c);
+  kmax = __reduce_max_sync(0xffffffffu, kmax);
+  if (kmax_out) *kmax_out = kmax;
   if (c <= k) return thr;
   uint32_t lo = __reduce_min_sync(0xffffffffu, kmin);
-  uint32_t span = __reduce_max_sync(0xffffffffu, kmax) - lo;  // current bin: keys in [lo, lo + span]
+  uint32_t span = kmax - lo;  // current bin: keys in [lo, lo + span]
   uint32_t plo = 0, pmult = 0, sel = 0, need = k;
   bool sliced = false;  // when set, the bin is slice `sel` of [plo, ...] within [lo, lo + span]
 #pragma unroll 1
@@ -474,6 +478,33 @@ __device__ __forceinline__ uint64_t warp_select_lean(const Segs& s, uint64_t thr
   return composite(lo, iprefix);
 }
 
+// ---- window histograms (development: dev probe variant 2) ----------------------
+// A row's candidates binned while they are appended, into 256 equal slices of a
+// window [lo, lo + span] of order keys (keys above it in the last bin; no key
+// below lo is ever appended: lo is at most the row's threshold key). A
+// compaction then needs no selection passes: the slice holding the k-th
+// largest key is read off the histogram, its lower edge is a safe threshold
+// (at least k candidates are at or above it), and one pass keeps what is at
+// or above it while binning the kept entries into the next window [edge,
+// old top].
+struct Window {
+  uint32_t lo, span, mult;
+};
+__host__ __device__ __forceinline__ Window make_window(uint32_t lo, uint32_t hi) {
+  const uint32_t span = hi > lo ? hi - lo : 0u;
+  return Window{lo, span, span < 256u ? 0u : static_cast<uint32_t>((1ull << 40) / (span + 1ull))};
+}
+__device__ __forceinline__ uint32_t window_bin(const Window& w, uint32_t key) {
+  const uint32_t d = key - w.lo;
+  return d > w.span ? 255u : (w.mult ? __umulhi(d, w.mult) : d);
+}
+// The smallest key in bin b (b >= 1 when the span is below 256 is not needed:
+// then bins are single keys).
+__device__ __forceinline__ uint32_t window_edge(const Window& w, uint32_t b) {
+  if (!w.mult) return w.lo + b;
+  return w.lo + static_cast<uint32_t>(((static_cast<uint64_t>(b) << 32) + w.mult - 1) / w.mult);
+}
+
 // Keeps the entries with composite >= t in segment order (stable): writes
 // kept entry number `pos` through emit(pos, key, idx); returns the count.
 // Reads 4-entry groups (keys and indices as uint4, four per lane in flight) and ranks with a
@@ -524,6 +555,48 @@ __device__ __forceinline__ int warp_emit(const Segs& s, uint64_t t, int lane, Em
   }
   __syncwarp();
   return pos;
+}
+
+// One compaction of a warpgroup-row buffer of n entries in window mode
+// (dev probe variant 2). whist: the row's window histogram in window w, valid
+// when `valid` (then it counts every entry of the buffer). Reads the k-th's
+// slice off the histogram when that frees enough (at most `keep_max` entries
+// at or above its lower edge), else selects exactly (warp_select_lean); then
+// keeps the entries at or above the threshold, stable and in place, binning
+// them into the next window. Returns the threshold (safe: the k-th largest
+// composite of the buffer is at or above it); sets *kept, w, valid.
+__device__ __forceinline__ uint64_t warp_compact_window(uint32_t* kp, uint32_t* ip, int n, uint64_t thr, uint32_t k,
+                                                        uint32_t keep_max, uint32_t* whist, Window& w, bool& valid,
+                                                        uint32_t* hist, uint32_t* sk, uint32_t* si, int lane,
+                                                        int* kept) {
+  const Segs s{{kp, nullptr}, {ip, nullptr}, {n, 0}, 1};
+  uint64_t t = 0;
+  Window nw{0, 0, 0};
+  bool exact = true;
+  if (valid) {
+    uint32_t before = 0, in_bin = 0;
+    const uint32_t b = warp_find_digit(whist, k, true, &before, &in_bin, lane);  // leaves whist zero
+    if (before + in_bin <= keep_max) {
+      const uint32_t edge = window_edge(w, b);
+      t = max(composite(edge, 0xffffffffu), thr);
+      nw = make_window(static_cast<uint32_t>(t >> 32), w.lo + w.span);
+      exact = false;
+    }
+  }
+  if (exact) {
+    uint32_t kmax = 0;
+    t = warp_select_lean(s, thr, k, hist, sk, si, lane, &kmax);
+    nw = make_window(max(static_cast<uint32_t>(t >> 32), 1u), kmax);
+  }
+  *kept = warp_emit(s, t, lane, [&](int at, uint32_t key, uint32_t idx) {
+    __stcg(kp + at, key);
+    __stcg(ip + at, idx);
+    atomicAdd(whist + window_bin(nw, key), 1u);
+  });
+  __syncwarp();
+  w = nw;
+  valid = true;
+  return t;
 }
 
 }  // namespace fused_detail
