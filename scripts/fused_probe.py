@@ -3,7 +3,8 @@ medians) on the headline shape: the dense logits kernel alone, the fused
 kernel, the fused kernel with appends switched off (MQA_TOPK_FUSED_PROBE=1:
 logits + threshold filter only) and with smaller candidate capacities
 (MQA_TOPK_FUSED_CAP), and, in MQA_TOPK_DEV_PROBES=1 builds, the lean-select
-kernel variant; checks that every real variant returns the same sets.
+and window-compaction kernel variants; checks that every real variant returns
+the same sets.
 The numbers that count come from `mqa-topk bench`."""
 import os
 import sys
@@ -76,6 +77,7 @@ for topk in (2048, 512):
     run("fused", topk, {})
     if hasattr(ext, "fused_mqa_topk_probe"):
         run("fused, lean select (dev variant 1)", topk, {}, variant=1)
+        run("fused, window compactions (variant 2)", topk, {}, variant=2)
     stats(topk)
     if topk == 2048:
         run("fused, no appends (probe 1)", topk, {"MQA_TOPK_FUSED_PROBE": "1"})

@@ -13,3 +13,9 @@ cudaError_t ci_launch_fused_lean() {
   return mqa_topk::launch_sm90_fused_mqa_topk<mqa_topk::Sm90FusedConfig<8, true>>(
       nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 0, 2048, 132, nullptr);
 }
+
+// Development variant (dev probe 2): window-histogram compactions (7 stages).
+cudaError_t ci_launch_fused_window() {
+  return mqa_topk::launch_sm90_fused_mqa_topk<mqa_topk::Sm90FusedConfig<7, true, true>>(
+      nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 0, 2048, 132, nullptr);
+}

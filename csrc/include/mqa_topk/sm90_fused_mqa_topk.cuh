@@ -66,9 +66,13 @@ struct Sm90FusedParams {
 
 // kLeanSelect (development, dev probe variant 1): warp_select_lean instead of
 // warp_select (same results; branch-free passes). Not yet measured on a GPU.
-template <int kNumStages_, bool kLeanSelect_ = false>
+// kWindow (development, dev probe variant 2; implies the lean select): keep
+// each warpgroup-row's candidates binned in a window histogram at append time
+// so a compaction is one pass (fused_select.cuh: warp_compact_window).
+template <int kNumStages_, bool kLeanSelect_ = false, bool kWindow_ = false>
 struct Sm90FusedConfig {
-  static constexpr bool kLeanSelect = kLeanSelect_;
+  static constexpr bool kLeanSelect = kLeanSelect_ || kWindow_;
+  static constexpr bool kWindow = kWindow_;
   using Logits = Sm90LogitsConfig<8, 2, kNumStages_>;
   static constexpr int kBlockRows = 8;
   static constexpr int kNumStages = kNumStages_;
@@ -85,7 +89,9 @@ struct Sm90FusedConfig {
   static constexpr int kOffCnt = kOffWc + 2 * 2 * 4 * 8 * 4;                // [2 wg][8 rows]
   static constexpr int kOffThr = kOffCnt + 2 * 8 * 4;                       // [8 rows] u64
   static constexpr int kOffScratch = kOffThr + 8 * 8;                       // 8 warps x kScratch x (key, idx)
-  static constexpr int kOffSlot = kOffScratch + 8 * 256 * 2 * 4;            // [2] int4: block, lo, nt, stride
+  static constexpr int kOffWin = kOffScratch + 8 * 256 * 2 * 4;             // kWindow: [2 wg][8 rows] lo, span, mult, valid
+  static constexpr int kOffWhist = kOffWin + (kWindow ? 2 * 8 * 16 : 0);    // kWindow: [2 wg][8 rows][256]
+  static constexpr int kOffSlot = kOffWhist + (kWindow ? 2 * 8 * 256 * 4 : 0);  // [2] int4: block, lo, nt, stride
   static constexpr int kOffBars = kOffSlot + 2 * 16;
   static constexpr int kNumBars = 2 * kNumStages + 4;
   static constexpr int kSmemBytes = kOffBars + kNumBars * 8 + 1024;
@@ -150,6 +156,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     ptx::fence_barrier_init();
   }
   for (int i = tid; i < 8 * 256; i += Cfg::kThreads) hist_all[i] = 0;
+  [[maybe_unused]] uint32_t* win_s = reinterpret_cast<uint32_t*>(smem + Cfg::kOffWin);     // kWindow only
+  [[maybe_unused]] uint32_t* whist_s = reinterpret_cast<uint32_t*>(smem + Cfg::kOffWhist); // kWindow only
+  if constexpr (Cfg::kWindow) {
+    for (int i = tid; i < 2 * 8 * 256; i += Cfg::kThreads) whist_s[i] = 0;
+    for (int i = tid; i < 2 * 8 * 4; i += Cfg::kThreads) win_s[i] = 0;  // valid = 0
+  }
   if (tid < R) thr[tid] = 0;
   __syncthreads();
 
@@ -325,6 +337,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           __stcg(kp + at, okey[1][i]);
           __stcg(ip + at, static_cast<uint32_t>(key_wg0 + key_local + 8));
         }
+        if constexpr (Cfg::kWindow) {  // bin the appended candidates into the row's window
+          const uint32_t* ws_ = win_s + (wg * 8 + 2 * quad + i) * 4;
+          if (ws_[3]) {
+            const Window wv{ws_[0], ws_[1], ws_[2]};
+            uint32_t* wh = whist_s + (wg * 8 + 2 * quad + i) * 256;
+            if (surv[0][i]) atomicAdd(wh + window_bin(wv, okey[0][i]), 1u);
+            if (surv[1][i]) atomicAdd(wh + window_bin(wv, okey[1][i]), 1u);
+          }
+        }
       }
       // Room for a full tile (64 per row) must remain: compact the rows that
       // could overflow. The decision is uniform over the warpgroup (same counts).
@@ -340,12 +361,28 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             const long long t_sel = clock64();
             uint32_t* kp = buf_key(wg, r);
             uint32_t* ip = buf_idx(wg, r);
-            const Segs sg{{kp, nullptr}, {ip, nullptr}, {static_cast<int>(c), 0}, 1};
-            const uint64_t th = select_row<Cfg::kLeanSelect>(sg, thr_v[r], static_cast<uint32_t>(k), hist, sk, si, lane);
-            const int left = warp_emit(sg, th, lane, [&](int at, uint32_t key, uint32_t idx) {
-              __stcg(kp + at, key);
-              __stcg(ip + at, idx);
-            });
+            uint64_t th;
+            int left;
+            if constexpr (Cfg::kWindow) {
+              uint32_t* ws_ = win_s + (wg * 8 + r) * 4;
+              Window wv{ws_[0], ws_[1], ws_[2]};
+              bool valid = ws_[3] != 0;
+              th = warp_compact_window(kp, ip, static_cast<int>(c), thr_v[r], static_cast<uint32_t>(k), compact_above,
+                                       whist_s + (wg * 8 + r) * 256, wv, valid, hist, sk, si, lane, &left);
+              if (lane == 0) {
+                ws_[0] = wv.lo;
+                ws_[1] = wv.span;
+                ws_[2] = wv.mult;
+                ws_[3] = valid ? 1u : 0u;
+              }
+            } else {
+              const Segs sg{{kp, nullptr}, {ip, nullptr}, {static_cast<int>(c), 0}, 1};
+              th = select_row<Cfg::kLeanSelect>(sg, thr_v[r], static_cast<uint32_t>(k), hist, sk, si, lane);
+              left = warp_emit(sg, th, lane, [&](int at, uint32_t key, uint32_t idx) {
+                __stcg(kp + at, key);
+                __stcg(ip + at, idx);
+              });
+            }
             if (lane == 0) {
               atomicMax(thr + r, static_cast<unsigned long long>(th));
               cnt_s[wg * 8 + r] = static_cast<uint32_t>(left);
@@ -383,6 +420,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         for (int j = min(pos, k) + lane; j < k; j += 32) orow[j] = -1;
       }
       if (lane == 0) thr_v[r] = 0;
+      if constexpr (Cfg::kWindow) {  // fresh windows for the next block
+        for (int j = lane; j < 2 * 256; j += 32) whist_s[((j >> 8) * 8 + r) * 256 + (j & 255)] = 0;
+        if (lane < 2) win_s[(lane * 8 + r) * 4 + 3] = 0;
+      }
     }
     ptx::named_barrier_sync(3, Cfg::kMathThreads);
     __syncwarp();
