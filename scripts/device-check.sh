@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole GPU round in one call (device time is scarce: build once, then
 # test, verify and bench). Usage: scripts/device-check.sh [stage ...]
-#   stages: build probe fused-tests verify-fused bench-fused bench-fused-grid gpu-tests verify verify-ref bench bench-torch bench-split bench-logits bench-topk crossover ncu sanitize  (default: all but crossover/sanitize)
+#   stages: build probe fused-variants fused-tests verify-fused bench-fused bench-fused-grid gpu-tests verify verify-ref bench bench-torch bench-split bench-logits bench-topk crossover ncu sanitize  (default: all but crossover/sanitize)
 # Every stage's output goes to one log, $OUT/device.log (the device tool returns
 # at most 8 files); result tables to $OUT/<stage>.csv|json; a summary is printed last.
 set -uo pipefail
@@ -34,6 +34,7 @@ for s in "${stages[@]}"; do
     build) run build env MQA_TOPK_VERBOSE_BUILD=1 mqa-topk build || break ;;
     probe) run probe python3 scripts/logits_probe.py ;;
     gpu-tests) run gpu-tests python3 -m pytest -q -m gpu -x tests ;;
+    fused-variants) run fused-variants env MQA_TOPK_DEV_PROBES=1 sh -c 'python3 -m pytest -q -x tests/test_gpu_fused.py -k dev_variant && python3 scripts/fused_probe.py' ;;
     fused-tests) run fused-tests python3 -m pytest -q -x tests/test_gpu_fused.py || break ;;
     verify-fused) run verify-fused mqa-topk verify --paths fused,native --out "$OUT/verify-fused.json" ;;
     bench-fused) run bench-fused mqa-topk bench --paths fused,native --out "$OUT/bench-fused.csv" ;;

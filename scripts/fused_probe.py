@@ -48,22 +48,23 @@ def run(label, topk, env, variant=None):
           flush=True)
 
 
-
-
-def stats(topk):
+def stats(topk, variant=None):
     """One run with MQA_TOPK_FUSED_PROBE=2: where the math warps spend cycles."""
     os.environ.pop("MQA_TOPK_FUSED_CAP", None)
     os.environ["MQA_TOPK_FUSED_PROBE"] = "2"
     out = torch.full((rows, topk), -7, dtype=torch.int32, device="cuda")
-    ops.fused_mqa_topk_prefill(q, k, scales, w, starts, ends, out)
+    ws = ops.fused_mqa_topk_workspace("cuda", topk)
+    if variant is None:
+        ops.fused_mqa_topk_prefill(q, k, scales, w, starts, ends, out)
+    else:
+        ext.fused_mqa_topk_probe(variant, q, k, scales, w, starts, ends, out, ws)
     torch.cuda.synchronize()
     os.environ.pop("MQA_TOPK_FUSED_PROBE")
-    ws = ops.fused_mqa_topk_workspace("cuda", topk)
     st = ws[8:64].view(torch.int64).tolist()
     warps = torch.cuda.get_device_properties(0).multi_processor_count * 8
     sel, sel_entries, sel_cyc, over_cyc, merge_entries, merge_cyc, total_cyc = st
     blocks = (rows + 7) // 8
-    print(f"stats topk={topk}: {sel} row compactions ({sel / blocks / 16:.2f} per warpgroup-row per block), "
+    print(f"stats topk={topk}{'' if variant is None else f' variant {variant}'}: {sel} row compactions ({sel / blocks / 16:.2f} per warpgroup-row per block), "
           f"{sel_entries / max(sel, 1):.0f} entries each, {sel_cyc / max(sel, 1):.0f} cycles each; "
           f"compaction branch {over_cyc / total_cyc:.1%} of math-warp cycles; merge {merge_entries / max(blocks * 8, 1):.0f} "
           f"entries per row, merge phase {merge_cyc / total_cyc:.1%} of math-warp cycles "
@@ -78,6 +79,7 @@ for topk in (2048, 512):
     if hasattr(ext, "fused_mqa_topk_probe"):
         run("fused, lean select (dev variant 1)", topk, {}, variant=1)
         run("fused, window compactions (variant 2)", topk, {}, variant=2)
+        stats(topk, variant=2)
     stats(topk)
     if topk == 2048:
         run("fused, no appends (probe 1)", topk, {"MQA_TOPK_FUSED_PROBE": "1"})
