@@ -1,4 +1,4 @@
-"""The README documents every MQA_TOPK_* environment variable the code reads
+"""Documentation and scripts: the README documents every MQA_TOPK_* environment variable the code reads
 (DESIGN.md: all documented in README.md); compile-time macros are exempt."""
 from __future__ import annotations
 
@@ -19,3 +19,18 @@ def test_every_environment_variable_is_in_the_readme():
     missing = sorted(used - MACROS - table)
     assert not missing, f"environment variables read by the code but not in the README table: {missing}"
     assert len(used) > 5  # the scan found the code
+
+
+def test_device_scripts_parse():
+    """A syntax error in a device script would cost a whole GPU round: check
+    them here (bash -n, Python compile)."""
+    import py_compile
+    import shutil
+    import subprocess
+
+    for sh in (ROOT / "scripts").glob("*.sh"):
+        if shutil.which("bash"):
+            res = subprocess.run(["bash", "-n", str(sh)], capture_output=True, text=True)
+            assert res.returncode == 0, f"{sh.name}: {res.stderr}"
+    for py in (ROOT / "scripts").glob("*.py"):
+        py_compile.compile(str(py), doraise=True, cfile=str(ROOT / ".pytest_cache" / (py.name + "c")))
