@@ -353,41 +353,33 @@ __device__ __forceinline__ uint64_t warp_select(const Segs& s, uint64_t thr, uin
 // in warp_select's range pass; this one aims at under ten, no branches.
 
 // Calls f(key) (kWithIdx: f(key, idx)) for every slot of the segments rounded
-// up to 4, padding slots as key 0.
+// up to 4, padding slots as key 0 (the same loads as for_each_key4).
 template <bool kWithIdx = false, class F>
 __device__ __forceinline__ void for_each_key4_lean(const Segs& s, int lane, F&& f) {
-  constexpr int G = kWithIdx ? 4 : 8;
-#pragma unroll 1
-  for (int g = 0; g < s.nseg; ++g) {
-    const uint32_t* kp = s.key[g];
-    const uint32_t* ip = s.idx[g];
-    const int n = s.n[g];
-#pragma unroll 1
-    for (int j0 = 0; j0 < n; j0 += 32 * 4 * G) {
-      uint4 v[G], w[G];
-#pragma unroll
-      for (int u = 0; u < G; ++u) {
-        const int j = j0 + (u * 32 + lane) * 4;
-        v[u] = j < n ? __ldcg(reinterpret_cast<const uint4*>(kp + j)) : make_uint4(0, 0, 0, 0);
-        if constexpr (kWithIdx) w[u] = j < n ? __ldcg(reinterpret_cast<const uint4*>(ip + j)) : make_uint4(0, 0, 0, 0);
-      }
-#pragma unroll
-      for (int u = 0; u < G; ++u) {
-        const int j = j0 + (u * 32 + lane) * 4;
-        uint32_t kv[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
-#pragma unroll
-        for (int e = 0; e < 4; ++e) kv[e] = j + e < n ? kv[e] : 0u;
-        if constexpr (kWithIdx) {
-          const uint32_t iv[4] = {w[u].x, w[u].y, w[u].z, w[u].w};
-#pragma unroll
-          for (int e = 0; e < 4; ++e) f(kv[e], iv[e]);
-        } else {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) f(kv[e]);
-        }
-      }
-    }
+  if constexpr (kWithIdx) {
+    for_each_key4<true>(s, lane, [&](uint32_t key, uint32_t idx, bool valid) { f(valid ? key : 0u, idx); });
+  } else {
+    for_each_key4(s, lane, [&](uint32_t key, bool valid) { f(valid ? key : 0u); });
   }
+}
+
+// The need-th smallest index among the entries whose key is key_eq (heavy
+// ties), by three 8-bit radix passes over the indices (< 2^24: keys <= 2^22
+// by contract). The default path's two inline copies of this loop go when a
+// dev variant replaces it (docs/FUSED.md).
+template <bool kGlobal>
+__device__ __forceinline__ uint64_t warp_index_cut(const Segs& s, uint32_t key_eq, uint32_t need, uint32_t* hist,
+                                                   int lane) {
+  uint32_t iprefix = 0, imask = 0, before = 0, nb = 0;
+#pragma unroll 1
+  for (int sh = 16; sh >= 0; sh -= 8) {
+    warp_hist_pass<kGlobal>(s, true, key_eq, imask, iprefix, sh, hist, lane);
+    const uint32_t d = warp_find_digit(hist, need, false, &before, &nb, lane);
+    need -= before;
+    iprefix |= d << sh;
+    imask |= 255u << sh;
+  }
+  return composite(key_eq, iprefix);
 }
 
 // kmax_out (optional): the largest key at or above the threshold's (0 if none).
@@ -466,16 +458,7 @@ __device__ __forceinline__ uint64_t warp_select_lean(const Segs& s, uint64_t thr
   }
   // Heavy ties: more than kScratch entries share the k-th key `lo`.
   if (c == need) return composite(lo, 0xffffffffu);
-  uint32_t iprefix = 0, imask = 0, before = 0, nb = 0;
-#pragma unroll 1
-  for (int sh = 16; sh >= 0; sh -= 8) {
-    warp_hist_pass<true>(s, true, lo, imask, iprefix, sh, hist, lane);
-    const uint32_t d = warp_find_digit(hist, need, false, &before, &nb, lane);
-    need -= before;
-    iprefix |= d << sh;
-    imask |= 255u << sh;
-  }
-  return composite(lo, iprefix);
+  return warp_index_cut<true>(s, lo, need, hist, lane);
 }
 
 // ---- window histograms (development: dev probe variant 2) ----------------------
