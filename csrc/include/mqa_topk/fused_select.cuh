@@ -149,6 +149,24 @@ __device__ __forceinline__ uint32_t warp_find_digit(uint32_t* hist, uint32_t nee
   return digit;
 }
 
+// The need-th smallest index among the entries whose key is key_eq (heavy
+// ties), by three 8-bit radix passes over the indices (< 2^24: keys <= 2^22
+// by contract).
+template <bool kGlobal>
+__device__ __forceinline__ uint64_t warp_index_cut(const Segs& s, uint32_t key_eq, uint32_t need, uint32_t* hist,
+                                                   int lane) {
+  uint32_t iprefix = 0, imask = 0, before = 0, nb = 0;
+#pragma unroll 1
+  for (int sh = 16; sh >= 0; sh -= 8) {
+    warp_hist_pass<kGlobal>(s, true, key_eq, imask, iprefix, sh, hist, lane);
+    const uint32_t d = warp_find_digit(hist, need, false, &before, &nb, lane);
+    need -= before;
+    iprefix |= d << sh;
+    imask |= 255u << sh;
+  }
+  return composite(key_eq, iprefix);
+}
+
 // The need-th largest composite (key desc, index asc) of the segments' entries
 // (requires total >= need), by 8-bit radix passes: 4 over the keys, then up to
 // 3 over the indices of the entries tied at that key (indices < 2^24: keys <=
@@ -171,16 +189,7 @@ __device__ __forceinline__ uint64_t warp_kth_radix(const Segs& s, uint32_t need,
     if (shift == 0) break;
   }
   if (in_bin == need) return composite(prefix, 0xffffffffu);  // every entry with this key is in
-  uint32_t iprefix = 0, imask = 0;
-#pragma unroll 1
-  for (int shift = 16; shift >= 0; shift -= 8) {
-    warp_hist_pass<kGlobal>(s, true, prefix, imask, iprefix, shift, hist, lane);
-    const uint32_t d = warp_find_digit(hist, need, false, &before, &in_bin, lane);
-    need -= before;
-    iprefix |= d << shift;
-    imask |= 255u << shift;
-  }
-  return composite(prefix, iprefix);
+  return warp_index_cut<kGlobal>(s, prefix, need, hist, lane);
 }
 
 // Calls f(key, valid) for every entry of the segments, four per lane, eight
@@ -332,16 +341,7 @@ __device__ __forceinline__ uint64_t warp_select(const Segs& s, uint64_t thr, uin
   // smallest index among them, by radix passes over the indices.
   const uint32_t key_eq = lo;
   if (cnt == need) return composite(key_eq, 0xffffffffu);
-  uint32_t iprefix = 0, imask = 0, before = 0, nb = 0;
-#pragma unroll 1
-  for (int sh = 16; sh >= 0; sh -= 8) {
-    warp_hist_pass<true>(s, true, key_eq, imask, iprefix, sh, hist, lane);
-    const uint32_t d = warp_find_digit(hist, need, false, &before, &nb, lane);
-    need -= before;
-    iprefix |= d << sh;
-    imask |= 255u << sh;
-  }
-  return composite(key_eq, iprefix);
+  return warp_index_cut<true>(s, key_eq, need, hist, lane);
 }
 
 // ---- lean variant (development: dev probe `fused_mqa_topk_probe` variant 1) ----
@@ -361,25 +361,6 @@ __device__ __forceinline__ void for_each_key4_lean(const Segs& s, int lane, F&& 
   } else {
     for_each_key4(s, lane, [&](uint32_t key, bool valid) { f(valid ? key : 0u); });
   }
-}
-
-// The need-th smallest index among the entries whose key is key_eq (heavy
-// ties), by three 8-bit radix passes over the indices (< 2^24: keys <= 2^22
-// by contract). The default path's two inline copies of this loop go when a
-// dev variant replaces it (docs/FUSED.md).
-template <bool kGlobal>
-__device__ __forceinline__ uint64_t warp_index_cut(const Segs& s, uint32_t key_eq, uint32_t need, uint32_t* hist,
-                                                   int lane) {
-  uint32_t iprefix = 0, imask = 0, before = 0, nb = 0;
-#pragma unroll 1
-  for (int sh = 16; sh >= 0; sh -= 8) {
-    warp_hist_pass<kGlobal>(s, true, key_eq, imask, iprefix, sh, hist, lane);
-    const uint32_t d = warp_find_digit(hist, need, false, &before, &nb, lane);
-    need -= before;
-    iprefix |= d << sh;
-    imask |= 255u << sh;
-  }
-  return composite(key_eq, iprefix);
 }
 
 // kmax_out (optional): the largest key at or above the threshold's (0 if none).
