@@ -184,6 +184,23 @@ __device__ __forceinline__ WorkShare find_work_share(const Sm90LogitsParams& p) 
   return WorkShare{s_start[0], s_start[1], g1 - g0};
 }
 
+// The pipeline's mbarriers (one thread): "full" ones complete on the
+// producer's arrival plus the TMA bytes, "empty" ones when every consumer warp
+// has arrived; S K/scales stages and 2 Q/weights buffers.
+template <int S, int kConsumerWarps>
+__device__ __forceinline__ void init_pipeline_barriers(uint64_t* full, uint64_t* empty, uint64_t* q_full,
+                                                       uint64_t* q_empty) {
+  for (int i = 0; i < S; ++i) {
+    ptx::mbar_init(full + i, 1);
+    ptx::mbar_init(empty + i, kConsumerWarps);
+  }
+  for (int i = 0; i < 2; ++i) {
+    ptx::mbar_init(q_full + i, 1);
+    ptx::mbar_init(q_empty + i, kConsumerWarps);
+  }
+  ptx::fence_barrier_init();
+}
+
 // The per-element arithmetic of the logits epilogue, shared by the dense and the
 // fused kernels so both produce bitwise-identical logits: relu as (x + |x|)
 // (the 0.5 lives in the key scale), 8 head-partials per (key half, row) with
@@ -304,17 +321,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   const int tid = threadIdx.x;
   const int wg = tid / 128;
-  if (tid == 0) {
-    for (int i = 0; i < S; ++i) {
-      ptx::mbar_init(full + i, 1);
-      ptx::mbar_init(empty + i, Cfg::kMathThreads / 32);
-    }
-    for (int i = 0; i < 2; ++i) {
-      ptx::mbar_init(q_full + i, 1);
-      ptx::mbar_init(q_empty + i, Cfg::kMathThreads / 32);
-    }
-    ptx::fence_barrier_init();
-  }
+  if (tid == 0) init_pipeline_barriers<S, Cfg::kMathThreads / 32>(full, empty, q_full, q_empty);
   __syncthreads();
 
   if (wg == Cfg::kMathWarpgroups) {

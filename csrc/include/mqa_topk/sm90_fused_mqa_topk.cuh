@@ -144,17 +144,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   const int tid = threadIdx.x;
   const int wg = tid / 128;
-  if (tid == 0) {
-    for (int i = 0; i < S; ++i) {
-      ptx::mbar_init(full + i, 1);
-      ptx::mbar_init(empty + i, Cfg::kMathThreads / 32);
-    }
-    for (int i = 0; i < 2; ++i) {
-      ptx::mbar_init(q_full + i, 1);
-      ptx::mbar_init(q_empty + i, Cfg::kMathThreads / 32);
-    }
-    ptx::fence_barrier_init();
-  }
+  if (tid == 0) init_pipeline_barriers<S, Cfg::kMathThreads / 32>(full, empty, q_full, q_empty);
   for (int i = tid; i < 8 * 256; i += Cfg::kThreads) hist_all[i] = 0;
   [[maybe_unused]] uint32_t* win_s = reinterpret_cast<uint32_t*>(smem + Cfg::kOffWin);     // kWindow only
   [[maybe_unused]] uint32_t* whist_s = reinterpret_cast<uint32_t*>(smem + Cfg::kOffWhist); // kWindow only
