@@ -209,6 +209,30 @@ __device__ __forceinline__ uint64_t make_evict_first_policy() {
 #endif
 }
 
+// The unaligned head (< 4 elements before the first 16-byte boundary, thread 0)
+// and the tail (< 4 after the last whole float4, thread 1) of a row, as one
+// masked float4 each; every other thread calls op with an empty mask.
+template <class Op>
+__device__ __forceinline__ void edge_elements(const float* ptr, int count, int head, int nv, int t, Op& op) {
+  const int tail = count - head - 4 * nv;  // 0..3
+  float e[4] = {0.f, 0.f, 0.f, 0.f};
+  uint32_t m = 0;
+  int idx0 = 0;
+  if (t == 0 && head > 0) {
+#pragma unroll
+    for (int j = 0; j < 3; ++j)
+      if (j < head) e[j] = __ldg(ptr + j);
+    m = (1u << head) - 1u;
+  } else if (t == 1 && tail > 0) {
+    idx0 = head + 4 * nv;
+#pragma unroll
+    for (int j = 0; j < 3; ++j)
+      if (j < tail) e[j] = __ldg(ptr + idx0 + j);
+    m = (1u << tail) - 1u;
+  }
+  op(idx0, make_float4(e[0], e[1], e[2], e[3]), m);
+}
+
 // Calls op(idx0, float4 v, mask) for the `count` floats at ptr, grouped in
 // fours: element j of v is index idx0 + j (relative to ptr) and is valid iff
 // bit j of mask is set. The 16-byte-aligned body is read with vector loads,
@@ -240,23 +264,7 @@ __device__ __forceinline__ void for_each_vec(const float* ptr, int count, bool r
       op(head + 4 * vi, v[u], vi < nv ? 0xfu : 0u);
     }
   }
-  const int tail = count - head - 4 * nv;  // 0..3
-  float e[4] = {0.f, 0.f, 0.f, 0.f};
-  uint32_t m = 0;
-  int idx0 = 0;
-  if (t == 0 && head > 0) {
-#pragma unroll
-    for (int j = 0; j < 3; ++j)
-      if (j < head) e[j] = __ldg(ptr + j);
-    m = (1u << head) - 1u;
-  } else if (t == 1 && tail > 0) {
-    idx0 = head + 4 * nv;
-#pragma unroll
-    for (int j = 0; j < 3; ++j)
-      if (j < tail) e[j] = __ldg(ptr + idx0 + j);
-    m = (1u << tail) - 1u;
-  }
-  op(idx0, make_float4(e[0], e[1], e[2], e[3]), m);
+  edge_elements(ptr, count, head, nv, t, op);
 }
 
 #ifdef MQA_TOPK_HOST_EMULATION
@@ -337,23 +345,7 @@ __device__ __forceinline__ void for_each_vec_async(const float* ptr, int count, 
     }
   }
   cp_async_wait<0>();
-  const int tail = count - head - 4 * nv;  // 0..3
-  float e[4] = {0.f, 0.f, 0.f, 0.f};
-  uint32_t m = 0;
-  int idx0 = 0;
-  if (t == 0 && head > 0) {
-#pragma unroll
-    for (int j = 0; j < 3; ++j)
-      if (j < head) e[j] = __ldg(ptr + j);
-    m = (1u << head) - 1u;
-  } else if (t == 1 && tail > 0) {
-    idx0 = head + 4 * nv;
-#pragma unroll
-    for (int j = 0; j < 3; ++j)
-      if (j < tail) e[j] = __ldg(ptr + idx0 + j);
-    m = (1u << tail) - 1u;
-  }
-  op(idx0, make_float4(e[0], e[1], e[2], e[3]), m);
+  edge_elements(ptr, count, head, nv, t, op);
 }
 
 // Sets bits idx0 + j (j < 4, bit j of bits4) of a bitmap.
