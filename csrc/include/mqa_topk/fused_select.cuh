@@ -192,6 +192,21 @@ __device__ __forceinline__ uint64_t warp_kth_radix(const Segs& s, uint32_t need,
   return warp_index_cut<kGlobal>(s, prefix, need, hist, lane);
 }
 
+// The need-th largest composite of the n entries gathered into shared memory
+// (sk, si; this lane's min/max key gmin, gmax), by radix passes over the key
+// bits that still differ.
+__device__ __forceinline__ uint64_t finish_in_scratch(uint32_t* sk, uint32_t* si, uint32_t n, uint32_t gmin,
+                                                      uint32_t gmax, uint32_t need, uint32_t* hist, int lane) {
+  __syncwarp();
+  gmin = __reduce_min_sync(0xffffffffu, gmin);
+  gmax = __reduce_max_sync(0xffffffffu, gmax);
+  const int top = gmin == gmax ? 0 : 31 - __clz(gmin ^ gmax);
+  const Segs bin{{sk, nullptr}, {si, nullptr}, {static_cast<int>(n), 0}, 1};
+  const uint64_t t = warp_kth_radix<false>(bin, need, hist, lane, top, gmin);
+  __syncwarp();
+  return t;
+}
+
 // Calls f(key, valid) for every entry of the segments, four per lane, eight
 // groups in flight (uint4 loads of the keys, L2 only). kWithIdx: also loads
 // the indices (uint4) and calls f(key, idx, valid).
@@ -328,14 +343,7 @@ __device__ __forceinline__ uint64_t warp_select(const Segs& s, uint64_t thr, uin
       }
       base += __popc(m);
     });
-    __syncwarp();
-    gmin = __reduce_min_sync(0xffffffffu, gmin);
-    gmax = __reduce_max_sync(0xffffffffu, gmax);
-    const int top = gmin == gmax ? 0 : 31 - __clz(gmin ^ gmax);
-    const Segs bin{{sk, nullptr}, {si, nullptr}, {static_cast<int>(cnt), 0}, 1};
-    const uint64_t t = warp_kth_radix<false>(bin, need, hist, lane, top, gmin);
-    __syncwarp();
-    return t;
+    return finish_in_scratch(sk, si, cnt, gmin, gmax, need, hist, lane);
   }
   // More than kScratch entries share the k-th key (heavy ties): the need-th
   // smallest index among them, by radix passes over the indices.
@@ -428,14 +436,7 @@ __device__ __forceinline__ uint64_t warp_select_lean(const Segs& s, uint64_t thr
       gmax = max(gmax, in ? key : 0u);
       base += __popc(m);
     });
-    __syncwarp();
-    gmin = __reduce_min_sync(0xffffffffu, gmin);
-    gmax = __reduce_max_sync(0xffffffffu, gmax);
-    const int top = gmin == gmax ? 0 : 31 - __clz(gmin ^ gmax);
-    const Segs bin{{sk, nullptr}, {si, nullptr}, {static_cast<int>(c), 0}, 1};
-    const uint64_t t = warp_kth_radix<false>(bin, need, hist, lane, top, gmin);
-    __syncwarp();
-    return t;
+    return finish_in_scratch(sk, si, c, gmin, gmax, need, hist, lane);
   }
   // Heavy ties: more than kScratch entries share the k-th key `lo`.
   if (c == need) return composite(lo, 0xffffffffu);
