@@ -201,6 +201,34 @@ __device__ __forceinline__ void init_pipeline_barriers(uint64_t* full, uint64_t*
   ptx::fence_barrier_init();
 }
 
+// One warpgroup's MMA chain for a tile: its 64 keys (A, K-major 128B
+// swizzle) x the block's rows * heads (B), accumulated over the 128-dim head
+// in 4 k32 steps; returns with the accumulators ready. kMma = false skips the
+// MMAs (measuring only).
+template <class Cfg, bool kMma = true>
+__device__ __forceinline__ void logits_tile_mma(float (&acc)[Cfg::kAcc], const uint8_t* k_tile, const uint8_t* q_tile) {
+  const uint64_t desc_a = ptx::make_desc_k128_sw128(k_tile);
+  const uint64_t desc_b = ptx::make_desc_k128_sw128(q_tile);
+  ptx::wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < Cfg::kHeadDim / 32; ++kk)
+    if constexpr (kMma) ptx::wgmma_e4m3<Cfg::kN>(acc, desc_a + 2 * kk, desc_b + 2 * kk, kk);
+  ptx::wgmma_commit();
+  ptx::wgmma_wait<0>();
+  ptx::fence_regs(acc);
+}
+
+// The key scales of this lane's two keys (key, key + 8 of the stage's scale
+// row), halved (relu as x + |x|), then the warp's release of the stage.
+__device__ __forceinline__ void tile_scales_and_release(const uint8_t* scales_smem, int key, int lane,
+                                                        uint64_t* empty_bar, float& scale0, float& scale1) {
+  const float* sc = reinterpret_cast<const float*>(scales_smem);
+  scale0 = 0.5f * sc[key];
+  scale1 = 0.5f * sc[key + 8];
+  __syncwarp();
+  if (lane == 0) ptx::mbar_arrive(empty_bar);
+}
+
 // The per-element arithmetic of the logits epilogue, shared by the dense and the
 // fused kernels so both produce bitwise-identical logits: relu as (x + |x|)
 // (the 0.5 lives in the key scale), 8 head-partials per (key half, row) with
@@ -426,21 +454,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
     const uint8_t* k_tile = smem + Cfg::kOffK + stage * Cfg::kKTileBytes + wg * 64 * Cfg::kHeadDim;
     const uint8_t* q_tile = smem + Cfg::kOffQ + qb * Cfg::kQTileBytes;
-    const uint64_t desc_a = ptx::make_desc_k128_sw128(k_tile);
-    const uint64_t desc_b = ptx::make_desc_k128_sw128(q_tile);
-    ptx::wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < Cfg::kHeadDim / 32; ++kk)
-      if constexpr (Cfg::kProbe != 2) ptx::wgmma_e4m3<Cfg::kN>(acc, desc_a + 2 * kk, desc_b + 2 * kk, kk);
-    ptx::wgmma_commit();
-    ptx::wgmma_wait<0>();
-    ptx::fence_regs(acc);
-
-    const float* sc = reinterpret_cast<const float*>(smem + Cfg::kOffScales + stage * Cfg::kScaleBytes);
-    const float scale0 = 0.5f * sc[wg * 64 + key_local];
-    const float scale1 = 0.5f * sc[wg * 64 + key_local + 8];
-    __syncwarp();
-    if (lane == 0) ptx::mbar_arrive(empty + stage);
+    logits_tile_mma<Cfg, Cfg::kProbe != 2>(acc, k_tile, q_tile);
+    float scale0, scale1;
+    tile_scales_and_release(smem + Cfg::kOffScales + stage * Cfg::kScaleBytes, wg * 64 + key_local, lane,
+                            empty + stage, scale0, scale1);
 
     // Epilogue: 8 head-partials per (key half, row), then a reduce-scatter over the quad.
     float fin[2][RQ];

@@ -251,20 +251,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       float acc[L::kAcc];
       const uint8_t* k_tile = smem + Cfg::kOffK + stage * L::kKTileBytes + wg * 64 * L::kHeadDim;
       const uint8_t* q_tile = smem + Cfg::kOffQ + qb * L::kQTileBytes;
-      const uint64_t desc_a = ptx::make_desc_k128_sw128(k_tile);
-      const uint64_t desc_b = ptx::make_desc_k128_sw128(q_tile);
-      ptx::wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < L::kHeadDim / 32; ++kk) ptx::wgmma_e4m3<L::kN>(acc, desc_a + 2 * kk, desc_b + 2 * kk, kk);
-      ptx::wgmma_commit();
-      ptx::wgmma_wait<0>();
-      ptx::fence_regs(acc);
-
-      const float* sc = reinterpret_cast<const float*>(smem + Cfg::kOffScales + stage * L::kScaleBytes);
-      const float scale0 = 0.5f * sc[wg * 64 + key_local];
-      const float scale1 = 0.5f * sc[wg * 64 + key_local + 8];
-      __syncwarp();
-      if (lane == 0) ptx::mbar_arrive(empty + stage);
+      logits_tile_mma<L>(acc, k_tile, q_tile);
+      float scale0, scale1;
+      tile_scales_and_release(smem + Cfg::kOffScales + stage * L::kScaleBytes, wg * 64 + key_local, lane,
+                              empty + stage, scale0, scale1);
 
       float fin[2][RQ];
       logits_epilogue_reduce<L>(acc, smem + Cfg::kOffWeights + qb * L::kWeightBytes, quad, fin);
