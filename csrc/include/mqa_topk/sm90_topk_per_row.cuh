@@ -209,6 +209,13 @@ __device__ __forceinline__ uint64_t make_evict_first_policy() {
 #endif
 }
 
+// Elements of a row before its first 16-byte boundary (0..3, at most count).
+__device__ __forceinline__ int unaligned_head(const float* ptr, int count) {
+  const int head =
+      static_cast<int>(((16u - (static_cast<uint32_t>(reinterpret_cast<uintptr_t>(ptr)) & 15u)) & 15u) >> 2);
+  return head < count ? head : count;
+}
+
 // The unaligned head (< 4 elements before the first 16-byte boundary, thread 0)
 // and the tail (< 4 after the last whole float4, thread 1) of a row, as one
 // masked float4 each; every other thread calls op with an empty mask.
@@ -244,8 +251,7 @@ template <int kThreads, int kUnroll, int kPolicy, class Op>
 __device__ __forceinline__ void for_each_vec(const float* ptr, int count, bool reverse, uint64_t policy,
                                              Op& op) {
   const int t = threadIdx.x;
-  int head = static_cast<int>(((16u - (static_cast<uint32_t>(reinterpret_cast<uintptr_t>(ptr)) & 15u)) & 15u) >> 2);
-  head = head < count ? head : count;
+  const int head = unaligned_head(ptr, count);
   const int nv = (count - head) >> 2;
   const float4* body = reinterpret_cast<const float4*>(ptr + head);
   constexpr int kBatch = kThreads * kUnroll;
@@ -310,8 +316,7 @@ __device__ __forceinline__ void for_each_vec_async(const float* ptr, int count, 
                                                    Op& op) {
   static_assert((kStages & (kStages - 1)) == 0 && kStages >= 2, "stages: power of two >= 2");
   const int t = threadIdx.x;
-  int head = static_cast<int>(((16u - (static_cast<uint32_t>(reinterpret_cast<uintptr_t>(ptr)) & 15u)) & 15u) >> 2);
-  head = head < count ? head : count;
+  const int head = unaligned_head(ptr, count);
   const int nv = (count - head) >> 2;
   const float4* body = reinterpret_cast<const float4*>(ptr + head);
   constexpr int kBatch = kThreads * kUnroll;
