@@ -103,6 +103,17 @@ __device__ __forceinline__ void warp_hist_pass(const Segs& s, bool on_idx, uint3
   __syncwarp();
 }
 
+// Inclusive prefix sum over the lanes of a warp.
+template <class T>
+__device__ __forceinline__ T warp_inclusive_sum(T v, int lane) {
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const T t = __shfl_up_sync(0xffffffffu, v, o);
+    if (lane >= o) v += t;
+  }
+  return v;
+}
+
 // Finds the digit holding the need-th entry (1-based) counted from the top
 // digit down (descending) or from digit 0 up; returns the digit, sets *before
 // (entries in digits strictly before it in that order) and *in_bin; clears hist.
@@ -116,12 +127,7 @@ __device__ __forceinline__ uint32_t warp_find_digit(uint32_t* hist, uint32_t nee
     c[j] = hist[d];
     sum += c[j];
   }
-  uint32_t incl = sum;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const uint32_t t = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += t;
-  }
+  const uint32_t incl = warp_inclusive_sum(sum, lane);
   const uint32_t excl = incl - sum;
   const uint32_t hit = __ballot_sync(0xffffffffu, excl < need && need <= incl);
   const int src = hit ? __ffs(hit) - 1 : 31;
@@ -504,12 +510,7 @@ __device__ __forceinline__ int warp_emit(const Segs& s, uint64_t t, int lane, Em
           keep[e] = j + e < n && composite(ks[e], is[e]) >= t;
           mine += keep[e];
         }
-        int incl = mine;
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-          const int v = __shfl_up_sync(0xffffffffu, incl, o);
-          if (lane >= o) incl += v;
-        }
+        const int incl = warp_inclusive_sum(mine, lane);
         int at = pos + incl - mine;
 #pragma unroll
         for (int e = 0; e < 4; ++e)

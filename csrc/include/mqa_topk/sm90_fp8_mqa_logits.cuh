@@ -542,11 +542,9 @@ inline cudaError_t launch_sm90_fp8_mqa_logits(const void* q, const void* k, cons
                          Cfg::kHeads, Cfg::kBlockRows, CU_TENSOR_MAP_SWIZZLE_NONE),
       make_tensor_map_2d(&tm_o, logits, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, keys, rows, uint64_t(ld) * 4, 64,
                          Cfg::kBlockRows, CU_TENSOR_MAP_SWIZZLE_NONE)};
-  for (int i = 0; i < 5; ++i) {
-    if (res[i] != 0) {
-      if (map_error) *map_error = i * 1000 + (res[i] < 0 ? 999 : res[i]);
-      return cudaErrorInvalidValue;
-    }
+  if (const int e = first_map_error(res, 5)) {
+    if (map_error) *map_error = e;
+    return cudaErrorInvalidValue;
   }
   auto kernel = &sm90_fp8_mqa_logits_kernel<Cfg>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);

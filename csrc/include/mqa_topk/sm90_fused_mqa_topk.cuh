@@ -440,11 +440,9 @@ inline cudaError_t launch_sm90_fused_mqa_topk(const void* q, const void* k, cons
                          kk, 1, (uint64_t(kk) * 4 + 15) / 16 * 16, L::kBlockKeys, 1, CU_TENSOR_MAP_SWIZZLE_NONE),
       make_tensor_map_2d(&tm_w, weights, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, L::kHeads, rows, L::kHeads * 4, L::kHeads,
                          L::kBlockRows, CU_TENSOR_MAP_SWIZZLE_NONE)};
-  for (int i = 0; i < 4; ++i) {
-    if (res[i] != 0) {
-      if (map_error) *map_error = i * 1000 + (res[i] < 0 ? 999 : res[i]);
-      return cudaErrorInvalidValue;
-    }
+  if (const int e = first_map_error(res, 4)) {
+    if (map_error) *map_error = e;
+    return cudaErrorInvalidValue;
   }
   auto kernel = &sm90_fused_mqa_topk_kernel<Cfg>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);

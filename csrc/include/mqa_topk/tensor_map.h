@@ -44,4 +44,13 @@ inline int make_tensor_map_2d(CUtensorMap* map, const void* base, CUtensorMapDat
             swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
 
+// The launchers' report of make_tensor_map_2d results: 0 when every map was
+// encoded, else 1000 * index of the first failing map + its CUresult (999
+// for a missing driver entry point).
+inline int first_map_error(const int* res, int n) {
+  for (int i = 0; i < n; ++i)
+    if (res[i] != 0) return i * 1000 + (res[i] < 0 ? 999 : res[i]);
+  return 0;
+}
+
 }  // namespace mqa_topk
