@@ -96,7 +96,6 @@ struct Sm90FusedConfig {
   static constexpr int kNumBars = 2 * kNumStages + 4;
   static constexpr int kSmemBytes = kOffBars + kNumBars * 8 + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per CTA");
-  static constexpr int kWsFloatsPerCtaPerCap = 2 * 8 * 2;  // u32 words per CTA = this x cap
 };
 
 // Candidate capacity per (warpgroup, row) buffer for a given k.
@@ -106,9 +105,13 @@ __host__ __device__ constexpr int fused_candidate_cap(int topk) { return 3 * top
 // seven u64 statistics (see scripts/fused_probe.py).
 constexpr int kFusedHeaderBytes = 64;
 
+// Candidate-buffer words per CTA, in units of the capacity: 2 warpgroups x 8
+// rows x (key, index).
+constexpr int kFusedWordsPerCap = 2 * 8 * 2;
+
 // Bytes of workspace the fused kernel needs (header first).
 inline size_t fused_workspace_bytes(int topk, int num_sms) {
-  return kFusedHeaderBytes + size_t(num_sms) * 2 * 8 * 2 * size_t(fused_candidate_cap(topk)) * 4;
+  return kFusedHeaderBytes + size_t(num_sms) * kFusedWordsPerCap * size_t(fused_candidate_cap(topk)) * 4;
 }
 
 
@@ -218,7 +221,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // every select removes >= (k + 128) / 2 entries.
   const uint32_t compact_above = static_cast<uint32_t>(k + (cap - k) / 2);
   // This CTA's candidate buffers: [wg][row][key | idx][cap].
-  uint32_t* ws_cta = p.ws + size_t(blockIdx.x) * 2 * 8 * 2 * size_t(cap);
+  uint32_t* ws_cta = p.ws + size_t(blockIdx.x) * kFusedWordsPerCap * size_t(cap);
   auto buf_key = [&](int w, int r) { return ws_cta + size_t((w * 8 + r) * 2) * cap; };
   auto buf_idx = [&](int w, int r) { return ws_cta + size_t((w * 8 + r) * 2 + 1) * cap; };
 
