@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The whole GPU round in one call (device time is scarce: build once, then
 # test, verify and bench). Usage: scripts/device-check.sh [stage ...]
-#   stages: build probe fused-variants fused-tests verify-fused bench-fused bench-fused-grid gpu-tests verify verify-ref bench bench-torch bench-split bench-logits bench-topk crossover ncu sanitize  (default: all but crossover/sanitize)
+#   stages: build probe fused-variants fused-probe fused-tests verify-fused bench-fused bench-fused-grid bench-adversarial gpu-tests verify verify-ref bench bench-torch bench-split bench-logits bench-topk crossover ncu sanitize  (default: all but crossover/sanitize)
+# Set MQA_TOPK_DEV_PROBES=1 for the whole call when a stage needs the dev
+# variants (fused-variants, fused-probe, probe): the extension is built once.
 # Every stage's output goes to one log, $OUT/device.log (the device tool returns
 # at most 8 files); result tables to $OUT/<stage>.csv|json; a summary is printed last.
 set -uo pipefail
@@ -35,6 +37,8 @@ for s in "${stages[@]}"; do
     probe) run probe python3 scripts/logits_probe.py ;;
     gpu-tests) run gpu-tests python3 -m pytest -q -m gpu -x tests ;;
     fused-variants) run fused-variants env MQA_TOPK_DEV_PROBES=1 sh -c 'python3 -m pytest -q -x tests/test_gpu_fused.py -k dev_variant && python3 scripts/fused_probe.py' ;;
+    fused-probe) run fused-probe env MQA_TOPK_DEV_PROBES=1 python3 scripts/fused_probe.py ;;
+    bench-adversarial) run bench-adversarial mqa-topk bench --config adversarial --paths fused,native --out "$OUT/bench-adversarial.csv" ;;
     fused-tests) run fused-tests python3 -m pytest -q -x tests/test_gpu_fused.py || break ;;
     verify-fused) run verify-fused mqa-topk verify --paths fused,native --out "$OUT/verify-fused.json" ;;
     bench-fused) run bench-fused mqa-topk bench --paths fused,native --out "$OUT/bench-fused.csv" ;;
