@@ -301,7 +301,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         // Claim the next block only once its Q buffer is free (one block ahead).
         int b = -1;
         uint32_t active = 0xffu;
-        bool have = pop_redo(b, active);
+        // A redo is a rescan with no gate (a gated redo of a block whose rows
+        // all failed would fail again, forever).
+        bool redo = pop_redo(b, active);
+        bool have = redo;
         if (!have) {
           const int w = atomicAdd(p.counter, 1);
           if (w < nblocks) {
@@ -311,7 +314,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           } else if constexpr (Cfg::kGate) {
             // No new block: a block still in flight may yet need a redo.
             while (ctl_v->blocks_done < issued) __nanosleep(256);
-            have = pop_redo(b, active);
+            redo = have = pop_redo(b, active);
           }
         }
         if (!have) {
@@ -327,7 +330,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         slot[8 * qb + 1] = lo;
         slot[8 * qb + 2] = nt;
         slot[8 * qb + 3] = stride;
-        slot[8 * qb + 4] = Cfg::kGate && active == 0xffu ? fused_sample_tiles(nt, k) : 0;
+        slot[8 * qb + 4] = Cfg::kGate && !redo ? fused_sample_tiles(nt, k) : 0;
         slot[8 * qb + 5] = static_cast<int>(active);
         if (nt == 0) {  // every row empty: the consumers only write -1
           ptx::mbar_arrive(q_full + qb);
