@@ -43,8 +43,7 @@ FusedLaunchArgs fused_mqa_topk_check(const at::Tensor& q, const at::Tensor& k, c
                 workspace.sizes());
   mqa_topk::check_aligned(workspace, "workspace");
   const int num_sms = mqa_topk::sm_count(dev.index());
-  // The default kernel's workspace is the largest of every configuration's
-  // (the development variants share it; static_asserts in fused_probes.cu).
+  // The development variants (csrc/dev/) check their own, larger, need.
   const int64_t need =
       static_cast<int64_t>(mqa_topk::fused_workspace_bytes<mqa_topk::Sm90FusedDefault>(static_cast<int>(topk), num_sms));
   MQA_CHECK_ARG(workspace.numel() >= need, "workspace", "needs ", need, " bytes for topk=", topk, ", got ",
@@ -77,6 +76,6 @@ void fused_mqa_topk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
 
 std::vector<mqa_topk::KernelInfo> fused_mqa_topk_kernel_info() {
   using Cfg = mqa_topk::Sm90FusedDefault;
-  return {mqa_topk::kernel_info("sm90_fused_mqa_topk<rows=8,wg=2,stages=7,gate,selectors>",
+  return {mqa_topk::kernel_info("sm90_fused_mqa_topk<rows=8,wg=2,stages=8,gate>",
                                 &mqa_topk::sm90_fused_mqa_topk_kernel<Cfg>, Cfg::kSmemBytes)};
 }

@@ -175,13 +175,13 @@ def dense_mqa_topk_prefill(q, k, scales, weights, starts, ends, output,
 #: Candidate slots per (warpgroup, row) buffer of the fused kernel, and its
 #: workspace layout (csrc/include/mqa_topk/sm90_fused_mqa_topk.cuh, default
 #: configuration): a 128-byte header (block counter, development statistics) +
-#: 2 candidate sets x per SM 2 warpgroups x 8 rows x (key, index) x cap words.
+#: per SM 2 warpgroups x 8 rows x (key, index) x cap words (one candidate set).
 def fused_candidate_cap(topk: int) -> int:
     return topk + 1920
 
 
 _FUSED_HEADER_BYTES = 128
-_FUSED_SETS = 2
+_FUSED_SETS = 1
 
 
 def fused_mqa_topk_workspace_bytes(topk: int, num_sms: int) -> int:

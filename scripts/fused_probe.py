@@ -2,7 +2,8 @@
 medians) on the headline shape (or rows keys [dist]): the dense logits kernel
 alone, the fused kernel, the fused kernel with appends switched off
 (MQA_TOPK_FUSED_PROBE=1: logits + filter only), and, in MQA_TOPK_DEV_PROBES=1
-builds, the variants (1: v2 with the select on the math warps, 2: v1); checks
+builds, the variants (1: v2 with the select on selector warps, 2: v1, 3: the
+default with 7 stages; each also with appends off); checks
 that every real variant returns the same sets; prints the in-kernel statistics
 (MQA_TOPK_FUSED_PROBE=2) of each.
 The numbers that count come from `mqa-topk bench`."""
@@ -24,6 +25,16 @@ base = {}
 
 
 ext = ops._native()
+_ws = {}
+
+
+def probe_ws(variant, topk):
+    """A workspace large enough for the dev variant (v1 needs more than the default)."""
+    key = (variant, topk)
+    if key not in _ws:
+        _ws[key] = torch.empty(ext.fused_mqa_topk_probe_workspace_bytes(variant, topk, 0), dtype=torch.uint8,
+                               device="cuda")
+    return _ws[key]
 
 
 def run(label, topk, env, variant=None):
@@ -35,7 +46,7 @@ def run(label, topk, env, variant=None):
     if variant is None:
         fn = lambda: ops.fused_mqa_topk_prefill(q, k, scales, w, starts, ends, out)  # noqa: E731
     else:
-        ws = ops.fused_mqa_topk_workspace("cuda", topk)
+        ws = probe_ws(variant, topk)
         fn = lambda: ext.fused_mqa_topk_probe(variant, q, k, scales, w, starts, ends, out, ws)  # noqa: E731
     t = time_fn(fn)
     same = ""
@@ -53,7 +64,7 @@ def stats(topk, variant=None):
     os.environ.pop("MQA_TOPK_FUSED_CAP", None)
     os.environ["MQA_TOPK_FUSED_PROBE"] = "2"
     out = torch.full((rows, topk), -7, dtype=torch.int32, device="cuda")
-    ws = ops.fused_mqa_topk_workspace("cuda", topk)
+    ws = ops.fused_mqa_topk_workspace("cuda", topk) if variant is None else probe_ws(variant, topk)
     if variant is None:
         ops.fused_mqa_topk_prefill(q, k, scales, w, starts, ends, out)
     else:
@@ -81,9 +92,13 @@ print(f"{'dense logits kernel alone':34s} {'':11s} {t.median_ms:8.3f} ms  {flop 
 for topk in (2048, 512):
     run("fused (default)", topk, {})
     if hasattr(ext, "fused_mqa_topk_probe"):
-        run("fused v2, select on math warps (1)", topk, {}, variant=1)
-        run("fused v1 (variant 2)", topk, {}, variant=2)
+        run("fused, selector warps (1)", topk, {}, variant=1)
+        run("fused v1 (2)", topk, {}, variant=2)
+        run("fused, 7 stages (3)", topk, {}, variant=3)
         stats(topk, variant=1)
     stats(topk)
     if topk == 2048:
         run("fused, no appends (probe 1)", topk, {"MQA_TOPK_FUSED_PROBE": "1"})
+        if hasattr(ext, "fused_mqa_topk_probe"):
+            run("selector warps, no appends", topk, {"MQA_TOPK_FUSED_PROBE": "1"}, variant=1)
+            run("7 stages, no appends", topk, {"MQA_TOPK_FUSED_PROBE": "1"}, variant=3)

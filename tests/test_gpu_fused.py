@@ -143,11 +143,12 @@ def test_fused_workspace_contract(dev):
 
 
 @pytest.mark.parametrize("kw", [CASES[0], CASES[2], CASES[3], CASES[9]], ids=["gauss", "ties-whole", "near-ties", "rising"])
-@pytest.mark.parametrize("variant", [1, 2])
+@pytest.mark.parametrize("variant", [1, 2, 3])
 def test_dev_variant_matches_default(dev, kw, variant):
     """Dev probe variants (built with MQA_TOPK_DEV_PROBES=1): 1 the v2 gate with
-    the block-end select on the math warps, 2 v1 (running threshold only): the
-    same sets as the default kernel, reruns bitwise equal."""
+    the block-end select on selector warps, 2 v1 (running threshold only), 3
+    the default with 7 stages: the same sets as the default kernel, reruns
+    bitwise equal."""
     ext = ops._native()
     if not hasattr(ext, "fused_mqa_topk_probe"):
         pytest.skip("built without MQA_TOPK_DEV_PROBES=1")
@@ -155,12 +156,11 @@ def test_dev_variant_matches_default(dev, kw, variant):
         w = make_workload(device="cuda", seed=12, topk=topk, **kw)
         ref = run_fused(w, topk, -7)
         out = torch.full_like(ref, -5)
-        ext.fused_mqa_topk_probe(variant, w.q, w.k, w.scales, w.weights, w.starts, w.ends, out,
-                                 ops.fused_mqa_topk_workspace("cuda", topk))
+        ws = torch.empty(ext.fused_mqa_topk_probe_workspace_bytes(variant, topk, 0), dtype=torch.uint8, device="cuda")
+        ext.fused_mqa_topk_probe(variant, w.q, w.k, w.scales, w.weights, w.starts, w.ends, out, ws)
         assert torch.equal(out.sort(dim=1).values, ref.sort(dim=1).values), kw
         again = torch.full_like(ref, -3)
-        ext.fused_mqa_topk_probe(variant, w.q, w.k, w.scales, w.weights, w.starts, w.ends, again,
-                                 ops.fused_mqa_topk_workspace("cuda", topk))
+        ext.fused_mqa_topk_probe(variant, w.q, w.k, w.scales, w.weights, w.starts, w.ends, again, ws)
         assert torch.equal(out, again), "reruns differ"
 
 

@@ -18,7 +18,8 @@
 // per-warpgroup exchange of per-warp counts, so buffer contents, and everything
 // after, are deterministic.
 //
-// v2 (kGate, the default): a sample-gated scan with one exact select per row.
+// v2 (kGate; the default, with the select on the math warps): a sample-gated
+// scan with one exact select per row.
 // 1. Sample: the block's first tiles in the scrambled walk (a pseudo-random
 //    sample, fused_sample_tiles) are scanned with no threshold; each thread
 //    keeps its 4 largest keys per row; then per row the gate is the key of
@@ -686,10 +687,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 }
 
 // ---- host --------------------------------------------------------------------
-using Sm90FusedV1 = Sm90FusedConfig<8>;                       // v1: running threshold only
-using Sm90FusedGated = Sm90FusedConfig<8, true, true>;        // v2, select on the math warps
+using Sm90FusedV1 = Sm90FusedConfig<8>;                           // v1: running threshold only
+using Sm90FusedGated = Sm90FusedConfig<8, true, true>;            // v2, select on the math warps
+using Sm90FusedGated7 = Sm90FusedConfig<7, true, true>;           // the same with 7 ring stages
 using Sm90FusedSelectors = Sm90FusedConfig<7, true, true, true>;  // v2, select on selector warps
-using Sm90FusedDefault = Sm90FusedSelectors;
+// Measured (BENCHMARKS.md, 2026-12-01): the selector-warp variant is slower
+// than the select on the math warps (7.31 vs 6.58 ms at the headline).
+using Sm90FusedDefault = Sm90FusedGated;
 
 // Launches the fused kernel. q [rows, 32, 128] fp8, k [keys, 128] fp8, scales
 // [keys] fp32, weights [rows, 32] fp32 (contiguous, 16-byte aligned), out
