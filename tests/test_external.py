@@ -23,7 +23,8 @@ from mqa_topk_cli.paths import get_path
 from mqa_topk_cli.verify import verify_case
 from mqa_topk_cli.workloads import make_workload
 
-SHAPE = ["--device", "cpu", "--rows", "16", "--keys", "1024", "--topk", "512"]
+#: 16 causal rows over 520 keys, top-512: rows 0-6 see fewer than 512 keys (-1 padding), rows 8-15 more.
+SHAPE = ["--device", "cpu", "--rows", "16", "--keys", "520", "--topk", "512"]
 BENCH = SHAPE + ["--reps", "3", "--warmup", "0"]
 
 # --------------------------------------------------------------------------- the fakes
@@ -493,7 +494,7 @@ def test_buggy_engine_is_rejected(run, monkeypatch, fakes):
     mods = fakes("engine")
     monkeypatch.setattr(mods["fused"], "BUG", True)
     res = run("verify", "--paths", "engine-fused", *SHAPE)
-    assert res.exit_code == 1 and "FAIL" in res.stdout and "row 0: invalid" in res.stdout
+    assert res.exit_code == 1 and "FAIL" in res.stdout and "row 8: invalid" in res.stdout
 
 
 def test_a_wrong_rerun_fails_a_path_without_identical_reruns(fakes):
