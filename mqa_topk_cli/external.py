@@ -2,13 +2,21 @@
 FlashInfer's top-k and a user's own function, verified, benched and crossed
 over like the built-in paths of ``paths.py``.
 
-| name | what | needs |
-|---|---|---|
-| ``engine-fused`` | the engine's ``fused_mqa_topk_prefill``, through its Python wrapper (which allocates its own workspace) | vllm with the fused op, an SM100-family GPU |
-| ``engine-dense`` | the engine's logits op (DeepGEMM, through ``vllm.utils.deep_gemm``), then its ``top_k_per_row_prefill``; rows chunked under ``VLLM_SPARSE_INDEXER_MAX_LOGITS_MB`` (default 512) | vllm and DeepGEMM, an SM90 or SM100 GPU |
-| ``deepgemm`` | DeepGEMM's ``fp8_mqa_logits``, then our top-k, rows chunked under 512 MiB; ``--op logits``: DeepGEMM alone | deep_gemm, an SM90 or SM100 GPU (the whole op also our sm_90 top-k) |
-| ``flashinfer-topk`` | our logits, then FlashInfer's ``top_k_ragged_transform``; ``--op topk``: FlashInfer alone | flashinfer, a CUDA GPU, rows that start at key 0 |
-| ``py:MODULE:FUNCTION[@KIND]`` | a user's function following the op contract of SPEC §3 (README: "A user's own path") | the module importable |
+- ``engine-fused``: the engine's ``fused_mqa_topk_prefill``, through its
+  Python wrapper (which allocates its own workspace). Needs vllm with the
+  fused op and an SM100-family GPU.
+- ``engine-dense``: the engine's logits op (DeepGEMM, through
+  ``vllm.utils.deep_gemm``), then its ``top_k_per_row_prefill``, rows chunked
+  under ``VLLM_SPARSE_INDEXER_MAX_LOGITS_MB`` (default 512). Needs vllm and
+  DeepGEMM, an SM90 or SM100 GPU.
+- ``deepgemm``: DeepGEMM's ``fp8_mqa_logits``, then our top-k, rows chunked
+  under 512 MiB; ``--op logits``: DeepGEMM alone. Needs deep_gemm, an SM90 or
+  SM100 GPU (the whole op also our sm_90 top-k).
+- ``flashinfer-topk``: our logits, then FlashInfer's ``top_k_ragged_transform``;
+  ``--op topk``: FlashInfer alone. Needs flashinfer, a CUDA GPU, and rows
+  that start at key 0.
+- ``py:MODULE:FUNCTION[@KIND]``: a user's function following the op contract
+  of SPEC §3 (README: "A user's own path"). Needs the module importable.
 
 Packages are imported lazily, when a path is asked whether it can run or is
 run, never at import of this module. ``unavailable_reason`` says in one line
@@ -308,7 +316,7 @@ class EngineDensePath(ExternalPath):
     (default 512), the bound of one chunk's fp32 logits ``[rows, keys]``."""
 
     name = "engine-dense"
-    description = "the serving engine's dense path: its logits op (DeepGEMM) + its top_k_per_row_prefill, rows chunked"
+    description = "the serving engine's dense path: its logits op (DeepGEMM) + its top_k_per_row_prefill, chunked"
     majors = (9, 10)
     needs = "an SM90 or SM100 GPU and the serving engine (vllm) with DeepGEMM"
     deterministic_ties = False  # its top-k takes ties in atomic order
@@ -326,7 +334,8 @@ class EngineDensePath(ExternalPath):
         old = getattr(dg, "fp8_mqa_logits", None)
         if callable(old):
             return lambda q, k, s, wt, st, en: old(q, (k, s), wt, st, en)
-        raise Unavailable(f"{self.name}: {ENGINE_DEEPGEMM_MODULE} has no fp8_fp4_mqa_logits or fp8_mqa_logits (op missing)")
+        raise Unavailable(f"{self.name}: {ENGINE_DEEPGEMM_MODULE} has no fp8_fp4_mqa_logits or fp8_mqa_logits "
+                          f"(op missing)")
 
     def _topk_call(self) -> Callable:
         topk = self._module(ENGINE_OPS_MODULE).top_k_per_row_prefill
@@ -664,7 +673,8 @@ def engine_defaults() -> tuple[dict[int, int], str]:
     f = getattr(mod, "fused_mqa_topk_min_keys", None) if mod is not None else None
     if callable(f):
         try:
-            return {t: int(f(t)) for t in TOPKS}, f"the installed engine ({ENGINE_FUSED_MODULE}.fused_mqa_topk_min_keys)"
+            return ({t: int(f(t)) for t in TOPKS},
+                    f"the installed engine ({ENGINE_FUSED_MODULE}.fused_mqa_topk_min_keys)")
         except Exception as e:  # noqa: BLE001 -- fall back to the published values, saying why
             why = f"its fused_mqa_topk_min_keys raised {type(e).__name__}"
     elif mod is not None:
@@ -686,7 +696,7 @@ def engine_constants(recommended: dict[int, int], wave: list[dict]) -> dict:
         "defaults_source": source,
         "wave_rule_held": (not wrong) if checked else None,
         "wave_rows_checked": len(checked),
-        "wave_rows_wrong": [{"rows": r["rows"], "predicted": r["predicted"], "measured": r["measured"]} for r in wrong],
+        "wave_rows_wrong": [{k: r[k] for k in ("rows", "predicted", "measured")} for r in wrong],
     }
 
 
@@ -703,7 +713,8 @@ def engine_constants_lines(info: dict, paths: tuple[str, str]) -> list[str]:
     mk, dflt = info["min_keys"], info["defaults"]
     if mk:
         for t, v in mk.items():
-            lines.append(f"  fused_mqa_topk_min_keys({t}) = {_keys_label(int(v))}   (engine now: {_keys_label(int(dflt[t]))})")
+            lines.append(f"  fused_mqa_topk_min_keys({t}) = {_keys_label(int(v))}   "
+                         f"(engine now: {_keys_label(int(dflt[t]))})")
     else:
         lines.append("  fused_mqa_topk_min_keys: no topk measured on both paths")
     held = info["wave_rule_held"]
@@ -713,7 +724,8 @@ def engine_constants_lines(info: dict, paths: tuple[str, str]) -> list[str]:
         lines.append(f"  wave rule (2 * last_wave >= sms, or more rows than one dense logits call): held at all "
                      f"{info['wave_rows_checked']} row counts; keep it")
     else:
-        rows = ", ".join(f"{r['rows']} (predicted {r['predicted']}, measured {r['measured']})" for r in info["wave_rows_wrong"])
+        rows = ", ".join(f"{r['rows']} (predicted {r['predicted']}, measured {r['measured']})"
+                         for r in info["wave_rows_wrong"])
         lines.append(f"  wave rule: did not hold at {len(info['wave_rows_wrong'])} of {info['wave_rows_checked']} "
                      f"row counts: {rows}")
     return lines

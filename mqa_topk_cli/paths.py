@@ -323,5 +323,5 @@ def available_paths(device=None) -> list[str]:
     return [n for n, p in PATHS.items() if p.unavailable_reason(device) is None]
 
 
-__all__ = ["PathImpl", "PATHS", "get_path", "all_path_names", "available_paths", "ReferencePath", "TorchPath", "NativePath",
-           "FusedPath", "TORCH_DOTS_BYTES"]
+__all__ = ["PathImpl", "PATHS", "get_path", "all_path_names", "available_paths", "ReferencePath", "TorchPath",
+           "NativePath", "FusedPath", "TORCH_DOTS_BYTES"]

@@ -132,7 +132,8 @@ from mqa_fakes_common import any_order, record
 CALLS = {"topk": 0}
 
 
-def top_k_per_row_prefill(logits, cu_seqlen_ks, cu_seqlen_ke, raw_topk_indices, num_rows, stride0, stride1, topk_tokens):
+def top_k_per_row_prefill(logits, cu_seqlen_ks, cu_seqlen_ke, raw_topk_indices, num_rows, stride0, stride1,
+                          topk_tokens):
     CALLS["topk"] += 1
     record("engine-dense", num_rows, logits.shape[1], topk_tokens)
     res = any_order(logits, cu_seqlen_ks, cu_seqlen_ke, topk_tokens, 1000 + CALLS["topk"])
@@ -223,7 +224,8 @@ def fakes(tmp_path, monkeypatch):
     dropped from sys.modules afterwards."""
     files = {
         "common": {"mqa_fakes_common.py": COMMON},
-        "engine": {FUSED_MOD: ENGINE_FUSED, "vllm/utils/deep_gemm.py": ENGINE_DEEPGEMM, "vllm/_custom_ops.py": ENGINE_OPS},
+        "engine": {FUSED_MOD: ENGINE_FUSED, "vllm/utils/deep_gemm.py": ENGINE_DEEPGEMM,
+                   "vllm/_custom_ops.py": ENGINE_OPS},
         "engine-without-fused": {"vllm/utils/deep_gemm.py": ENGINE_DEEPGEMM, "vllm/_custom_ops.py": ENGINE_OPS},
         "engine-without-op": {FUSED_MOD: "def fused_mqa_topk_available():\n    return True\n"},
         "deepgemm": {"deep_gemm/__init__.py": DEEPGEMM},
@@ -413,7 +415,8 @@ def test_named_adapters_verify_against_fakes(run, monkeypatch, fakes, tmp_path):
 def test_named_adapters_bench_against_fakes(run, monkeypatch, fakes, tmp_path):
     gpu(monkeypatch, 10)
     fakes("engine", "deepgemm", "flashinfer", "user")
-    res = run("bench", "--paths", "engine-fused,engine-dense,deepgemm,flashinfer-topk", *BENCH, "--out", tmp_path / "b.json")
+    res = run("bench", "--paths", "engine-fused,engine-dense,deepgemm,flashinfer-topk", *BENCH,
+              "--out", tmp_path / "b.json")
     assert res.exit_code == 0, res.output
     st = {r["path"]: r for r in json.loads((tmp_path / "b.json").read_text())["results"]}
     assert all(st[n]["status"] == "ok" for n in external.EXTERNAL), st
