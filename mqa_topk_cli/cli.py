@@ -159,9 +159,10 @@ def _v_paths(ctx, param, value):
     for n in names:
         try:
             paths_mod.get_path(n)  # built-in, external (external.py) or py:MODULE:FUNCTION; imports nothing
-        except UsageError:
-            raise click.BadParameter(f"unknown path {n!r} (choose from {', '.join(paths_mod.all_path_names())}, "
-                                     f"or py:MODULE:FUNCTION[@KIND])", ctx=ctx, param=param) from None
+        except UsageError as e:
+            msg = str(e) if n.startswith("py:") else (f"unknown path {n!r} (choose from "
+                                                      f"{', '.join(paths_mod.all_path_names())}, or py:MODULE:FUNCTION[@KIND])")
+            raise click.BadParameter(msg, ctx=ctx, param=param) from None
     return list(dict.fromkeys(names))
 
 
