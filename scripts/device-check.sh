@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The whole GPU round in one call (device time is scarce: build once, then
 # test, verify and bench). Usage: scripts/device-check.sh [stage ...]
-#   stages: build probe fused-variants fused-probe fused-tests verify-fused bench-fused bench-fused-grid bench-adversarial gpu-tests verify verify-ref bench bench-torch bench-split bench-logits bench-topk crossover ncu sanitize  (default: all but crossover/sanitize)
+#   stages: build probe fused-variants fused-probe fused-tests verify-fused bench-fused bench-fused-grid bench-adversarial gpu-tests verify verify-ref bench bench-torch bench-split bench-logits bench-topk crossover ncu sanitize deepgemm  (default: all but crossover/sanitize/deepgemm)
 # Set MQA_TOPK_DEV_PROBES=1 for the whole call when a stage needs the dev
 # variants (fused-variants, fused-probe, probe): the extension is built once.
+# deepgemm: builds DeepGEMM from the ignored .peers/ folder (carry it: ../shared/peers/README.md),
+#   then verifies `deepgemm` against `native` and benches their logits side by side (after `build`).
 # Every stage's output goes to one log, $OUT/device.log (the device tool returns
 # at most 8 files); result tables to $OUT/<stage>.csv|json; a summary is printed last.
 set -uo pipefail
@@ -54,6 +56,17 @@ for s in "${stages[@]}"; do
     crossover) run crossover mqa-topk crossover --out "$OUT/calibration.json" ;;
     ncu) run ncu ncu --clock-control none -k regex:sm90_fp8 -c 1 --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis python3 scripts/ncu_logits.py ;;
     sanitize) run sanitize compute-sanitizer --tool memcheck python3 scripts/sanitize_case.py ;;
+    deepgemm)
+      # DeepGEMM's runtime JIT calls nvcc without -ccbin: put the system compilers first on PATH.
+      [ -d .peers/deepgemm ] || { echo "deepgemm: no .peers/deepgemm here (carry .peers)" | tee -a "$OUT/device.log"; summary+=("deepgemm missing .peers"); continue; }
+      mkdir -p /tmp/ccbin && for c in gcc cc; do ln -sf /usr/bin/gcc /tmp/ccbin/$c; done && for c in g++ c++; do ln -sf /usr/bin/g++ /tmp/ccbin/$c; done
+      export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} PATH=/tmp/ccbin:$PATH DG_JIT_CACHE_DIR=/tmp/dg_jit
+      run deepgemm-build bash .peers/build_deepgemm.sh /tmp/deepgemm || continue
+      export PYTHONPATH=/tmp/deepgemm${PYTHONPATH:+:$PYTHONPATH}
+      run deepgemm-verify mqa-topk verify --paths deepgemm,native --other native --out "$OUT/verify-deepgemm.json"
+      run deepgemm-bench mqa-topk bench --op logits --paths deepgemm,native --out "$OUT/bench-deepgemm.csv"
+      run deepgemm-bench-grid mqa-topk bench --op logits --config bench --paths deepgemm,native --out "$OUT/bench-deepgemm-grid.csv"
+      run deepgemm-bench-op mqa-topk bench --paths deepgemm,native --out "$OUT/bench-deepgemm-op.csv" ;;
     *) echo "unknown stage $s" ;;
   esac
 done
