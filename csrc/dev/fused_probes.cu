@@ -8,6 +8,8 @@
 // the variant's need (fused_mqa_topk_probe_workspace_bytes).
 #include <ATen/ATen.h>
 
+#include <algorithm>
+
 #include "../fused_mqa_topk.h"
 #include "mqa_topk/sm90_fused_mqa_topk.cuh"
 
@@ -26,9 +28,12 @@ auto with_variant(int64_t variant, F&& f) {
 
 int64_t fused_mqa_topk_probe_workspace_bytes(int64_t variant, int64_t topk, int64_t device) {
   const int sms = mqa_topk::sm_count(static_cast<int>(device));
-  return with_variant(variant, [&](auto cfg) {
+  // At least the default's need too: the shared contract check asks for it.
+  const int64_t dflt = static_cast<int64_t>(
+      mqa_topk::fused_workspace_bytes<mqa_topk::Sm90FusedDefault>(static_cast<int>(topk), sms));
+  return std::max(dflt, with_variant(variant, [&](auto cfg) {
     return static_cast<int64_t>(mqa_topk::fused_workspace_bytes<decltype(cfg)>(static_cast<int>(topk), sms));
-  });
+  }));
 }
 
 void fused_mqa_topk_probe(int64_t variant, const at::Tensor& q, const at::Tensor& k, const at::Tensor& scales,
