@@ -156,8 +156,8 @@ def available_bytes(device) -> int | None:
     return min(found) if found else None
 
 
-def _gib(n: int) -> str:
-    return f"{n / 2**30:.1f} GiB"
+def _size(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
 def check_memory(need: int, device, name: str, what: str) -> None:
@@ -165,7 +165,7 @@ def check_memory(need: int, device, name: str, what: str) -> None:
     the memory available on ``device``; nothing when that is unknown."""
     free = available_bytes(device)
     if free is not None and need > free:
-        raise UsageError(f"{name}: {what} needs about {_gib(need)} on {device}, but only {_gib(free)} is available; "
+        raise UsageError(f"{name}: {what} needs about {_size(need)} on {device}, but only {_size(free)} is available; "
                          f"use fewer rows or keys")
 
 

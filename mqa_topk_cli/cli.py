@@ -650,6 +650,7 @@ def verify(paths_, config, case_names, workload_files, rows, keys, topk, layout,
     for f in workload_files:
         if not Path(f).is_file():
             raise UsageError(f"--workload {f}: no such file")
+        workloads.load_workload(f)  # a bad file: one line naming it, exit 2, before the work (read again in turn)
         sources.append((Path(f).stem, lambda f=f: workloads.load_workload(f, device=dev), {}, str(f)))
     if flags:
         base = {"name": "flags", "layout": "causal", "rows": 64, "keys": 4096, "topk": 512, "dist": "gaussian",
