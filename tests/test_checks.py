@@ -514,3 +514,38 @@ def test_verify_table_names_the_workload_file(run, tmp_path, make, monkeypatch):
     assert json.loads((tmp_path / "v.json").read_text())["results"][0]["file"] == "rec.safetensors"
     res = run("verify", *CPU, *TINY, "--paths", "torch", "--reruns", "0")  # no file: no file column
     assert "file" not in next(ln for ln in res.stdout.splitlines() if "case" in ln and "path" in ln)
+
+
+def _readme_block(heading: str) -> str:
+    """The first indented code block under ``heading`` in the README, dedented."""
+    import textwrap
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = text.split(f"\n{heading}\n", 1)[1]
+    block, started = [], False
+    for ln in section.splitlines():
+        if ln.startswith("    ") or (started and not ln.strip()):
+            block.append(ln)
+            started = True
+        elif started:
+            break
+    return textwrap.dedent("\n".join(block)).strip() + "\n"
+
+
+def test_readme_recording_example_runs(run, tmp_path, monkeypatch, tiny):
+    code = _readme_block("## Recording a workload")
+    assert "workloads.record(" in code and len(code.splitlines()) <= 6
+    monkeypatch.chdir(tmp_path)
+    ns: dict = {}
+    exec(compile(code, "README.md", "exec"), ns)
+    ns["indexer_prefill"](tiny.q, tiny.k, tiny.scales, tiny.weights, tiny.starts, tiny.ends, 512)
+    assert workloads.load_workload("chunk.safetensors").rows == tiny.rows
+    assert run("inspect", "chunk.safetensors").exit_code == 0
+
+
+def test_readme_says_how_to_install_the_cpu_torch():
+    code = _readme_block("### CPU-only machines")
+    lines = code.splitlines()
+    assert lines[0].startswith("pip install torch") and "download.pytorch.org/whl/cpu" in lines[0]
+    assert lines[1].startswith("pip install -e")
