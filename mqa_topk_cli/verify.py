@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .checks import MAX_TOL_REL
+from .checks import MAX_TOL_REL, check_memory
 from .errors import Unavailable
 from .paths import PathImpl, get_path
 from .reference import ieee_fp32_matmul, reference_logits, reference_topk
@@ -227,6 +227,9 @@ def _poison(out: torch.Tensor, i: int) -> None:
 
 def _execute(p: PathImpl, w, runs: int, res: VerifyResult) -> list[torch.Tensor]:
     """Runs ``p`` ``runs`` times on poisoned outputs; fills res.status/errors on failure."""
+    # every run's output is kept (determinism): room for all of them, checked before allocating
+    check_memory(runs * w.rows * int(w.topk) * 4, w.device, "--reruns",
+                 f"keeping {runs} outputs [{w.rows}, {int(w.topk)}] for the determinism check")
     outs = []
     for i in range(runs):
         out = torch.empty((w.rows, int(w.topk)), dtype=torch.int32, device=w.device)

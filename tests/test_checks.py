@@ -314,7 +314,7 @@ def test_crossover_checks_sizes_against_the_limits(run, monkeypatch, option, val
     else:
         args += [option, value]
     line = _one_line_error(run(*args, "--sms", "2"), 2, option)
-    assert "limit" in line
+    assert str(checks.MAX_ROWS if option == "--rows" else checks.MAX_KEYS) in line
 
 
 def test_crossover_sweep_config_sizes_are_checked(tmp_path):
@@ -411,7 +411,7 @@ def _empty_file(tmp_path, w, what: str):
 def test_files_with_no_rows_or_keys_are_refused_like_the_flags(run, tmp_path, tiny, what, field):
     p = _empty_file(tmp_path, tiny, what)
     _one_line_error(run("inspect", p), 2, str(p), f"{field}: holds 0 {what}")
-    _one_line_error(run("verify", *CPU, "--paths", "torch", "--workload", p), 2, str(p), f"at least one")
+    _one_line_error(run("verify", *CPU, "--paths", "torch", "--workload", p), 2, str(p), "at least one")
     _one_line_error(run("bench", *CPU, "--paths", "torch", f"--{what}", "0"), 2, f"--{what}")
 
 
@@ -549,3 +549,18 @@ def test_readme_says_how_to_install_the_cpu_torch():
     lines = code.splitlines()
     assert lines[0].startswith("pip install torch") and "download.pytorch.org/whl/cpu" in lines[0]
     assert lines[1].startswith("pip install -e")
+
+
+def test_a_gpu_index_that_does_not_exist_is_one_line(run, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(bench, "run_bench", _must_not_run("bench"))
+    _one_line_error(run("bench", "--device", "cuda:7", *TINY, *FAST, "--paths", "torch"), 2, "--device cuda:7",
+                    "cuda:0..cuda:1")
+
+
+def test_verify_checks_room_for_every_rerun_before_running(tiny, monkeypatch):
+    monkeypatch.setattr(checks, "available_bytes", lambda device: 3 * tiny.rows * 512 * 4 - 1)
+    r = verify_mod.verify_case(tiny, "torch", reruns=2)
+    assert not r.passed and r.runs == 0 and "--reruns: keeping 3 outputs [13, 512]" in r.status
+    assert verify_mod.verify_case(tiny, "torch", reruns=1).passed  # 2 outputs fit

@@ -161,6 +161,8 @@ def test_build_reports_kernels(run, monkeypatch):
     assert os.environ.get("MQA_TOPK_VERBOSE_BUILD") == "1"
     for text in ("mqa_logits.cu", "NVIDIA H200", "sm_90a", "12.5", "sm90_fp8_mqa_logits", "168", "200704", "/tmp/cache/sm90a-x"):
         assert text in res.stdout, text
+    spill_row = next(ln for ln in res.stdout.splitlines() if "sm90_topk" in ln)
+    assert "16" in spill_row and "[red]" not in res.stdout  # styled, not printed as markup
 
 
 def test_build_with_missing_nvcc_exits_1(run, monkeypatch):
