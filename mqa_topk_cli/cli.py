@@ -645,7 +645,7 @@ def verify(paths_, config, case_names, workload_files, rows, keys, topk, layout,
             sources.append((str(c.get("name")), lambda c=c: workloads.workload_from_case(c, dev), c, c.get("file")))
     for f in workload_files:
         if not Path(f).is_file():
-            raise UsageError(f"--workload {f}: no such file")
+            raise UsageError(f"--workload {f}: {'not a regular file' if Path(f).exists() else 'no such file'}")
         workloads.load_workload(f)  # a bad file: one line naming it, exit 2, before the work (read again in turn)
         sources.append((Path(f).stem, lambda f=f: workloads.load_workload(f, device=dev), {}, str(f)))
     if flags:
@@ -841,7 +841,7 @@ def inspect(file: str) -> None:
     from . import workloads
 
     if not Path(file).is_file():
-        raise UsageError(f"FILE {file}: no such file")
+        raise UsageError(f"FILE {file}: {'not a regular file' if Path(file).exists() else 'no such file'}")
     try:
         info = workloads.describe_workload(file)
     except MqaTopkError:

@@ -564,3 +564,8 @@ def test_verify_checks_room_for_every_rerun_before_running(tiny, monkeypatch):
     r = verify_mod.verify_case(tiny, "torch", reruns=2)
     assert not r.passed and r.runs == 0 and "--reruns: keeping 3 outputs [13, 512]" in r.status
     assert verify_mod.verify_case(tiny, "torch", reruns=1).passed  # 2 outputs fit
+
+
+def test_a_device_file_is_not_called_missing(run):
+    _one_line_error(run("inspect", os.devnull), 2, os.devnull, "not a regular file")
+    _one_line_error(run("verify", *CPU, "--paths", "torch", "--workload", os.devnull), 2, "not a regular file")
