@@ -720,8 +720,9 @@ def _field(path, data: dict, name: str) -> torch.Tensor:
     return data[name]
 
 
-def _load_checked(path: Path) -> tuple[Workload, str, str]:
-    """(workload on CPU, file format, scales format) of a file, every field checked."""
+def _load_checked(path: Path) -> tuple[Workload, str, str, dict[str, str]]:
+    """(workload on CPU, file format, scales format, each stored tensor's "[shape] dtype") of a file,
+    every field checked."""
     from . import ops
 
     fmt, data, meta = _read_raw(path)
