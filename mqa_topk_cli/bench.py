@@ -30,6 +30,7 @@ from typing import Callable, Iterable, Sequence
 
 import torch
 
+from . import checks
 from .errors import MqaTopkError, Unavailable, UsageError
 from .timing import time_fn
 
@@ -227,6 +228,8 @@ def _topk_inputs(w, device, random_logits: bool, seed: int):
     """Logits of ``w`` computed once (or random), their -inf-masked copy for
     torch.topk, and an output buffer."""
     rows, keys = int(w.rows), int(w.keys)
+    # logits, their masked copy and the mask: checked before allocating them
+    checks.check_memory(9 * rows * keys, device, "rows", f"--op topk on {rows} rows x {keys} keys (dense logits)")
     if random_logits:
         g = torch.Generator(device=torch.device(device))
         g.manual_seed(int(seed))
@@ -334,6 +337,10 @@ def run_bench(
         topk_inputs = None
         try:
             w = _materialize(case, device)
+            # the shape as built: a case naming a recorded file (or ragged lengths) does not give it
+            info.update(rows=int(w.rows), keys=int(w.keys), topk=int(w.topk))
+            if isinstance(case, dict) and "file" in case:
+                info.update(layout=str(w.layout or "recorded"), dist=str(w.dist or ""), seed=int(w.seed or 0))
             info["visible_pairs"] = int(w.visible_pairs)
             if op == "topk":
                 topk_inputs = _topk_inputs(w, device, random_logits, info["seed"])
@@ -360,7 +367,7 @@ def run_bench(
                 finally:
                     _free(device)
             results.append(res)
-            tick(f"{info['case']} / {name}")
+            tick(f"{info['case']} / {name}: {res.status}")
         del w, topk_inputs
         _free(device)
     _apply_speedups(results)
@@ -399,7 +406,7 @@ def results_frame(results: Iterable):
     return pd.DataFrame(as_records(results))
 
 
-def write_results(path, results: Iterable, env: dict, *, extra: dict | None = None) -> Path:
+def write_results(path, results: Iterable, env: dict, *, extra: dict | None = None, option: str = "--out") -> Path:
     """Write results with the environment stamped in.
 
     ``.json``: ``{"environment": env, "results": [...], **extra}`` (NaN -> null).
@@ -408,13 +415,9 @@ def write_results(path, results: Iterable, env: dict, *, extra: dict | None = No
     """
     from .envinfo import flat_environment
 
-    p = Path(path)
+    p = checks.check_output_file(path, option, checks.TABLE_SUFFIXES)
     records = as_records(results)
     suffix = p.suffix.lower()
-    if suffix not in (".json", ".csv"):
-        raise UsageError(f"--out {p}: the file name must end in .csv or .json")
-    if p.parent and not p.parent.exists():
-        raise UsageError(f"--out {p}: directory {p.parent} does not exist")
     try:
         if suffix == ".json":
             doc = {"environment": env, "results": records}
@@ -429,7 +432,7 @@ def write_results(path, results: Iterable, env: dict, *, extra: dict | None = No
                 df[f"env_{k}"] = v if not isinstance(v, (dict, list)) else json.dumps(v)
             df.to_csv(p, index=False)
     except OSError as e:
-        raise UsageError(f"--out {p}: cannot write ({e.strerror or e})") from None
+        raise UsageError(f"{option} {p}: cannot write ({e.strerror or e})") from None
     return p
 
 

@@ -14,13 +14,14 @@ from __future__ import annotations
 import math
 import os
 import sys
+import time
 import traceback
 from contextlib import contextmanager
 from pathlib import Path
 
 import click
 
-from . import __version__
+from . import __version__, checks
 from .errors import ContractError, MqaTopkError, Unavailable, UsageError, VerificationFailed
 
 PROG = "mqa-topk"
@@ -105,22 +106,33 @@ def _console(stderr: bool = False):
 
     stream = sys.stderr if stderr else sys.stdout
     tty = hasattr(stream, "isatty") and stream.isatty()
-    return Console(file=stream, width=None if tty else 200, highlight=False, soft_wrap=False)
+    # markup off: table cells hold error text such as "[enforce fail at ...]"; styles are set with Text
+    return Console(file=stream, width=None if tty else 200, highlight=False, soft_wrap=False, markup=False)
+
+
+def _is_tty(stream) -> bool:
+    return bool(getattr(stream, "isatty", None) and stream.isatty())
 
 
 @contextmanager
 def _progress(description: str):
-    """A rich progress bar on stderr; yields a callback(done, total, label)."""
+    """A rich progress bar on stderr when it is a terminal, and one line per
+    finished step on stdout when stdout is not (a log or a pipe); yields a
+    callback(done, total, label)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     console = _console(stderr=True)
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TextColumn("{task.fields[label]}"), console=console, transient=console.is_terminal,
-                  disable=not console.is_terminal) as prog:
+    lines = not _is_tty(sys.stdout)
+    t0 = time.perf_counter()
+    with Progress(TextColumn("{task.description}", markup=False, style="bold"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), TextColumn("{task.fields[label]}", markup=False), console=console,
+                  transient=console.is_terminal, disable=not console.is_terminal) as prog:
         task = prog.add_task(description, total=None, label="")
 
         def update(done: int, total: int, label: str) -> None:
             prog.update(task, completed=done, total=total, label=label)
+            if lines:
+                click.echo(f"[{done}/{total} {time.perf_counter() - t0:.1f} s] {description}: {label}")
 
         yield update
 
@@ -137,12 +149,38 @@ def _fmt(v, digits: int = 3) -> str:
     return str(v)
 
 
-def _status_style(status: str) -> str:
+def _status_style(status: str):
+    """The status as a styled cell (a Text: brackets in it are shown as they are)."""
+    from rich.text import Text
+
     if status == "ok" or status == "pass":
-        return f"[green]{status}[/green]"
+        return Text(status, style="green")
     if status.startswith("unavailable"):
-        return f"[yellow]{status}[/yellow]"
-    return f"[red]{status}[/red]"
+        return Text(status, style="yellow")
+    return Text(status, style="red")
+
+
+def _note(text: str) -> None:
+    """A note before the work starts (stderr, so a redirected table stays clean)."""
+    click.echo(f"note: {text}", err=True)
+
+
+_SMALL = "--rows 16 --keys 1024 --topk 512"
+
+
+def _cpu_notes(device: str, *, graph: bool = False, default_cases: list | None = None, hint: str = "") -> None:
+    """Up-front notes for a run on the CPU: --graph does nothing there; the
+    default cases (``default_cases``: dicts with rows and keys) are sized for
+    a GPU, and ``hint`` says how to pick small ones."""
+    if not device.startswith("cpu"):
+        return
+    if graph:
+        _note("--graph does nothing on a CPU (CUDA-graph replay needs a GPU); the calls are timed eagerly")
+    if default_cases:
+        rows = max(int(c.get("rows") or 0) for c in default_cases)
+        keys = max(int(c.get("keys") or 0) for c in default_cases)
+        _note(f"the default cases are sized for a GPU (up to {rows} rows, up to {keys} keys); on a CPU they take "
+              f"a long time: {hint}")
 
 
 # ------------------------------------------------------------ option validation
@@ -196,14 +234,15 @@ _v_layout = _v_one_of("layout", "LAYOUTS")
 _v_dist = _v_one_of("distribution", "DISTS")
 
 
-def _v_keys(ctx, param, value):
-    if value is None:
-        return None
-    from .contract import MAX_KEYS
+def _v_number(lo: float, hi: float, lo_open: bool = False):
+    """A click callback: a finite float in [lo, hi] (``(lo, hi]``): NaN and inf are refused."""
 
-    if value > MAX_KEYS:
-        raise click.BadParameter(f"{value} exceeds the key limit {MAX_KEYS}", ctx=ctx, param=param)
-    return value
+    def check(ctx, param, value):
+        if value is None:
+            return None
+        return checks.check_number(value, param.opts[0], lo=lo, hi=hi, lo_open=lo_open)
+
+    return check
 
 
 def _v_device(ctx, param, value):
@@ -217,12 +256,33 @@ def _v_device(ctx, param, value):
     raise click.BadParameter(f"{value!r} is not a device (cpu, cuda or cuda:N)", ctx=ctx, param=param)
 
 
-def _v_out(ctx, param, value):
-    if value is None:
-        return None
-    if Path(value).suffix.lower() not in (".csv", ".json"):
-        raise click.BadParameter(f"{value}: the file name must end in .csv or .json", ctx=ctx, param=param)
-    return value
+def _v_file(suffixes: tuple[str, ...]):
+    """A click callback for an output file, checked before the work (its
+    name, its directory); the file is written when the run has finished."""
+
+    def check(ctx, param, value):
+        if value is None:
+            return None
+        checks.check_output_file(value, param.opts[0], suffixes)
+        return value
+
+    return check
+
+
+_v_out = _v_file(checks.TABLE_SUFFIXES)
+
+
+def _v_int_list_upto(maximum: int, what: str):
+    """``_v_int_list`` whose values must also stay <= ``maximum``."""
+
+    def check(ctx, param, value):
+        out = _v_int_list(ctx, param, value)
+        for n in out or []:
+            if n > maximum:
+                raise click.BadParameter(f"{n} exceeds the {what} {maximum}", ctx=ctx, param=param)
+        return out
+
+    return check
 
 
 def _v_int_list(ctx, param, value):
@@ -264,6 +324,9 @@ def _resolve_device(device: str | None, *, default: str) -> str:
         return "cuda" if torch.cuda.is_available() else "cpu"
     if d.startswith("cuda") and not torch.cuda.is_available():
         raise Unavailable(_NO_GPU)
+    if d.startswith("cuda:") and int(d[5:]) >= torch.cuda.device_count():
+        raise UsageError(f"--device {d}: no such GPU (this machine has {torch.cuda.device_count()}: "
+                         f"cuda:0..cuda:{torch.cuda.device_count() - 1})")
     return d
 
 
@@ -279,13 +342,15 @@ def _config_file(name: str, option: str = "--config") -> Path:
 def shape_options(f):
     """--rows --keys --topk --layout --dist --seed (all optional)."""
     opts = [
-        click.option("--rows", type=click.IntRange(min=1), default=None, help="Query rows of one case."),
-        click.option("--keys", type=click.IntRange(min=1), default=None, callback=_v_keys,
-                     help="Keys (context length) of one case."),
+        click.option("--rows", type=click.IntRange(min=1, max=checks.MAX_ROWS), default=None,
+                     help="Query rows of one case."),
+        click.option("--keys", type=click.IntRange(min=1, max=checks.MAX_KEYS), default=None,
+                     help="Keys (context length) of one case, at most the key limit (MAX_KEYS)."),
         click.option("--topk", type=click.Choice(["512", "1024", "2048"]), default=None, help="Top-k."),
         click.option("--layout", default=None, callback=_v_layout, help="Workload layout (causal, ragged, full)."),
         click.option("--dist", default=None, callback=_v_dist, help="Score distribution of the generated inputs."),
-        click.option("--seed", type=int, default=None, help="Random seed of the generated inputs."),
+        click.option("--seed", type=click.IntRange(min=0, max=checks.MAX_SEED), default=None,
+                     help="Random seed of the generated inputs."),
     ]
     for o in reversed(opts):
         f = o(f)
@@ -294,13 +359,15 @@ def shape_options(f):
 
 def timing_options(f):
     opts = [
-        click.option("--reps", type=click.IntRange(min=1), default=None,
+        click.option("--reps", type=click.IntRange(min=1, max=checks.MAX_REPS), default=None,
                      help="Timed runs per measurement [default: auto, ~0.4 s of work, 10..100]."),
-        click.option("--warmup", type=click.FloatRange(min=0), default=25.0, show_default=True,
-                     help="Warm-up budget in ms (after the excluded first call)."),
+        click.option("--warmup", type=float, default=25.0, show_default=True,
+                     callback=_v_number(0.0, checks.MAX_WARMUP_MS),
+                     help=f"Warm-up budget in ms (after the excluded first call), 0..{checks.MAX_WARMUP_MS:g}."),
         click.option("--cold-l2/--warm-l2", default=True, show_default=True,
                      help="Flush a 2x-L2 buffer before every timed run."),
-        click.option("--graph/--no-graph", default=False, show_default=True, help="Time CUDA-graph replays."),
+        click.option("--graph/--no-graph", default=False, show_default=True,
+                     help="Time CUDA-graph replays (GPU only: does nothing on a CPU)."),
     ]
     for o in reversed(opts):
         f = o(f)
@@ -331,10 +398,10 @@ def _select_cases(config: str, names: tuple[str, ...]) -> list[dict]:
     return cases
 
 
-def _write_out(out, records, env, extra=None) -> None:
+def _write_out(out, records, env, extra=None, option: str = "--out") -> None:
     from .bench import write_results
 
-    p = write_results(out, records, env, extra=extra)
+    p = write_results(out, records, env, extra=extra, option=option)
     click.echo(f"wrote {p}")
 
 
@@ -381,6 +448,7 @@ def build(verbose: bool, force: bool) -> None:
     """Build (or load from the cache) the CUDA extension for sm_90a and report
     registers, shared memory and spills of each kernel."""
     from rich.table import Table
+    from rich.text import Text
 
     from . import jit
 
@@ -420,7 +488,7 @@ def build(verbose: bool, force: bool) -> None:
     for k in br.get("kernels") or []:
         local = k.get("local_bytes")
         kt.add_row(str(k.get("name")), _fmt(k.get("registers")), _fmt(k.get("shared_bytes")),
-                   (f"[red]{local}[/red]" if local else _fmt(local)), _fmt(k.get("max_threads")))
+                   (Text(str(local), style="red") if local else _fmt(local)), _fmt(k.get("max_threads")))
     con.print(kt)
 
 
@@ -438,7 +506,7 @@ def _bench_table(results, op: str):
     for r in results:
         rate = r.g_logits_per_s if op == "topk" else r.tflops
         sp = f"{r.speedup:.2f}x vs {r.baseline}" if r.baseline and math.isfinite(r.speedup) else "-"
-        t.add_row(r.case, r.path, str(r.rows), str(r.keys), str(r.topk) if r.topk else "-", _fmt(r.median_ms),
+        t.add_row(r.case, r.path, str(r.rows or "-"), str(r.keys or "-"), str(r.topk or "-"), _fmt(r.median_ms),
                   _fmt(r.p20_ms), _fmt(r.p80_ms), _fmt(rate, 1), sp, _status_style(r.status))
     return t
 
@@ -462,7 +530,7 @@ def bench(rows, keys, topk, layout, dist, seed, paths_, config, case_names, op, 
     flags, or a sweep config; report median/p20/p80 ms, effective TFLOP/s and
     the speedup over the dense path."""
     from . import bench as bench_mod
-    from .envinfo import environment
+    from .envinfo import device_label, environment
     from .external import require_available
 
     require_available(paths_ or [], device or "cuda")  # an external path that cannot run here: one line, exit 1
@@ -484,6 +552,7 @@ def bench(rows, keys, topk, layout, dist, seed, paths_, config, case_names, op, 
         case = _case_from_flags(bench_mod.HEADLINE, rows, keys, topk, layout, dist, seed)
         if not flags:
             case["name"] = "headline"
+        _cpu_notes(dev, default_cases=None if flags else [case], hint=f"give small shape flags, e.g. {_SMALL}")
         cases = [workload_from_case(case, dev)]  # a bad shape is a usage error here, not a labelled case
     if paths_ is None:
         paths_ = ["native", "torch"]
@@ -492,6 +561,7 @@ def bench(rows, keys, topk, layout, dist, seed, paths_, config, case_names, op, 
 
             if dev.startswith("cuda") and fused_mqa_topk_available():
                 paths_ = ["fused"] + paths_
+    _cpu_notes(dev, graph=graph)
     with _progress(f"bench {op}") as prog:
         results = bench_mod.run_bench(cases, paths_, device=dev, reps=reps, warmup=warmup, cold_l2=cold_l2,
                                       graph=graph, progress=prog, op=op, random_logits=random_logits)
@@ -506,7 +576,7 @@ def bench(rows, keys, topk, layout, dist, seed, paths_, config, case_names, op, 
         elif ceil is not None:
             click.echo(f"fp8 GEMM ceiling: {ceil.status}")
     env = environment(dev)
-    click.echo(f"{env.get('gpu') or 'CPU'} | torch {env.get('torch')} | CUDA {env.get('cuda') or '-'} | "
+    click.echo(f"{device_label(env, dev)} | torch {env.get('torch')} | CUDA {env.get('cuda') or '-'} | "
                f"commit {env.get('commit') or '-'} | {next((r.method for r in results if r.ok), '')}".rstrip(" |"))
     if out:
         _write_out(out, results, env)
@@ -547,11 +617,13 @@ def _verify_rows(results) -> list[dict]:
               help="A recorded workload file (repeatable).")
 @shape_options
 @click.option("--other", default=None, callback=_v_path_name, help="Also compare index sets with this path (diagnostic).")
-@click.option("--reruns", type=click.IntRange(min=0), default=2, show_default=True, help="Reruns for the determinism check.")
+@click.option("--reruns", type=click.IntRange(min=0, max=checks.MAX_RERUNS), default=2, show_default=True,
+              help="Reruns for the determinism check.")
 @click.option("--precision", type=click.Choice(["fp32", "fp64"]), default="fp32", show_default=True,
               help="Precision of the reference logits.")
-@click.option("--tol-rel", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Relative tolerance of the optimality check [default: verify.DEFAULT_TOL_REL = 2^-12].")
+@click.option("--tol-rel", type=float, default=None, callback=_v_number(0.0, checks.MAX_TOL_REL, lo_open=True),
+              help="Relative tolerance of the optimality check, in (0, 2^-4] "
+                   "[default: verify.DEFAULT_TOL_REL = 2^-12].")
 @click.option("--device", default=None, callback=_v_device, help="cuda, cuda:N, cpu or auto [default: auto].")
 @click.option("--out", default=None, callback=_v_out, help="Write results to FILE.csv or FILE.json.")
 def verify(paths_, config, case_names, workload_files, rows, keys, topk, layout, dist, seed, other, reruns,
@@ -570,20 +642,24 @@ def verify(paths_, config, case_names, workload_files, rows, keys, topk, layout,
     flags = any(v is not None for v in (rows, keys, topk, layout, dist, seed))
     if case_names and (workload_files or flags) and not config:
         raise UsageError("--case: selects cases of --config; give --config too")
-    sources: list = []  # (label, zero-arg builder)
+    sources: list = []  # (label, zero-arg builder, case dict (labels a failure), workload file or None)
     if config or not (workload_files or flags):
-        for c in _select_cases(config or "verify", case_names):
-            sources.append((str(c.get("name")), lambda c=c: workloads.workload_from_case(c, dev)))
+        cases = _select_cases(config or "verify", case_names)
+        _cpu_notes(dev, default_cases=None if config or case_names else cases,
+                   hint=f"pick small ones with --case NAME, or give shape flags, e.g. {_SMALL}")
+        for c in cases:
+            sources.append((str(c.get("name")), lambda c=c: workloads.workload_from_case(c, dev), c, c.get("file")))
     for f in workload_files:
         if not Path(f).is_file():
-            raise UsageError(f"--workload {f}: no such file")
-        sources.append((Path(f).stem, lambda f=f: workloads.load_workload(f, device=dev)))
+            raise UsageError(f"--workload {f}: {'not a regular file' if Path(f).exists() else 'no such file'}")
+        workloads.load_workload(f)  # a bad file: one line naming it, exit 2, before the work (read again in turn)
+        sources.append((Path(f).stem, lambda f=f: workloads.load_workload(f, device=dev), {}, str(f)))
     if flags:
         base = {"name": "flags", "layout": "causal", "rows": 64, "keys": 4096, "topk": 512, "dist": "gaussian",
                 "seed": 0}
         case = _case_from_flags(base, rows, keys, topk, layout, dist, seed)
         w = workloads.workload_from_case(case, dev)  # bad flags: one line, exit 2
-        sources.append((case["name"], lambda w=w: w))
+        sources.append((case["name"], lambda w=w: w, case, None))
     names = paths_ or _default_verify_paths(dev)
     for n in names + ([other] if other else []):
         reason = paths_mod.get_path(n).unavailable_reason(dev)
@@ -594,11 +670,16 @@ def verify(paths_, config, case_names, workload_files, rows, keys, topk, layout,
     total = len(sources) * len(names)
     done = 0
     with _progress("verify") as prog:
-        for label, make in sources:
+        for label, make, info, file in sources:
             try:
                 w = make()
-            except MqaTopkError as e:
-                raise UsageError(f"case {label}: {_one_line(str(e))}") from e
+            except Exception as e:  # labelled, and the other cases go on (as in bench)
+                for n in names:
+                    results.append(verify_mod.failed_case(label, n, e, rows=info.get("rows"), keys=info.get("keys"),
+                                                          topk=info.get("topk"), file=file))
+                    done += 1
+                    prog(done, total, f"{label} / {n}: FAIL ({results[-1].status})")
+                continue
             ref_cache: dict = {}  # the reference logits, shared by the paths of this workload
             for n in names:
                 r = verify_mod.verify_case(w, n, other=other, reruns=reruns, precision=precision, tol_rel=tol_rel,
@@ -608,20 +689,24 @@ def verify(paths_, config, case_names, workload_files, rows, keys, topk, layout,
                         r.case = label
                     except Exception:
                         pass
+                r.file = file
                 results.append(r)
                 done += 1
-                prog(done, total, f"{label} / {n}")
+                prog(done, total, f"{label} / {n}: {'pass' if r.passed else 'FAIL'}")
             del w, ref_cache
     t = Table(title="mqa-topk verify")
-    for c in ("case", "path", "rows", "keys", "topk", "valid rows", "tie-equiv rows", "exact-set rate",
-              "max violation", "deterministic", "result"):
-        t.add_column(c, justify="left" if c in ("case", "path", "result") else "right")
+    files = any(r.file for r in results)  # name the recorded workload files when there are any
+    for c in ("case", "path", *(("file",) if files else ()), "rows", "keys", "topk", "valid rows", "tie-equiv rows",
+              "exact-set rate", "max violation", "deterministic", "result"):
+        t.add_column(c, justify="left" if c in ("case", "path", "file", "result") else "right")
     for r in results:
         rate = r.exact_set_rate
-        t.add_row(str(r.case), str(r.path), str(r.rows), str(r.keys), str(r.topk), f"{r.valid_rows}/{r.rows}",
-                  str(r.tie_equivalent_rows), _fmt(rate, 4) if rate is not None else "-",
-                  f"{r.max_violation:.3g}" if isinstance(r.max_violation, float) else _fmt(r.max_violation),
-                  _fmt(r.deterministic), "[green]pass[/green]" if r.passed else "[red]FAIL[/red]")
+        ran = r.status == "ok"  # else the checks did not run: "-", and the reason is printed below the table
+        t.add_row(str(r.case), str(r.path), *((r.file or "-",) if files else ()), str(r.rows or "-"),
+                  str(r.keys or "-"), str(r.topk or "-"), f"{r.valid_rows}/{r.rows}" if ran else "-",
+                  str(r.tie_equivalent_rows) if ran else "-", _fmt(rate, 4) if rate is not None else "-",
+                  (f"{r.max_violation:.3g}" if isinstance(r.max_violation, float) else _fmt(r.max_violation))
+                  if ran else "-", _fmt(r.deterministic) if ran else "-", _status_style("pass" if r.passed else "FAIL"))
     con = _console()
     con.print(t)
     failed = [r for r in results if not r.passed]
@@ -643,21 +728,26 @@ def verify(paths_, config, case_names, workload_files, rows, keys, topk, layout,
 @click.option("--paths", "paths_", default=None, callback=_v_paths,
               help="Two paths A,B: where A starts to beat B [default: the config's, fused,native].")
 @click.option("--topks", default=None, callback=_v_topk_list, help="Comma list of topks (overrides the config).")
-@click.option("--rows", "rows_list", default=None, callback=_v_int_list, help="Comma list of row counts (overrides).")
-@click.option("--keys", "keys_list", default=None, callback=_v_int_list, help="Comma list of key counts (overrides the grid).")
+@click.option("--rows", "rows_list", default=None, callback=_v_int_list_upto(checks.MAX_ROWS, "row limit"),
+              help="Comma list of row counts (overrides).")
+@click.option("--keys", "keys_list", default=None, callback=_v_int_list_upto(checks.MAX_KEYS, "key limit"),
+              help=f"Comma list of key counts, each at most the key limit {checks.MAX_KEYS} (overrides the grid).")
 @click.option("--confirm", type=click.IntRange(min=0), default=None,
               help="A must also win at this many following grid points [default: the config's, 2].")
 @click.option("--block-rows", type=click.IntRange(min=1), default=None,
               help="Rows per fused block for the wave rule [default: the calibration's, 8].")
 @click.option("--sms", type=click.IntRange(min=1), default=None, help="SM count for the wave rule [default: the GPU's].")
 @click.option("--wave/--no-wave", default=True, show_default=True, help="Measure the wave-rule table.")
-@click.option("--wave-keys", type=click.IntRange(min=1), default=None, help="Key count of the wave table [default: config].")
+@click.option("--wave-keys", type=click.IntRange(min=1, max=checks.MAX_KEYS), default=None,
+              help="Key count of the wave table [default: config].")
 @click.option("--wave-topk", type=click.Choice(["512", "1024", "2048"]), default=None, help="Top-k of the wave table.")
 @click.option("--device", default=None, callback=_v_device, help="cuda, cuda:N or cpu [default: cuda].")
 @timing_options
-@click.option("--out", default=None, help="Write the calibration JSON here (use it with MQA_TOPK_CALIBRATION).")
+@click.option("--out", default=None, callback=_v_file((".json",)),
+              help="Write the calibration JSON here (use it with MQA_TOPK_CALIBRATION).")
 @click.option("--results", "results_out", default=None, callback=_v_out, help="Also write the raw timings (.csv/.json).")
-@click.option("--plot", default=None, help="Write a PNG plot of time ratio vs keys (needs matplotlib).")
+@click.option("--plot", default=None, callback=_v_file(checks.PLOT_SUFFIXES),
+              help="Write a PNG (or .pdf/.svg) plot of time ratio vs keys (needs matplotlib).")
 def crossover(config, paths_, topks, rows_list, keys_list, confirm, block_rows, sms, wave, wave_keys, wave_topk,
               device, reps, warmup, cold_l2, graph, out, results_out, plot) -> None:
     """Find the key count from which the fused path beats the dense one, per
@@ -683,11 +773,14 @@ def crossover(config, paths_, topks, rows_list, keys_list, confirm, block_rows, 
         sweep["wave"]["keys"] = wave_keys
     if wave_topk:
         sweep["wave"]["topk"] = int(wave_topk)
-    if out and Path(out).suffix.lower() != ".json":
-        raise UsageError(f"--out {out}: the calibration file name must end in .json")
     dev = device or "cuda"
     xo.check_paths_available(sweep["paths"], dev)  # e.g. "the fused path is unavailable here (...)"
     dev = _resolve_device(dev, default="cuda")
+    if plot:
+        checks.check_matplotlib("--plot")  # before the run, not after it
+    default = config == "crossover" and not (keys_list and rows_list)
+    _cpu_notes(dev, graph=graph, default_cases=[{"rows": max(sweep["rows"]), "keys": max(sweep["keys"])}] if default
+               else None, hint="give small --rows and --keys lists, e.g. --rows 8 --keys 600,1200,2400")
     with _progress("crossover") as prog:
         rep = xo.run_crossover(sweep, device=dev, reps=reps, warmup=warmup, cold_l2=cold_l2, graph=graph,
                                progress=prog, block_rows=block_rows, sms=sms, confirm=confirm, wave=wave)
@@ -735,7 +828,7 @@ def crossover(config, paths_, topks, rows_list, keys_list, confirm, block_rows, 
         p = xo.write_calibration(out, rep.calibration)
         click.echo(f"wrote calibration {p} (use it with MQA_TOPK_CALIBRATION={p})")
     if results_out:
-        _write_out(results_out, rep.results, env)
+        _write_out(results_out, rep.results, env, option="--results")
     if plot:
         why = xo.plot_crossover(rep, plot)
         click.echo(why if why else f"wrote plot {plot}")
@@ -749,13 +842,18 @@ def crossover(config, paths_, topks, rows_list, keys_list, confirm, block_rows, 
 @main.command()
 @click.argument("file", type=click.Path(dir_okay=False))
 def inspect(file: str) -> None:
-    """Describe a recorded workload file (shapes, dtypes, rows, keys, visible pairs...)."""
+    """Describe a recorded workload file: each tensor's shape and dtype, rows,
+    keys, topk, row lengths, visible pairs...
+
+    Record one from your own code with
+    mqa_topk_cli.workloads.record(path, q, k, scales, weights, starts, ends, topk)
+    (.safetensors or .pt; see the README, "Recording a workload")."""
     from rich.table import Table
 
     from . import workloads
 
     if not Path(file).is_file():
-        raise UsageError(f"FILE {file}: no such file")
+        raise UsageError(f"FILE {file}: {'not a regular file' if Path(file).exists() else 'no such file'}")
     try:
         info = workloads.describe_workload(file)
     except MqaTopkError:
@@ -765,6 +863,8 @@ def inspect(file: str) -> None:
     t = Table(title=f"workload {file}", show_header=False)
     t.add_column("field", style="bold")
     t.add_column("value")
+    for name, desc in info.pop("tensors", {}).items():  # each tensor as the file stores it
+        t.add_row(f"tensor {name}", desc)
     for k, v in info.items():
         if isinstance(v, dict):
             v = ", ".join(f"{kk}={vv}" for kk, vv in v.items())

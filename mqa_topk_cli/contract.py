@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import torch
 
+from .checks import MAX_KEYS, MAX_ROWS  # noqa: F401  (the limits live in checks.py, torch-free)
 from .errors import ContractError
 
 HEADS = 32
 HEAD_DIM = 128
 TOPKS = (512, 1024, 2048)
-#: Largest key count the native kernels accept (indices fit int32 with room;
-#: the fused kernel's workspace is sized for this).
-MAX_KEYS = 1 << 22
 FP8 = torch.float8_e4m3fn
 
 
@@ -84,6 +82,8 @@ def check_mqa_inputs(q, k, scales, weights, starts, ends, *, check_values: bool 
     if q.dim() != 3 or q.shape[1] != HEADS or q.shape[2] != HEAD_DIM:
         raise ContractError("q", f"expected shape [rows, {HEADS}, {HEAD_DIM}], got {list(q.shape)}")
     rows = q.shape[0]
+    if rows > MAX_ROWS:
+        raise ContractError("q", f"{rows} rows exceeds the limit of {MAX_ROWS}")
     _dtype("k", k, FP8)
     if k.dim() != 2 or k.shape[1] != HEAD_DIM:
         raise ContractError("k", f"expected shape [keys, {HEAD_DIM}], got {list(k.shape)}")

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from . import eligibility
+from . import checks, eligibility
 from .errors import Unavailable, UsageError
 
 #: The SM100 seed's thresholds, shown beside ours.
@@ -41,7 +41,7 @@ def find_crossover(keys: Sequence[int], t_a: Sequence[float], t_b: Sequence[floa
     "<= min") when A is faster from the first point on.
     """
     if not (len(keys) == len(t_a) == len(t_b)):
-        raise UsageError(f"find_crossover: keys, t_a and t_b differ in length ({len(keys)}, {len(t_a)}, {len(t_b)})")
+        raise UsageError(f"keys: the key grid and the two time lists differ in length ({len(keys)}, {len(t_a)}, {len(t_b)})")
     if isinstance(confirm, bool) or not isinstance(confirm, int) or confirm < 0:
         raise UsageError(f"confirm: must be an int >= 0, got {confirm!r}")
     pts = []
@@ -54,9 +54,9 @@ def find_crossover(keys: Sequence[int], t_a: Sequence[float], t_b: Sequence[floa
         pts.append((float(k), a, b))
     for (k0, _, _), (k1, _, _) in zip(pts, pts[1:]):
         if not (0 < k0 < k1):
-            raise UsageError("find_crossover: keys must be positive and strictly increasing")
+            raise UsageError(f"keys: must be positive and strictly increasing, got {list(keys)}")
     if pts and pts[0][0] <= 0:
-        raise UsageError("find_crossover: keys must be positive and strictly increasing")
+        raise UsageError(f"keys: must be positive and strictly increasing, got {list(keys)}")
     wins = [a < b for _, a, b in pts]
     n = len(pts)
     for i in range(n):
@@ -180,12 +180,30 @@ def _toml_load(path: Path) -> dict:
         raise UsageError(f"--config {path}: not valid TOML ({e})") from None
 
 
-def _int_list(v, what: str, where: str) -> list[int]:
+def _int_list(v, what: str, where: str, check=None) -> list[int]:
     if isinstance(v, int) and not isinstance(v, bool):
         v = [v]
     if not isinstance(v, list) or not v or not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in v):
         raise UsageError(f"--config {where}: {what} must be a non-empty list of positive integers, got {v!r}")
+    for x in v:
+        _checked(check, x, what, where)
     return list(v)
+
+
+def _check_topk(value, what: str) -> int:
+    from .contract import TOPKS
+
+    return checks.check_choice(value, what, TOPKS)
+
+
+def _checked(check, value, what: str, where: str):
+    """``check(value, what)`` (a ``checks`` function) with the config file named."""
+    if check is None:
+        return value
+    try:
+        return check(value, what)
+    except UsageError as e:
+        raise UsageError(f"--config {where}: {e}") from None
 
 
 def load_sweep(path) -> dict:
@@ -210,6 +228,8 @@ def load_sweep(path) -> dict:
             raise UsageError(f"--config {p}: [sweep] keys: {e}") from None
     else:
         grid = sorted(set(_int_list(keys, "[sweep] keys", where)))
+    for k in grid:
+        _checked(checks.check_keys, k, "[sweep] keys", where)
     paths = sw.get("paths", ["fused", "native"])
     if not (isinstance(paths, list) and len(paths) == 2 and all(isinstance(x, str) for x in paths)):
         raise UsageError(f"--config {p}: [sweep] paths must name two paths, got {paths!r}")
@@ -222,17 +242,17 @@ def load_sweep(path) -> dict:
     return {
         "layout": str(sw.get("layout", "causal")),
         "dist": str(sw.get("dist", "gaussian")),
-        "seed": int(sw.get("seed", 0)),
+        "seed": _checked(checks.check_seed, sw.get("seed", 0), "[sweep] seed", where),
         "options": options,
-        "topks": _int_list(sw.get("topks", [512, 1024, 2048]), "[sweep] topks", where),
-        "rows": _int_list(sw.get("rows", [8192]), "[sweep] rows", where),
+        "topks": _int_list(sw.get("topks", [512, 1024, 2048]), "[sweep] topks", where, _check_topk),
+        "rows": _int_list(sw.get("rows", [8192]), "[sweep] rows", where, checks.check_rows),
         "keys": grid,
         "paths": list(paths),
-        "confirm": int(sw.get("confirm", 2)),
+        "confirm": _checked(lambda v, w: checks.check_int(v, w, 0), sw.get("confirm", 2), "[sweep] confirm", where),
         "wave": {
             "enabled": bool(wave.get("enabled", True)),
-            "keys": int(wave.get("keys", 65536)),
-            "topk": int(wave.get("topk", 512)),
+            "keys": _checked(checks.check_keys, wave.get("keys", 65536), "[wave] keys", where),
+            "topk": _checked(_check_topk, wave.get("topk", 512), "[wave] topk", where),
             "multiples": _int_list(wave.get("multiples", [1, 2]), "[wave] multiples", where),
         },
     }
@@ -276,6 +296,21 @@ def check_paths_available(paths: Sequence[str], device) -> None:
             raise Unavailable(f"the {name} path is unavailable here ({reason}); crossover needs both paths of --paths")
 
 
+def _checked_sweep(sweep: dict) -> dict:
+    """The sweep with its key grid sorted (its order does not matter) and its
+    sizes checked against the limits before anything runs."""
+    sweep = dict(sweep)
+    sweep["keys"] = sorted(set(checks.check_keys(k, "keys") for k in sweep["keys"]))
+    for r in sweep["rows"]:
+        checks.check_rows(r, "rows")
+    for t in sweep["topks"]:
+        _check_topk(t, "topks")
+    wave = sweep.get("wave", {})
+    if wave.get("enabled", True) and "keys" in wave:
+        checks.check_keys(wave["keys"], "wave keys")
+    return sweep
+
+
 def run_crossover(
     sweep: dict,
     *,
@@ -300,6 +335,7 @@ def run_crossover(
 
     a, b = tuple(paths or sweep.get("paths") or ("fused", "native"))
     check_paths_available((a, b), device)
+    sweep = _checked_sweep(sweep)
     cal_now = calibration if calibration is not None else eligibility.load_calibration()
     br = int(block_rows if block_rows is not None else cal_now.get("block_rows", eligibility.DEFAULT_BLOCK_ROWS))
     conf = int(sweep.get("confirm", 2) if confirm is None else confirm)

@@ -1,5 +1,6 @@
 """The environment stamp every result carries (SPEC §5): GPU, SM count, L2
-size, clocks if known, torch/CUDA versions, git commit, date and host.
+size, clocks if known, CPU model and threads, torch/CUDA versions, git
+commit, date and host.
 
 ``environment()`` is cheap and never raises: anything it cannot find is None.
 The slow probes (``nvidia-smi``, ``git``) run once per process and have short
@@ -104,6 +105,33 @@ def _gpu(index: int) -> dict:
     return info
 
 
+@functools.cache
+def cpu_model() -> str | None:
+    """The CPU's model name (``/proc/cpuinfo``, else ``platform.processor()``), or None."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("model name", "Hardware", "cpu model") and value.strip():
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or None
+
+
+def _cpu() -> dict:
+    """CPU model, the threads torch computes with, and the logical CPUs."""
+    info = {"cpu": None, "cpu_threads": None, "cpu_count": os.cpu_count()}
+    try:
+        info["cpu"] = cpu_model()
+        import torch
+
+        info["cpu_threads"] = int(torch.get_num_threads())
+    except Exception:
+        pass
+    return info
+
+
 def _versions() -> dict:
     v = {"torch": None, "cuda": None, "python": platform.python_version()}
     try:
@@ -132,8 +160,9 @@ def _device_index(device) -> int:
 
 def environment(device=None) -> dict:
     """A flat-ish dict describing where a result was measured. Keys: gpu, arch,
-    sms, l2_bytes, memory_bytes, clocks (dict or None), driver, torch, cuda,
-    python, commit, date (UTC ISO 8601), hostname. Never raises."""
+    sms, l2_bytes, memory_bytes, clocks (dict or None), driver, cpu (model),
+    cpu_threads (torch's compute threads), cpu_count, torch, cuda, python,
+    commit, date (UTC ISO 8601), hostname. Never raises."""
     idx = _device_index(device)
     env: dict = {}
     env.update(_gpu(idx))
@@ -141,6 +170,7 @@ def environment(device=None) -> dict:
     clocks = {k: smi[k] for k in ("sm_clock_mhz", "mem_clock_mhz", "max_sm_clock_mhz", "max_mem_clock_mhz") if smi.get(k) is not None}
     env["clocks"] = clocks or None
     env["driver"] = smi.get("driver")
+    env.update(_cpu())
     env.update(_versions())
     try:
         env["commit"] = git_commit()
@@ -152,6 +182,15 @@ def environment(device=None) -> dict:
     except Exception:
         env["hostname"] = None
     return env
+
+
+def device_label(env: dict, device=None) -> str:
+    """What the results ran on, for a one-line summary: the GPU's name, else
+    (no GPU, or ``device`` is the CPU) ``CPU <model>, <n> threads``."""
+    if env.get("gpu") and not str(device or "").startswith("cpu"):
+        return str(env["gpu"])
+    threads = f", {env['cpu_threads']} threads" if env.get("cpu_threads") else ""
+    return f"CPU {env.get('cpu') or '(model unknown)'}{threads}"
 
 
 def flat_environment(env: dict | None = None) -> dict:

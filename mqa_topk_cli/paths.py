@@ -26,7 +26,7 @@ from typing import Callable
 
 import torch
 
-from . import ops
+from . import checks, ops
 from .contract import HEAD_DIM, HEADS
 from .errors import Unavailable, UsageError
 from .reference import assemble_reference_logits, ieee_fp32_matmul, reference_mqa_topk
@@ -88,6 +88,14 @@ class PathImpl:
         return f"<path {self.name}>"
 
 
+def _check_dense_logits(name: str, w) -> None:
+    """Before a path materialises its whole ``[rows, keys]`` fp32 logits (plus
+    its chunk intermediates, up to 1 GiB): is there room for them?"""
+    pairs = w.rows * w.keys
+    checks.check_memory(4 * pairs + min(1 << 30, 256 * pairs), w.device, "rows",
+                        f"the {name} path's dense logits [{w.rows}, {w.keys}]")
+
+
 # --------------------------------------------------------------------------- reference
 
 class ReferencePath(PathImpl):
@@ -99,6 +107,7 @@ class ReferencePath(PathImpl):
         output.copy_(reference_mqa_topk(w, "fp32"))
 
     def logits(self, w):
+        _check_dense_logits(self.name, w)
         # The same chunk plan as run(): bitwise the logits the output was ranked on.
         return assemble_reference_logits(w, "fp32")
 
@@ -209,6 +218,7 @@ class TorchPath(PathImpl):
 
     def logits(self, w):
         """The torch path's fp32 logits [rows, keys] (-inf outside the ranges)."""
+        _check_dense_logits(self.name, w)
         kpad = self._padded_keys(w) if w.device.type == "cuda" else w.k
         out = torch.full((w.rows, w.keys), float("-inf"), dtype=torch.float32, device=w.device)
         with ieee_fp32_matmul():

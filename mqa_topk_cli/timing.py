@@ -41,6 +41,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from . import checks
 from .errors import Unavailable, UsageError
 
 #: Flush size when the L2 size cannot be read: 2x the 60 MiB of an H200, rounded up.
@@ -153,10 +154,9 @@ def time_fn(
     copies together should exceed twice the L2).
     device: where ``fn`` runs; None = CUDA when available, else CPU.
     """
-    if reps is not None and (isinstance(reps, bool) or int(reps) < 1):
-        raise UsageError(f"reps: must be >= 1, got {reps!r}")
-    if warmup is None or warmup < 0:
-        raise UsageError(f"warmup: must be >= 0 ms, got {warmup!r}")
+    if reps is not None:
+        checks.check_int(reps, "reps", 1, checks.MAX_REPS)
+    warmup = checks.check_number(warmup, "warmup", lo=0.0, hi=checks.MAX_WARMUP_MS)  # NaN/inf would never end
     calls = list(rotate) if rotate else [fn]
     dev = _resolve_device(device)
     if dev.type == "cuda":

@@ -34,11 +34,13 @@ the reference once for all of them.
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
 import torch
 
+from .checks import MAX_TOL_REL, check_memory
 from .errors import Unavailable
 from .paths import PathImpl, get_path
 from .reference import ieee_fp32_matmul, reference_logits, reference_topk
@@ -103,6 +105,8 @@ class VerifyResult:
     status: str = "ok"
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    #: The recorded workload file the case came from, if any.
+    file: str | None = None
 
     def add_error(self, msg: str) -> None:
         if len(self.errors) < MAX_ERRORS:
@@ -229,6 +233,9 @@ def _poison(out: torch.Tensor, i: int) -> None:
 
 def _execute(p: PathImpl, w, runs: int, res: VerifyResult) -> list[torch.Tensor]:
     """Runs ``p`` ``runs`` times on poisoned outputs; fills res.status/errors on failure."""
+    # every run's output is kept (determinism): room for all of them, checked before allocating
+    check_memory(runs * w.rows * int(w.topk) * 4, w.device, "--reruns",
+                 f"keeping {runs} outputs [{w.rows}, {int(w.topk)}] for the determinism check")
     outs = []
     for i in range(runs):
         out = torch.empty((w.rows, int(w.topk)), dtype=torch.int32, device=w.device)
@@ -545,6 +552,19 @@ def _finish(run: _Run) -> VerifyResult:
 
 # --------------------------------------------------------------------------- API
 
+def failed_case(case: str, path: str, exc: BaseException, *, rows: int = 0, keys: int = 0, topk: int = 0,
+                file: str | None = None) -> VerifyResult:
+    """The result of a (case, path) whose workload could not be built or
+    loaded: labelled (``status`` as ``bench`` labels its failures) and failed,
+    so that the other cases go on."""
+    from .bench import status_of
+
+    status = status_of(exc)
+    return VerifyResult(case=case, path=getattr(path, "name", str(path)), rows=int(rows or 0), keys=int(keys or 0),
+                        topk=int(topk or 0), status=status, errors=[f"the case could not run: {status}"],
+                        passed=False, file=file)
+
+
 def _resolve(path) -> PathImpl:
     return path if isinstance(path, PathImpl) else get_path(path)
 
@@ -554,8 +574,8 @@ def _verify_workload(w, paths: list, *, other=None, reruns: int = 2, precision: 
     if precision not in ("fp32", "fp64"):
         raise ValueError(f"precision: must be 'fp32' or 'fp64', got {precision!r}")
     tol = DEFAULT_TOL_REL if tol_rel is None else float(tol_rel)
-    if not tol > 0:
-        raise ValueError(f"tol_rel: must be > 0, got {tol_rel!r}")
+    if not (math.isfinite(tol) and 0 < tol <= MAX_TOL_REL):  # NaN or inf would make layer 2 vacuous
+        raise ValueError(f"tol_rel: must be a finite number in (0, {MAX_TOL_REL:g}], got {tol_rel!r}")
     case = w.name or "workload"
     impls = [_resolve(p) for p in paths]
     with ieee_fp32_matmul():
@@ -596,7 +616,16 @@ def verify_many(cases, paths, *, other: str | None = None, reruns: int = 2, prec
         other = paths[1]
     results = []
     for case in cases:
-        w = workload_from_case(case, device) if isinstance(case, dict) else case
+        try:
+            w = workload_from_case(case, device) if isinstance(case, dict) else case
+        except Exception as e:  # labelled, the other cases go on
+            got = [failed_case(str(case.get("name") or "case"), p, e, rows=case.get("rows"), keys=case.get("keys"),
+                               topk=case.get("topk"), file=case.get("file")) for p in paths]
+            for r in got:
+                if on_result is not None:
+                    on_result(r)
+            results.extend(got)
+            continue
         got = _verify_workload(w, paths, other=other, reruns=reruns, precision=precision, tol_rel=tol_rel)
         if other is not None and len(paths) == 2:
             # the second path is compared with the first
@@ -606,6 +635,8 @@ def verify_many(cases, paths, *, other: str | None = None, reruns: int = 2, prec
                 got[1].exact_set_rate = first.exact_set_rate
                 got[1].bitwise_logits = first.bitwise_logits
         for r in got:
+            if isinstance(case, dict) and case.get("file"):
+                r.file = str(case["file"])
             if on_result is not None:
                 on_result(r)
         results.extend(got)
@@ -613,4 +644,4 @@ def verify_many(cases, paths, *, other: str | None = None, reruns: int = 2, prec
     return results
 
 
-__all__ = ["VerifyResult", "verify_case", "verify_many", "DEFAULT_TOL_REL", "SENTINEL", "magnitude_bound"]
+__all__ = ["VerifyResult", "verify_case", "verify_many", "failed_case", "DEFAULT_TOL_REL", "SENTINEL", "magnitude_bound"]

@@ -28,6 +28,7 @@ Distributions (SPEC §4, the workloads that find bugs): see ``DISTS`` and the
 from __future__ import annotations
 
 import math
+import re
 import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -35,7 +36,7 @@ from typing import Any
 
 import torch
 
-from . import contract
+from . import checks, contract
 from .contract import FP8, HEAD_DIM, HEADS, TOPKS
 from .errors import ContractError, UsageError
 
@@ -211,8 +212,6 @@ def _ragged_lengths(rng: _Rng, rows: int | None, keys: int | None, opts: dict) -
         return list(kl), list(rl)
     if rows is None or keys is None:
         raise UsageError("rows/keys: required unless key_lengths and row_lengths are given")
-    if rows > keys:
-        raise UsageError(f"rows: the ragged layout needs rows <= keys (each request has q_i <= c_i; got rows={rows}, keys={keys})")
     nreq = _int("requests", opts.get("requests", 4), lo=1)
     nreq = min(nreq, keys) if keys else 1
     if keys == 0:
@@ -261,8 +260,6 @@ def _layout(rng: _Rng, layout: str, rows: int | None, keys: int | None, opts: di
         raise UsageError("rows/keys: both are required")
     r = torch.arange(rows, dtype=torch.int64)
     if layout == "causal":
-        if rows > keys:
-            raise UsageError(f"rows: the causal layout needs rows <= keys (got rows={rows}, keys={keys})")
         return rows, keys, torch.zeros(rows, dtype=torch.int64), keys - rows + r + 1, [0]
     if layout == "full":
         return rows, keys, torch.zeros(rows, dtype=torch.int64), torch.full((rows,), keys, dtype=torch.int64), [0]
@@ -460,6 +457,31 @@ _DIST_FUNCS = {
 }
 
 
+def _planned_size(layout: str, rows, keys, opts: dict) -> tuple[int, int] | None:
+    """(rows, keys) a workload will have, known before generating it: the
+    arguments, or the sums of a ragged layout's explicit lengths; None when
+    they are malformed (``_layout`` then names the bad argument)."""
+    if layout == "ragged" and "key_lengths" in opts and "row_lengths" in opts:
+        kl, rl = opts["key_lengths"], opts["row_lengths"]
+        ints = isinstance(kl, (list, tuple)) and isinstance(rl, (list, tuple)) and all(
+            isinstance(x, int) and not isinstance(x, bool) for x in (*kl, *rl))
+        return (sum(rl), sum(kl)) if ints else None
+    if isinstance(rows, int) and isinstance(keys, int):
+        return rows, keys
+    return None
+
+
+def _check_rows_fit(layout: str, rows: int, keys: int, opts: dict) -> None:
+    """Causal and (generated) ragged layouts need rows <= keys."""
+    if rows <= keys:
+        return
+    if layout == "causal":
+        raise UsageError(f"rows: the causal layout needs rows <= keys (got rows={rows}, keys={keys})")
+    if layout == "ragged" and "row_lengths" not in opts:
+        raise UsageError(f"rows: the ragged layout needs rows <= keys (each request has q_i <= c_i; "
+                         f"got rows={rows}, keys={keys})")
+
+
 def make_workload(layout: str = "causal", rows: int | None = 256, keys: int | None = 4096, topk: int = 2048,
                   dist: str = "gaussian", seed: int = 0, device="cpu", name: str = "", **opts) -> Workload:
     """A synthetic workload (see the module docstring for layouts, ``DISTS`` and
@@ -477,17 +499,21 @@ def make_workload(layout: str = "causal", rows: int | None = 256, keys: int | No
     except ContractError as e:
         raise UsageError(str(e)) from None
     if rows is not None:
-        _int("rows", rows)
+        checks.check_rows(rows)
     if keys is not None:
-        _int("keys", keys, lo=1)
-    seed = _int("seed", seed)
+        checks.check_keys(keys)
+    seed = checks.check_seed(seed)
     dev = torch.device(device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise UsageError(f"device: {device} requested but no CUDA GPU is available")
+    size = _planned_size(layout, rows, keys, opts)
+    if size is not None:  # sizes and memory are checked before anything is allocated
+        _check_rows_fit(layout, *size, opts)
+        checks.check_generation(*size, dev)
     rng = _Rng(seed, dev)
     rows, keys, starts, ends, offs = _layout(rng, layout, rows, keys, opts)
-    if keys < 1:
-        raise UsageError("keys: must be >= 1")
+    checks.check_rows(rows)
+    checks.check_keys(keys)
     if dist == "short_rows":
         starts, ends = _short_rows(rng, keys, topk, starts, ends)
     if opts.get("unaligned_starts"):
@@ -582,6 +608,9 @@ def record(path, q, k, scales, weights, starts, ends, topk, name: str = "") -> P
         fp32_scales = ops.fused_mqa_topk_key_scales(fp32_scales)
     w = Workload(cpu["q"], cpu["k"], fp32_scales, cpu["weights"], cpu["starts"], cpu["ends"], topk, name=name)
     w.validate()
+    if w.rows < 1 or w.keys < 1:  # load_workload refuses such a file
+        raise ContractError("q" if w.rows < 1 else "k", f"a workload needs at least one row and one key, got "
+                                                         f"{w.rows} rows and {w.keys} keys")
     _check_values(None, w)
     _write(path, cpu, _meta_of(topk, name, None))
     return path
@@ -626,23 +655,44 @@ def _read_raw(path: Path) -> tuple[str, dict[str, Any], dict[str, str]]:
             raise _file_error(path, f"corrupt or unreadable safetensors file ({type(e).__name__}: {e})") from None
         return fmt, data, meta
     import pickle
+    import warnings
 
     try:
-        obj = torch.load(str(path), map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # e.g. torch's two-line warning about a raw pickle's protocol
+            warnings.simplefilter("ignore")
+            obj = torch.load(str(path), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        if "Unsupported global" in str(e) or "Unsupported class" in str(e):
-            raise _file_error(path, "holds Python objects other than tensors and plain values; refusing to unpickle "
-                                    "it (loaded with weights_only=True)") from None
-        raise _file_error(path, f"corrupt .pt file ({first})") from None
+        text = str(e)
+        if re.search(r"unsupported (global|class)|\bGLOBAL\s", text, re.IGNORECASE):
+            m = re.search(r"\bGLOBAL\s+([\w.]+)", text)
+            what = f" ({m.group(1)})" if m else ""
+            raise _file_error(path, f"holds Python objects other than tensors and plain values{what}; refusing to "
+                                    f"unpickle it (workload files are loaded with weights_only=True)") from None
+        why = _weights_only_reason(text)
+        raise _file_error(path, "corrupt .pt file, or a pickle that torch.save did not write; not unpickled "
+                                f"(workload files are loaded with weights_only=True){f': {why}' if why else ''}") from None
     except Exception as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise _file_error(path, f"corrupt or unreadable .pt file ({type(e).__name__}: {first})") from None
+        why = _weights_only_reason(str(e)) or type(e).__name__
+        raise _file_error(path, f"corrupt or unreadable .pt file ({type(e).__name__}: {why})") from None
     if not isinstance(obj, dict):
         raise _file_error(path, f"expected a dict of tensors at the top level, got {type(obj).__name__}")
     meta = {key: v for key, v in obj.items() if not isinstance(v, torch.Tensor)}
     data = {key: v for key, v in obj.items() if isinstance(v, torch.Tensor)}
     return fmt, data, meta
+
+
+#: Lines of torch's load errors that are advice, not the reason.
+_TORCH_ADVICE = ("weights only load failed", "please file an issue", "check the documentation", "re-running")
+
+
+def _weights_only_reason(text: str) -> str:
+    """The first specific line of a torch.load error, without torch's advice
+    (which suggests the unsafe ``weights_only=False``: never shown)."""
+    for ln in re.sub(r"\x1b\[[0-9;]*m", "", text).splitlines():
+        ln = ln.strip().removeprefix("WeightsUnpickler error:").strip()
+        if ln and "weights_only" not in ln and not ln.lower().startswith(_TORCH_ADVICE):
+            return ln
+    return ""
 
 
 def _meta_int(path, meta: dict, key: str, required: bool) -> int | None:
@@ -670,12 +720,14 @@ def _field(path, data: dict, name: str) -> torch.Tensor:
     return data[name]
 
 
-def _load_checked(path: Path) -> tuple[Workload, str, str]:
-    """(workload on CPU, file format, scales format) of a file, every field checked."""
+def _load_checked(path: Path) -> tuple[Workload, str, str, dict[str, str]]:
+    """(workload on CPU, file format, scales format, each stored tensor's "[shape] dtype") of a file,
+    every field checked."""
     from . import ops
 
     fmt, data, meta = _read_raw(path)
     q, k, scales, weights, starts, ends = (_field(path, data, f) for f in FIELDS)
+    stored = {f: f"{list(data[f].shape)} {_dtype_name(data[f].dtype)}" for f in FIELDS}
     fp8_as_u8 = {s.strip() for s in str(meta.get("fp8_as_uint8", "")).split(",") if s.strip()}
     for f, t in (("q", q), ("k", k)):
         if f in fp8_as_u8 and t.dtype == torch.uint8:
@@ -691,6 +743,10 @@ def _load_checked(path: Path) -> tuple[Workload, str, str]:
     if k.dim() != 2 or k.shape[1] != HEAD_DIM:
         raise _file_error(path, f"k: expected shape [keys, {HEAD_DIM}], got {list(k.shape)}")
     rows, keys = q.shape[0], k.shape[0]
+    if rows < 1:
+        raise _file_error(path, "q: holds 0 rows; a workload needs at least one row (as --rows does)")
+    if keys < 1:
+        raise _file_error(path, "k: holds 0 keys; a workload needs at least one key (as --keys does)")
     scales_format = "fp32"
     if scales.dtype == torch.uint8:
         if scales.dim() != 2 or tuple(scales.shape) != (keys, 4):
@@ -735,25 +791,32 @@ def _load_checked(path: Path) -> tuple[Workload, str, str]:
     _check_values(path, w)
     try:
         w.validate()
-    except ContractError as e:  # pragma: no cover - the checks above cover the contract
+    except ContractError as e:  # e.g. more keys than the key limit
         raise _file_error(path, str(e)) from None
-    return w, fmt, scales_format
+    return w, fmt, scales_format, stored
+
+
+def _dtype_name(dtype) -> str:
+    return str(dtype).replace("torch.", "")
 
 
 def load_workload(path, device="cpu") -> Workload:
     """Reads a recorded workload (``.safetensors`` or ``.pt``), checks every
     field (``UsageError`` naming the file and field), converts UE8M0 scales to
     fp32, and moves it to ``device``."""
-    w, _, _ = _load_checked(Path(path))
+    w, _, _, _ = _load_checked(Path(path))
     return w.to(device) if torch.device(device).type != "cpu" else w
 
 
 def describe_workload(path) -> dict:
-    """``Workload.describe()`` of a file plus its format and size (``mqa-topk inspect``)."""
+    """``Workload.describe()`` of a file plus its format and size, and under
+    ``"tensors"`` each stored tensor's shape and dtype as the file holds it
+    (``mqa-topk inspect``)."""
     path = Path(path)
-    w, fmt, scales_format = _load_checked(path)
+    w, fmt, scales_format, stored = _load_checked(path)
     d = {"file": str(path), "format": fmt, "file_bytes": path.stat().st_size, "scales_format": scales_format}
     d.update(w.describe())
+    d["tensors"] = stored
     return d
 
 
@@ -812,6 +875,8 @@ def _normalize_case(path, i: int, case: dict) -> dict:
         fp = Path(f)
         if not fp.is_absolute():
             fp = Path(path).parent / fp
+        if not fp.is_file():
+            raise _case_error(path, i, case, f"file: {fp}: no such file")
         c["file"] = str(fp)
         c.setdefault("name", fp.stem)
         c.setdefault("layout", "recorded")
@@ -839,10 +904,18 @@ def _normalize_case(path, i: int, case: dict) -> dict:
                 continue
             raise _case_error(path, i, case, f"{key}: missing")
         v = c[key]
-        if isinstance(v, bool) or not isinstance(v, int) or v < (1 if key == "keys" else 0):
+        if isinstance(v, bool) or not isinstance(v, int):
             raise _case_error(path, i, case, f"{key}: expected a positive integer, got {v!r}")
+        try:
+            (checks.check_rows if key == "rows" else checks.check_keys)(v)
+        except UsageError as e:
+            raise _case_error(path, i, case, str(e)) from None
     if isinstance(c["seed"], bool) or not isinstance(c["seed"], int) or c["seed"] < 0:
         raise _case_error(path, i, case, f"seed: expected a non-negative integer, got {c['seed']!r}")
+    try:
+        checks.check_seed(c["seed"])
+    except UsageError as e:
+        raise _case_error(path, i, case, str(e)) from None
     if c["layout"] == "causal" and "rows" in c and "keys" in c and c["rows"] > c["keys"]:
         raise _case_error(path, i, case, f"rows: the causal layout needs rows <= keys (got {c['rows']} > {c['keys']})")
     if not isinstance(c.get("name", ""), str):

@@ -161,6 +161,8 @@ def test_build_reports_kernels(run, monkeypatch):
     assert os.environ.get("MQA_TOPK_VERBOSE_BUILD") == "1"
     for text in ("mqa_logits.cu", "NVIDIA H200", "sm_90a", "12.5", "sm90_fp8_mqa_logits", "168", "200704", "/tmp/cache/sm90a-x"):
         assert text in res.stdout, text
+    spill_row = next(ln for ln in res.stdout.splitlines() if "sm90_topk" in ln)
+    assert "16" in spill_row and "[red]" not in res.stdout  # styled, not printed as markup
 
 
 def test_build_with_missing_nvcc_exits_1(run, monkeypatch):
@@ -353,10 +355,12 @@ def test_crossover_on_cpu_writes_a_calibration(run, tmp_path, monkeypatch):
     assert len(pd.read_csv(tmp_path / "raw.csv")) >= 4
 
 
-def test_crossover_plot_flag(run, tmp_path, monkeypatch):
+def test_crossover_plot_without_matplotlib_fails_before_the_run(run, tmp_path, monkeypatch):
+    from mqa_topk_cli import crossover
+
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if not installed
+    monkeypatch.setattr(crossover, "run_crossover", lambda *a, **k: pytest.fail("ran before saying --plot cannot work"))
     res = run("crossover", "--device", "cpu", "--paths", "torch,reference", "--topks", "512", "--rows", "8",
               "--keys", "600", "--no-wave", "--reps", "2", "--warmup", "0", "--plot", tmp_path / "p.png")
-    assert res.exit_code == 0, res.output
-    assert "matplotlib is not installed" in res.stdout
+    _one_line_error(res, 1, "--plot", "matplotlib", "mqa-topk[plot]")
     assert not (tmp_path / "p.png").exists()

@@ -1,0 +1,216 @@
+"""Checks of the tool's own inputs that run before any work: size limits
+(before anything is allocated), numbers that must be finite and bounded, and
+output files (checked before a run, not after it).
+
+Every check raises ``UsageError`` whose message starts with the name it was
+given (an option such as ``--warmup``, or a field such as ``rows``). The CLI's
+option callbacks, the config readers, the workload generator and the timing
+and verification functions all call these, so a limit is stated once.
+
+The module imports neither torch nor click at import time (the CLI reads the
+limits while it builds its help); ``contract.py`` takes its limits from here.
+"""
+from __future__ import annotations
+
+import math
+import operator
+import os
+from pathlib import Path
+
+from .errors import Unavailable, UsageError
+
+#: Largest key count the native kernels accept (indices fit int32 with room;
+#: the fused kernel's workspace is sized for this). ``contract.MAX_KEYS``.
+MAX_KEYS = 1 << 22
+#: Largest row count: the C++ launchers index ``rows * 32`` head rows with
+#: int32 (``launch_common.h``: rows <= 2**31 / 32 - 1). ``contract.MAX_ROWS``.
+MAX_ROWS = (1 << 31) // 32 - 1
+#: Seeds are int64 values of a ``torch.Generator`` (larger ones overflow, and
+#: 2**63 .. 2**64-1 alias negative seeds).
+MAX_SEED = (1 << 63) - 1
+#: Warm-up budget cap, ms: one minute of warm-up is far more than any path needs.
+MAX_WARMUP_MS = 60_000.0
+#: Timed runs per measurement cap (the CUDA timer records two events per run up front).
+MAX_REPS = 100_000
+#: Reruns cap of the determinism check (verify keeps every rerun's output).
+MAX_RERUNS = 100
+#: Largest ``--tol-rel``: every logit of a row lies within +-M_r (the row's
+#: magnitude bound), so a tolerance near 1 would accept any key; 2**-4 is
+#: already 256x the default 2**-12.
+MAX_TOL_REL = 2.0 ** -4
+
+#: Peak bytes per row and per key while a workload is generated: the
+#: generators build q ``[rows, 32, 128]`` and k ``[keys, 128]`` in fp32 and
+#: combine up to ~3 temporaries of that size before the fp8 cast (measured
+#: peak on a CPU: 37-48 KiB per row), so 4 fp32 copies are budgeted.
+GEN_BYTES_PER_ROW = 4 * 32 * 128 * 4 + 32 * 4 * 4 + 8 * 8
+GEN_BYTES_PER_KEY = 4 * 128 * 4 + 4 * 4
+#: Output files the commands write, by suffix.
+TABLE_SUFFIXES = (".csv", ".json")
+PLOT_SUFFIXES = (".png", ".pdf", ".svg")
+
+
+# ------------------------------------------------------------ integers and numbers
+
+
+def check_int(value, name: str, lo: int, hi: int | None = None, what: str = "") -> int:
+    """``value`` as an int in ``[lo, hi]``; bools and non-integers are refused."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        value = operator.index(value)
+    except TypeError:
+        raise UsageError(f"{name}: expected an integer, got {value!r}") from None
+    if value < lo or (hi is not None and value > hi):
+        limit = f"at least {lo}" if hi is None else f"between {lo} and {hi}"
+        raise UsageError(f"{name}: must be {limit}{what}, got {value}")
+    return value
+
+
+def check_choice(value, name: str, choices: tuple) -> object:
+    """``value`` when it is one of ``choices`` (bools are refused)."""
+    if isinstance(value, bool) or value not in choices:
+        raise UsageError(f"{name}: must be one of {', '.join(map(str, choices))}, got {value!r}")
+    return value
+
+
+def check_rows(rows, name: str = "rows") -> int:
+    return check_int(rows, name, 1, MAX_ROWS, " (a workload needs at least one row; the kernels index rows * 32 "
+                                              "with int32)")
+
+
+def check_keys(keys, name: str = "keys") -> int:
+    return check_int(keys, name, 1, MAX_KEYS, " (the key limit)")
+
+
+def check_seed(seed, name: str = "seed") -> int:
+    return check_int(seed, name, 0, MAX_SEED, " (an int64 generator seed)")
+
+
+def check_number(value, name: str, *, lo: float, hi: float, lo_open: bool = False) -> float:
+    """A finite float in ``[lo, hi]`` (``(lo, hi]`` with ``lo_open``): refuses
+    NaN and infinities, which compare false with every bound."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise UsageError(f"{name}: expected a number, got {value!r}") from None
+    ok_lo = v > lo if lo_open else v >= lo
+    if not (math.isfinite(v) and ok_lo and v <= hi):
+        interval = f"{'(' if lo_open else '['}{lo:g}, {hi:g}]"
+        raise UsageError(f"{name}: must be a finite number in {interval}, got {value!r}")
+    return v
+
+
+# ------------------------------------------------------------ memory, before allocating
+
+
+def generation_bytes(rows: int, keys: int) -> int:
+    """Peak bytes that generating a workload of ``rows`` x ``keys`` needs."""
+    return int(rows) * GEN_BYTES_PER_ROW + int(keys) * GEN_BYTES_PER_KEY
+
+
+def _meminfo_available() -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _cgroup_available() -> int | None:
+    """Room left under this process's cgroup memory limit (v2, else v1), if any."""
+    for limit_file, usage_file in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                                   ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                                    "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+        try:
+            limit = Path(limit_file).read_text().strip()
+            usage = int(Path(usage_file).read_text().strip())
+        except (OSError, ValueError):
+            continue
+        if limit == "max" or not limit.isdigit() or int(limit) >= 1 << 60:
+            return None
+        return max(0, int(limit) - usage)
+    return None
+
+
+def available_bytes(device) -> int | None:
+    """Memory free for new tensors on ``device`` ("cpu", "cuda", "cuda:N" or a
+    torch.device), or None when it cannot be told."""
+    dev = str(device)
+    if dev.startswith("cuda"):
+        try:
+            import torch
+
+            d = torch.device(dev)
+            free, _ = torch.cuda.mem_get_info(d)
+            return int(free) + int(torch.cuda.memory_reserved(d)) - int(torch.cuda.memory_allocated(d))
+        except Exception:
+            return None
+    found = [v for v in (_meminfo_available(), _cgroup_available()) if v is not None]
+    return min(found) if found else None
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
+def check_memory(need: int, device, name: str, what: str) -> None:
+    """``UsageError`` naming ``name`` when ``need`` bytes (for ``what``) exceed
+    the memory available on ``device``; nothing when that is unknown."""
+    free = available_bytes(device)
+    if free is not None and need > free:
+        raise UsageError(f"{name}: {what} needs about {_size(need)} on {device}, but only {_size(free)} is available; "
+                         f"use fewer rows or keys")
+
+
+def check_generation(rows: int, keys: int, device) -> None:
+    """Before generating a workload: sizes within the limits, and the memory
+    it takes to build available on ``device``."""
+    check_rows(rows)
+    check_keys(keys)
+    check_memory(generation_bytes(rows, keys), device, "rows",
+                 f"generating {rows} rows x {keys} keys")
+
+
+# ------------------------------------------------------------ output files
+
+
+def check_output_file(path, option: str, suffixes: tuple[str, ...]) -> Path:
+    """An output file a command will write when it has finished: the name
+    ends in one of ``suffixes``, its directory exists and is writable, and it
+    is not a directory. Checked before the run, so no work is lost."""
+    p = Path(path)
+    if p.suffix.lower() not in suffixes:
+        names = f"{', '.join(suffixes[:-1])} or {suffixes[-1]}" if len(suffixes) > 1 else suffixes[0]
+        raise UsageError(f"{option} {path}: the file name must end in {names}")
+    if p.is_dir():
+        raise UsageError(f"{option} {path}: is a directory")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise UsageError(f"{option} {path}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise UsageError(f"{option} {path}: not writable")
+    return p
+
+
+def check_matplotlib(option: str = "--plot") -> None:
+    """``Unavailable`` (one line) when matplotlib cannot be imported."""
+    try:
+        import matplotlib  # noqa: F401
+    except Exception:
+        raise Unavailable(f"{option}: needs matplotlib, which is not installed here "
+                          f"(pip install 'mqa-topk[plot]'), or leave out {option}") from None
+
+
+__all__ = [
+    "MAX_KEYS", "MAX_ROWS", "MAX_SEED", "MAX_WARMUP_MS", "MAX_REPS", "MAX_RERUNS", "MAX_TOL_REL", "check_int",
+    "check_choice",
+    "check_rows", "check_keys", "check_seed", "check_number", "generation_bytes", "available_bytes",
+    "check_memory", "check_generation", "check_output_file", "check_matplotlib",
+]
