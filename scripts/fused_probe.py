@@ -5,7 +5,8 @@ alone, the fused kernel, the fused kernel with appends switched off
 builds, the variants (1: v2 with the select on selector warps, 2: v1, 3: the
 default with 8 stages; each also with appends off); checks
 that every real variant returns the same sets; prints the in-kernel statistics
-(MQA_TOPK_FUSED_PROBE=2) of each.
+(MQA_TOPK_FUSED_PROBE=2) of each. Usage: fused_probe.py [rows keys [dist]
+[--stats-only]] (dist: a workloads.DISTS name).
 The numbers that count come from `mqa-topk bench`."""
 import os
 import sys
@@ -19,7 +20,14 @@ from mqa_topk_cli import ops  # noqa: E402
 from mqa_topk_cli.timing import time_fn  # noqa: E402
 
 rows, keys = (int(a) for a in (sys.argv[1:3] if len(sys.argv) > 2 else (8192, 65536)))
-q, k, scales, w, starts, ends = make(rows, keys, 5, "causal")
+DIST = sys.argv[3] if len(sys.argv) > 3 else None  # a workloads.DISTS name; default: logits_probe's gaussian
+STATS_ONLY = "--stats-only" in sys.argv
+if DIST:
+    from mqa_topk_cli.workloads import make_workload  # noqa: E402
+    wl = make_workload("causal", rows=rows, keys=keys, topk=2048, dist=DIST, seed=5, device="cuda")
+    q, k, scales, w, starts, ends = wl.q, wl.k, wl.scales, wl.weights, wl.starts, wl.ends
+else:
+    q, k, scales, w, starts, ends = make(rows, keys, 5, "causal")
 flop = 8192.0 * float((ends - starts).sum())
 base = {}
 
@@ -87,6 +95,11 @@ def stats(topk, variant=None):
           f"selector warps busy {sel_busy / max(sel_total, 1):.1%}", flush=True)
 
 
+if STATS_ONLY:  # only the in-kernel statistics of the default kernel (gate, redo, candidates)
+    for topk in (2048, 512):
+        print(f"[{DIST or 'gaussian'}]", end=" ")
+        stats(topk)
+    sys.exit(0)
 t = time_fn(lambda: ops.mqa_logits(q, k, scales, w, starts, ends))
 print(f"{'dense logits kernel alone':34s} {'':11s} {t.median_ms:8.3f} ms  {flop / t.median_ms / 1e9:7.1f} TFLOP/s")
 for topk in (2048, 512):
