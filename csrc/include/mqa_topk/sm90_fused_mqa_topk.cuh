@@ -62,6 +62,7 @@ struct Sm90FusedParams {
   int topk;
   int cap;           // candidates per (warpgroup, row) buffer: 3 * topk + 128
   int probe;         // development only: 1 = never append (logits + filter alone), 2 = real + statistics
+  RangeErrorSink err;  // bad rows are recorded here (range_check.cuh; null: not recorded)
 };
 
 // kLeanSelect (development, dev probe variant 1): warp_select_lean instead of
@@ -161,7 +162,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int nblocks = (p.rows + R - 1) / R;
   if (wg == Cfg::kMathWarpgroups) {
     // ---------------- producer: one thread takes blocks and issues every TMA ----------------
-    if (tid != Cfg::kMathThreads) return;
+    if (tid != Cfg::kMathThreads) {  // idle: check the row ranges (range_check.cuh)
+      check_row_ranges(p.err, p.starts, p.ends, p.rows, p.keys, kKernelFused,
+                       blockIdx.x * 127 + tid - Cfg::kMathThreads - 1, gridDim.x * 127);
+      return;
+    }
     ptx::prefetch_tensor_map(&tm_q);
     ptx::prefetch_tensor_map(&tm_k);
     ptx::prefetch_tensor_map(&tm_scales);
@@ -244,6 +249,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const int row = b * R + 2 * quad + i;
       row_start[i] = row < p.rows ? __ldg(p.starts + row) : 0;
       row_end[i] = row < p.rows ? __ldg(p.ends + row) : 0;
+      clamp_row_range(row_start[i], row_end[i], p.keys);
     }
     uint32_t cnt = 0;  // candidates of row (lane & 7) in this warpgroup's buffer
 
@@ -391,7 +397,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const int r = gwarp;
       const int row = b * R + r;
       if (row < p.rows) {
-        const int start = __ldg(p.starts + row);
+        const int start = min(max(__ldg(p.starts + row), 0), p.keys);  // clamp_row_range's start
         const Segs s{{buf_key(0, r), buf_key(1, r)}, {buf_idx(0, r), buf_idx(1, r)},
                {static_cast<int>(cnt_s[r]), static_cast<int>(cnt_s[8 + r])}, 2};
         if (p.probe == 2 && lane == 0) atomicAdd(stats + 4, static_cast<unsigned long long>(s.n[0] + s.n[1]));
@@ -428,7 +434,7 @@ inline cudaError_t launch_sm90_fused_mqa_topk(const void* q, const void* k, cons
                                               const float* weights, const int* starts, const int* ends, int* out,
                                               void* workspace, int rows, int keys, int topk, int num_sms,
                                               cudaStream_t stream, int* map_error = nullptr, int probe = 0,
-                                              int cap = 0) {
+                                              int cap = 0, RangeErrorSink range_err = {}) {
   using L = typename Cfg::Logits;
   if (rows <= 0) return cudaSuccess;
   CUtensorMap tm_q, tm_k, tm_s, tm_w;
@@ -458,7 +464,7 @@ inline cudaError_t launch_sm90_fused_mqa_topk(const void* q, const void* k, cons
   err = cudaMemsetAsync(counter, 0, kFusedHeaderBytes, stream);
   if (err != cudaSuccess) return err;
   Sm90FusedParams p{starts, ends, out, reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(workspace) + kFusedHeaderBytes),
-                    counter, rows, keys, topk, cap, probe};
+                    counter, rows, keys, topk, cap, probe, range_err};
   kernel<<<num_sms, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(tm_q, tm_k, tm_s, tm_w, p);
   return cudaGetLastError();
 }
