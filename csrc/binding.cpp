@@ -3,6 +3,7 @@
 #include <torch/extension.h>
 
 #include "mqa_logits.h"
+#include "range_errors.h"
 #if __has_include("topk_per_row.h")
 #include "topk_per_row.h"
 #define MQA_HAS_TOPK 1
@@ -62,5 +63,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("fused_mqa_topk_probe", &fused_mqa_topk_probe, "development-only fused kernel variants");
 #endif
 #endif
+  m.def("range_error_mirror_address", &range_error_mirror_address,
+        "host address of the device's range-error mirror (uint64, ~0 when clean)");
+  m.def("range_error_take", &range_error_take, "the device's range-error record (0: none), then reset");
+  m.def("empty_outside_capture", &empty_outside_capture, "uint8 device buffer from cudaMalloc, outside graph pools");
   m.def("kernel_info", &kernel_info, "registers / shared memory / local memory of each kernel");
 }
