@@ -49,9 +49,13 @@ py::list kernel_info() {
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("mqa_logits", &mqa_logits, "FP8 MQA logits (sm90)");
+  // row_base (the ops' dense path passes the chunk's first row): added to
+  // the row number of a range error recorded on the device.
+  m.def("mqa_logits", &mqa_logits, "FP8 MQA logits (sm90)", py::arg("q"), py::arg("k"), py::arg("scales"),
+        py::arg("weights"), py::arg("starts"), py::arg("ends"), py::arg("logits"), py::arg("row_base") = 0);
 #ifdef MQA_HAS_TOPK
-  m.def("topk_per_row", &topk_per_row, "exact deterministic per-row top-k (sm90)");
+  m.def("topk_per_row", &topk_per_row, "exact deterministic per-row top-k (sm90)", py::arg("logits"),
+        py::arg("starts"), py::arg("ends"), py::arg("output"), py::arg("row_base") = 0);
 #endif
 #ifdef MQA_HAS_FUSED
   m.def("fused_mqa_topk", &fused_mqa_topk, "fused FP8 MQA logits + top-k (sm90)");

@@ -10,7 +10,7 @@ using mqa_topk::sm_count;
 
 
 void mqa_logits(const at::Tensor& q, const at::Tensor& k, const at::Tensor& scales, const at::Tensor& weights,
-                const at::Tensor& starts, const at::Tensor& ends, const at::Tensor& logits) {
+                const at::Tensor& starts, const at::Tensor& ends, const at::Tensor& logits, int64_t row_base) {
   int64_t rows = 0, keys = 0;
   mqa_topk::check_mqa_inputs(q, k, scales, weights, starts, ends, &rows, &keys);
   const at::Device dev = q.device();
@@ -32,7 +32,7 @@ void mqa_logits(const at::Tensor& q, const at::Tensor& k, const at::Tensor& scal
   const cudaError_t err = mqa_topk::launch_sm90_fp8_mqa_logits(
       q.data_ptr(), k.data_ptr(), scales.data_ptr<float>(), weights.data_ptr<float>(), starts.data_ptr<int>(),
       ends.data_ptr<int>(), logits.data_ptr<float>(), logits.stride(0), static_cast<int>(rows),
-      static_cast<int>(keys), sm_count(dev.index()), stream, &map_error, mqa_topk::range_error_sink(dev.index()));
+      static_cast<int>(keys), sm_count(dev.index()), stream, &map_error, mqa_topk::range_error_sink(dev.index(), row_base));
   static const char* const kMapNames[5] = {"q", "k", "scales", "weights", "logits"};
   TORCH_CHECK(map_error == 0, "mqa_logits: could not encode the TMA tensor map of ",
               kMapNames[map_error / 1000 % 5], " (CUresult ", map_error % 1000, ")");

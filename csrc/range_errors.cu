@@ -58,9 +58,10 @@ DeviceState& state(int device) {
 }  // namespace
 
 namespace mqa_topk {
-RangeErrorSink range_error_sink(int device) {
+RangeErrorSink range_error_sink(int device, int64_t row_base) {
   DeviceState& s = state(device);
-  return RangeErrorSink{s.word.load(std::memory_order_relaxed), s.mirror_dev};
+  MQA_CHECK_ARG(row_base >= 0 && row_base <= INT32_MAX, "row_base", "must be in [0, 2^31), got ", row_base);
+  return RangeErrorSink{s.word.load(std::memory_order_relaxed), s.mirror_dev, static_cast<int>(row_base)};
 }
 }  // namespace mqa_topk
 

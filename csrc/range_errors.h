@@ -11,7 +11,8 @@ namespace mqa_topk {
 struct RangeErrorSink;
 // The sink the launchers pass to their kernels (allocates on first use; safe
 // during CUDA-graph capture: nothing is enqueued on the capturing stream).
-RangeErrorSink range_error_sink(int device);
+// row_base: added to the row index of every record (a chunk of a larger call).
+RangeErrorSink range_error_sink(int device, int64_t row_base = 0);
 }  // namespace mqa_topk
 
 // Host address of device `device`'s mirror: a uint64 that is ~0 while no bad

@@ -25,7 +25,7 @@ mqa_topk::topk::TopkVariant topk_variant() {
 }  // namespace
 
 void topk_per_row(const at::Tensor& logits, const at::Tensor& starts, const at::Tensor& ends,
-                  const at::Tensor& output) {
+                  const at::Tensor& output, int64_t row_base) {
   // logits: [rows, width] float32 on a CUDA device, unit column stride, row
   // stride >= width (any value; rows need not be 16-byte aligned), width <= 2^22
   MQA_CHECK_ARG(logits.is_cuda(), "logits", "must be a CUDA tensor, got ", logits.device());
@@ -68,7 +68,7 @@ void topk_per_row(const at::Tensor& logits, const at::Tensor& starts, const at::
   const cudaError_t err = mqa_topk::topk::launch_topk_per_row(
       width > 0 ? logits.data_ptr<float>() : nullptr, ld, starts.data_ptr<int>(), ends.data_ptr<int>(),
       output.data_ptr<int>(), static_cast<int>(rows), static_cast<int>(width), static_cast<int>(topk), stream,
-      topk_variant(), mqa_topk::range_error_sink(dev.index()));
+      topk_variant(), mqa_topk::range_error_sink(dev.index(), row_base));
   TORCH_CHECK(err == cudaSuccess, "topk_per_row: launch failed: ", cudaGetErrorString(err));
   MQA_CHECK_LAUNCH();
 }

@@ -33,6 +33,7 @@ namespace mqa_topk {
 struct RangeErrorSink {
   unsigned long long* word;    // device memory, one per device
   unsigned long long* mirror;  // pinned host memory mapped into the device (may be null)
+  int row_base;                // added to the launch's row index (a chunk of a larger call)
 };
 
 // "No error": larger than every record (a record's condition field is <= 2).
@@ -77,16 +78,21 @@ __device__ __forceinline__ void record_range_error(const RangeErrorSink& sink, u
   if (code < old && sink.mirror != nullptr) *reinterpret_cast<volatile unsigned long long*>(sink.mirror) = code;
 }
 
+// Checks one row (`row` of the launch) and records it if bad; sink.word must be non-null.
+__device__ __forceinline__ void check_row_range(const RangeErrorSink& sink, unsigned row, int s, int e, int keys,
+                                                unsigned kernel) {
+  const unsigned long long code = range_error_of(row + static_cast<unsigned>(sink.row_base), s, e, keys, kernel);
+  if (code != kRangeOk) record_range_error(sink, code);
+}
+
 // Checks rows first, first + stride, ... < rows (the caller picks the threads:
 // `first` is the thread's index among the checking threads of the grid,
 // `stride` their number; a negative `first` checks nothing).
 __device__ __forceinline__ void check_row_ranges(const RangeErrorSink& sink, const int* starts, const int* ends,
                                                  int rows, int keys, unsigned kernel, int first, int stride) {
   if (sink.word == nullptr || first < 0) return;
-  for (unsigned r = static_cast<unsigned>(first); r < static_cast<unsigned>(rows); r += static_cast<unsigned>(stride)) {
-    const unsigned long long code = range_error_of(r, __ldg(starts + r), __ldg(ends + r), keys, kernel);
-    if (code != kRangeOk) record_range_error(sink, code);
-  }
+  for (unsigned r = static_cast<unsigned>(first); r < static_cast<unsigned>(rows); r += static_cast<unsigned>(stride))
+    check_row_range(sink, r, __ldg(starts + r), __ldg(ends + r), keys, kernel);
 }
 
 // Standalone check for a launch that runs no kernel of its own (the logits op

@@ -670,10 +670,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   int start = __ldg(starts + row);
   int end = __ldg(ends + row);
   width = max(width, 0);
-  if (t == 0 && err.word != nullptr) {
-    const unsigned long long code = range_error_of(static_cast<unsigned>(row), start, end, width, kKernelTopk);
-    if (code != kRangeOk) record_range_error(err, code);
-  }
+  if (t == 0 && err.word != nullptr) check_row_range(err, static_cast<unsigned>(row), start, end, width, kKernelTopk);
   clamp_row_range(start, end, width);
   const int n = end - start;
 
