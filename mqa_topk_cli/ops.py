@@ -108,7 +108,9 @@ def _mirror(ext, index: int):
 def _poll(ext, index: int) -> None:
     """Raise a bad row an earlier launch recorded on device ``index`` (a read
     of pinned host memory: no sync, nothing enqueued)."""
-    m = _mirrors.get(index) or _mirror(ext, index)
+    m = _mirrors.get(index)
+    if m is None:
+        m = _mirror(ext, index)
     if m.value != _RANGE_OK:
         _raise_recorded(ext, index, m.value, earlier=True)
 

@@ -85,6 +85,12 @@ __device__ __forceinline__ void check_row_range(const RangeErrorSink& sink, unsi
   if (code != kRangeOk) record_range_error(sink, code);
 }
 
+// This thread's index among the checking threads of the grid when it is one
+// of the `per_cta` threads [lo, lo + per_cta) of its CTA, else -1.
+__device__ __forceinline__ int range_checker_index(int tid, int lo, int per_cta) {
+  return tid >= lo && tid < lo + per_cta ? static_cast<int>(blockIdx.x) * per_cta + (tid - lo) : -1;
+}
+
 // Checks rows first, first + stride, ... < rows (the caller picks the threads:
 // `first` is the thread's index among the checking threads of the grid,
 // `stride` their number; a negative `first` checks nothing).

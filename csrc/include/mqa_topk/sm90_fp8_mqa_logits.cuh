@@ -352,14 +352,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int tid = threadIdx.x;
   const int wg = tid / 128;
   // Range errors (range_check.cuh) are checked by threads with nothing else to
-  // do: the producer warpgroup's 127 idle threads of every CTA (every thread
-  // in the inline-producer variant, which has no idle ones), so the check costs
-  // the pipeline nothing; find_work_share just read the same values (L1 hits).
-  constexpr int kCheckers = Cfg::kInlineProducer ? Cfg::kThreads : 127;
-  const int checker = Cfg::kInlineProducer ? tid : tid - Cfg::kMathThreads - 1;
+  // do: warps 1-3 of the producer warpgroup of every CTA (warp 0 holds the
+  // TMA thread; every thread in the inline-producer variant, which has no idle
+  // ones), so the check costs the pipeline nothing; find_work_share just read
+  // the same values (L1 hits).
+  constexpr int kCheckLo = Cfg::kInlineProducer ? 0 : Cfg::kMathThreads + 32;
+  constexpr int kCheckers = Cfg::kInlineProducer ? Cfg::kThreads : 96;
+  const int checker = range_checker_index(tid, kCheckLo, kCheckers);
   if (Cfg::kInlineProducer || share.count <= 0)
-    check_row_ranges(p.err, p.starts, p.ends, p.rows, p.keys, kKernelLogits, blockIdx.x * kCheckers + checker,
-                     gridDim.x * kCheckers);
+    check_row_ranges(p.err, p.starts, p.ends, p.rows, p.keys, kKernelLogits, checker, gridDim.x * kCheckers);
   if (share.count <= 0) return;  // uniform across the CTA
 
   if (tid == 0) init_pipeline_barriers<S, Cfg::kMathThreads / 32>(full, empty, q_full, q_empty);
@@ -368,8 +369,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   if (wg == Cfg::kMathWarpgroups) {
     // ---------------- producer: one thread issues every TMA ----------------
     if (tid != Cfg::kMathThreads) {
-      check_row_ranges(p.err, p.starts, p.ends, p.rows, p.keys, kKernelLogits, blockIdx.x * kCheckers + checker,
-                       gridDim.x * kCheckers);
+      check_row_ranges(p.err, p.starts, p.ends, p.rows, p.keys, kKernelLogits, checker, gridDim.x * kCheckers);
       return;
     }
     ptx::prefetch_tensor_map(&tm_q);

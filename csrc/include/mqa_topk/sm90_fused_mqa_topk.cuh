@@ -162,9 +162,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int nblocks = (p.rows + R - 1) / R;
   if (wg == Cfg::kMathWarpgroups) {
     // ---------------- producer: one thread takes blocks and issues every TMA ----------------
-    if (tid != Cfg::kMathThreads) {  // idle: check the row ranges (range_check.cuh)
+    if (tid != Cfg::kMathThreads) {  // idle; warps 1-3 check the row ranges (range_check.cuh)
       check_row_ranges(p.err, p.starts, p.ends, p.rows, p.keys, kKernelFused,
-                       blockIdx.x * 127 + tid - Cfg::kMathThreads - 1, gridDim.x * 127);
+                       range_checker_index(tid, Cfg::kMathThreads + 32, 96), gridDim.x * 96);
       return;
     }
     ptx::prefetch_tensor_map(&tm_q);
