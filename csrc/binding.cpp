@@ -21,6 +21,7 @@ void mqa_logits_probe(int64_t variant, const at::Tensor& q, const at::Tensor& k,
 void fused_mqa_topk_probe(int64_t variant, const at::Tensor& q, const at::Tensor& k, const at::Tensor& scales,
                           const at::Tensor& weights, const at::Tensor& starts, const at::Tensor& ends,
                           const at::Tensor& output, const at::Tensor& workspace);
+int64_t fused_mqa_topk_probe_workspace_bytes(int64_t variant, int64_t topk, int64_t device);
 #endif
 #endif
 
@@ -65,6 +66,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("mqa_logits_probe", &mqa_logits_probe, "development-only logits kernel variants");
 #ifdef MQA_HAS_FUSED
   m.def("fused_mqa_topk_probe", &fused_mqa_topk_probe, "development-only fused kernel variants");
+  m.def("fused_mqa_topk_probe_workspace_bytes", &fused_mqa_topk_probe_workspace_bytes,
+        "workspace a development variant needs");
 #endif
 #endif
   m.def("range_error_mirror_address", &range_error_mirror_address,

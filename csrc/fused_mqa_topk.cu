@@ -21,8 +21,8 @@ int env_int(const char* name) {
 int64_t fused_mqa_topk_workspace_bytes(int64_t topk, int64_t device) {
   MQA_CHECK_ARG(valid_topk(topk), "topk", "must be 512, 1024 or 2048, got ", topk);
   MQA_CHECK_ARG(device >= 0, "device", "must be a CUDA device index, got ", device);
-  return static_cast<int64_t>(
-      mqa_topk::fused_workspace_bytes(static_cast<int>(topk), mqa_topk::sm_count(static_cast<int>(device))));
+  return static_cast<int64_t>(mqa_topk::fused_workspace_bytes<mqa_topk::Sm90FusedDefault>(
+      static_cast<int>(topk), mqa_topk::sm_count(static_cast<int>(device))));
 }
 
 FusedLaunchArgs fused_mqa_topk_check(const at::Tensor& q, const at::Tensor& k, const at::Tensor& scales,
@@ -44,7 +44,9 @@ FusedLaunchArgs fused_mqa_topk_check(const at::Tensor& q, const at::Tensor& k, c
                 workspace.sizes());
   mqa_topk::check_aligned(workspace, "workspace");
   const int num_sms = mqa_topk::sm_count(dev.index());
-  const int64_t need = static_cast<int64_t>(mqa_topk::fused_workspace_bytes(static_cast<int>(topk), num_sms));
+  // The development variants (csrc/dev/) check their own, larger, need.
+  const int64_t need =
+      static_cast<int64_t>(mqa_topk::fused_workspace_bytes<mqa_topk::Sm90FusedDefault>(static_cast<int>(topk), num_sms));
   MQA_CHECK_ARG(workspace.numel() >= need, "workspace", "needs ", need, " bytes for topk=", topk, ", got ",
                 workspace.numel());
   return FusedLaunchArgs{static_cast<int>(rows), static_cast<int>(keys), static_cast<int>(topk), num_sms,
@@ -76,6 +78,6 @@ void fused_mqa_topk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
 
 std::vector<mqa_topk::KernelInfo> fused_mqa_topk_kernel_info() {
   using Cfg = mqa_topk::Sm90FusedDefault;
-  return {mqa_topk::kernel_info("sm90_fused_mqa_topk<rows=8,wg=2,stages=8>",
+  return {mqa_topk::kernel_info("sm90_fused_mqa_topk<rows=8,wg=2,stages=8,gate>",
                                 &mqa_topk::sm90_fused_mqa_topk_kernel<Cfg>, Cfg::kSmemBytes)};
 }

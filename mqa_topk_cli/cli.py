@@ -156,10 +156,13 @@ def _v_paths(ctx, param, value):
     names = [v.strip() for v in value.split(",") if v.strip()]
     if not names:
         raise click.BadParameter("name at least one path", ctx=ctx, param=param)
-    known = list(paths_mod.PATHS)
     for n in names:
-        if n not in known:
-            raise click.BadParameter(f"unknown path {n!r} (choose from {', '.join(known)})", ctx=ctx, param=param)
+        try:
+            paths_mod.get_path(n)  # built-in, external (external.py) or py:MODULE:FUNCTION; imports nothing
+        except UsageError as e:
+            msg = str(e) if n.startswith("py:") else (f"unknown path {n!r} (choose from "
+                                                      f"{', '.join(paths_mod.all_path_names())}, or py:MODULE:FUNCTION[@KIND])")
+            raise click.BadParameter(msg, ctx=ctx, param=param) from None
     return list(dict.fromkeys(names))
 
 
@@ -443,7 +446,8 @@ def _bench_table(results, op: str):
 @main.command()
 @shape_options
 @click.option("--paths", "paths_", default=None, callback=_v_paths,
-              help="Comma list of paths [default: native,torch, plus fused when available].")
+              help="Comma list of paths [default: native,torch, plus fused when available]; also engine-fused, "
+                   "engine-dense, deepgemm, flashinfer-topk, py:MODULE:FUNCTION[@KIND].")
 @click.option("--config", default=None, help="Sweep config (file or shipped preset, e.g. 'bench') [default: the headline case].")
 @click.option("--case", "case_names", multiple=True, help="Only these cases of --config (repeatable).")
 @click.option("--op", type=click.Choice(["mqa_topk", "logits", "topk"]), default="mqa_topk", show_default=True,
@@ -459,7 +463,9 @@ def bench(rows, keys, topk, layout, dist, seed, paths_, config, case_names, op, 
     the speedup over the dense path."""
     from . import bench as bench_mod
     from .envinfo import environment
+    from .external import require_available
 
+    require_available(paths_ or [], device or "cuda")  # an external path that cannot run here: one line, exit 1
     dev = _resolve_device(device, default="cuda")
     flags = any(v is not None for v in (rows, keys, topk, layout, dist))
     if config and flags:
@@ -697,6 +703,8 @@ def crossover(config, paths_, topks, rows_list, keys_list, confirm, block_rows, 
         g.add_row(str(p["topk"]), str(p["rows"]), str(p["keys"]), _fmt(ta), _fmt(tb), _fmt(ratio, 3),
                   (a if ratio < 1 else b) if ratio else "-", _status_style(status))
     con.print(g)
+    engine = rep.calibration["measured"].get("engine")  # set when an external path was measured
+    engine_now = {int(t): v for t, v in engine["defaults"].items()} if engine else xo.SM100_MIN_KEYS
     s = Table(title="crossover and recommended min keys")
     for c in ("topk", "rows", "crossover keys", "recommended min_keys", "current calibration", "SM100 default"):
         s.add_column(c, justify="right")
@@ -704,7 +712,7 @@ def crossover(config, paths_, topks, rows_list, keys_list, confirm, block_rows, 
         rec = rep.recommended.get(c["topk"])
         s.add_row(str(c["topk"]), str(c["rows"]), c["label"],
                   ("never (> MAX_KEYS)" if rec is not None and rec > (1 << 22) else _fmt(rec)),
-                  _fmt(rep.current.get(c["topk"])), _fmt(xo.SM100_MIN_KEYS.get(c["topk"])))
+                  _fmt(rep.current.get(c["topk"])), _fmt(engine_now.get(c["topk"])))
     con.print(s)
     if rep.wave:
         cal = rep.calibration
@@ -718,6 +726,10 @@ def crossover(config, paths_, topks, rows_list, keys_list, confirm, block_rows, 
         con.print(w)
     for n in rep.notes:
         click.echo(f"note: {n}")
+    if engine:
+        from .external import engine_constants_lines
+
+        click.echo("\n".join(engine_constants_lines(engine, (a, b))))
     env = environment(dev)
     if out:
         p = xo.write_calibration(out, rep.calibration)

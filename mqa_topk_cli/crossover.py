@@ -427,6 +427,10 @@ def run_crossover(
             "environment": env,
         },
     }
+    from . import external
+
+    if external.is_external(a) or external.is_external(b):  # e.g. engine-fused vs engine-dense: the engine's constants
+        calibration_out["measured"]["engine"] = external.engine_constants(recommended, wave_rows_out)
     return CrossoverReport(paths=(a, b), grid=grid, crossovers=crossovers, recommended=recommended, current=current,
                            wave=wave_rows_out, calibration=calibration_out, notes=notes,
                            results=list(grid_res) + list(wave_res))

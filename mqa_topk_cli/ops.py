@@ -319,10 +319,15 @@ def dense_mqa_topk_prefill(q, k, scales, weights, starts, ends, output,
 
 
 #: Candidate slots per (warpgroup, row) buffer of the fused kernel, and its
-#: workspace layout (csrc/include/mqa_topk/sm90_fused_mqa_topk.cuh): a 64-byte
-#: header (block counter, development statistics) + per SM 2 warpgroups x 8 rows x (key, index) x cap words.
+#: workspace layout (csrc/include/mqa_topk/sm90_fused_mqa_topk.cuh, default
+#: configuration): a 128-byte header (block counter, development statistics) +
+#: per SM 2 warpgroups x 8 rows x (key, index) x cap words (one candidate set).
 def fused_candidate_cap(topk: int) -> int:
-    return 3 * topk + 128
+    return topk + 1920
+
+
+_FUSED_HEADER_BYTES = 128
+_FUSED_SETS = 1
 
 
 def fused_mqa_topk_workspace_bytes(topk: int, num_sms: int) -> int:
@@ -332,7 +337,7 @@ def fused_mqa_topk_workspace_bytes(topk: int, num_sms: int) -> int:
         raise ContractError("topk", f"must be one of {contract.TOPKS}, got {topk!r}")
     if not isinstance(num_sms, int) or num_sms <= 0:
         raise ContractError("num_sms", f"must be a positive int, got {num_sms!r}")
-    return 64 + num_sms * 2 * 8 * 2 * fused_candidate_cap(topk) * 4
+    return _FUSED_HEADER_BYTES + _FUSED_SETS * num_sms * 2 * 8 * 2 * fused_candidate_cap(topk) * 4
 
 
 _workspaces: dict = {}

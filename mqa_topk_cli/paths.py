@@ -14,6 +14,11 @@ Every path: ``run(w, output)`` fills ``output [rows, topk]`` int32;
 zero-argument closure for timing that runs the path into an output allocated
 up front; ``unavailable_reason(device)`` is None when the path can run there.
 ``jit`` is imported lazily, so CPU-only use never touches CUDA.
+
+External paths (the serving engine's kernels, DeepGEMM, FlashInfer, a user's
+``py:MODULE:FUNCTION``) live in ``external.py``; ``get_path`` resolves their
+names too. They time their own logits or top-k alone through
+``prepare_logits(w)`` / ``prepare_topk(w, logits, output)``.
 """
 from __future__ import annotations
 
@@ -39,6 +44,9 @@ class PathImpl:
     description: str = ""
     #: Ties at the k-th value go to the lowest key indices (SPEC §3).
     deterministic_ties: bool = False
+    #: Reruns give identical output arrays. A path without it (an atomic-order
+    #: top-k) may differ between runs; verify then checks every run on its own.
+    deterministic_output: bool = True
     requires_cuda: bool = False
 
     def unavailable_reason(self, device) -> str | None:
@@ -50,6 +58,16 @@ class PathImpl:
         raise NotImplementedError
 
     def logits(self, w) -> torch.Tensor | None:
+        return None
+
+    def prepare_logits(self, w) -> Callable[[], object] | None:
+        """A closure timing the path's logits op alone (``bench --op logits``);
+        None: bench's own way for this path."""
+        return None
+
+    def prepare_topk(self, w, logits: torch.Tensor, output: torch.Tensor) -> Callable[[], object] | None:
+        """A closure timing the path's top-k op alone on ``logits`` into
+        ``output`` (``bench --op topk``); None: bench's own way for this path."""
         return None
 
     def new_output(self, w) -> torch.Tensor:
@@ -280,7 +298,21 @@ def get_path(name) -> PathImpl:
     try:
         return PATHS[name]
     except (KeyError, TypeError):
-        raise UsageError(f"path: unknown path {name!r}; valid paths: {', '.join(PATHS)}") from None
+        pass
+    from . import external
+
+    found = external.lookup(name)  # a malformed py: spec raises UsageError here
+    if found is None:
+        raise UsageError(f"path: unknown path {name!r}; valid paths: {', '.join(all_path_names())}, "
+                         f"or py:MODULE:FUNCTION[@KIND]")
+    return found
+
+
+def all_path_names() -> list[str]:
+    """The built-in paths, then the named external ones (``external.py``)."""
+    from . import external
+
+    return list(PATHS) + list(external.EXTERNAL)
 
 
 def available_paths(device=None) -> list[str]:
@@ -291,5 +323,5 @@ def available_paths(device=None) -> list[str]:
     return [n for n, p in PATHS.items() if p.unavailable_reason(device) is None]
 
 
-__all__ = ["PathImpl", "PATHS", "get_path", "available_paths", "ReferencePath", "TorchPath", "NativePath",
-           "FusedPath", "TORCH_DOTS_BYTES"]
+__all__ = ["PathImpl", "PATHS", "get_path", "all_path_names", "available_paths", "ReferencePath", "TorchPath",
+           "NativePath", "FusedPath", "TORCH_DOTS_BYTES"]

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # The whole GPU round in one call (device time is scarce: build once, then
 # test, verify and bench). Usage: scripts/device-check.sh [stage ...]
-#   stages: build probe fused-variants fused-tests verify-fused bench-fused bench-fused-grid gpu-tests verify verify-ref bench bench-torch bench-split bench-logits bench-topk crossover ncu sanitize sanitize-ranges graph  (default: all but crossover/sanitize/sanitize-ranges/graph)
+#   stages: build probe fused-variants fused-probe fused-tests verify-fused bench-fused bench-fused-grid bench-adversarial gpu-tests verify verify-ref bench bench-torch bench-split bench-logits bench-topk crossover ncu sanitize sanitize-ranges graph deepgemm  (default: all but crossover/sanitize/sanitize-ranges/graph/deepgemm)
+# Set MQA_TOPK_DEV_PROBES=1 for the whole call when a stage needs the dev
+# variants (fused-variants, fused-probe, probe): the extension is built once.
+# deepgemm: builds DeepGEMM from the ignored .peers/ folder (carry it: ../shared/peers/README.md),
+#   then verifies `deepgemm` against `native` and benches their logits side by side (after `build`).
 #   graph: the serving-grade tests (CUDA graphs, device range errors), bench --graph and eager of
 #     fused,native at the headline and at R=1024 N=8K, and the op-vs-launcher overhead (scripts/op_overhead.py)
 # Every stage's output goes to one log, $OUT/device.log (the device tool returns
@@ -37,6 +41,8 @@ for s in "${stages[@]}"; do
     probe) run probe python3 scripts/logits_probe.py ;;
     gpu-tests) run gpu-tests python3 -m pytest -q -m gpu -x tests ;;
     fused-variants) run fused-variants env MQA_TOPK_DEV_PROBES=1 sh -c 'python3 -m pytest -q -x tests/test_gpu_fused.py -k dev_variant && python3 scripts/fused_probe.py' ;;
+    fused-probe) run fused-probe env MQA_TOPK_DEV_PROBES=1 python3 scripts/fused_probe.py ;;
+    bench-adversarial) run bench-adversarial mqa-topk bench --config adversarial --paths fused,native --out "$OUT/bench-adversarial.csv" ;;
     fused-tests) run fused-tests python3 -m pytest -q -x tests/test_gpu_fused.py || break ;;
     verify-fused) run verify-fused mqa-topk verify --paths fused,native --out "$OUT/verify-fused.json" ;;
     bench-fused) run bench-fused mqa-topk bench --paths fused,native --out "$OUT/bench-fused.csv" ;;
@@ -58,6 +64,17 @@ for s in "${stages[@]}"; do
            run graph-bench-small mqa-topk bench --graph --paths fused,native --rows 1024 --keys 8192 --out "$OUT/bench-graph-small.csv"
            run eager-bench-small mqa-topk bench --paths fused,native --rows 1024 --keys 8192 --out "$OUT/bench-eager-small.csv"
            run op-overhead python3 scripts/op_overhead.py --json "$OUT/op-overhead.json" ;;
+    deepgemm)
+      # DeepGEMM's runtime JIT calls nvcc without -ccbin: put the system compilers first on PATH.
+      [ -d .peers/deepgemm ] || { echo "deepgemm: no .peers/deepgemm here (carry .peers)" | tee -a "$OUT/device.log"; summary+=("deepgemm missing .peers"); continue; }
+      mkdir -p /tmp/ccbin && for c in gcc cc; do ln -sf /usr/bin/gcc /tmp/ccbin/$c; done && for c in g++ c++; do ln -sf /usr/bin/g++ /tmp/ccbin/$c; done
+      export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} PATH=/tmp/ccbin:$PATH DG_JIT_CACHE_DIR=/tmp/dg_jit
+      run deepgemm-build bash .peers/build_deepgemm.sh /tmp/deepgemm || continue
+      export PYTHONPATH=/tmp/deepgemm${PYTHONPATH:+:$PYTHONPATH}
+      run deepgemm-verify mqa-topk verify --paths deepgemm,native --other native --out "$OUT/verify-deepgemm.json"
+      run deepgemm-bench mqa-topk bench --op logits --paths deepgemm,native --out "$OUT/bench-deepgemm.csv"
+      run deepgemm-bench-grid mqa-topk bench --op logits --config bench --paths deepgemm,native --out "$OUT/bench-deepgemm-grid.csv"
+      run deepgemm-bench-op mqa-topk bench --paths deepgemm,native --out "$OUT/bench-deepgemm-op.csv" ;;
     *) echo "unknown stage $s" ;;
   esac
 done

@@ -1,10 +1,11 @@
 """Development probe of the fused kernel: where its time goes. Times (cold L2,
-medians) on the headline shape: the dense logits kernel alone, the fused
-kernel, the fused kernel with appends switched off (MQA_TOPK_FUSED_PROBE=1:
-logits + threshold filter only) and with smaller candidate capacities
-(MQA_TOPK_FUSED_CAP), and, in MQA_TOPK_DEV_PROBES=1 builds, the lean-select
-and window-compaction kernel variants; checks that every real variant returns
-the same sets.
+medians) on the headline shape (or rows keys [dist]): the dense logits kernel
+alone, the fused kernel, the fused kernel with appends switched off
+(MQA_TOPK_FUSED_PROBE=1: logits + filter only), and, in MQA_TOPK_DEV_PROBES=1
+builds, the variants (1: v2 with the select on selector warps, 2: v1, 3: the
+default with 7 stages; each also with appends off); checks
+that every real variant returns the same sets; prints the in-kernel statistics
+(MQA_TOPK_FUSED_PROBE=2) of each.
 The numbers that count come from `mqa-topk bench`."""
 import os
 import sys
@@ -24,6 +25,16 @@ base = {}
 
 
 ext = ops._native()
+_ws = {}
+
+
+def probe_ws(variant, topk):
+    """A workspace large enough for the dev variant (v1 needs more than the default)."""
+    key = (variant, topk)
+    if key not in _ws:
+        _ws[key] = torch.empty(ext.fused_mqa_topk_probe_workspace_bytes(variant, topk, 0), dtype=torch.uint8,
+                               device="cuda")
+    return _ws[key]
 
 
 def run(label, topk, env, variant=None):
@@ -35,7 +46,7 @@ def run(label, topk, env, variant=None):
     if variant is None:
         fn = lambda: ops.fused_mqa_topk_prefill(q, k, scales, w, starts, ends, out)  # noqa: E731
     else:
-        ws = ops.fused_mqa_topk_workspace("cuda", topk)
+        ws = probe_ws(variant, topk)
         fn = lambda: ext.fused_mqa_topk_probe(variant, q, k, scales, w, starts, ends, out, ws)  # noqa: E731
     t = time_fn(fn)
     same = ""
@@ -49,37 +60,45 @@ def run(label, topk, env, variant=None):
 
 
 def stats(topk, variant=None):
-    """One run with MQA_TOPK_FUSED_PROBE=2: where the math warps spend cycles."""
+    """One run with MQA_TOPK_FUSED_PROBE=2: where the warps spend cycles."""
     os.environ.pop("MQA_TOPK_FUSED_CAP", None)
     os.environ["MQA_TOPK_FUSED_PROBE"] = "2"
     out = torch.full((rows, topk), -7, dtype=torch.int32, device="cuda")
-    ws = ops.fused_mqa_topk_workspace("cuda", topk)
+    ws = ops.fused_mqa_topk_workspace("cuda", topk) if variant is None else probe_ws(variant, topk)
     if variant is None:
         ops.fused_mqa_topk_prefill(q, k, scales, w, starts, ends, out)
     else:
         ext.fused_mqa_topk_probe(variant, q, k, scales, w, starts, ends, out, ws)
     torch.cuda.synchronize()
     os.environ.pop("MQA_TOPK_FUSED_PROBE")
-    st = ws[8:64].view(torch.int64).tolist()
+    st = ws[8:128].view(torch.int64).tolist()
+    (comp, comp_entries, comp_cyc, over_cyc, merge_entries, merge_cyc, math_cyc, gate_cyc, redo_rows, gated_rows,
+     sel_busy, sel_total, sel_wait, rows_done, _) = st
     warps = torch.cuda.get_device_properties(0).multi_processor_count * 8
-    sel, sel_entries, sel_cyc, over_cyc, merge_entries, merge_cyc, total_cyc = st
     blocks = (rows + 7) // 8
-    print(f"stats topk={topk}{'' if variant is None else f' variant {variant}'}: {sel} row compactions ({sel / blocks / 16:.2f} per warpgroup-row per block), "
-          f"{sel_entries / max(sel, 1):.0f} entries each, {sel_cyc / max(sel, 1):.0f} cycles each; "
-          f"compaction branch {over_cyc / total_cyc:.1%} of math-warp cycles; merge {merge_entries / max(blocks * 8, 1):.0f} "
-          f"entries per row, merge phase {merge_cyc / total_cyc:.1%} of math-warp cycles "
-          f"({merge_cyc / warps / max(blocks / (warps / 8), 1):.0f} cycles per block); "
-          f"{total_cyc / warps:.0f} cycles per math warp", flush=True)
+    name = "default" if variant is None else f"variant {variant}"
+    print(f"stats topk={topk} {name}: gated rows {gated_rows} ({gated_rows / max(rows, 1):.1%}), redone rows "
+          f"{redo_rows} ({redo_rows / max(rows, 1):.3%}); candidates per row at the select "
+          f"{merge_entries / max(rows_done, 1):.0f}; {comp} compactions ({comp / blocks / 16:.3f} per warpgroup-row per "
+          f"block, {comp_entries / max(comp, 1):.0f} entries, {comp_cyc / max(comp, 1):.0f} cycles each); "
+          f"math warps: compaction branch {over_cyc / max(math_cyc, 1):.1%}, gate {gate_cyc / max(math_cyc, 1):.1%}, "
+          f"block-end select {merge_cyc / max(math_cyc, 1):.1%}, waiting for the selectors "
+          f"{sel_wait / max(math_cyc, 1):.1%} of {math_cyc / warps:.0f} cycles per math warp; "
+          f"selector warps busy {sel_busy / max(sel_total, 1):.1%}", flush=True)
 
 
 t = time_fn(lambda: ops.mqa_logits(q, k, scales, w, starts, ends))
 print(f"{'dense logits kernel alone':34s} {'':11s} {t.median_ms:8.3f} ms  {flop / t.median_ms / 1e9:7.1f} TFLOP/s")
 for topk in (2048, 512):
-    run("fused", topk, {})
+    run("fused (default)", topk, {})
     if hasattr(ext, "fused_mqa_topk_probe"):
-        run("fused, lean select (dev variant 1)", topk, {}, variant=1)
-        run("fused, window compactions (variant 2)", topk, {}, variant=2)
-        stats(topk, variant=2)
+        run("fused, selector warps (1)", topk, {}, variant=1)
+        run("fused v1 (2)", topk, {}, variant=2)
+        run("fused, 7 stages (3)", topk, {}, variant=3)
+        stats(topk, variant=1)
     stats(topk)
     if topk == 2048:
         run("fused, no appends (probe 1)", topk, {"MQA_TOPK_FUSED_PROBE": "1"})
+        if hasattr(ext, "fused_mqa_topk_probe"):
+            run("selector warps, no appends", topk, {"MQA_TOPK_FUSED_PROBE": "1"}, variant=1)
+            run("7 stages, no appends", topk, {"MQA_TOPK_FUSED_PROBE": "1"}, variant=3)

@@ -2,7 +2,7 @@
 compiled as plain C++ and run on a CPU warp emulator (tests/emu/): exact
 thresholds and kept sets against a sorting reference on crafted buffers, and
 the kernel's per-row protocol (two warpgroups, shared threshold, compactions,
-merge) on adversarial rows. No GPU needed; needs a C++17 compiler."""
+merge; with "gate" the v2 sample gate and redo) on adversarial rows. No GPU needed; needs a C++17 compiler."""
 from __future__ import annotations
 
 import os
@@ -28,11 +28,11 @@ def emu_binary(tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("variant", ["default", "lean", "window"])
+@pytest.mark.parametrize("variant", ["default", "lean", "gate"])
 @pytest.mark.parametrize("part", ["select", "protocol"])
 def test_fused_selection_on_the_warp_emulator(emu_binary, part, variant):
-    # "lean": warp_select_lean (dev variant 1); "window": lean + window-histogram
-    # compactions in the protocol (dev variant 2).
+    # "default": v1's warp_select; "lean": warp_select_lean; "gate": lean + the
+    # v2 sample gate, unsafe-gate detection and redo in the protocol (the default kernel).
     res = subprocess.run([str(emu_binary), part, variant], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
     assert "checks passed" in res.stdout

@@ -143,11 +143,12 @@ def test_fused_workspace_contract(dev):
 
 
 @pytest.mark.parametrize("kw", [CASES[0], CASES[2], CASES[3], CASES[9]], ids=["gauss", "ties-whole", "near-ties", "rising"])
-@pytest.mark.parametrize("variant", [1, 2])
+@pytest.mark.parametrize("variant", [1, 2, 3])
 def test_dev_variant_matches_default(dev, kw, variant):
-    """Dev probe variants (built with MQA_TOPK_DEV_PROBES=1): 1 warp_select_lean,
-    2 window-histogram compactions: the same sets as the default kernel (and,
-    for 1, the same output bitwise: only the select's passes differ)."""
+    """Dev probe variants (built with MQA_TOPK_DEV_PROBES=1): 1 the v2 gate with
+    the block-end select on selector warps, 2 v1 (running threshold only), 3
+    the default with 7 stages: the same sets as the default kernel, reruns
+    bitwise equal."""
     ext = ops._native()
     if not hasattr(ext, "fused_mqa_topk_probe"):
         pytest.skip("built without MQA_TOPK_DEV_PROBES=1")
@@ -155,16 +156,53 @@ def test_dev_variant_matches_default(dev, kw, variant):
         w = make_workload(device="cuda", seed=12, topk=topk, **kw)
         ref = run_fused(w, topk, -7)
         out = torch.full_like(ref, -5)
-        ext.fused_mqa_topk_probe(variant, w.q, w.k, w.scales, w.weights, w.starts, w.ends, out,
-                                 ops.fused_mqa_topk_workspace("cuda", topk))
-        if variant == 1:
-            assert torch.equal(out, ref), kw
-        else:  # other compaction points: other buffer order, same set
-            assert torch.equal(out.sort(dim=1).values, ref.sort(dim=1).values), kw
+        ws = torch.empty(ext.fused_mqa_topk_probe_workspace_bytes(variant, topk, 0), dtype=torch.uint8, device="cuda")
+        ext.fused_mqa_topk_probe(variant, w.q, w.k, w.scales, w.weights, w.starts, w.ends, out, ws)
+        assert torch.equal(out.sort(dim=1).values, ref.sort(dim=1).values), kw
         again = torch.full_like(ref, -3)
-        ext.fused_mqa_topk_probe(variant, w.q, w.k, w.scales, w.weights, w.starts, w.ends, again,
-                                 ops.fused_mqa_topk_workspace("cuda", topk))
+        ext.fused_mqa_topk_probe(variant, w.q, w.k, w.scales, w.weights, w.starts, w.ends, again, ws)
         assert torch.equal(out, again), "reruns differ"
+
+
+def _tile_stride(nt):
+    """csrc/include/mqa_topk/fused_select.cuh: tile_stride."""
+    import math
+    if nt <= 2:
+        return 1
+    s = max(1, int(nt * 0.6180339887))
+    while math.gcd(nt, s) != 1:
+        s += 1
+    return s
+
+
+def _sample_tiles(nt, k):
+    """fused_select.cuh: fused_sample_tiles (the first tiles of the walk)."""
+    target = k + k // 2 + 256
+    ns = min(max((128 * nt + target - 1) // target, 1), 24, nt)
+    stride, tp, out = _tile_stride(nt), nt - 1, []
+    for _ in range(ns):
+        out.append(tp)
+        tp = (tp + stride) % nt
+    return out
+
+
+@pytest.mark.parametrize("topk", [512, 2048])
+def test_fused_unsafe_gate_is_redone(dev, topk, monkeypatch):
+    """Keys of the gate's sample tiles scaled 1000x: every row's gate lands among
+    them, fewer than k logits reach it, and each row must be rescanned without a
+    gate (a redo, counted in the development statistics) and still be exact."""
+    keys = 40_000
+    w = make_workload("full", rows=20, keys=keys, topk=topk, dist="gaussian", seed=13, device="cuda")
+    nt = (keys + 127) // 128
+    for tp in _sample_tiles(nt, topk):
+        w.scales[tp * 128: (tp + 1) * 128] *= 1000.0
+    check_fused(w, what="unsafe gate")
+    monkeypatch.setenv("MQA_TOPK_FUSED_PROBE", "2")
+    ws = ops.fused_mqa_topk_workspace("cuda", topk)
+    run_fused(w, topk, -1)
+    torch.cuda.synchronize()
+    stats = ws[8:128].view(torch.int64).tolist()
+    assert stats[8] == 20 and stats[9] == 20, f"expected every row gated and redone, stats {stats}"
 
 
 def test_fused_workspace_is_per_stream(dev):

@@ -8,14 +8,17 @@ cudaError_t ci_launch_fused() {
                                               0, 0, 2048, 132, nullptr);
 }
 
-// Development variant (dev probe 1): the lean selection.
-cudaError_t ci_launch_fused_lean() {
-  return mqa_topk::launch_sm90_fused_mqa_topk<mqa_topk::Sm90FusedConfig<8, true>>(
+// Development variants (dev probes): v1 (running threshold), v2 with the
+// select on selector warps, v2 with 7 stages.
+cudaError_t ci_launch_fused_v1() {
+  return mqa_topk::launch_sm90_fused_mqa_topk<mqa_topk::Sm90FusedV1>(
       nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 0, 2048, 132, nullptr);
 }
-
-// Development variant (dev probe 2): window-histogram compactions (7 stages).
-cudaError_t ci_launch_fused_window() {
-  return mqa_topk::launch_sm90_fused_mqa_topk<mqa_topk::Sm90FusedConfig<7, true, true>>(
+cudaError_t ci_launch_fused_selectors() {
+  return mqa_topk::launch_sm90_fused_mqa_topk<mqa_topk::Sm90FusedSelectors>(
+      nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 0, 2048, 132, nullptr);
+}
+cudaError_t ci_launch_fused_gated7() {
+  return mqa_topk::launch_sm90_fused_mqa_topk<mqa_topk::Sm90FusedGated7>(
       nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 0, 2048, 132, nullptr);
 }

@@ -1,35 +1,60 @@
 // Development-only variants of the fused kernel, built when
 // MQA_TOPK_DEV_PROBES=1 (scripts/fused_probe.py times them against the
-// default): variant 0 the default kernel, 1 the lean selection
-// (warp_select_lean: same results, branch-free passes), 2 the lean selection
-// with window-histogram compactions (one pass each; 7 ring stages to make room
-// for the histograms). Same contract checks and knobs as fused_mqa_topk.
+// default): variant 0 the default kernel (v2: sample gate, block-end select on
+// the math warps), 1 v2 with the select on the producer warpgroup's selector
+// warps (two candidate sets, 7 stages), 2 v1 (running threshold and
+// compactions only, the previous default), 3 the default with 7 ring stages.
+// Same contract checks and knobs as fused_mqa_topk; the workspace must hold
+// the variant's need (fused_mqa_topk_probe_workspace_bytes).
 #include <ATen/ATen.h>
+
+#include <algorithm>
 
 #include "../fused_mqa_topk.h"
 #include "mqa_topk/sm90_fused_mqa_topk.cuh"
+
+namespace {
+template <class F>
+auto with_variant(int64_t variant, F&& f) {
+  using namespace mqa_topk;
+  TORCH_CHECK_VALUE(variant >= 0 && variant <= 3, "variant: must be 0 (default), 1 (selector warps), 2 (v1) ",
+                    "or 3 (default, 7 stages), got ", variant);
+  return variant == 0 ? f(Sm90FusedDefault{})
+         : variant == 1 ? f(Sm90FusedSelectors{})
+         : variant == 2 ? f(Sm90FusedV1{})
+                        : f(Sm90FusedGated7{});
+}
+}  // namespace
+
+int64_t fused_mqa_topk_probe_workspace_bytes(int64_t variant, int64_t topk, int64_t device) {
+  const int sms = mqa_topk::sm_count(static_cast<int>(device));
+  // At least the default's need too: the shared contract check asks for it.
+  const int64_t dflt = static_cast<int64_t>(
+      mqa_topk::fused_workspace_bytes<mqa_topk::Sm90FusedDefault>(static_cast<int>(topk), sms));
+  return std::max(dflt, with_variant(variant, [&](auto cfg) {
+    return static_cast<int64_t>(mqa_topk::fused_workspace_bytes<decltype(cfg)>(static_cast<int>(topk), sms));
+  }));
+}
 
 void fused_mqa_topk_probe(int64_t variant, const at::Tensor& q, const at::Tensor& k, const at::Tensor& scales,
                           const at::Tensor& weights, const at::Tensor& starts, const at::Tensor& ends,
                           const at::Tensor& output, const at::Tensor& workspace) {
   using namespace mqa_topk;
-  TORCH_CHECK_VALUE(variant >= 0 && variant <= 2, "variant: must be 0 (default), 1 (lean select) or 2 (window ",
-                    "compactions), got ", variant);
   const FusedLaunchArgs a = fused_mqa_topk_check(q, k, scales, weights, starts, ends, output, workspace);
+  const int64_t need = fused_mqa_topk_probe_workspace_bytes(variant, a.topk, q.device().index());
+  MQA_CHECK_ARG(workspace.numel() >= need, "workspace", "variant ", variant, " needs ", need, " bytes, got ",
+                workspace.numel());
   if (a.rows == 0) return;
   const c10::cuda::CUDAGuard guard(q.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(q.device().index());
   int map_error = 0;
-  auto go = [&](auto cfg) {
+  const cudaError_t err = with_variant(variant, [&](auto cfg) {
     using Cfg = decltype(cfg);
     return launch_sm90_fused_mqa_topk<Cfg>(q.data_ptr(), a.keys ? k.data_ptr() : nullptr,
                                            a.keys ? scales.data_ptr<float>() : nullptr, weights.data_ptr<float>(),
                                            starts.data_ptr<int>(), ends.data_ptr<int>(), output.data_ptr<int>(),
                                            workspace.data_ptr(), a.rows, a.keys, a.topk, a.num_sms, stream,
                                            &map_error, a.probe, a.cap);
-  };
-  const cudaError_t err = variant == 0   ? go(Sm90FusedConfig<8, false>{})
-                          : variant == 1 ? go(Sm90FusedConfig<8, true>{})
-                                         : go(Sm90FusedConfig<7, true, true>{});
+  });
   fused_mqa_topk_report(err, map_error);
 }

@@ -24,9 +24,10 @@ using namespace mqa_topk::fused_detail;
 namespace {
 
 int g_checks = 0;
-bool g_lean = false;    // test warp_select_lean instead of warp_select
-bool g_window = false;  // protocol: window-histogram compactions (dev variant 2)
-long g_window_compactions = 0, g_window_from_hist = 0;
+bool g_lean = false;  // test warp_select_lean instead of warp_select
+bool g_gate = false;  // protocol: the v2 sample gate (and redo) before the scan
+long g_gated_rows = 0, g_redo_rows = 0, g_rows = 0;
+std::string g_row_name;  // the protocol case being simulated
 
 [[noreturn]] void die(const std::string& msg) {
   std::fprintf(stderr, "FAIL: %s\n", msg.c_str());
@@ -206,70 +207,89 @@ void select_cases() {
   }
 }
 
-// warp_compact_window directly: keys placed exactly on slice edges (the k-th
-// key on its slice's lower edge), narrow windows (one key per bin), keys above
-// the window, no threshold: the kept set must contain the exact top k and
-// everything kept must be at or above the returned (safe) threshold.
-void window_case(const std::string& name, const std::vector<uint32_t>& keys, Window w, uint32_t k, uint64_t thr) {
-  const int n = static_cast<int>(keys.size());
-  const int cap = n + 8;
-  Buf b(cap);
-  for (int i = 0; i < n; ++i) b.push(keys[i], static_cast<uint32_t>((i * 7919u) % 1000003u));
-  uint32_t whist[256] = {};
-  for (int i = 0; i < n; ++i) ++whist[window_bin(w, keys[i])];
-  std::vector<uint64_t> c;
-  for (int i = 0; i < n; ++i) c.push_back(composite(b.key[i], b.idx[i]));
-  std::vector<uint64_t> sorted = c;
-  std::sort(sorted.begin(), sorted.end(), std::greater<uint64_t>());
-  const uint64_t kth = sorted[std::min<size_t>(k, sorted.size()) - 1];
-  Scratch sc;
-  uint64_t res[32];
-  int kept[32];
-  const Buf orig = b;
-  warp_emu::run([&](int lane) {
-    Window wl = w;
-    bool vl = true;
-    res[lane] = warp_compact_window(b.key.data(), b.idx.data(), n, thr, k, static_cast<uint32_t>(n), whist, wl, vl,
-                                    sc.hist, sc.sk, sc.si, lane, &kept[lane]);
-  });
-  // Safe: never above the buffer's k-th composite, unless the row's threshold
-  // (from elsewhere in the row) already was.
-  expect(res[0] <= std::max(kth, thr), name + ": threshold above the k-th composite (unsafe)");
-  std::vector<uint64_t> want;  // entries at or above the threshold, in order
-  for (int i = 0; i < n; ++i)
-    if (composite(orig.key[i], orig.idx[i]) >= res[0]) want.push_back(composite(orig.key[i], orig.idx[i]));
-  expect(kept[0] == static_cast<int>(want.size()), name + ": kept count");
-  for (int i = 0; i < kept[0]; ++i) expect(composite(b.key[i], b.idx[i]) == want[i], name + ": kept order/content");
-  uint32_t total = 0;
-  for (int i = 0; i < 256; ++i) total += whist[i];
-  expect(total == static_cast<uint32_t>(kept[0]), name + ": new window histogram does not count the kept entries");
-}
-
-void window_cases() {
-  std::mt19937 rng(7);
-  for (uint32_t k : {512u, 2048u}) {
-    const int n = 3 * static_cast<int>(k);
-    // Keys on slice edges of a wide window.
-    const Window w = make_window(0x80000000u, 0x80000000u + 10000000u);
-    std::vector<uint32_t> keys(n);
-    for (int i = 0; i < n; ++i) keys[i] = window_edge(w, 1 + (rng() % 255));
-    window_case("keys on slice edges k=" + std::to_string(k), keys, w, k, 0);
-    // One key per bin (span < 256).
-    const Window nw = make_window(0xa0000000u, 0xa0000000u + 150u);
-    for (int i = 0; i < n; ++i) keys[i] = nw.lo + (rng() % 151);
-    window_case("one key per bin", keys, nw, k, 0);
-    // Keys above the window top (all in the last bin) and a few inside.
-    for (int i = 0; i < n; ++i) keys[i] = i % 10 ? w.lo + w.span + 1 + (rng() % 1000) : w.lo + (rng() % w.span);
-    window_case("above the window", keys, w, k, 0);
-    // A threshold above the histogram's edge.
-    for (int i = 0; i < n; ++i) keys[i] = window_edge(w, 1 + (rng() % 255));
-    window_case("threshold above the edge", keys, w, k, composite(window_edge(w, 200), 5));
+// The gate's pieces directly: top4_insert keeps the 4 largest, and
+// warp_rank_key returns the rank-th largest of 256 keys (padding 0), both
+// against a sort; gate_rank's edges.
+void gate_piece_cases() {
+  std::mt19937 rng(4242);
+  for (int trial = 0; trial < 200; ++trial) {
+    uint32_t t[4] = {0, 0, 0, 0};
+    std::vector<uint32_t> seen;
+    const int n = static_cast<int>(rng() % 12);
+    for (int i = 0; i < n; ++i) {
+      const uint32_t x = trial % 3 == 0 ? 1u + rng() % 5 : rng();  // many duplicates in every third trial
+      seen.push_back(x);
+      top4_insert(t, x);
+    }
+    std::sort(seen.begin(), seen.end(), std::greater<uint32_t>());
+    seen.resize(4, 0u);
+    for (int j = 0; j < 4; ++j) expect(t[j] == seen[j], "top4_insert: slot " + std::to_string(j));
   }
+  for (int trial = 0; trial < 60; ++trial) {
+    std::vector<uint32_t> v(256);
+    const int nonzero = trial % 4 == 0 ? static_cast<int>(rng() % 256) : 256;
+    for (int i = 0; i < 256; ++i)
+      v[i] = i < nonzero ? (trial % 5 == 0 ? 0x80000000u + rng() % 7 : 1u + rng()) : 0u;
+    std::shuffle(v.begin(), v.end(), rng);
+    std::vector<uint32_t> sorted = v;
+    std::sort(sorted.begin(), sorted.end(), std::greater<uint32_t>());
+    for (uint32_t rank : {1u, 2u, 16u, 100u, 128u, 255u, 256u}) {
+      uint32_t res[32];
+      warp_emu::run([&](int lane) { res[lane] = warp_rank_key<256>(v.data(), rank, lane); });
+      for (int l = 1; l < 32; ++l) expect(res[l] == res[0], "warp_rank_key<256>: lanes disagree");
+      expect(res[0] == sorted[rank - 1], "warp_rank_key<256>: rank " + std::to_string(rank) + " trial " +
+                                             std::to_string(trial));
+      if (rank <= 32) {  // the 32-wide form on the first 32 keys
+        std::vector<uint32_t> w(v.begin(), v.begin() + 32);
+        std::sort(w.begin(), w.end(), std::greater<uint32_t>());
+        warp_emu::run([&](int lane) { res[lane] = warp_rank_key<32>(v.data(), rank, lane); });
+        expect(res[0] == w[rank - 1], "warp_rank_key<32>: rank " + std::to_string(rank));
+      }
+    }
+  }
+  {  // the gate is the smaller of the list's rank-rho key and the C-th tile maximum
+    std::vector<uint32_t> lists(256), tmax(32, 0u);
+    for (int i = 0; i < 256; ++i) lists[i] = 1000u + static_cast<uint32_t>(i);  // rank 10 -> 1246
+    for (int ns : {1, 3, 4, 24}) {
+      for (int t = 0; t < 32; ++t) tmax[t] = t < ns ? 500u + 100u * static_cast<uint32_t>(t) : 0u;
+      std::vector<uint32_t> sorted(tmax.begin(), tmax.begin() + ns);
+      std::sort(sorted.begin(), sorted.end(), std::greater<uint32_t>());
+      const uint32_t cth = sorted[std::min(ns, kMinGateTiles) - 1];
+      uint32_t res[32];
+      warp_emu::run([&](int lane) { res[lane] = warp_gate_key(lists.data(), tmax.data(), 10, ns, lane); });
+      expect(res[0] == std::min(1246u, cth), "warp_gate_key: ns=" + std::to_string(ns));
+      warp_emu::run([&](int lane) { res[lane] = warp_gate_key(lists.data(), tmax.data(), 0, ns, lane); });
+      expect(res[0] == 0, "warp_gate_key: rho 0 is no gate");
+    }
+  }
+  const uint32_t target = static_cast<uint32_t>(fused_gate_target(2048));
+  expect(gate_rank(0, 100000, target) == 0, "gate_rank: no sample, no gate");
+  expect(gate_rank(3000, target, target) == 0, "gate_rank: a row of target keys is not gated");
+  expect(gate_rank(300, target + 1, target) == 0, "gate_rank: a sample of most of the row is not gated");
+  expect(gate_rank(300, 10 * target, target) == 30, "gate_rank: a long row is gated");
+  expect(gate_rank(3072, 61440, target) == (uint64_t(target) * 3072 + 61439) / 61440, "gate_rank: rho");
+  expect(gate_rank(3072, 1u << 22, target) == static_cast<uint32_t>(kMinGateRank), "gate_rank: floor");
+  expect(gate_rank(100, 200000, 400000) == 0, "gate_rank: rho above the sample");
+  expect(gate_rank(3000, 3040, 2900) == 0, "gate_rank: rho above the list");
+  expect(gate_rank(3000, 34000, 2900) == 256 && gate_rank(3000, 33984, 2900) == 0, "gate_rank: list edge (256)");
+  for (int k : {512, 1024, 2048})
+    for (int nt : {1, 2, 7, 26, 64, 480, 4096, 32768}) {
+      const int ns = fused_sample_tiles(nt, k);
+      expect(ns >= 1 && ns <= nt && ns <= kMaxSampleTiles, "fused_sample_tiles range");
+    }
 }
 
 // ---- the per-row protocol of the kernel --------------------------------------
 // keys of the row: values v[0..n); returns the emitted relative indices.
-std::vector<uint32_t> simulate_row(const std::vector<float>& v, int k, int cap, std::mt19937& rng) {
+// Mirrors sm90_fused_mqa_topk: the scrambled tile walk; two warpgroups of 64
+// keys per tile, each thread (warpgroup, warp, lane group) holding keys
+// +0 and +8 of its 16-key slice; with the gate (g_gate, and gate = true) the
+// first fused_sample_tiles tiles with no threshold, the 4 largest keys per
+// thread, the gate at sample rank gate_rank, the sample entries below it
+// dropped; appends of what passes the threshold; compaction at cap - 64; the
+// block-end warp_finish_row over both buffers, and a redo without gate when
+// the gate was unsafe.
+std::vector<uint32_t> simulate_row(const std::vector<float>& v, int k, int cap, std::mt19937& rng, bool gate) {
   const int n = static_cast<int>(v.size());
   const int nt = (n + 127) / 128;
   const int stride = tile_stride(nt);
@@ -277,73 +297,97 @@ std::vector<uint32_t> simulate_row(const std::vector<float>& v, int k, int cap, 
   uint64_t thr = 0;
   const uint32_t compact_above = static_cast<uint32_t>(k + (cap - k) / 2);
   Scratch sc;
-  // Window mode: per warpgroup a histogram of its buffer in its window.
-  uint32_t whist[2][256] = {};
-  Window win[2] = {};
-  bool valid[2] = {false, false};
-  for (int t = 0, tp = nt - 1; t < nt; ++t, tp = next_tile(tp, nt, stride)) {
-    const int first = rng() & 1;  // the warpgroups run in either order
-    for (int o = 0; o < 2; ++o) {
-      const int w = first ^ o;
-      for (int j = 0; j < 64; ++j) {
-        const int i = tp * 128 + w * 64 + j;
-        if (i >= n) continue;
-        const uint32_t key = order_key(v[i]);
-        if (composite(key, i) > thr) {
-          if (buf[w].n >= cap) die("candidate buffer overflow");
-          buf[w].push(key, i);
-          if (g_window && valid[w]) {
-            if (key < win[w].lo) die("appended key below the window");
-            ++whist[w][window_bin(win[w], key)];
-          }
-        }
-      }
-      if (buf[w].n + 64 > cap && static_cast<uint32_t>(buf[w].n) > compact_above) {
-        if (g_window) {
-          if (valid[w]) {
-            uint32_t total = 0;
-            for (int b = 0; b < 256; ++b) total += whist[w][b];
-            expect(total == static_cast<uint32_t>(buf[w].n), "window histogram does not count the buffer");
-          }
-          if (valid[w]) ++g_window_from_hist;
-          uint64_t res[32];
-          int kept[32];
-          Window nw[32];
-          bool nv[32];
-          warp_emu::run([&](int lane) {
-            Window wl = win[w];
-            bool vl = valid[w];
-            res[lane] = warp_compact_window(buf[w].key.data(), buf[w].idx.data(), buf[w].n, thr, k, compact_above,
-                                            whist[w], wl, vl, sc.hist, sc.sk, sc.si, lane, &kept[lane]);
-            nw[lane] = wl;
-            nv[lane] = vl;
-          });
-          for (int l = 1; l < 32; ++l)
-            expect(res[l] == res[0] && kept[l] == kept[0] && nw[l].lo == nw[0].lo && nw[l].span == nw[0].span,
-                   "lanes disagree in the window compaction");
-          // Safe: at least min(k, entries at or above thr) entries kept, all at or above the threshold.
-          buf[w].n = kept[0];
-          win[w] = nw[0];
-          valid[w] = nv[0];
-          thr = std::max(thr, res[0]);
-          ++g_window_compactions;
-        } else {
-          const uint64_t th = run_select(&buf[w], nullptr, thr, k, sc);
-          buf[w].n = run_emit_inplace(&buf[w], th);
-          thr = std::max(thr, th);
-        }
+  const int ns = gate ? fused_sample_tiles(nt, k) : 0;
+  uint32_t lists[256] = {}, tile_max[32] = {};
+  uint32_t msample = 0;
+  bool gated = false;
+  auto append_tile = [&](int tp, int w) {
+    for (int j = 0; j < 64; ++j) {
+      const int i = tp * 128 + w * 64 + j;
+      if (i >= n) continue;
+      const uint32_t key = order_key(v[i]);
+      if (composite(key, i) > thr) {
+        if (buf[w].n >= cap) die("candidate buffer overflow");
+        buf[w].push(key, i);
       }
     }
+    if (buf[w].n + 64 > cap && static_cast<uint32_t>(buf[w].n) > compact_above) {
+      const uint64_t th = run_select(&buf[w], nullptr, thr, k, sc);
+      buf[w].n = run_emit_inplace(&buf[w], th);
+      thr = std::max(thr, th);
+    }
+  };
+  int t = 0, tp = nt - 1;
+  for (; t < ns; ++t, tp = next_tile(tp, nt, stride)) {
+    for (int w = 0; w < 2; ++w) {
+      for (int wi = 0; wi < 4; ++wi)
+        for (int l = 0; l < 8; ++l)
+          for (int h = 0; h < 2; ++h) {
+            const int i = tp * 128 + w * 64 + wi * 16 + l + 8 * h;
+            uint32_t* lst = lists + ((w * 4 + wi) * 8 + l) * 4;
+            uint32_t top[4] = {lst[0], lst[1], lst[2], lst[3]};
+            top4_insert(top, i < n ? order_key(v[i]) : 0u);
+            std::copy(top, top + 4, lst);
+            tile_max[t] = std::max(tile_max[t], i < n ? order_key(v[i]) : 0u);
+            msample += i < n;
+          }
+      append_tile(tp, w);
+    }
   }
-  const uint64_t th = run_select(&buf[0], &buf[1], thr, k, sc);
-  std::vector<uint32_t> out;
-  for (auto& e : run_emit_out(&buf[0], &buf[1], th)) out.push_back(e.second);
-  return out;
+  if (ns > 0) {
+    const uint32_t rho = gate_rank(msample, static_cast<uint32_t>(n), static_cast<uint32_t>(fused_gate_target(k)));
+    uint32_t gk = 0;
+    if (rho) {
+      uint32_t res[32];
+      warp_emu::run([&](int lane) { res[lane] = warp_gate_key(lists, tile_max, rho, ns, lane); });
+      gk = res[0];
+    }
+    if (gk) {
+      thr = std::max(thr, gate_threshold(gk));
+      gated = true;
+      ++g_gated_rows;
+      for (auto& b : buf) b.n = run_emit_inplace(&b, thr);  // the sample's entries below the gate
+    }
+  }
+  for (; t < nt; ++t, tp = next_tile(tp, nt, stride)) {
+    const int first = rng() & 1;  // the warpgroups run in either order
+    for (int o = 0; o < 2; ++o) append_tile(tp, first ^ o);
+  }
+  Segs s{{buf[0].key.data(), buf[1].key.data()}, {buf[0].idx.data(), buf[1].idx.data()}, {buf[0].n, buf[1].n}, 2};
+  std::vector<int> out(k, -7);
+  bool ok[32];
+  uint32_t cands[32];
+  const uint32_t need = std::min<uint32_t>(k, static_cast<uint32_t>(n));
+  warp_emu::run([&](int lane) {
+    if (g_lean)
+      ok[lane] = warp_finish_row<true>(s, thr, k, need, gated, 0, sc.hist, sc.sk, sc.si, lane, &cands[lane],
+                                       [&](int at, int x) { out[at] = x; });
+    else
+      ok[lane] = warp_finish_row<false>(s, thr, k, need, gated, 0, sc.hist, sc.sk, sc.si, lane, &cands[lane],
+                                        [&](int at, int x) { out[at] = x; });
+  });
+  for (int l = 1; l < 32; ++l) expect(ok[l] == ok[0] && cands[l] == cands[0], "lanes disagree in finish_row");
+  ++g_rows;
+  if (!ok[0]) {
+    expect(gated, "an ungated row asked for a redo");
+    for (int x : out) expect(x == -7, "an unsafe row wrote output");
+    ++g_redo_rows;
+    if (std::getenv("EMU_VERBOSE")) std::fprintf(stderr, "redo: %s n=%d k=%d cands=%u\n", g_row_name.c_str(), n, k, cands[0]);
+    return simulate_row(v, k, cap, rng, false);  // the redo: no gate
+  }
+  std::vector<uint32_t> got;
+  for (int x : out) {
+    expect(x != -7, "output slot not written");
+    if (x >= 0) got.push_back(static_cast<uint32_t>(x));
+  }
+  for (size_t i = got.size(); i < static_cast<size_t>(k); ++i) expect(out[i] == -1, "padding is not -1 at the end");
+  return got;
 }
 
 void check_row(const std::string& name, const std::vector<float>& v, int k, std::mt19937& rng) {
-  const int cap = 3 * k + 128;  // fused_candidate_cap
-  auto got = simulate_row(v, k, cap, rng);
+  g_row_name = name;
+  const int cap = g_gate ? 2 * k + 1024 : 3 * k + 128;  // Sm90FusedConfig::cap
+  auto got = simulate_row(v, k, cap, rng, g_gate);
   std::vector<uint64_t> c;
   for (size_t i = 0; i < v.size(); ++i) c.push_back(composite(order_key(v[i]), static_cast<uint32_t>(i)));
   std::sort(c.begin(), c.end(), std::greater<uint64_t>());
@@ -381,8 +425,7 @@ void protocol_cases() {
     check_row("near ties", v, k, rng);
     for (int i = 0; i < n; ++i) v[i] = -std::fabs(gauss(rng));
     check_row("negative", v, k, rng);
-    // Few distinct values (window spans below 256 keys: every bin is one key,
-    // so the k-th key sits exactly on a bin edge), and a tied staircase.
+    // Few distinct values, and a tied staircase.
     std::vector<float> u(60000);
     for (size_t i = 0; i < u.size(); ++i) u[i] = float((i * 7919u) % 37u);
     check_row("37 distinct values", u, k, rng);
@@ -390,26 +433,45 @@ void protocol_cases() {
     check_row("staircase", u, k, rng);
     for (size_t i = 0; i < u.size(); ++i) u[i] = 1.0f + float((i * 40503u) % 3000u) * 1e-7f;
     check_row("3000 values in one float octave", u, k, rng);
-    for (size_t i = 0; i < u.size(); ++i) {  // 200 adjacent floats: windows of a few keys, bins of one key
+    for (size_t i = 0; i < u.size(); ++i) {  // 200 adjacent floats
       const uint32_t bits = 0x3f800000u + static_cast<uint32_t>((i * 7919u) % 200u);
       std::memcpy(&u[i], &bits, 4);
     }
     check_row("200 adjacent floats", u, k, rng);
+    // Relu-saturated: most logits exactly 0, a few hundred positive (the gate
+    // lands on 0 and every zero passes it: compactions, exact ties by index).
+    for (size_t i = 0; i < u.size(); ++i) u[i] = (i * 2654435761u) % 211u == 0 ? std::fabs(gauss(rng)) : 0.f;
+    check_row("relu saturated", u, k, rng);
+    // The sample tiles (the first of the walk) hold the row's largest values
+    // and the rest sit below them: the gate is unsafe and the row is redone.
+    // Then the opposite: a sample of the smallest values (a low gate).
+    const long redo_before = g_redo_rows;
+    std::vector<bool> sampled((u.size() + 127) / 128, false);
+    {
+      const int nt = static_cast<int>(sampled.size()), ns = fused_sample_tiles(nt, k);
+      for (int t = 0, tp = nt - 1; t < ns; ++t, tp = next_tile(tp, nt, tile_stride(nt))) sampled[tp] = true;
+    }
+    for (size_t i = 0; i < u.size(); ++i) u[i] = sampled[i / 128] ? 10.f + gauss(rng) : gauss(rng);
+    check_row("hot sample tiles", u, k, rng);
+    if (g_gate) expect(g_redo_rows > redo_before, "hot sample tiles: expected a redo");
+    for (size_t i = 0; i < u.size(); ++i) u[i] = sampled[i / 128] ? gauss(rng) - 10.f : gauss(rng);
+    check_row("cold sample tiles", u, k, rng);
   }
+  if (g_gate) expect(g_gated_rows > 0, "no row was gated");
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string which = argc > 1 ? argv[1] : "all";
-  g_lean = argc > 2 && (std::string(argv[2]) == "lean" || std::string(argv[2]) == "window");
-  g_window = argc > 2 && std::string(argv[2]) == "window";
+  g_lean = argc > 2 && (std::string(argv[2]) == "lean" || std::string(argv[2]) == "gate");
+  g_gate = argc > 2 && std::string(argv[2]) == "gate";
   if (which == "all" || which == "select") {
     select_cases();
-    window_cases();
+    gate_piece_cases();
   }
   if (which == "all" || which == "protocol") protocol_cases();
-  std::printf("fused_select emulation: %d checks passed (%ld warp exchanges, %ld window compactions, %ld with a valid histogram)\n",
-              g_checks, warp_emu::st().exchanges, g_window_compactions, g_window_from_hist);
+  std::printf("fused_select emulation: %d checks passed (%ld warp exchanges; %ld rows, %ld gated, %ld redone)\n",
+              g_checks, warp_emu::st().exchanges, g_rows, g_gated_rows, g_redo_rows);
   return 0;
 }

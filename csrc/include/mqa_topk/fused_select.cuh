@@ -277,7 +277,7 @@ __device__ __forceinline__ uint32_t range_mult(uint32_t range) {
 // entries is refined (range + histogram again inside it); heavy ties (one key)
 // go to radix passes over the indices.
 __device__ __forceinline__ uint64_t warp_select(const Segs& s, uint64_t thr, uint32_t k, uint32_t* hist,
-                                                uint32_t* sk, uint32_t* si, int lane) {
+                                                uint32_t* sk, uint32_t* si, int lane, uint32_t* count_out = nullptr) {
   // Eligible: key >= the threshold's key. This includes the few entries with
   // that key and an index past the threshold's (below it); they are smaller
   // than every truly eligible entry, so whenever at least k entries are at or
@@ -309,6 +309,7 @@ __device__ __forceinline__ uint64_t warp_select(const Segs& s, uint64_t thr, uin
     kmax = __reduce_max_sync(0xffffffffu, kmax);
     if (round == 0) {
       cnt = c;
+      if (count_out) *count_out = c;
       if (cnt <= k) return thr;
     }
     lo = kmin;
@@ -377,10 +378,11 @@ __device__ __forceinline__ void for_each_key4_lean(const Segs& s, int lane, F&& 
   }
 }
 
-// kmax_out (optional): the largest key at or above the threshold's (0 if none).
+// kmax_out (optional): the largest key at or above the threshold's (0 if none);
+// count_out (optional): how many entries have a key at or above it.
 __device__ __forceinline__ uint64_t warp_select_lean(const Segs& s, uint64_t thr, uint32_t k, uint32_t* hist,
                                                      uint32_t* sk, uint32_t* si, int lane,
-                                                     uint32_t* kmax_out = nullptr) {
+                                                     uint32_t* kmax_out = nullptr, uint32_t* count_out = nullptr) {
   const uint32_t tk1 = max(static_cast<uint32_t>(thr >> 32), 1u);
   // Pass 1: range and count of the eligible keys (key >= tk1).
   uint32_t kmin = 0xffffffffu, kmax = 0, c = 0;
@@ -393,6 +395,7 @@ __device__ __forceinline__ uint64_t warp_select_lean(const Segs& s, uint64_t thr
   c = __reduce_add_sync(0xffffffffu, c);
   kmax = __reduce_max_sync(0xffffffffu, kmax);
   if (kmax_out) *kmax_out = kmax;
+  if (count_out) *count_out = c;
   if (c <= k) return thr;
   uint32_t lo = __reduce_min_sync(0xffffffffu, kmin);
   uint32_t span = kmax - lo;  // current bin: keys in [lo, lo + span]
@@ -449,33 +452,6 @@ __device__ __forceinline__ uint64_t warp_select_lean(const Segs& s, uint64_t thr
   return warp_index_cut<true>(s, lo, need, hist, lane);
 }
 
-// ---- window histograms (development: dev probe variant 2) ----------------------
-// A row's candidates binned while they are appended, into 256 equal slices of a
-// window [lo, lo + span] of order keys (keys above it in the last bin; no key
-// below lo is ever appended: lo is at most the row's threshold key). A
-// compaction then needs no selection passes: the slice holding the k-th
-// largest key is read off the histogram, its lower edge is a safe threshold
-// (at least k candidates are at or above it), and one pass keeps what is at
-// or above it while binning the kept entries into the next window [edge,
-// old top].
-struct Window {
-  uint32_t lo, span, mult;
-};
-__host__ __device__ __forceinline__ Window make_window(uint32_t lo, uint32_t hi) {
-  const uint32_t span = hi > lo ? hi - lo : 0u;
-  return Window{lo, span, span < 256u ? 0u : static_cast<uint32_t>((1ull << 40) / (span + 1ull))};
-}
-__device__ __forceinline__ uint32_t window_bin(const Window& w, uint32_t key) {
-  const uint32_t d = key - w.lo;
-  return d > w.span ? 255u : (w.mult ? __umulhi(d, w.mult) : d);
-}
-// The smallest key in bin b (b >= 1 when the span is below 256 is not needed:
-// then bins are single keys).
-__device__ __forceinline__ uint32_t window_edge(const Window& w, uint32_t b) {
-  if (!w.mult) return w.lo + b;
-  return w.lo + static_cast<uint32_t>(((static_cast<uint64_t>(b) << 32) + w.mult - 1) / w.mult);
-}
-
 // Keeps the entries with composite >= t in segment order (stable): writes
 // kept entry number `pos` through emit(pos, key, idx); returns the count.
 // Reads 4-entry groups (keys and indices as uint4, four per lane in flight) and ranks with a
@@ -523,46 +499,130 @@ __device__ __forceinline__ int warp_emit(const Segs& s, uint64_t t, int lane, Em
   return pos;
 }
 
-// One compaction of a warpgroup-row buffer of n entries in window mode
-// (dev probe variant 2). whist: the row's window histogram in window w, valid
-// when `valid` (then it counts every entry of the buffer). Reads the k-th's
-// slice off the histogram when that frees enough (at most `keep_max` entries
-// at or above its lower edge), else selects exactly (warp_select_lean); then
-// keeps the entries at or above the threshold, stable and in place, binning
-// them into the next window. Returns the threshold (safe: the k-th largest
-// composite of the buffer is at or above it); sets *kept, w, valid.
-__device__ __forceinline__ uint64_t warp_compact_window(uint32_t* kp, uint32_t* ip, int n, uint64_t thr, uint32_t k,
-                                                        uint32_t keep_max, uint32_t* whist, Window& w, bool& valid,
-                                                        uint32_t* hist, uint32_t* sk, uint32_t* si, int lane,
-                                                        int* kept) {
-  const Segs s{{kp, nullptr}, {ip, nullptr}, {n, 0}, 1};
-  uint64_t t = 0;
-  Window nw{0, 0, 0};
-  bool exact = true;
-  if (valid) {
-    uint32_t before = 0, in_bin = 0;
-    const uint32_t b = warp_find_digit(whist, k, true, &before, &in_bin, lane);  // leaves whist zero
-    if (before + in_bin <= keep_max) {
-      const uint32_t edge = window_edge(w, b);
-      t = max(composite(edge, 0xffffffffu), thr);
-      nw = make_window(static_cast<uint32_t>(t >> 32), w.lo + w.span);
-      exact = false;
-    }
+// ---- sample gate (fused v2) -------------------------------------------------
+// Each 8-row block first scans a pseudo-random sample of its key tiles (the
+// first tiles of the scrambled walk) with no threshold; every thread keeps the
+// 4 largest order keys it saw per row. Per row the 64 threads' lists (256 keys)
+// give the gate: the key of sample rank rho = ceil(target * m / n) (m sample
+// entries of the row's n), so that about `target` of the row's logits are
+// expected at or above it. The rest of the block is scanned with the gate
+// fixed (candidates: key >= gate); see warp_gate_key for the cap that keeps
+// position-correlated rows safe. Exactness does not depend on the gate: a
+// row whose candidates end up fewer than min(k, n) is rescanned with no gate
+// (a redo). The lists hold a subset of the sample, so their rho-th largest is
+// at most the sample's: the gate errs low (more candidates), never high.
+// Probability model: the number of sample entries at or above the row's
+// (target)-th largest logit is about Poisson(rho) (sampling without
+// replacement of m of n keys), so the candidates a gate keeps are about target *
+// (1 +- 1/sqrt(rho)); with rho ~ 128 and target = 1.5k + 256 a row falls under
+// k only beyond 4 standard deviations (k = 2048), 7 (k = 512).
+constexpr int kGateRank = 128;       // sample entries wanted above the gate
+constexpr int kMinGateRank = 16;     // never gate on fewer (long rows, small samples)
+constexpr int kMaxSampleTiles = 24;  // sample tiles per block, at most (buffer room)
+constexpr int kGateList = 256;       // 64 threads x 4 keys per row
+constexpr int kMinGateTiles = 4;     // sampled tiles that must reach the gate
+static_assert(kMaxSampleTiles <= 32, "tile maxima: one warp-wide slot each");
+
+// Candidates a gated row is expected to keep.
+__host__ __device__ constexpr int fused_gate_target(int k) { return k + k / 2 + 256; }
+
+// Sample tiles of a block of nt key tiles for top-k.
+__host__ __device__ inline int fused_sample_tiles(int nt, int k) {
+  if (nt <= 0) return 0;
+  const int t = fused_gate_target(k);
+  int ns = (kGateRank * nt + t - 1) / t;
+  ns = ns < 1 ? 1 : ns;
+  ns = ns > kMaxSampleTiles ? kMaxSampleTiles : ns;
+  return ns < nt ? ns : nt;
+}
+
+// The sample rank of a row's gate (m sample entries of its n keys), or 0 for
+// no gate (the row is short, or the sample is most of it).
+__host__ __device__ inline uint32_t gate_rank(uint32_t m, uint32_t n, uint32_t target) {
+  if (m == 0 || n <= target) return 0;
+  uint64_t rho = (static_cast<uint64_t>(target) * m + n - 1) / n;
+  if (rho < static_cast<uint64_t>(kMinGateRank)) rho = kMinGateRank;
+  if (rho >= m || rho > static_cast<uint64_t>(kGateList)) return 0;
+  return static_cast<uint32_t>(rho);
+}
+
+// Keeps the 4 largest keys seen, t[0] >= t[1] >= t[2] >= t[3] (branch-free).
+__device__ __forceinline__ void top4_insert(uint32_t (&t)[4], uint32_t x) {
+#pragma unroll
+  for (int j = 0; j < 3; ++j) {
+    const uint32_t hi = max(t[j], x);
+    x = min(t[j], x);
+    t[j] = hi;
   }
-  if (exact) {
-    uint32_t kmax = 0;
-    t = warp_select_lean(s, thr, k, hist, sk, si, lane, &kmax);
-    nw = make_window(max(static_cast<uint32_t>(t >> 32), 1u), kmax);
+  t[3] = max(t[3], x);
+}
+
+// The rank-th largest (1-based, rank <= N) of the N keys at v (N a multiple of
+// 32; lane reads v[j * 32 + lane]), by 32 bit steps; 0 when fewer than rank
+// keys are nonzero (padding is 0).
+template <int N>
+__device__ __forceinline__ uint32_t warp_rank_key(const uint32_t* v, uint32_t rank, int lane) {
+  static_assert(N % 32 == 0, "whole warps");
+  constexpr int J = N / 32;
+  uint32_t x[J];
+#pragma unroll
+  for (int j = 0; j < J; ++j) x[j] = v[j * 32 + lane];
+  uint32_t prefix = 0, need = rank;
+#pragma unroll 1
+  for (int bit = 31; bit >= 0; --bit) {
+    const uint32_t hi = bit == 31 ? 0u : (~0u << (bit + 1));
+    uint32_t c = 0;
+#pragma unroll
+    for (int j = 0; j < J; ++j) c += ((x[j] & hi) == prefix && ((x[j] >> bit) & 1u)) ? 1u : 0u;
+    c = __reduce_add_sync(0xffffffffu, c);
+    if (c >= need) prefix |= 1u << bit;
+    else need -= c;
   }
-  *kept = warp_emit(s, t, lane, [&](int at, uint32_t key, uint32_t idx) {
-    __stcg(kp + at, key);
-    __stcg(ip + at, idx);
-    atomicAdd(whist + window_bin(nw, key), 1u);
+  return prefix;
+}
+
+// The gate of a row: the key of sample rank rho in its lists (256 keys), but
+// at most the C-th largest of its sample tiles' maxima (tile_max, 32 slots,
+// 0-padded; C = min(kMinGateTiles, ns)), so that at least C sampled tiles,
+// spread over the row, reach the gate. Scores correlated with position (rising,
+// a staircase, hot regions) make the keys of one tile alike: the sample is then
+// a sample of ns tiles, not of ns x 128 keys, and a gate inside the top sampled
+// tile would keep too few. 0: no gate.
+__device__ __forceinline__ uint32_t warp_gate_key(const uint32_t* lists, const uint32_t* tile_max, uint32_t rho,
+                                                  int ns, int lane) {
+  if (rho == 0) return 0;
+  const uint32_t g = warp_rank_key<kGateList>(lists, rho, lane);
+  const uint32_t c = static_cast<uint32_t>(ns < kMinGateTiles ? ns : kMinGateTiles);
+  const uint32_t t = warp_rank_key<32>(tile_max, c, lane);
+  return g < t ? g : t;
+}
+
+// A gate as a running threshold: every key >= gate passes (composite > thr).
+__host__ __device__ constexpr uint64_t gate_threshold(uint32_t gate_key) {
+  return static_cast<uint64_t>(gate_key) << 32;
+}
+
+// The block-end step of one row: the exact top min(k, n) of its candidates
+// (entries with key >= thr's; need = min(k, n)) written to orow as indices
+// relative to start in candidate order, -1 padded to k. A gated row with fewer
+// than `need` candidates is unsafe (its top-k may hold keys below the gate):
+// nothing is written and false returned (the caller rescans the row).
+// *cands: the candidates counted.
+template <bool kLean, class Out>
+__device__ __forceinline__ bool warp_finish_row(const Segs& s, uint64_t thr, uint32_t k, uint32_t need, bool gated,
+                                                int start, uint32_t* hist, uint32_t* sk, uint32_t* si, int lane,
+                                                uint32_t* cands, Out&& out) {
+  uint32_t c = 0;
+  uint64_t th;
+  if constexpr (kLean) th = warp_select_lean(s, thr, k, hist, sk, si, lane, nullptr, &c);
+  else th = warp_select(s, thr, k, hist, sk, si, lane, &c);
+  *cands = c;
+  if (gated && c < need) return false;
+  const int pos = warp_emit(s, th, lane, [&](int at, uint32_t, uint32_t idx) {
+    if (at < static_cast<int>(k)) out(at, static_cast<int>(idx) - start);
   });
-  __syncwarp();
-  w = nw;
-  valid = true;
-  return t;
+  for (int j = min(pos, static_cast<int>(k)) + lane; j < static_cast<int>(k); j += 32) out(j, -1);
+  return true;
 }
 
 }  // namespace fused_detail

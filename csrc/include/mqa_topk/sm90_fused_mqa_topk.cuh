@@ -8,43 +8,55 @@
 // `logits_epilogue_reduce`, `x * (0.5 * scale)`), so every logit is bitwise
 // equal to the dense kernel's and the two paths select identical index sets.
 //
-// Selection (warp-level pieces in fused_select.cuh, tested off-GPU on the warp
-// emulator in tests/emu/) per row; order = composite (value desc, index asc), value compared
-// through the order-preserving key of sm90_topk_per_row, -0.0 == +0.0):
-// - Each math warpgroup appends the logits of its 64 keys per tile that beat
-//   the row's running threshold to its own candidate buffer of the row (global
-//   workspace, per CTA, L2-resident): (order key, absolute index) pairs,
-//   capacity `cap` = 3k + 128. Slots are given in a fixed order (tile, warp,
-//   key half, lane) through one per-warpgroup exchange of per-warp counts, so
-//   buffer contents, and everything after, are deterministic.
-// - When a row's buffer could overflow on the next tile (count > cap - 64),
-//   one warp per row selects (`warp_select`): one vector pass finds the range
-//   and count of the entries whose key is at or above the running threshold's,
-//   a histogram over 256 equal slices of that range finds the slice of the
-//   k-th (refined inside the slice while it holds more than 256 entries), the
-//   slice is gathered into shared memory and finished there by radix passes
-//   over the bits that still differ; heavy ties (one key) go to radix passes
-//   over the indices. Then a stable in-place pass keeps the top k (or, when
-//   at most k entries reach the threshold, just those) and the row's shared
-//   threshold rises to the k-th composite. That threshold is always the k-th
-//   largest composite of a subset of the row, so no element of the row's
-//   top-k is ever dropped (SPEC §6); both warpgroups filter with it.
-// - At the end of a block both warpgroups meet; warp w merges row w's two
-//   buffers (the same select over both) and writes the top min(k, n) relative
-//   indices in buffer order, then -1 padding.
-// - Key tiles of a block are visited in a scrambled order (a golden-ratio
-//   stride coprime to the tile count, last tile first), so scores rising with
-//   position do not keep the threshold low.
-// Cost bounds: a select costs O(count) (a bounded number of passes) and runs
-// only after >= k + 64 new candidates (or once per row at the block end), so
-// even when every logit beats the threshold selection work stays linear in
-// the row length: at most one select per (k + 64) / 64 tiles per row and
-// warpgroup.
+// Selection, per row (warp-level pieces in fused_select.cuh, tested off-GPU on
+// the warp emulator in tests/emu/; order = composite (value desc, index asc),
+// value compared through the order-preserving key of sm90_topk_per_row, -0.0 ==
+// +0.0). Each math warpgroup appends the logits of its 64 keys per tile that
+// pass the row's threshold to its own candidate buffer of the row (global
+// workspace, per CTA, L2-resident): (order key, absolute index) pairs. Slots
+// are given in a fixed order (tile, warp, key half, lane) through one
+// per-warpgroup exchange of per-warp counts, so buffer contents, and everything
+// after, are deterministic.
+//
+// v2 (kGate; the default, with the select on the math warps): a sample-gated
+// scan with one exact select per row.
+// 1. Sample: the block's first tiles in the scrambled walk (a pseudo-random
+//    sample, fused_sample_tiles) are scanned with no threshold; each thread
+//    keeps its 4 largest keys per row; then per row the gate is the key of
+//    sample rank rho among those lists so that about 1.5k + 256 of the row's
+//    logits are expected at or above it (fused_select.cuh: gate_rank), and the
+//    sample's entries below the gate are dropped from the buffers.
+// 2. Scan: every other tile with the gate fixed (candidates: key >= gate).
+// 3. Select: at the block end one exact select per row over both warpgroups'
+//    buffers writes the top min(k, n) relative indices, -1 padded. A gated
+//    row with fewer than min(k, n) candidates is unsafe and is rescanned (the
+//    producer re-issues the block with only those rows active and no gate): a
+//    redo, rare on real inputs (fused_select.cuh gives the probability model).
+//    kSelectors: the select runs on the producer warpgroup's 3 idle warps while
+//    the math warps scan the next block (two candidate-buffer sets).
+// A buffer that fills anyway (a low gate, ties at the gate, a relu-saturated
+// row whose logits are mostly exactly 0) is compacted exactly as in v1 (below):
+// a buffer can only fill with at least k candidates in it, so the gate is then
+// safe and the k-th of the buffer is a safe running threshold.
+//
+// v1 (kGate = false; the measured baseline, reachable through the dev probes):
+// no gate; the threshold starts at -inf and rises only by compactions: when a
+// row's buffer could overflow on the next tile, one warp selects its exact k-th
+// (`warp_select`) and keeps what is at or above it (stable); the row's shared
+// threshold rises to that k-th composite, always the k-th largest of a subset
+// of the row, so no element of the row's top-k is ever dropped (SPEC §6).
+//
+// Key tiles of a block are visited in a scrambled order (a golden-ratio
+// stride coprime to the tile count, last tile first), so scores rising with
+// position neither bias the sample nor keep a running threshold low.
 // Work: blocks are handed out by a global counter (largest row index first:
 // causal blocks are longest last) to a persistent grid of one CTA per SM.
-// Workspace: a 64-byte header (the block counter and development statistics,
-// zeroed before the launch) + num_sms x 2 x 8 x 2 x cap x 4 bytes (101.1 MiB for k = 2048 on 132 SMs, 26.8 MiB for k = 512).
+// Workspace: a 128-byte header (the block counter and development statistics,
+// zeroed before the launch) + kSets x num_sms x 2 x 8 x 2 x cap x 4 bytes
+// (fused_workspace_bytes).
 #pragma once
+
+#include <type_traits>
 
 #include "fused_select.cuh"
 #include "sm90_fp8_mqa_logits.cuh"
@@ -55,72 +67,160 @@ struct Sm90FusedParams {
   const int* starts;
   const int* ends;
   int* out;          // [rows, topk]
-  uint32_t* ws;      // candidate buffers, num_sms x 2 x 8 x 2 x cap
-  int* counter;      // block counter, zero at launch
+  uint32_t* ws;      // candidate buffers, kSets x num_sms x 2 x 8 x 2 x cap
+  int* counter;      // block counter, zero at launch; statistics follow it
   int rows;
   int keys;
   int topk;
-  int cap;           // candidates per (warpgroup, row) buffer: 3 * topk + 128
+  int cap;           // candidates per (warpgroup, row) buffer
   int probe;         // development only: 1 = never append (logits + filter alone), 2 = real + statistics
   RangeErrorSink err;  // bad rows are recorded here (range_check.cuh; null: not recorded)
 };
 
-// kLeanSelect (development, dev probe variant 1): warp_select_lean instead of
-// warp_select (same results; branch-free passes). Not yet measured on a GPU.
-// kWindow (development, dev probe variant 2; implies the lean select): keep
-// each warpgroup-row's candidates binned in a window histogram at append time
-// so a compaction is one pass (fused_select.cuh: warp_compact_window).
-template <int kNumStages_, bool kLeanSelect_ = false, bool kWindow_ = false>
+// Block-level control words in shared memory (gate, selector hand-off, redo queue).
+struct FusedCtl {
+  uint32_t tile_max[8][32];  // gate: each row's largest key in each sample tile
+  uint32_t sample_cnt[8];  // gate: sample entries of each row
+  uint32_t gated[2];       // per candidate set: rows whose gate is set (bit r)
+  int sel_b[2];            // per set: the block handed to the selection (-1: end)
+  uint32_t sel_active[2];  // per set: the block's active rows
+  uint32_t redo_acc[2];    // per set: rows found unsafe
+  uint32_t sel_done[2];    // per set: selector warps done with it
+  int rq_b[16];            // redo queue: block, rows, valid flag (producer pops in order)
+  uint32_t rq_mask[16];
+  int rq_valid[16];
+  int rq_reserve;
+  int blocks_done;         // blocks finished (rows written or queued for a redo)
+};
+
+// kLeanSelect: warp_select_lean instead of warp_select (same results,
+// branch-free passes). kGate: the v2 sample gate (else v1). kSelectors (needs
+// kGate): the block-end select on the producer warpgroup's warps 1-3, with two
+// candidate-buffer sets.
+template <int kNumStages_, bool kLeanSelect_ = false, bool kGate_ = false, bool kSelectors_ = false>
 struct Sm90FusedConfig {
-  static constexpr bool kLeanSelect = kLeanSelect_ || kWindow_;
-  static constexpr bool kWindow = kWindow_;
+  static constexpr bool kLeanSelect = kLeanSelect_;
+  static constexpr bool kGate = kGate_;
+  static constexpr bool kSelectors = kSelectors_;
+  static_assert(!kSelectors || kGate, "selector warps need the gated scan");
   using Logits = Sm90LogitsConfig<8, 2, kNumStages_>;
   static constexpr int kBlockRows = 8;
   static constexpr int kNumStages = kNumStages_;
   static constexpr int kMathWarpgroups = 2;
   static constexpr int kThreads = 384;
   static constexpr int kMathThreads = 256;
-  static constexpr int kBlockKeys = Logits::kBlockKeys;  // 128
+  static constexpr int kSets = kSelectors ? 2 : 1;            // candidate-buffer sets
+  static constexpr int kSelectorWarps = kSelectors ? 3 : 0;
+  static constexpr int kSelectWarps = 8 + kSelectorWarps;     // warps with selection scratch
+  static constexpr int kBlockKeys = Logits::kBlockKeys;       // 128
   static constexpr int kOffK = 0;
   static constexpr int kOffQ = kOffK + kNumStages * Logits::kKTileBytes;
   static constexpr int kOffScales = kOffQ + 2 * Logits::kQTileBytes;
   static constexpr int kOffWeights = kOffScales + kNumStages * Logits::kScaleBytes;
-  static constexpr int kOffHist = kOffWeights + 2 * Logits::kWeightBytes;   // 8 warps x 256 bins
-  static constexpr int kOffWc = kOffHist + 8 * 256 * 4;                     // [2 parity][2 wg][4 warps][8 rows]
-  static constexpr int kOffCnt = kOffWc + 2 * 2 * 4 * 8 * 4;                // [2 wg][8 rows]
-  static constexpr int kOffThr = kOffCnt + 2 * 8 * 4;                       // [8 rows] u64
-  static constexpr int kOffScratch = kOffThr + 8 * 8;                       // 8 warps x kScratch x (key, idx)
-  static constexpr int kOffWin = kOffScratch + 8 * 256 * 2 * 4;             // kWindow: [2 wg][8 rows] lo, span, mult, valid
-  static constexpr int kOffWhist = kOffWin + (kWindow ? 2 * 8 * 16 : 0);    // kWindow: [2 wg][8 rows][256]
-  static constexpr int kOffSlot = kOffWhist + (kWindow ? 2 * 8 * 256 * 4 : 0);  // [2] int4: block, lo, nt, stride
-  static constexpr int kOffBars = kOffSlot + 2 * 16;
-  static constexpr int kNumBars = 2 * kNumStages + 4;
+  static constexpr int kOffHist = kOffWeights + 2 * Logits::kWeightBytes;            // [warp][256]
+  static constexpr int kOffScratch = kOffHist + kSelectWarps * 256 * 4;              // [warp][key|idx][kScratch]
+  static constexpr int kOffWc = kOffScratch + kSelectWarps * 2 * fused_detail::kScratch * 4;  // [2][2 wg][4][8]
+  static constexpr int kOffCnt = kOffWc + 2 * 2 * 4 * 8 * 4;                         // [set][2 wg][8 rows]
+  static constexpr int kOffThr = kOffCnt + kSets * 2 * 8 * 4;                        // [set][8 rows] u64
+  static constexpr int kOffSlot = kOffThr + kSets * 8 * 8;                           // [2][8] int
+  static constexpr int kOffCtl = kOffSlot + 2 * 8 * 4;
+  static constexpr int kOffBars = kOffCtl + (static_cast<int>(sizeof(FusedCtl)) + 7) / 8 * 8;
+  static constexpr int kNumBars = 2 * kNumStages + 4 + (kSelectors ? 4 : 0);
   static constexpr int kSmemBytes = kOffBars + kNumBars * 8 + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per CTA");
+  // Candidates per (warpgroup, row) buffer. v1 compacts whenever one fills,
+  // so it keeps room for 2k + 128 new ones. A gated row expects about
+  // (1.5k + 256) / 2 per warpgroup (and at most kMaxSampleTiles x 64 sample
+  // entries before the gate): k + 1920 keeps two sets of buffers under 128 MiB
+  // on 132 SMs at k = 2048.
+  static constexpr int cap(int topk) { return kGate ? topk + 1920 : 3 * topk + 128; }
 };
 
-// Candidate capacity per (warpgroup, row) buffer for a given k.
-__host__ __device__ constexpr int fused_candidate_cap(int topk) { return 3 * topk + 128; }
-
 // Workspace header: the block counter (int) and, for development probe 2,
-// seven u64 statistics (see scripts/fused_probe.py).
-constexpr int kFusedHeaderBytes = 64;
+// fifteen u64 statistics (see scripts/fused_probe.py).
+constexpr int kFusedHeaderBytes = 128;
+constexpr int kFusedStats = 15;
 
-// Candidate-buffer words per CTA, in units of the capacity: 2 warpgroups x 8
-// rows x (key, index).
+// Candidate-buffer words per CTA and set, in units of the capacity: 2
+// warpgroups x 8 rows x (key, index).
 constexpr int kFusedWordsPerCap = 2 * 8 * 2;
 
-// Bytes of workspace the fused kernel needs (header first).
+// Bytes of workspace a kernel configuration needs (header first).
+template <class Cfg>
 inline size_t fused_workspace_bytes(int topk, int num_sms) {
-  return kFusedHeaderBytes + size_t(num_sms) * kFusedWordsPerCap * size_t(fused_candidate_cap(topk)) * 4;
+  return kFusedHeaderBytes +
+         size_t(Cfg::kSets) * size_t(num_sms) * kFusedWordsPerCap * size_t(Cfg::cap(topk)) * 4;
 }
-
 
 template <bool kLean>
 __device__ __forceinline__ uint64_t select_row(const fused_detail::Segs& s, uint64_t thr, uint32_t k, uint32_t* hist,
                                                uint32_t* sk, uint32_t* si, int lane) {
   if constexpr (kLean) return fused_detail::warp_select_lean(s, thr, k, hist, sk, si, lane);
   else return fused_detail::warp_select(s, thr, k, hist, sk, si, lane);
+}
+
+// A shared-memory threshold read once by lane 0 and given to the whole warp
+// (another warp may raise it between the lanes' reads).
+__device__ __forceinline__ uint64_t warp_read_u64(const unsigned long long* p, int lane) {
+  uint64_t v = 0;
+  if (lane == 0) v = *reinterpret_cast<const volatile unsigned long long*>(p);
+  const uint32_t lo = __shfl_sync(0xffffffffu, static_cast<uint32_t>(v), 0);
+  const uint32_t hi = __shfl_sync(0xffffffffu, static_cast<uint32_t>(v >> 32), 0);
+  return (static_cast<uint64_t>(hi) << 32) | lo;
+}
+
+// Visible keys of a row, clamped to [0, keys] (range_check.cuh: clamp_row_range);
+// *start is the clamped start, which the output indices are relative to.
+__device__ __forceinline__ int row_length(const Sm90FusedParams& p, int row, int* start) {
+  const int s = min(max(__ldg(p.starts + row), 0), p.keys);
+  const int e = min(max(__ldg(p.ends + row), s), p.keys);
+  *start = s;
+  return e - s;
+}
+
+// The block-end select of row r of block b over both warpgroups' buffers of
+// candidate set `set` (one warp): writes the row, or returns false when its
+// gate was unsafe (the caller queues a redo).
+template <class Cfg>
+__device__ __forceinline__ bool fused_finish_row(const Sm90FusedParams& p, int b, int r, uint32_t* ws_set,
+                                                 const uint32_t* cnt_set, uint64_t thr, bool gated, uint32_t* hist,
+                                                 uint32_t* sk, uint32_t* si, int lane,
+                                                 unsigned long long* stats) {
+  using namespace fused_detail;
+  const int row = b * 8 + r;
+  const size_t cap = size_t(p.cap);
+  const uint32_t* k0 = ws_set + size_t((0 * 8 + r) * 2) * cap;
+  const uint32_t* k1 = ws_set + size_t((1 * 8 + r) * 2) * cap;
+  const Segs s{{k0, k1}, {k0 + cap, k1 + cap}, {static_cast<int>(cnt_set[r]), static_cast<int>(cnt_set[8 + r])}, 2};
+  int start;
+  const int n = row_length(p, row, &start);
+  const uint32_t k = static_cast<uint32_t>(p.topk);
+  const uint32_t need = min(k, static_cast<uint32_t>(n));
+  int* orow = p.out + size_t(row) * p.topk;
+  uint32_t cands = 0;
+  const bool ok = warp_finish_row<Cfg::kLeanSelect>(s, thr, k, need, gated, start, hist, sk, si, lane, &cands,
+                                                    [&](int at, int v) { orow[at] = v; });
+  if (p.probe == 2 && lane == 0) {
+    atomicAdd(stats + 4, static_cast<unsigned long long>(s.n[0] + s.n[1]));
+    atomicAdd(stats + 13, 1ull);
+    if (!ok) atomicAdd(stats + 8, 1ull);
+  }
+  return ok;
+}
+
+// Queues a redo of block b's rows `mask` (one thread), then counts the block as
+// finished. The producer pops entries in order.
+__device__ __forceinline__ void fused_block_finished(FusedCtl* ctl, int b, uint32_t mask) {
+  volatile FusedCtl* v = ctl;
+  if (mask) {
+    const int at = atomicAdd(&ctl->rq_reserve, 1) & 15;
+    v->rq_b[at] = b;
+    v->rq_mask[at] = mask;
+    __threadfence_block();
+    v->rq_valid[at] = 1;
+  }
+  __threadfence_block();
+  atomicAdd(&ctl->blocks_done, 1);
 }
 
 template <class Cfg>
@@ -139,122 +239,279 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   uint64_t* empty = bars + S;
   uint64_t* q_full = bars + 2 * S;
   uint64_t* q_empty = bars + 2 * S + 2;
+  uint64_t* sel_full = bars + 2 * S + 4;   // kSelectors: [set], math -> selectors
+  uint64_t* sel_empty = bars + 2 * S + 6;  // kSelectors: [set], selectors -> math
   uint32_t* hist_all = reinterpret_cast<uint32_t*>(smem + Cfg::kOffHist);
+  uint32_t* scratch_all = reinterpret_cast<uint32_t*>(smem + Cfg::kOffScratch);
   uint32_t* wc = reinterpret_cast<uint32_t*>(smem + Cfg::kOffWc);
-  uint32_t* cnt_s = reinterpret_cast<uint32_t*>(smem + Cfg::kOffCnt);
-  unsigned long long* thr = reinterpret_cast<unsigned long long*>(smem + Cfg::kOffThr);
-  volatile unsigned long long* thr_v = thr;  // read while the other warpgroup may raise it
-  volatile int* slot = reinterpret_cast<volatile int*>(smem + Cfg::kOffSlot);  // [2][4]
+  uint32_t* cnt_all = reinterpret_cast<uint32_t*>(smem + Cfg::kOffCnt);
+  unsigned long long* thr_all = reinterpret_cast<unsigned long long*>(smem + Cfg::kOffThr);
+  volatile int* slot = reinterpret_cast<volatile int*>(smem + Cfg::kOffSlot);  // [2][8]
+  FusedCtl* ctl = reinterpret_cast<FusedCtl*>(smem + Cfg::kOffCtl);
+  volatile FusedCtl* ctl_v = ctl;
 
   const int tid = threadIdx.x;
   const int wg = tid / 128;
-  if (tid == 0) init_pipeline_barriers<S, Cfg::kMathThreads / 32>(full, empty, q_full, q_empty);
-  for (int i = tid; i < 8 * 256; i += Cfg::kThreads) hist_all[i] = 0;
-  [[maybe_unused]] uint32_t* win_s = reinterpret_cast<uint32_t*>(smem + Cfg::kOffWin);     // kWindow only
-  [[maybe_unused]] uint32_t* whist_s = reinterpret_cast<uint32_t*>(smem + Cfg::kOffWhist); // kWindow only
-  if constexpr (Cfg::kWindow) {
-    for (int i = tid; i < 2 * 8 * 256; i += Cfg::kThreads) whist_s[i] = 0;
-    for (int i = tid; i < 2 * 8 * 4; i += Cfg::kThreads) win_s[i] = 0;  // valid = 0
+  const int lane = tid & 31;
+  const int gwarp = tid >> 5;  // 0..11
+  if (tid == 0) {
+    init_pipeline_barriers<S, Cfg::kMathThreads / 32>(full, empty, q_full, q_empty);
+    if constexpr (Cfg::kSelectors) {
+      for (int i = 0; i < 2; ++i) {
+        ptx::mbar_init(sel_full + i, 1);
+        ptx::mbar_init(sel_empty + i, Cfg::kSelectorWarps);
+      }
+      ptx::fence_barrier_init();
+    }
   }
-  if (tid < R) thr[tid] = 0;
+  for (int i = tid; i < Cfg::kSelectWarps * 256; i += Cfg::kThreads) hist_all[i] = 0;
+  for (int i = tid; i < Cfg::kSets * R; i += Cfg::kThreads) thr_all[i] = 0;
+  for (int i = tid; i < static_cast<int>(sizeof(FusedCtl) / 4); i += Cfg::kThreads)
+    reinterpret_cast<uint32_t*>(ctl)[i] = 0;
   __syncthreads();
 
   const int nblocks = (p.rows + R - 1) / R;
+  const int k = p.topk;
+  const size_t set_words = size_t(kFusedWordsPerCap) * size_t(p.cap);
+  unsigned long long* stats = reinterpret_cast<unsigned long long*>(p.counter) + 1;
+  uint32_t* ws_cta = p.ws + size_t(blockIdx.x) * Cfg::kSets * set_words;
+
   if (wg == Cfg::kMathWarpgroups) {
-    // ---------------- producer: one thread takes blocks and issues every TMA ----------------
-    if (tid != Cfg::kMathThreads) {  // idle; warps 1-3 check the row ranges (range_check.cuh)
-      check_row_ranges(p.err, p.starts, p.ends, p.rows, p.keys, kKernelFused,
-                       range_checker_index(tid, Cfg::kMathThreads + 32, 96), gridDim.x * 96);
-      return;
+    // Warps 9-11 check the row ranges first (range_check.cuh): idle, or
+    // selectors that would wait for the first block anyway.
+    check_row_ranges(p.err, p.starts, p.ends, p.rows, p.keys, kKernelFused,
+                     range_checker_index(tid, Cfg::kMathThreads + 32, 96), gridDim.x * 96);
+    if (gwarp == 8) {
+      // ---------------- producer: one thread takes blocks and issues every TMA ----------------
+      if (lane != 0) return;
+      ptx::prefetch_tensor_map(&tm_q);
+      ptx::prefetch_tensor_map(&tm_k);
+      ptx::prefetch_tensor_map(&tm_scales);
+      ptx::prefetch_tensor_map(&tm_weights);
+      int it = 0, issued = 0, head = 0;
+      const Sm90LogitsParams lp{p.starts, p.ends, nullptr, 0, p.rows, p.keys};
+      // A queued redo (rows of a finished block to rescan with no gate), if any.
+      auto pop_redo = [&](int& b, uint32_t& mask) {
+        if constexpr (!Cfg::kGate) return false;
+        const int at = head & 15;
+        if (!ctl_v->rq_valid[at]) return false;
+        __threadfence_block();
+        b = ctl_v->rq_b[at];
+        mask = ctl_v->rq_mask[at];
+        ctl_v->rq_valid[at] = 0;
+        ++head;
+        return true;
+      };
+      for (int qi = 0;; ++qi) {
+        const int qb = qi & 1;
+        ptx::mbar_wait(q_empty + qb, ((qi >> 1) & 1) ^ 1);
+        // Claim the next block only once its Q buffer is free (one block ahead).
+        int b = -1;
+        uint32_t active = 0xffu;
+        // A redo is a rescan with no gate (a gated redo of a block whose rows
+        // all failed would fail again, forever).
+        bool redo = pop_redo(b, active);
+        bool have = redo;
+        if (!have) {
+          const int w = atomicAdd(p.counter, 1);
+          if (w < nblocks) {
+            b = nblocks - 1 - w;
+            active = 0xffu;
+            have = true;
+          } else if constexpr (Cfg::kGate) {
+            // No new block: a block still in flight may yet need a redo.
+            while (ctl_v->blocks_done < issued) __nanosleep(256);
+            redo = have = pop_redo(b, active);
+          }
+        }
+        if (!have) {
+          slot[8 * qb] = -1;
+          ptx::mbar_arrive(q_full + qb);
+          return;
+        }
+        ++issued;
+        int lo, hi;
+        const int nt = block_span<R, Cfg::kBlockKeys>(lp, b, lo, hi);
+        const int stride = tile_stride(nt);
+        slot[8 * qb + 0] = b;
+        slot[8 * qb + 1] = lo;
+        slot[8 * qb + 2] = nt;
+        slot[8 * qb + 3] = stride;
+        slot[8 * qb + 4] = Cfg::kGate && !redo ? fused_sample_tiles(nt, k) : 0;
+        slot[8 * qb + 5] = static_cast<int>(active);
+        if (nt == 0) {  // every row empty: the consumers only write -1
+          ptx::mbar_arrive(q_full + qb);
+          continue;
+        }
+        ptx::mbar_arrive_expect_tx(q_full + qb, L::kQTileBytes + L::kWeightBytes);
+        ptx::tma_load_2d(smem + Cfg::kOffQ + qb * L::kQTileBytes, &tm_q, q_full + qb, 0, b * R * L::kHeads);
+        ptx::tma_load_2d(smem + Cfg::kOffWeights + qb * L::kWeightBytes, &tm_weights, q_full + qb, 0, b * R);
+        for (int t = 0, tp = nt - 1; t < nt; ++t, ++it, tp = next_tile(tp, nt, stride)) {
+          const int stage = it % S;
+          ptx::mbar_wait(empty + stage, ((it / S) & 1) ^ 1);
+          ptx::mbar_arrive_expect_tx(full + stage, L::kKTileBytes + L::kScaleBytes);
+          const int key0 = lo + tp * Cfg::kBlockKeys;
+          ptx::tma_load_2d(smem + Cfg::kOffK + stage * L::kKTileBytes, &tm_k, full + stage, 0, key0);
+          ptx::tma_load_2d(smem + Cfg::kOffScales + stage * L::kScaleBytes, &tm_scales, full + stage, key0, 0);
+        }
+      }
     }
-    ptx::prefetch_tensor_map(&tm_q);
-    ptx::prefetch_tensor_map(&tm_k);
-    ptx::prefetch_tensor_map(&tm_scales);
-    ptx::prefetch_tensor_map(&tm_weights);
-    int it = 0;
-    const Sm90LogitsParams lp{p.starts, p.ends, nullptr, 0, p.rows, p.keys};
-    for (int qi = 0;; ++qi) {
-      const int qb = qi & 1;
-      ptx::mbar_wait(q_empty + qb, ((qi >> 1) & 1) ^ 1);
-      // Claim the next block only once its Q buffer is free (one block ahead).
-      const int w = atomicAdd(p.counter, 1);
-      if (w >= nblocks) {
-        slot[4 * qb] = -1;
-        ptx::mbar_arrive(q_full + qb);
-        return;
+    if constexpr (Cfg::kSelectors) {
+      // ---------------- selectors (warps 9-11): the block-end select of each row ----------------
+      const int sw = gwarp - 9;
+      uint32_t* hist = hist_all + (8 + sw) * 256;
+      uint32_t* sk = scratch_all + (8 + sw) * 2 * kScratch;
+      uint32_t* si = sk + kScratch;
+      const long long t0 = clock64();
+      long long busy = 0;
+      for (int j = 0;; ++j) {
+        const int cs = j & 1;
+        ptx::mbar_wait(sel_full + cs, (j >> 1) & 1);
+        const int b = ctl_v->sel_b[cs];
+        if (b < 0) break;
+        const long long tb = clock64();
+        const uint32_t active = ctl_v->sel_active[cs];
+        const uint32_t gated = ctl_v->gated[cs];
+        uint32_t redo = 0;
+        for (int r = sw; r < R; r += Cfg::kSelectorWarps) {
+          if (((active >> r) & 1u) && b * R + r < p.rows) {
+            const bool ok = fused_finish_row<Cfg>(p, b, r, ws_cta + cs * set_words, cnt_all + cs * 16,
+                                                  warp_read_u64(thr_all + cs * R + r, lane), (gated >> r) & 1u, hist,
+                                                  sk, si, lane, stats);
+            if (!ok) redo |= 1u << r;
+          }
+          if (lane == 0) thr_all[cs * R + r] = 0;
+        }
+        if (lane == 0) {
+          if (redo) atomicOr(&ctl->redo_acc[cs], redo);
+          __threadfence_block();
+          if (atomicAdd(&ctl->sel_done[cs], 1u) == Cfg::kSelectorWarps - 1) {
+            const uint32_t mask = atomicExch(&ctl->redo_acc[cs], 0u);
+            ctl_v->sel_done[cs] = 0;
+            ctl_v->gated[cs] = 0;
+            fused_block_finished(ctl, b, mask);
+          }
+        }
+        busy += clock64() - tb;
+        __syncwarp();
+        if (lane == 0) ptx::mbar_arrive(sel_empty + cs);
       }
-      const int b = nblocks - 1 - w;
-      int lo, hi;
-      const int nt = block_span<R, Cfg::kBlockKeys>(lp, b, lo, hi);
-      const int stride = tile_stride(nt);
-      slot[4 * qb + 0] = b;
-      slot[4 * qb + 1] = lo;
-      slot[4 * qb + 2] = nt;
-      slot[4 * qb + 3] = stride;
-      if (nt == 0) {  // every row empty: the consumers only write -1
-        ptx::mbar_arrive(q_full + qb);
-        continue;
-      }
-      ptx::mbar_arrive_expect_tx(q_full + qb, L::kQTileBytes + L::kWeightBytes);
-      ptx::tma_load_2d(smem + Cfg::kOffQ + qb * L::kQTileBytes, &tm_q, q_full + qb, 0, b * R * L::kHeads);
-      ptx::tma_load_2d(smem + Cfg::kOffWeights + qb * L::kWeightBytes, &tm_weights, q_full + qb, 0, b * R);
-      for (int t = 0, tp = nt - 1; t < nt; ++t, ++it, tp = next_tile(tp, nt, stride)) {
-        const int stage = it % S;
-        ptx::mbar_wait(empty + stage, ((it / S) & 1) ^ 1);
-        ptx::mbar_arrive_expect_tx(full + stage, L::kKTileBytes + L::kScaleBytes);
-        const int key0 = lo + tp * Cfg::kBlockKeys;
-        ptx::tma_load_2d(smem + Cfg::kOffK + stage * L::kKTileBytes, &tm_k, full + stage, 0, key0);
-        ptx::tma_load_2d(smem + Cfg::kOffScales + stage * L::kScaleBytes, &tm_scales, full + stage, key0, 0);
+      if (p.probe == 2 && lane == 0) {
+        atomicAdd(stats + 10, static_cast<unsigned long long>(busy));
+        atomicAdd(stats + 11, static_cast<unsigned long long>(clock64() - t0));
       }
     }
+    return;
   }
 
   // ---------------- math warpgroups ----------------
   constexpr int RQ = 2;
-  const int lane = tid & 31;
   const int warp_in_wg = (tid >> 5) & 3;
-  const int gwarp = tid >> 5;  // 0..7
   const int quad = lane & 3;
   const int key_local = warp_in_wg * 16 + (lane >> 2);
   const uint32_t qmask = 0x11111111u << quad;
   const uint32_t lt_mask = (1u << lane) - 1u;
   uint32_t* hist = hist_all + gwarp * 256;
-  uint32_t* sk = reinterpret_cast<uint32_t*>(smem + Cfg::kOffScratch) + gwarp * 2 * fused_detail::kScratch;
-  uint32_t* si = sk + fused_detail::kScratch;
-  const int cap = p.cap, k = p.topk;
+  uint32_t* sk = scratch_all + gwarp * 2 * kScratch;
+  uint32_t* si = sk + kScratch;
+  const int cap = p.cap;
   // Rows compacted when one overflows: those at least (cap - k) / 2 past k, so
   // every select removes >= (k + 128) / 2 entries.
   const uint32_t compact_above = static_cast<uint32_t>(k + (cap - k) / 2);
-  // This CTA's candidate buffers: [wg][row][key | idx][cap].
-  uint32_t* ws_cta = p.ws + size_t(blockIdx.x) * kFusedWordsPerCap * size_t(cap);
-  auto buf_key = [&](int w, int r) { return ws_cta + size_t((w * 8 + r) * 2) * cap; };
-  auto buf_idx = [&](int w, int r) { return ws_cta + size_t((w * 8 + r) * 2 + 1) * cap; };
+  const uint32_t gate_target = static_cast<uint32_t>(fused_gate_target(k));
 
-  unsigned long long* stats = reinterpret_cast<unsigned long long*>(p.counter) + 1;
   const long long t_start = clock64();
   int it = 0;
   for (int qi = 0;; ++qi) {
     const int qb = qi & 1;
+    const int cs = Cfg::kSets == 2 ? qi & 1 : 0;
     ptx::mbar_wait(q_full + qb, (qi >> 1) & 1);
-    const int b = slot[4 * qb];
+    const int b = slot[8 * qb];
+    if constexpr (Cfg::kSelectors) {
+      // The selectors must be done with this set (block qi - 2) before it is reused.
+      const long long tw = clock64();
+      ptx::mbar_wait(sel_empty + cs, ((qi >> 1) & 1) ^ 1);
+      if (p.probe == 2 && lane == 0) atomicAdd(stats + 12, static_cast<unsigned long long>(clock64() - tw));
+    }
     if (b < 0) {
+      if constexpr (Cfg::kSelectors) {
+        if (tid == 0) {
+          ctl_v->sel_b[cs] = -1;
+          ptx::mbar_arrive(sel_full + cs);
+        }
+      }
       if (p.probe == 2 && lane == 0) atomicAdd(stats + 6, static_cast<unsigned long long>(clock64() - t_start));
       break;
     }
-    const int lo = slot[4 * qb + 1], nt = slot[4 * qb + 2], stride = slot[4 * qb + 3];
+    const int lo = slot[8 * qb + 1], nt = slot[8 * qb + 2], stride = slot[8 * qb + 3];
+    const int ns = slot[8 * qb + 4];
+    const uint32_t active = static_cast<uint32_t>(slot[8 * qb + 5]);
+    uint32_t* ws_set = ws_cta + cs * set_words;
+    uint32_t* cnt_s = cnt_all + cs * 16;  // [wg][row]
+    unsigned long long* thr = thr_all + cs * R;
+    volatile unsigned long long* thr_v = thr;  // read while other warps may raise it
+    auto buf_key = [&](int w, int r) { return ws_set + size_t((w * 8 + r) * 2) * cap; };
+    auto buf_idx = [&](int w, int r) { return ws_set + size_t((w * 8 + r) * 2 + 1) * cap; };
 
     int row_start[RQ], row_end[RQ];
+    bool row_on[RQ];
 #pragma unroll
     for (int i = 0; i < RQ; ++i) {
       const int row = b * R + 2 * quad + i;
       row_start[i] = row < p.rows ? __ldg(p.starts + row) : 0;
       row_end[i] = row < p.rows ? __ldg(p.ends + row) : 0;
       clamp_row_range(row_start[i], row_end[i], p.keys);
+      row_on[i] = p.probe != 1 && ((active >> (2 * quad + i)) & 1u);
     }
     uint32_t cnt = 0;  // candidates of row (lane & 7) in this warpgroup's buffer
 
+    // Compacts rows warp_in_wg and warp_in_wg + 4 of this warpgroup's buffers
+    // that hold more than `above` entries: to the exact top k when
+    // select = true, else to the entries at or above the row's threshold.
+    // Called by the whole warpgroup; the decision is uniform (same counts).
+    auto compact = [&](uint32_t above, bool select) {
+      ptx::named_barrier_sync(1 + wg, 128);  // every append of this tile is visible
 #pragma unroll 1
-    for (int t = 0, tp = nt - 1; t < nt; ++t, ++it, tp = next_tile(tp, nt, stride)) {
+      for (int rr = 0; rr < 2; ++rr) {
+        const int r = warp_in_wg + 4 * rr;
+        const uint32_t c = __shfl_sync(0xffffffffu, cnt, r);
+        if (c > above) {
+          const long long t_sel = clock64();
+          uint32_t* kp = buf_key(wg, r);
+          uint32_t* ip = buf_idx(wg, r);
+          const Segs sg{{kp, nullptr}, {ip, nullptr}, {static_cast<int>(c), 0}, 1};
+          // One read for the whole warp: the other warpgroup may raise it meanwhile.
+          const uint64_t th0 = warp_read_u64(thr + r, lane);
+          int left = static_cast<int>(c);
+          uint64_t th = th0;
+          if (select || th0 != 0) {
+            if (select) th = select_row<Cfg::kLeanSelect>(sg, th0, static_cast<uint32_t>(k), hist, sk, si, lane);
+            left = warp_emit(sg, th, lane, [&](int at, uint32_t key, uint32_t idx) {
+              __stcg(kp + at, key);
+              __stcg(ip + at, idx);
+            });
+          }
+          if (lane == 0) {
+            if (select) atomicMax(thr + r, static_cast<unsigned long long>(th));
+            cnt_s[wg * 8 + r] = static_cast<uint32_t>(left);
+            if (p.probe == 2 && select) {
+              atomicAdd(stats + 0, 1ull);
+              atomicAdd(stats + 1, static_cast<unsigned long long>(c));
+              atomicAdd(stats + 2, static_cast<unsigned long long>(clock64() - t_sel));
+            }
+          }
+        }
+      }
+      ptx::named_barrier_sync(1 + wg, 128);  // compaction done before the next appends
+      if (cnt > above) cnt = cnt_s[wg * 8 + (lane & 7)];  // every warp learns the new counts
+    };
+
+    // One key tile: MMA, epilogue, filter, deterministic appends, compaction
+    // when a buffer could overflow. kSample: also keeps this thread's 4 largest
+    // keys per row and counts the row's entries (the gate's sample).
+    uint32_t top[RQ][4] = {}, mcnt[RQ] = {0, 0};
+    auto tile = [&](auto sample_tag, int t, int tp) {
+      constexpr bool kSample = decltype(sample_tag)::value;
       const int stage = it % S;
       ptx::mbar_wait(full + stage, (it / S) & 1);
       float acc[L::kAcc];
@@ -268,7 +525,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       float fin[2][RQ];
       logits_epilogue_reduce<L>(acc, smem + Cfg::kOffWeights + qb * L::kWeightBytes, quad, fin);
 
-      // Filter against the running thresholds.
+      // Filter against the row thresholds.
       const int key_wg0 = lo + tp * Cfg::kBlockKeys + wg * 64;
       uint32_t okey[2][RQ];
       bool surv[2][RQ];
@@ -280,8 +537,24 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           const int kabs = key_wg0 + key_local + 8 * h;
           const float v = fin[h][i] * (h ? scale1 : scale0);
           okey[h][i] = order_key(v);
-          surv[h][i] = p.probe != 1 && kabs >= row_start[i] && kabs < row_end[i] &&
-                       composite(okey[h][i], static_cast<uint32_t>(kabs)) > th;
+          const bool in = kabs >= row_start[i] && kabs < row_end[i];
+          surv[h][i] = row_on[i] && in && composite(okey[h][i], static_cast<uint32_t>(kabs)) > th;
+          if constexpr (kSample) {
+            top4_insert(top[i], in ? okey[h][i] : 0u);
+            mcnt[i] += in ? 1u : 0u;
+          }
+        }
+      }
+      if constexpr (kSample) {  // the tile's largest key per row
+#pragma unroll
+        for (int i = 0; i < RQ; ++i) {
+          const int kabs0 = key_wg0 + key_local;
+          uint32_t mx = max(kabs0 >= row_start[i] && kabs0 < row_end[i] ? okey[0][i] : 0u,
+                            kabs0 + 8 >= row_start[i] && kabs0 + 8 < row_end[i] ? okey[1][i] : 0u);
+          mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+          mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+          mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+          if (lane < 4 && mx) atomicMax(&ctl->tile_max[2 * lane + i][t], mx);
         }
       }
       // Deterministic slots: per-warp counts per row, exchanged within the warpgroup.
@@ -326,108 +599,113 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           __stcg(kp + at, okey[1][i]);
           __stcg(ip + at, static_cast<uint32_t>(key_wg0 + key_local + 8));
         }
-        if constexpr (Cfg::kWindow) {  // bin the appended candidates into the row's window
-          const uint32_t* ws_ = win_s + (wg * 8 + 2 * quad + i) * 4;
-          if (ws_[3]) {
-            const Window wv{ws_[0], ws_[1], ws_[2]};
-            uint32_t* wh = whist_s + (wg * 8 + 2 * quad + i) * 256;
-            if (surv[0][i]) atomicAdd(wh + window_bin(wv, okey[0][i]), 1u);
-            if (surv[1][i]) atomicAdd(wh + window_bin(wv, okey[1][i]), 1u);
-          }
-        }
       }
       // Room for a full tile (64 per row) must remain: compact the rows that
-      // could overflow. The decision is uniform over the warpgroup (same counts).
-      const bool over = __any_sync(0xffffffffu, cnt + 64 > static_cast<uint32_t>(cap));
-      if (over) {
+      // could overflow (uniform over the warpgroup: same counts).
+      if (__any_sync(0xffffffffu, cnt + 64 > static_cast<uint32_t>(cap))) {
         const long long t_over = clock64();
-        ptx::named_barrier_sync(1 + wg, 128);  // every append of this tile is visible
+        compact(compact_above, true);
+        if (p.probe == 2 && lane == 0) atomicAdd(stats + 3, static_cast<unsigned long long>(clock64() - t_over));
+      }
+    };
+
+    int t = 0, tp = nt - 1;
+    if constexpr (Cfg::kGate) {
 #pragma unroll 1
-        for (int rr = 0; rr < 2; ++rr) {
-          const int r = warp_in_wg + 4 * rr;
-          const uint32_t c = __shfl_sync(0xffffffffu, cnt, r);
-          if (c > compact_above) {
-            const long long t_sel = clock64();
-            uint32_t* kp = buf_key(wg, r);
-            uint32_t* ip = buf_idx(wg, r);
-            uint64_t th;
-            int left;
-            if constexpr (Cfg::kWindow) {
-              uint32_t* ws_ = win_s + (wg * 8 + r) * 4;
-              Window wv{ws_[0], ws_[1], ws_[2]};
-              bool valid = ws_[3] != 0;
-              th = warp_compact_window(kp, ip, static_cast<int>(c), thr_v[r], static_cast<uint32_t>(k), compact_above,
-                                       whist_s + (wg * 8 + r) * 256, wv, valid, hist, sk, si, lane, &left);
-              if (lane == 0) {
-                ws_[0] = wv.lo;
-                ws_[1] = wv.span;
-                ws_[2] = wv.mult;
-                ws_[3] = valid ? 1u : 0u;
-              }
-            } else {
-              const Segs sg{{kp, nullptr}, {ip, nullptr}, {static_cast<int>(c), 0}, 1};
-              th = select_row<Cfg::kLeanSelect>(sg, thr_v[r], static_cast<uint32_t>(k), hist, sk, si, lane);
-              left = warp_emit(sg, th, lane, [&](int at, uint32_t key, uint32_t idx) {
-                __stcg(kp + at, key);
-                __stcg(ip + at, idx);
-              });
-            }
-            if (lane == 0) {
-              atomicMax(thr + r, static_cast<unsigned long long>(th));
-              cnt_s[wg * 8 + r] = static_cast<uint32_t>(left);
-              if (p.probe == 2) {
-                atomicAdd(stats + 0, 1ull);
-                atomicAdd(stats + 1, static_cast<unsigned long long>(c));
-                atomicAdd(stats + 2, static_cast<unsigned long long>(clock64() - t_sel));
-              }
+      for (; t < ns; ++t, ++it, tp = next_tile(tp, nt, stride)) tile(std::true_type{}, t, tp);
+      if (ns > 0) {
+        // ---- the gate of each row from the sample ----
+        const long long t_gate = clock64();
+        ptx::named_barrier_sync(3, Cfg::kMathThreads);  // both warpgroups done with the sample (and their selects)
+        // Row r's list (64 threads x 4 keys) goes to warp r's histogram, free here.
+#pragma unroll
+        for (int i = 0; i < RQ; ++i) {
+          uint32_t* lst = hist_all + (2 * quad + i) * 256 + gwarp * 32 + (lane >> 2) * 4;
+          *reinterpret_cast<uint4*>(lst) = make_uint4(top[i][0], top[i][1], top[i][2], top[i][3]);
+          uint32_t mc = mcnt[i];
+          mc += __shfl_xor_sync(0xffffffffu, mc, 4);
+          mc += __shfl_xor_sync(0xffffffffu, mc, 8);
+          mc += __shfl_xor_sync(0xffffffffu, mc, 16);
+          if (lane < 4) atomicAdd(&ctl->sample_cnt[2 * lane + i], mc);
+        }
+        ptx::named_barrier_sync(3, Cfg::kMathThreads);
+        {
+          const int r = gwarp, row = b * R + r;
+          int start_unused;
+          const uint32_t n = row < p.rows ? static_cast<uint32_t>(row_length(p, row, &start_unused)) : 0u;
+          const uint32_t msz = ctl_v->sample_cnt[r];
+          const uint32_t rho = p.probe != 1 && ((active >> r) & 1u) ? gate_rank(msz, n, gate_target) : 0u;
+          const uint32_t gk = warp_gate_key(hist, ctl->tile_max[r], rho, ns, lane);
+          __syncwarp();
+#pragma unroll
+          for (int j = 0; j < 8; ++j) hist[j * 32 + lane] = 0;
+          ctl->tile_max[r][lane] = 0;
+          __syncwarp();
+          if (lane == 0) {
+            ctl_v->sample_cnt[r] = 0;
+            if (gk) {
+              atomicMax(thr + r, static_cast<unsigned long long>(gate_threshold(gk)));
+              atomicOr(&ctl->gated[cs], 1u << r);
+              if (p.probe == 2) atomicAdd(stats + 9, 1ull);
             }
           }
         }
-        ptx::named_barrier_sync(1 + wg, 128);  // compaction done before the next appends
-        if (cnt > compact_above) cnt = cnt_s[wg * 8 + (lane & 7)];  // every warp learns the new counts
-        if (p.probe == 2 && lane == 0) atomicAdd(stats + 3, static_cast<unsigned long long>(clock64() - t_over));
+        ptx::named_barrier_sync(3, Cfg::kMathThreads);  // the gates are set
+        // Drop the sample entries below the gate (kept: key >= gate).
+        compact(0u, false);
+        if (p.probe == 2 && lane == 0) atomicAdd(stats + 7, static_cast<unsigned long long>(clock64() - t_gate));
       }
     }
+#pragma unroll 1
+    for (; t < nt; ++t, ++it, tp = next_tile(tp, nt, stride)) tile(std::false_type{}, t, tp);
 
-    // ---- block end: merge the two warpgroups' buffers of each row, emit ----
-    const long long t_merge = clock64();
+    // ---- block end ----
     if (warp_in_wg == 0 && lane < 8) cnt_s[wg * 8 + lane] = cnt;
-    ptx::named_barrier_sync(3, Cfg::kMathThreads);
-    {
+    ptx::named_barrier_sync(3, Cfg::kMathThreads);  // every append and count visible
+    __syncwarp();
+    if (lane == 0) ptx::mbar_arrive(q_empty + qb);  // Q and weights of this block are no longer read
+    if constexpr (Cfg::kSelectors) {
+      if (tid == 0) {
+        ctl_v->sel_b[cs] = b;
+        ctl_v->sel_active[cs] = active;
+        ptx::mbar_arrive(sel_full + cs);
+      }
+    } else {
+      // The merge: warp r selects row r over both warpgroups' buffers.
+      const long long t_merge = clock64();
       const int r = gwarp;
-      const int row = b * R + r;
-      if (row < p.rows) {
-        const int start = min(max(__ldg(p.starts + row), 0), p.keys);  // clamp_row_range's start
-        const Segs s{{buf_key(0, r), buf_key(1, r)}, {buf_idx(0, r), buf_idx(1, r)},
-               {static_cast<int>(cnt_s[r]), static_cast<int>(cnt_s[8 + r])}, 2};
-        if (p.probe == 2 && lane == 0) atomicAdd(stats + 4, static_cast<unsigned long long>(s.n[0] + s.n[1]));
-        const uint64_t th = select_row<Cfg::kLeanSelect>(s, thr_v[r], static_cast<uint32_t>(k), hist, sk, si, lane);
-        int* orow = p.out + size_t(row) * k;
-        const int pos = warp_emit(s, th, lane, [&](int at, uint32_t, uint32_t idx) {
-          if (at < k) orow[at] = static_cast<int>(idx) - start;
-        });
-        for (int j = min(pos, k) + lane; j < k; j += 32) orow[j] = -1;
+      if (((active >> r) & 1u) && b * R + r < p.rows) {
+        const uint32_t gated = Cfg::kGate ? (ctl_v->gated[cs] >> r) & 1u : 0u;
+        const bool ok = fused_finish_row<Cfg>(p, b, r, ws_set, cnt_s, warp_read_u64(thr + r, lane), gated, hist, sk,
+                                              si, lane, stats);
+        if (!ok && lane == 0) atomicOr(&ctl->redo_acc[cs], 1u << r);
       }
       if (lane == 0) thr_v[r] = 0;
-      if constexpr (Cfg::kWindow) {  // fresh windows for the next block
-        for (int j = lane; j < 2 * 256; j += 32) whist_s[((j >> 8) * 8 + r) * 256 + (j & 255)] = 0;
-        if (lane < 2) win_s[(lane * 8 + r) * 4 + 3] = 0;
+      ptx::named_barrier_sync(3, Cfg::kMathThreads);
+      if (tid == 0) {
+        const uint32_t mask = ctl_v->redo_acc[cs];
+        ctl_v->redo_acc[cs] = 0;
+        ctl_v->gated[cs] = 0;
+        fused_block_finished(ctl, b, mask);
       }
+      if (p.probe == 2 && lane == 0) atomicAdd(stats + 5, static_cast<unsigned long long>(clock64() - t_merge));
     }
-    ptx::named_barrier_sync(3, Cfg::kMathThreads);
-    __syncwarp();
-    if (lane == 0) ptx::mbar_arrive(q_empty + qb);
-    if (p.probe == 2 && lane == 0) atomicAdd(stats + 5, static_cast<unsigned long long>(clock64() - t_merge));
   }
 }
 
 // ---- host --------------------------------------------------------------------
-using Sm90FusedDefault = Sm90FusedConfig<8>;
+using Sm90FusedV1 = Sm90FusedConfig<8>;                           // v1: running threshold only
+using Sm90FusedGated = Sm90FusedConfig<8, true, true>;            // v2, select on the math warps
+using Sm90FusedGated7 = Sm90FusedConfig<7, true, true>;           // the same with 7 ring stages
+using Sm90FusedSelectors = Sm90FusedConfig<7, true, true, true>;  // v2, select on selector warps
+// Measured (BENCHMARKS.md, 2026-12-01): the selector-warp variant is slower
+// than the select on the math warps (7.31 vs 6.58 ms at the headline).
+using Sm90FusedDefault = Sm90FusedGated;
 
 // Launches the fused kernel. q [rows, 32, 128] fp8, k [keys, 128] fp8, scales
 // [keys] fp32, weights [rows, 32] fp32 (contiguous, 16-byte aligned), out
-// [rows, topk] int32 contiguous, workspace of fused_workspace_bytes(topk,
-// num_sms) bytes (16-byte aligned). Zeroes the counter (one memset) then
+// [rows, topk] int32 contiguous, workspace of fused_workspace_bytes<Cfg>(topk,
+// num_sms) bytes (16-byte aligned). Zeroes the header (one memset) then
 // launches one kernel. Tensor-map errors as in launch_sm90_fp8_mqa_logits.
 template <class Cfg = Sm90FusedDefault>
 inline cudaError_t launch_sm90_fused_mqa_topk(const void* q, const void* k, const float* scales,
@@ -457,9 +735,11 @@ inline cudaError_t launch_sm90_fused_mqa_topk(const void* q, const void* k, cons
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;
   // cap: 0 = the default; development runs may shrink it (never below
-  // topk + 128, a multiple of 4 for the vector passes) within the workspace.
-  const int cap_default = fused_candidate_cap(topk);
-  cap = cap <= 0 ? cap_default : max(topk + 128, min(cap, cap_default)) & ~3;
+  // topk + 128 nor below the gate's sample, a multiple of 4 for the vector
+  // passes) within the workspace.
+  const int cap_default = Cfg::cap(topk);
+  const int cap_min = Cfg::kGate ? max(topk + 128, fused_detail::kMaxSampleTiles * 64 + 128) : topk + 128;
+  cap = cap <= 0 ? cap_default : max(cap_min, min(cap, cap_default)) & ~3;
   int* counter = static_cast<int*>(workspace);
   err = cudaMemsetAsync(counter, 0, kFusedHeaderBytes, stream);
   if (err != cudaSuccess) return err;
