@@ -37,15 +37,26 @@ def test_shipped_default_is_the_h200_measurement(monkeypatch):
     assert cal["block_rows"] == 8 and cal["wave_rule"] is True
     grid = cal["measured"]["grid"]
     assert {g["topk"] for g in grid} == {512, 1024, 2048}
-    # Every threshold is where the measured grid says the fused path starts to
-    # win for good (or never: MAX_KEYS + 1).
+    # Every threshold is what crossover's rule gives on the shipped grid: the
+    # first point from which fused wins there and at the next `confirm` points
+    # (the first grid point itself when fused wins from it on; never:
+    # MAX_KEYS + 1), rounded up by recommended_min_keys otherwise.
+    from mqa_topk_cli.crossover import find_crossover
+    confirm = cal["measured"]["confirm"]
     for t in (512, 1024, 2048):
         mk = el.fused_mqa_topk_min_keys(t)
-        pts = sorted((g["keys"], g["t_a_ms"] < g["t_b_ms"]) for g in grid if g["topk"] == t)
-        if mk > MAX_KEYS:
-            assert not pts[-1][1]
+        pts = sorted((g["keys"], g["t_a_ms"], g["t_b_ms"]) for g in grid if g["topk"] == t)
+        x = find_crossover([p[0] for p in pts], [p[1] for p in pts], [p[2] for p in pts], confirm=confirm)
+        if x is None:
+            assert mk == MAX_KEYS + 1
+        elif x <= pts[0][0]:
+            assert mk == pts[0][0] and pts[0][1] < pts[0][2]
         else:
-            assert all(win for keys, win in pts if keys >= mk) and not pts[0][1]
+            assert mk == el.recommended_min_keys(x) and mk > pts[0][0]
+        # fused wins at the threshold's grid point and at the next `confirm` ones
+        if mk <= MAX_KEYS:
+            after = [a < b for keys, a, b in pts if keys >= mk]
+            assert all(after[: confirm + 1]), (t, mk)
 
 
 def test_min_keys_from_a_calibration_named_by_the_env_var(tmp_path, monkeypatch):

@@ -147,7 +147,7 @@ def test_fused_workspace_contract(dev):
 def test_dev_variant_matches_default(dev, kw, variant):
     """Dev probe variants (built with MQA_TOPK_DEV_PROBES=1): 1 the v2 gate with
     the block-end select on selector warps, 2 v1 (running threshold only), 3
-    the default with 7 stages: the same sets as the default kernel, reruns
+    the default with 8 stages: the same sets as the default kernel, reruns
     bitwise equal."""
     ext = ops._native()
     if not hasattr(ext, "fused_mqa_topk_probe"):

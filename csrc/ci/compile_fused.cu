@@ -9,7 +9,7 @@ cudaError_t ci_launch_fused() {
 }
 
 // Development variants (dev probes): v1 (running threshold), v2 with the
-// select on selector warps, v2 with 7 stages.
+// select on selector warps, v2 with 8 stages.
 cudaError_t ci_launch_fused_v1() {
   return mqa_topk::launch_sm90_fused_mqa_topk<mqa_topk::Sm90FusedV1>(
       nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 0, 2048, 132, nullptr);
@@ -18,7 +18,7 @@ cudaError_t ci_launch_fused_selectors() {
   return mqa_topk::launch_sm90_fused_mqa_topk<mqa_topk::Sm90FusedSelectors>(
       nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 0, 2048, 132, nullptr);
 }
-cudaError_t ci_launch_fused_gated7() {
-  return mqa_topk::launch_sm90_fused_mqa_topk<mqa_topk::Sm90FusedGated7>(
+cudaError_t ci_launch_fused_gated8() {
+  return mqa_topk::launch_sm90_fused_mqa_topk<mqa_topk::Sm90FusedGated8>(
       nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 0, 2048, 132, nullptr);
 }

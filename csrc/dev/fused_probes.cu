@@ -3,7 +3,7 @@
 // default): variant 0 the default kernel (v2: sample gate, block-end select on
 // the math warps), 1 v2 with the select on the producer warpgroup's selector
 // warps (two candidate sets, 7 stages), 2 v1 (running threshold and
-// compactions only, the previous default), 3 the default with 7 ring stages.
+// compactions only, the previous default), 3 the default with 8 ring stages.
 // Same contract checks and knobs as fused_mqa_topk; the workspace must hold
 // the variant's need (fused_mqa_topk_probe_workspace_bytes).
 #include <ATen/ATen.h>
@@ -18,11 +18,11 @@ template <class F>
 auto with_variant(int64_t variant, F&& f) {
   using namespace mqa_topk;
   TORCH_CHECK_VALUE(variant >= 0 && variant <= 3, "variant: must be 0 (default), 1 (selector warps), 2 (v1) ",
-                    "or 3 (default, 7 stages), got ", variant);
+                    "or 3 (default, 8 stages), got ", variant);
   return variant == 0 ? f(Sm90FusedDefault{})
          : variant == 1 ? f(Sm90FusedSelectors{})
          : variant == 2 ? f(Sm90FusedV1{})
-                        : f(Sm90FusedGated7{});
+                        : f(Sm90FusedGated8{});
 }
 }  // namespace
 

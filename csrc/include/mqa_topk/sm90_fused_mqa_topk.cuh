@@ -695,11 +695,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
 // ---- host --------------------------------------------------------------------
 using Sm90FusedV1 = Sm90FusedConfig<8>;                           // v1: running threshold only
-using Sm90FusedGated = Sm90FusedConfig<8, true, true>;            // v2, select on the math warps
-using Sm90FusedGated7 = Sm90FusedConfig<7, true, true>;           // the same with 7 ring stages
+using Sm90FusedGated8 = Sm90FusedConfig<8, true, true>;           // v2, select on the math warps, 8 stages
+using Sm90FusedGated = Sm90FusedConfig<7, true, true>;            // the same with 7 ring stages
 using Sm90FusedSelectors = Sm90FusedConfig<7, true, true, true>;  // v2, select on selector warps
-// Measured (BENCHMARKS.md, 2026-12-01): the selector-warp variant is slower
-// than the select on the math warps (7.31 vs 6.58 ms at the headline).
+// Measured (BENCHMARKS.md, 2026-12-01, headline top-2048): select on the math
+// warps at 7 stages 6.59 ms, at 8 stages 6.76, on selector warps 7.14.
 using Sm90FusedDefault = Sm90FusedGated;
 
 // Launches the fused kernel. q [rows, 32, 128] fp8, k [keys, 128] fp8, scales
