@@ -19,6 +19,15 @@
 //   the host reads the word itself (after a sync) only when the mirror says
 //   there is something to report. A null word disables the recording (the
 //   clamping stays).
+// Why in the kernels and not a separate check kernel per op: a separate
+// launch would add host launch overhead and a few microseconds of GPU time in
+// front of every op on the stream (visible at small shapes, where the ops take
+// ~0.1 ms); the in-kernel check runs on warps that are idle anyway (the
+// producer warpgroup's warps 1-3 of the logits and fused kernels, thread 0 of
+// each top-k CTA, which loads its row's range regardless), so it costs the
+// critical path nothing and no kernel's registers or spills grew. The
+// standalone `row_range_check_kernel` only runs where no kernel does (the
+// logits op with zero keys).
 #pragma once
 
 #ifndef MQA_TOPK_HOST_EMULATION
