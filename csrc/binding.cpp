@@ -3,6 +3,7 @@
 #include <torch/extension.h>
 
 #include "mqa_logits.h"
+#include "range_errors.h"
 #if __has_include("topk_per_row.h")
 #include "topk_per_row.h"
 #define MQA_HAS_TOPK 1
@@ -49,9 +50,13 @@ py::list kernel_info() {
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("mqa_logits", &mqa_logits, "FP8 MQA logits (sm90)");
+  // row_base (the ops' dense path passes the chunk's first row): added to
+  // the row number of a range error recorded on the device.
+  m.def("mqa_logits", &mqa_logits, "FP8 MQA logits (sm90)", py::arg("q"), py::arg("k"), py::arg("scales"),
+        py::arg("weights"), py::arg("starts"), py::arg("ends"), py::arg("logits"), py::arg("row_base") = 0);
 #ifdef MQA_HAS_TOPK
-  m.def("topk_per_row", &topk_per_row, "exact deterministic per-row top-k (sm90)");
+  m.def("topk_per_row", &topk_per_row, "exact deterministic per-row top-k (sm90)", py::arg("logits"),
+        py::arg("starts"), py::arg("ends"), py::arg("output"), py::arg("row_base") = 0);
 #endif
 #ifdef MQA_HAS_FUSED
   m.def("fused_mqa_topk", &fused_mqa_topk, "fused FP8 MQA logits + top-k (sm90)");
@@ -65,5 +70,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "workspace a development variant needs");
 #endif
 #endif
+  m.def("range_error_mirror_address", &range_error_mirror_address,
+        "host address of the device's range-error mirror (uint64, ~0 when clean)");
+  m.def("range_error_take", &range_error_take, "the device's range-error record (0: none), then reset");
+  m.def("empty_outside_capture", &empty_outside_capture, "uint8 device buffer from cudaMalloc, outside graph pools");
   m.def("kernel_info", &kernel_info, "registers / shared memory / local memory of each kernel");
 }

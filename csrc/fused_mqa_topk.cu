@@ -3,6 +3,7 @@
 #include "fused_mqa_topk.h"
 
 #include "mqa_topk/sm90_fused_mqa_topk.cuh"
+#include "range_errors.h"
 
 #include <cstdlib>
 
@@ -70,7 +71,8 @@ void fused_mqa_topk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
   const cudaError_t err = mqa_topk::launch_sm90_fused_mqa_topk(
       q.data_ptr(), a.keys ? k.data_ptr() : nullptr, a.keys ? scales.data_ptr<float>() : nullptr,
       weights.data_ptr<float>(), starts.data_ptr<int>(), ends.data_ptr<int>(), output.data_ptr<int>(),
-      workspace.data_ptr(), a.rows, a.keys, a.topk, a.num_sms, stream, &map_error, a.probe, a.cap);
+      workspace.data_ptr(), a.rows, a.keys, a.topk, a.num_sms, stream, &map_error, a.probe, a.cap,
+      mqa_topk::range_error_sink(q.device().index()));
   fused_mqa_topk_report(err, map_error);
 }
 

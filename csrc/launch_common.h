@@ -107,8 +107,9 @@ inline void check_mqa_inputs(const at::Tensor& q, const at::Tensor& k, const at:
                 "expected shape [rows=", rows, ", 32], got ", weights.sizes());
   MQA_CHECK_ARG(weights.is_contiguous(), "weights", "must be contiguous");
   check_aligned(weights, "weights");
-  // starts, ends: [rows] int32, contiguous (values in [0, keys] are checked in
-  // Python; the kernel clamps them, so unchecked values cannot go out of bounds)
+  // starts, ends: [rows] int32, contiguous (values 0 <= start <= end <= keys
+  // are checked on the device: the kernels clamp them, so no value goes out of
+  // bounds, and record the first bad row, include/mqa_topk/range_check.cuh)
   check_cuda_tensor(starts, "starts", dev);
   check_cuda_tensor(ends, "ends", dev);
   for (auto* pr : {&starts, &ends}) {

@@ -2,6 +2,7 @@
 #include "mqa_logits.h"
 
 #include "mqa_topk/sm90_fp8_mqa_logits.cuh"
+#include "range_errors.h"
 
 using mqa_topk::check_aligned;
 using mqa_topk::check_cuda_tensor;
@@ -9,7 +10,7 @@ using mqa_topk::sm_count;
 
 
 void mqa_logits(const at::Tensor& q, const at::Tensor& k, const at::Tensor& scales, const at::Tensor& weights,
-                const at::Tensor& starts, const at::Tensor& ends, const at::Tensor& logits) {
+                const at::Tensor& starts, const at::Tensor& ends, const at::Tensor& logits, int64_t row_base) {
   int64_t rows = 0, keys = 0;
   mqa_topk::check_mqa_inputs(q, k, scales, weights, starts, ends, &rows, &keys);
   const at::Device dev = q.device();
@@ -23,15 +24,17 @@ void mqa_logits(const at::Tensor& q, const at::Tensor& k, const at::Tensor& scal
   MQA_CHECK_ARG(logits.stride(0) % 4 == 0, "logits", "row stride must be a multiple of 4 floats (16 bytes), got ",
                 logits.stride(0));
   check_aligned(logits, "logits");
-  if (rows == 0 || keys == 0) return;
+  if (rows == 0) return;
 
   const c10::cuda::CUDAGuard guard(dev);
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(dev.index());
   int map_error = 0;
+  // keys == 0: only the range check runs (every row must be empty).
   const cudaError_t err = mqa_topk::launch_sm90_fp8_mqa_logits(
-      q.data_ptr(), k.data_ptr(), scales.data_ptr<float>(), weights.data_ptr<float>(), starts.data_ptr<int>(),
-      ends.data_ptr<int>(), logits.data_ptr<float>(), logits.stride(0), static_cast<int>(rows),
-      static_cast<int>(keys), sm_count(dev.index()), stream, &map_error);
+      q.data_ptr(), keys ? k.data_ptr() : nullptr, keys ? scales.data_ptr<float>() : nullptr,
+      weights.data_ptr<float>(), starts.data_ptr<int>(), ends.data_ptr<int>(), logits.data_ptr<float>(),
+      logits.stride(0), static_cast<int>(rows), static_cast<int>(keys), sm_count(dev.index()), stream, &map_error,
+      mqa_topk::range_error_sink(dev.index(), row_base));
   static const char* const kMapNames[5] = {"q", "k", "scales", "weights", "logits"};
   TORCH_CHECK(map_error == 0, "mqa_logits: could not encode the TMA tensor map of ",
               kMapNames[map_error / 1000 % 5], " (CUresult ", map_error % 1000, ")");

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "mqa_topk/sm90_topk_per_row.cuh"
+#include "range_errors.h"
 
 namespace {
 
@@ -24,7 +25,7 @@ mqa_topk::topk::TopkVariant topk_variant() {
 }  // namespace
 
 void topk_per_row(const at::Tensor& logits, const at::Tensor& starts, const at::Tensor& ends,
-                  const at::Tensor& output) {
+                  const at::Tensor& output, int64_t row_base) {
   // logits: [rows, width] float32 on a CUDA device, unit column stride, row
   // stride >= width (any value; rows need not be 16-byte aligned), width <= 2^22
   MQA_CHECK_ARG(logits.is_cuda(), "logits", "must be a CUDA tensor, got ", logits.device());
@@ -40,7 +41,8 @@ void topk_per_row(const at::Tensor& logits, const at::Tensor& starts, const at::
   const int64_t ld = rows > 1 ? logits.stride(0) : std::max<int64_t>(width, 1);
   MQA_CHECK_ARG(ld >= width, "logits", "row stride ", ld, " must be >= width ", width);
   // starts, ends: [rows] int32, contiguous, same device (values 0 <= start <=
-  // end <= width are checked in Python; the kernel clamps them regardless)
+  // end <= width: the kernel clamps them and records a bad row in the
+  // device's error word, range_check.cuh)
   for (const at::Tensor* t : {&starts, &ends}) {
     const char* name = t == &starts ? "starts" : "ends";
     MQA_CHECK_ARG(t->is_cuda() && t->device() == dev, name, "must be on the same device as logits (", dev,
@@ -66,7 +68,7 @@ void topk_per_row(const at::Tensor& logits, const at::Tensor& starts, const at::
   const cudaError_t err = mqa_topk::topk::launch_topk_per_row(
       width > 0 ? logits.data_ptr<float>() : nullptr, ld, starts.data_ptr<int>(), ends.data_ptr<int>(),
       output.data_ptr<int>(), static_cast<int>(rows), static_cast<int>(width), static_cast<int>(topk), stream,
-      topk_variant());
+      topk_variant(), mqa_topk::range_error_sink(dev.index(), row_base));
   TORCH_CHECK(err == cudaSuccess, "topk_per_row: launch failed: ", cudaGetErrorString(err));
   MQA_CHECK_LAUNCH();
 }

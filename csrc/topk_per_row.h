@@ -11,6 +11,8 @@
 // starts/ends [rows] int32, output [rows, topk] int32 with topk in
 // {512, 1024, 2048}: indices (relative to start) of the top-k of each row's
 // [start, end), ties to the lowest index, -1 padded.
+// row_base: added to the row numbers of range errors (the rows are a chunk of
+// a larger call starting at row row_base).
 void topk_per_row(const at::Tensor& logits, const at::Tensor& starts, const at::Tensor& ends,
-                  const at::Tensor& output);
+                  const at::Tensor& output, int64_t row_base = 0);
 std::vector<mqa_topk::KernelInfo> topk_per_row_kernel_info();

@@ -14,10 +14,11 @@ Three ops can be timed:
   ``torch.topk`` on the same logits masked to ``[start, end)`` with ``-inf``.
 
 For the native kernels alone (``logits``, ``topk``) the Python contract
-checks of the op (which read starts/ends back to the host: one sync) run once
-before timing; the timed call is the C++ launcher (its own shape/dtype checks
-included) on preallocated buffers, as kernel benchmarks elsewhere are timed.
-The whole op (``mqa_topk``) is timed as a user calls it, checks included.
+checks of the op run once before timing; the timed call is the C++ launcher
+(its own shape/dtype checks included) on preallocated buffers, as kernel
+benchmarks elsewhere are timed. The whole op (``mqa_topk``) is timed as a user
+calls it, checks included (no host sync: ranges are checked on the device;
+``scripts/op_overhead.py`` compares an op with its bare launcher).
 """
 from __future__ import annotations
 

@@ -3,8 +3,17 @@
 Each check raises ``ContractError`` whose message starts with the argument's
 name. The C++ launchers repeat the checks that guard memory safety (shape,
 dtype, contiguity, alignment, device), so a caller that bypasses Python still
-gets a clean error; the data-dependent range checks (starts/ends values) are
-done here, where reading them back costs one small device-to-host copy.
+gets a clean error.
+
+The value checks (``check_ranges``: ``0 <= starts <= ends <= keys``) read the
+tensors back, which for CUDA tensors is a host sync: the ops run them on the
+host only for CPU tensors or in checked mode (``checked=True`` /
+``MQA_TOPK_CHECKED=1``); otherwise the kernels check the ranges on the device
+(csrc/include/mqa_topk/range_check.cuh) and ``ops`` reports a bad row later.
+
+The checks run on every op call, so each has a fast path: one expression that
+accepts correct inputs with few attribute lookups; anything it does not accept
+goes through the detailed checks, which name the argument at fault.
 """
 from __future__ import annotations
 
@@ -17,6 +26,8 @@ HEADS = 32
 HEAD_DIM = 128
 TOPKS = (512, 1024, 2048)
 FP8 = torch.float8_e4m3fn
+_F32 = torch.float32
+_I32 = torch.int32
 
 
 def _tensor(name: str, t) -> torch.Tensor:
@@ -70,8 +81,46 @@ def check_ranges(starts: torch.Tensor, ends: torch.Tensor, keys: int) -> None:
         raise ContractError("ends", f"must be <= keys = {keys} (row {r} has {int(e[r])})")
 
 
+def _mqa_inputs_ok(q, k, scales, weights, starts, ends) -> bool:
+    """True when the inputs pass every check of ``_check_mqa_inputs_slow``
+    (never when one would fail; False just means "look closer"). CUDA tensors
+    only: CPU inputs take the detailed checks (they are not the fast path)."""
+    try:
+        qs = q.shape
+        ks = k.shape
+        rows = qs[0]
+        keys = ks[0]
+        dev = q.get_device()
+        return (q.dtype is FP8 and k.dtype is FP8 and scales.dtype is _F32 and weights.dtype is _F32
+                and starts.dtype is _I32 and ends.dtype is _I32
+                and len(qs) == 3 and qs[1] == HEADS and qs[2] == HEAD_DIM
+                and len(ks) == 2 and ks[1] == HEAD_DIM and keys <= MAX_KEYS
+                and scales.shape == (keys,) and weights.shape == (rows, HEADS)
+                and starts.shape == (rows,) and ends.shape == (rows,)
+                and q.is_contiguous() and k.is_contiguous() and scales.is_contiguous()
+                and weights.is_contiguous() and starts.is_contiguous() and ends.is_contiguous()
+                and not ((q.data_ptr() | k.data_ptr() | scales.data_ptr() | weights.data_ptr()) & 15)
+                and q.is_cuda and k.is_cuda and scales.is_cuda and weights.is_cuda and starts.is_cuda and ends.is_cuda
+                and k.get_device() == dev and scales.get_device() == dev and weights.get_device() == dev
+                and starts.get_device() == dev and ends.get_device() == dev)
+    except (AttributeError, IndexError, TypeError):
+        return False
+
+
 def check_mqa_inputs(q, k, scales, weights, starts, ends, *, check_values: bool = True) -> tuple[int, int]:
-    """Checks the shared inputs of the logits/fused ops; returns (rows, keys)."""
+    """Checks the shared inputs of the logits/fused ops; returns (rows, keys).
+    ``check_values``: also check the starts/ends values on the host (for CUDA
+    tensors a device-to-host copy and sync); CPU tensors are always checked."""
+    if _mqa_inputs_ok(q, k, scales, weights, starts, ends):
+        rows, keys = q.shape[0], k.shape[0]
+    else:
+        rows, keys = _check_mqa_inputs_slow(q, k, scales, weights, starts, ends)
+    if check_values or not starts.is_cuda:
+        check_ranges(starts, ends, keys)
+    return rows, keys
+
+
+def _check_mqa_inputs_slow(q, k, scales, weights, starts, ends) -> tuple[int, int]:
     q = _tensor("q", q)
     k = _tensor("k", k)
     scales = _tensor("scales", scales)
@@ -107,13 +156,18 @@ def check_mqa_inputs(q, k, scales, weights, starts, ends, *, check_values: bool 
     for name, t in (("k", k), ("scales", scales), ("weights", weights), ("starts", starts), ("ends", ends)):
         if t.device != dev:
             raise ContractError(name, f"must be on the same device as q ({dev}), got {t.device}")
-    if check_values:
-        check_ranges(starts, ends, keys)
     return rows, keys
 
 
 def check_output(output, rows: int, device: torch.device) -> int:
     """output: [rows, topk] int32, contiguous, 16-byte aligned; returns topk."""
+    try:
+        os_ = output.shape
+        if (output.dtype is _I32 and len(os_) == 2 and os_[0] == rows and os_[1] in TOPKS
+                and output.is_contiguous() and not output.data_ptr() & 15 and output.device == device):
+            return os_[1]
+    except (AttributeError, TypeError):
+        pass
     output = _tensor("output", output)
     _dtype("output", output, torch.int32)
     if output.dim() != 2 or output.shape[0] != rows:
@@ -127,9 +181,39 @@ def check_output(output, rows: int, device: torch.device) -> int:
     return int(output.shape[1])
 
 
-def check_logits(logits, starts, ends) -> tuple[int, int]:
+def check_logits(logits, starts, ends, *, check_values: bool = True) -> tuple[int, int]:
     """logits: fp32 [rows, width] (row stride may exceed width, unit column stride);
-    starts/ends int32 [rows] with ends <= width. Returns (rows, width)."""
+    starts/ends int32 [rows] with ends <= width (values checked on the host as
+    in ``check_mqa_inputs``). Returns (rows, width)."""
+    rows_width = _logits_ok(logits, starts, ends)
+    if rows_width is None:
+        rows_width = _check_logits_slow(logits, starts, ends)
+    if check_values or not starts.is_cuda:
+        check_ranges(starts, ends, rows_width[1])
+    return rows_width
+
+
+def _logits_ok(logits, starts, ends):
+    """(rows, width) when the inputs pass every check of ``_check_logits_slow``, else None."""
+    try:
+        ls = logits.shape
+        if len(ls) != 2:
+            return None
+        rows, width = ls
+        dev = logits.get_device()
+        if (logits.dtype is _F32 and starts.dtype is _I32 and ends.dtype is _I32 and width <= MAX_KEYS
+                and logits.stride(1) == 1 and (rows <= 1 or logits.stride(0) >= width)
+                and starts.shape == (rows,) and ends.shape == (rows,)
+                and starts.is_contiguous() and ends.is_contiguous()
+                and logits.is_cuda and starts.is_cuda and ends.is_cuda
+                and starts.get_device() == dev and ends.get_device() == dev):
+            return rows, width
+    except (AttributeError, TypeError, ValueError):
+        pass
+    return None
+
+
+def _check_logits_slow(logits, starts, ends) -> tuple[int, int]:
     logits = _tensor("logits", logits)
     starts = _tensor("starts", starts)
     ends = _tensor("ends", ends)
@@ -147,5 +231,4 @@ def check_logits(logits, starts, ends) -> tuple[int, int]:
             raise ContractError(name, f"must be on the same device as logits ({logits.device}), got {t.device}")
     if width > MAX_KEYS:
         raise ContractError("logits", f"width {width} exceeds the key limit {MAX_KEYS}")
-    check_ranges(starts, ends, width)
     return rows, width

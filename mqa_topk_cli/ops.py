@@ -5,8 +5,45 @@ swap them in. Every op checks its contract first (``contract.py``) and raises
 The native kernels come from the JIT-built extension (``jit.py``); ops that need
 it raise ``Unavailable`` with one clear line when there is no Hopper GPU or no
 toolchain.
+
+Serving-grade calls (no host sync, CUDA-graph capturable)
+---------------------------------------------------------
+The default call of every op never synchronises with the host and never copies
+between host and device: everything checked without looking at tensor contents
+(dtype, shape, contiguity, alignment, device, topk) is checked on the host, with
+one-line errors as before; the *values* of ``starts``/``ends``
+(``0 <= start <= end <= keys``) are checked **on the device**:
+
+- every kernel clamps each row's range (``start' = clamp(start, 0, keys)``,
+  ``end' = clamp(end, start', keys)``; start > end is an empty row), so no int32
+  value makes it read or write out of bounds, and the fused and dense paths
+  still agree on such a row;
+- the kernels record the lowest bad row of the device in an error word
+  (csrc/include/mqa_topk/range_check.cuh); the record reaches the host through
+  a mapped mirror that the ops poll without a sync;
+- the error is raised as a ``ContractError`` naming ``starts`` or ``ends`` and
+  the row (``"starts: must be >= 0 (row 5 has -3; ...)"``) at the next point
+  where the host looks: the next op call on that device (which then raises
+  instead of launching; the record is consumed), or ``check_errors()``, which
+  waits for the device and raises. Until then the bad call's output is that of
+  the clamped ranges.
+- ``checked=True`` (any op) or ``MQA_TOPK_CHECKED=1`` (read when this module is
+  imported) restores the eager check: the values are read back to the host
+  before the launch (one sync) and a bad row raises at once, before any kernel
+  runs, with the same messages as ``contract.check_ranges``. Not capturable.
+
+Buffers a captured graph uses stay valid for the graph's life: the error word
+is allocated once per device, the fused workspace once per (device, topk,
+stream) and never from a graph's private pool (a workspace first needed during
+capture is allocated with ``cudaMalloc`` outside it); the dense path's logits
+buffer is an ordinary allocation, which inside a capture comes from the graph's
+pool and is reused by every replay. Replaying a graph after changing its input
+tensors' values in place gives the result of an eager call on the new values.
 """
 from __future__ import annotations
+
+import ctypes
+import os
 
 import torch
 
@@ -25,21 +62,124 @@ DEFAULT_MAX_LOGITS_BYTES = 512 << 20
 #: Row pitch of the native logits buffer is a multiple of this many fp32 (16 B).
 LOGITS_PITCH = 4
 
+#: ``MQA_TOPK_CHECKED=1``: every op call checks the ranges on the host (eager
+#: sync-and-raise) unless it passes ``checked=False``.
+CHECKED = os.environ.get("MQA_TOPK_CHECKED", "0").strip().lower() not in ("", "0", "false", "no", "off")
+
+_ext = None
+#: The current raw stream of a device, as an int (the fast private binding when
+#: this torch has it).
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
+    lambda index: torch.cuda.current_stream(index).cuda_stream)
+
 
 def _native():
-    from .jit import load_extension
+    """The loaded extension (built on first use)."""
+    global _ext
+    if _ext is None:
+        from .jit import load_extension
 
-    return load_extension()
+        _ext = load_extension()
+    return _ext
 
 
 def _require_cuda(t: torch.Tensor, op: str) -> None:
-    if t.device.type != "cuda":
+    if not t.is_cuda:
         raise Unavailable(f"{op}: the native kernel runs on a CUDA (sm_90) GPU; got tensors on {t.device}")
 
 
-def fused_mqa_topk_key_scales(ue8m0_scales: torch.Tensor) -> torch.Tensor:
+# --------------------------------------------------------------------------- device range errors
+
+#: The error word's "clean" value, and the record layout of range_check.cuh.
+_RANGE_OK = (1 << 64) - 1
+_ROW_MAX = (1 << 28) - 1
+_KERNELS = {1: "logits", 2: "top-k", 3: "fused"}
+_mirrors: dict = {}  # device index -> ctypes.c_uint64 over the pinned, mapped mirror
+
+
+def _mirror(ext, index: int):
+    m = _mirrors.get(index)
+    if m is None:
+        m = ctypes.c_uint64.from_address(ext.range_error_mirror_address(index))
+        _mirrors[index] = m
+    return m
+
+
+def _poll(ext, index: int) -> None:
+    """Raise a bad row an earlier launch recorded on device ``index`` (a read
+    of pinned host memory: no sync, nothing enqueued)."""
+    m = _mirrors.get(index)
+    if m is None:
+        m = _mirror(ext, index)
+    if m.value != _RANGE_OK:
+        _raise_recorded(ext, index, m.value, earlier=True)
+
+
+def range_error(code: int, where: str = "") -> ContractError:
+    """The ``ContractError`` of a packed device record (range_check.cuh:
+    row << 36 | condition << 34 | kernel << 32 | the offending int32)."""
+    row = code >> 36
+    cond = (code >> 34) & 3
+    kernel = _KERNELS.get((code >> 32) & 3, "native")
+    value = code & 0xFFFFFFFF
+    value -= (value >> 31) << 32
+    at = f"row >= {row}" if row >= _ROW_MAX else f"row {row}"
+    src = f"found on the device by the {kernel} kernel{where}"
+    if cond == 0:
+        return ContractError("starts", f"must be >= 0 ({at} has {value}; {src})")
+    if cond == 1:
+        return ContractError("ends", f"must be >= starts ({at} has end {value}; {src})")
+    return ContractError("ends", f"must be <= keys ({at} has {value}; {src})")
+
+
+def _raise_recorded(ext, index: int, mirror_value: int, earlier: bool) -> None:
+    if torch.cuda.is_current_stream_capturing():
+        code = mirror_value  # no waiting during capture: report what the mirror holds, keep the record
+    else:
+        torch.cuda.synchronize(index)  # the error path only: the exact (lowest) record
+        code = ext.range_error_take(index) or (mirror_value if mirror_value != _RANGE_OK else 0)
+    if code:
+        raise range_error(code, f" in an earlier call on cuda:{index}" if earlier else "")
+
+
+def check_errors(device=None) -> None:
+    """Waits for the work queued on ``device`` (default: every device an op of
+    this module has run on) and raises the ``ContractError`` of the lowest bad
+    row (``starts``/``ends`` out of ``0 <= start <= end <= keys``) recorded on
+    the device since the last report; the record is then cleared. Returns None
+    when there is none. Not callable during CUDA-graph capture (it synchronises)."""
+    if device is None:
+        indices = list(_mirrors)
+    else:
+        d = torch.device(device)
+        if d.type != "cuda":
+            return
+        indices = [d.index if d.index is not None else torch.cuda.current_device()]
+    if not indices:
+        return
+    if torch.cuda.is_current_stream_capturing():
+        raise RuntimeError("check_errors: cannot wait for the device during CUDA graph capture")
+    ext = _native()
+    for index in indices:
+        _mirror(ext, index)
+        torch.cuda.synchronize(index)
+        code = ext.range_error_take(index)
+        if code:
+            raise range_error(code, f" on cuda:{index}")
+
+
+def _checked(checked) -> bool:
+    return CHECKED if checked is None else bool(checked)
+
+
+def fused_mqa_topk_key_scales(ue8m0_scales: torch.Tensor, *, checked=None) -> torch.Tensor:
     """fp32 per-key scales from UE8M0 ``[keys, 4]`` uint8 scales (four equal
-    bytes holding the exponent e): the fp32 ``2**(e-127)`` has bit pattern ``e << 23``."""
+    bytes holding the exponent e): the fp32 ``2**(e-127)`` has bit pattern ``e << 23``.
+
+    The byte values (four equal bytes, exponent not 0 or 255) are checked for
+    CPU tensors and in checked mode (``checked=True`` / ``MQA_TOPK_CHECKED=1``);
+    on a GPU the default call does not read them back (no host sync), and the
+    scale is taken from the first byte."""
     s = ue8m0_scales
     if not isinstance(s, torch.Tensor):
         raise ContractError("ue8m0_scales", f"expected a torch.Tensor, got {type(s).__name__}")
@@ -48,14 +188,16 @@ def fused_mqa_topk_key_scales(ue8m0_scales: torch.Tensor) -> torch.Tensor:
     if not s.is_contiguous():
         raise ContractError("ue8m0_scales", "must be contiguous")
     e = s[:, 0].to(torch.int32)
-    if s.numel() and not bool((s == s[:, :1]).all()):
-        raise ContractError("ue8m0_scales", "the four bytes of each key must be equal (one UE8M0 exponent)")
-    if s.numel() and (bool((e == 0).any()) or bool((e == 255).any())):
-        raise ContractError("ue8m0_scales", "exponent 0 (denormal/zero) or 255 (NaN) is not a valid positive scale")
+    if s.numel() and (not s.is_cuda or _checked(checked)):
+        if not bool((s == s[:, :1]).all()):
+            raise ContractError("ue8m0_scales", "the four bytes of each key must be equal (one UE8M0 exponent)")
+        if bool((e == 0).any()) or bool((e == 255).any()):
+            raise ContractError("ue8m0_scales",
+                                "exponent 0 (denormal/zero) or 255 (NaN) is not a valid positive scale")
     return (e << 23).view(torch.float32)
 
 
-def mqa_logits(q, k, scales, weights, starts, ends) -> torch.Tensor:
+def mqa_logits(q, k, scales, weights, starts, ends, *, checked=None) -> torch.Tensor:
     """Dense fp32 logits ``[rows, keys]`` (SPEC §1) from the native sm_90a kernel.
 
     Only ``[starts[r], ends[r])`` of row r is meaningful: inside it the exact
@@ -63,12 +205,18 @@ def mqa_logits(q, k, scales, weights, starts, ends) -> torch.Tensor:
     start rounded down to 16, to its largest end) ``-inf``; everything else is
     left unwritten (unspecified). The result may be a view with a row stride
     padded to a multiple of 4 floats.
+
+    No host sync (CUDA-graph capturable): bad ``starts``/``ends`` values are
+    clamped on the device and reported by a later op call or
+    ``check_errors()``; ``checked=True`` (or ``MQA_TOPK_CHECKED=1``) checks
+    them on the host first and raises at once (see the module docstring).
     """
-    rows, keys = check_mqa_inputs(q, k, scales, weights, starts, ends)
+    rows, keys = check_mqa_inputs(q, k, scales, weights, starts, ends, check_values=_checked(checked))
     _require_cuda(q, "mqa_logits")
     ext = _native()
+    _poll(ext, q.get_device())
     buf = torch.empty((rows, _pitch(keys)), dtype=torch.float32, device=q.device)
-    if rows and keys:
+    if rows:  # with no keys the launcher only checks the ranges
         ext.mqa_logits(q, k, scales, weights, starts, ends, buf)
     return buf[:, :keys]
 
@@ -112,64 +260,62 @@ def _topk_rows_torch(logits: torch.Tensor, starts: torch.Tensor, ends: torch.Ten
     output[:, :kk] = rel
 
 
-def top_k_per_row_prefill(logits, starts, ends, output) -> None:
+def top_k_per_row_prefill(logits, starts, ends, output, *, checked=None) -> None:
     """Per-row top-k of fp32 logits ``[rows, >= max end]`` over ``[start, end)``;
     writes ``output [rows, topk]`` int32 with indices relative to the start,
-    unordered, -1 padded. Ties at the k-th value go to the lowest indices."""
-    rows, _ = check_logits(logits, starts, ends)
+    unordered, -1 padded. Ties at the k-th value go to the lowest indices.
+
+    No host sync (CUDA-graph capturable): a bad range is clamped to
+    ``[0, width]`` on the device and reported later, ``checked=True`` checks it
+    on the host first (see the module docstring)."""
+    rows, _ = check_logits(logits, starts, ends, check_values=_checked(checked))
     check_output(output, rows, logits.device)
-    _topk_checked(logits, starts, ends, output)
-
-
-def _topk_checked(logits, starts, ends, output) -> None:
-    """The top-k on inputs that already passed the contract checks."""
-    if logits.device.type == "cuda":
+    if logits.is_cuda:
         ext = _native()
         if hasattr(ext, "topk_per_row"):
-            if logits.shape[0]:
+            _poll(ext, logits.get_device())
+            if rows:
                 ext.topk_per_row(logits, starts, ends, output)
             return
     _topk_rows_torch(logits, starts, ends, output)
 
 
 def dense_mqa_topk_prefill(q, k, scales, weights, starts, ends, output,
-                           max_logits_bytes: int = DEFAULT_MAX_LOGITS_BYTES) -> None:
+                           max_logits_bytes: int = DEFAULT_MAX_LOGITS_BYTES, *, checked=None) -> None:
     """The native dense path: ``mqa_logits`` then ``top_k_per_row_prefill``,
     rows chunked so one full-width logits matrix stays under
-    ``max_logits_bytes`` (as the serving engine does); each chunk computes only
-    the key span ``[min start, max end)`` its rows see."""
-    rows, keys = check_mqa_inputs(q, k, scales, weights, starts, ends)
+    ``max_logits_bytes`` (as the serving engine does). The logits kernel
+    computes only the key span each 8-row block sees; the top-k reads only
+    ``[start, end)`` of each row.
+
+    No host sync (CUDA-graph capturable): ranges are checked on the device
+    (``checked=True`` checks them on the host first; see the module docstring).
+    The logits buffer (at most ``max_logits_bytes``) is allocated per call from
+    torch's caching allocator (inside a capture: from the graph's pool)."""
+    rows, keys = check_mqa_inputs(q, k, scales, weights, starts, ends, check_values=_checked(checked))
     check_output(output, rows, q.device)
     if not isinstance(max_logits_bytes, int) or max_logits_bytes <= 0:
         raise ContractError("max_logits_bytes", f"must be a positive int, got {max_logits_bytes!r}")
     _require_cuda(q, "dense_mqa_topk_prefill")
     if rows == 0:
         return
-    # Everything is checked once above (one host sync for the ranges); the
-    # chunks below call the extension directly, so the GPU never waits on
-    # Python between chunks, and they share one logits buffer.
     ext = _native()
-    full_pitch = _pitch(max(keys, 1))
-    chunk = max(1, min(rows, max_logits_bytes // (full_pitch * 4)))
-    s_host = starts.to("cpu", torch.int64)
-    e_host = ends.to("cpu", torch.int64)
-    buf = torch.empty(chunk * full_pitch, dtype=torch.float32, device=q.device)
+    _poll(ext, q.get_device())
+    # The chunks call the extension directly and share one logits buffer; the
+    # row offset (last argument) makes the kernels report absolute rows.
+    pitch = _pitch(keys)
+    chunk = max(1, min(rows, max_logits_bytes // (pitch * 4)))
+    buf = torch.empty((chunk, pitch), dtype=torch.float32, device=q.device)
+    if chunk == rows:
+        ext.mqa_logits(q, k, scales, weights, starts, ends, buf, 0)
+        ext.topk_per_row(buf[:, :keys], starts, ends, output, 0)
+        return
     for r0 in range(0, rows, chunk):
-        sl = slice(r0, min(rows, r0 + chunk))
-        n = sl.stop - r0
-        # lo rounded down to 16 keys keeps k[lo:] and scales[lo:] 16-byte aligned.
-        lo, hi = int(s_host[sl].min()) & ~15, int(e_host[sl].max())
-        hi = max(hi, lo)
-        st = (starts[sl] - lo).contiguous()
-        en = (ends[sl] - lo).contiguous()
-        if hi > lo:
-            pitch = _pitch(hi - lo)
-            logits = buf[: n * pitch].view(n, pitch)
-            ext.mqa_logits(q[sl], k[lo:hi], scales[lo:hi], weights[sl], st, en, logits)
-            logits = logits[:, : hi - lo]
-        else:
-            logits = torch.empty((n, 0), dtype=torch.float32, device=q.device)
-        _topk_checked(logits, st, en, output[sl])
+        r1 = min(rows, r0 + chunk)
+        logits = buf[: r1 - r0]
+        st, en = starts[r0:r1], ends[r0:r1]
+        ext.mqa_logits(q[r0:r1], k, scales, weights[r0:r1], st, en, logits, r0)
+        ext.topk_per_row(logits[:, :keys], st, en, output[r0:r1], r0)
 
 
 #: Candidate slots per (warpgroup, row) buffer of the fused kernel, and its
@@ -201,36 +347,53 @@ def fused_mqa_topk_workspace(device, topk: int) -> torch.Tensor:
     """The fused kernel's workspace for ``topk`` on ``device``, one per (device,
     topk, current stream), allocated once and reused: calls queued on one
     stream run one after another, so they may share it; concurrent streams
-    get their own."""
+    get their own. One first needed during CUDA-graph capture is allocated
+    outside the graph's memory pool (``cudaMalloc``), so it outlives the graph
+    and eager calls on that stream can share it."""
     device = torch.device(device)
     if device.type != "cuda":
         raise Unavailable(f"fused_mqa_topk_workspace: the fused kernel runs on a CUDA (sm_90) GPU; got {device}")
-    if device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
-    key = (device.index, topk, torch.cuda.current_stream(device).cuda_stream)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _workspace(index, topk)
+
+
+def _workspace(index: int, topk: int) -> torch.Tensor:
+    key = (index, topk, _raw_stream(index))
     ws = _workspaces.get(key)
     if ws is None:
+        device = torch.device("cuda", index)
         sms = torch.cuda.get_device_properties(device).multi_processor_count
-        ws = torch.empty(fused_mqa_topk_workspace_bytes(topk, sms), dtype=torch.uint8, device=device)
+        nbytes = fused_mqa_topk_workspace_bytes(topk, sms)
+        with torch.cuda.device(device):
+            capturing = torch.cuda.is_current_stream_capturing()
+        if capturing:
+            ws = _native().empty_outside_capture(nbytes, index)
+        else:
+            ws = torch.empty(nbytes, dtype=torch.uint8, device=device)
         _workspaces[key] = ws
     return ws
 
 
-def fused_mqa_topk_prefill(q, k, scales, weights, starts, ends, output, workspace=None) -> None:
-    """Fused single-launch logits + top-k (SPEC §2): one memset of a 4-byte
-    counter and one kernel. Same output convention as
+def fused_mqa_topk_prefill(q, k, scales, weights, starts, ends, output, workspace=None, *, checked=None) -> None:
+    """Fused single-launch logits + top-k (SPEC §2): one memset of the
+    workspace header and one kernel. Same output convention as
     ``top_k_per_row_prefill``; the logits are bitwise those of ``mqa_logits``,
     so the index sets equal the native dense path's. ``workspace``: a uint8
     CUDA tensor of at least ``fused_mqa_topk_workspace_bytes`` bytes (default:
-    one cached per device and topk)."""
-    rows, _ = check_mqa_inputs(q, k, scales, weights, starts, ends)
+    one cached per device, topk and stream, ``fused_mqa_topk_workspace``).
+
+    No host sync (CUDA-graph capturable): ranges are checked on the device
+    (``checked=True`` checks them on the host first; see the module docstring)."""
+    rows, _ = check_mqa_inputs(q, k, scales, weights, starts, ends, check_values=_checked(checked))
     check_output(output, rows, q.device)
     _require_cuda(q, "fused_mqa_topk_prefill")
     ext = _native()
     if not hasattr(ext, "fused_mqa_topk"):
         raise Unavailable("fused_mqa_topk_prefill: the fused kernel is not built in this version")
+    index = q.get_device()
+    _poll(ext, index)
     if workspace is None:
-        workspace = fused_mqa_topk_workspace(q.device, output.shape[1])
+        workspace = _workspace(index, output.shape[1])
     elif not isinstance(workspace, torch.Tensor):
         raise ContractError("workspace", f"expected a torch.Tensor, got {type(workspace).__name__}")
     ext.fused_mqa_topk(q, k, scales, weights, starts, ends, output, workspace)
@@ -240,5 +403,5 @@ __all__ = [
     "DEFAULT_MAX_LOGITS_BYTES", "mqa_logits", "top_k_per_row_prefill", "dense_mqa_topk_prefill",
     "fused_mqa_topk_prefill", "fused_mqa_topk_key_scales", "fused_mqa_topk_workspace",
     "fused_mqa_topk_workspace_bytes", "fused_candidate_cap", "use_fused_mqa_topk", "fused_mqa_topk_chunk",
-    "fused_mqa_topk_min_keys", "fused_mqa_topk_available", "contract",
+    "fused_mqa_topk_min_keys", "fused_mqa_topk_available", "contract", "check_errors", "range_error", "CHECKED",
 ]

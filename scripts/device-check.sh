@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The whole GPU round in one call (device time is scarce: build once, then
 # test, verify and bench). Usage: scripts/device-check.sh [stage ...]
-#   stages: build probe fused-variants fused-probe fused-tests verify-fused bench-fused bench-fused-grid bench-adversarial gpu-tests verify verify-ref bench bench-torch bench-split bench-logits bench-topk crossover ncu sanitize deepgemm  (default: all but crossover/sanitize/deepgemm)
+#   stages: build probe fused-variants fused-probe fused-tests verify-fused bench-fused bench-fused-grid bench-adversarial gpu-tests verify verify-ref bench bench-torch bench-split bench-logits bench-topk crossover ncu sanitize sanitize-ranges graph deepgemm  (default: all but crossover/sanitize/sanitize-ranges/graph/deepgemm)
 # Set MQA_TOPK_DEV_PROBES=1 for the whole call when a stage needs the dev
 # variants (fused-variants, fused-probe, probe): the extension is built once.
 # deepgemm: builds DeepGEMM from the ignored .peers/ folder (carry it: ../shared/peers/README.md),
 #   then verifies `deepgemm` against `native` and benches their logits side by side (after `build`).
+#   graph: the serving-grade tests (CUDA graphs, device range errors), bench --graph and eager of
+#     fused,native at the headline and at R=1024 N=8K, and the op-vs-launcher overhead (scripts/op_overhead.py)
 # Every stage's output goes to one log, $OUT/device.log (the device tool returns
 # at most 8 files); result tables to $OUT/<stage>.csv|json; a summary is printed last.
 set -uo pipefail
@@ -56,6 +58,12 @@ for s in "${stages[@]}"; do
     crossover) run crossover mqa-topk crossover --out "$OUT/calibration.json" ;;
     ncu) run ncu ncu --clock-control none -k regex:sm90_fp8 -c 1 --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis python3 scripts/ncu_logits.py ;;
     sanitize) run sanitize compute-sanitizer --tool memcheck python3 scripts/sanitize_case.py ;;
+    sanitize-ranges) run sanitize-ranges compute-sanitizer --tool memcheck --error-exitcode 3 python3 scripts/sanitize_ranges.py ;;
+    graph) run graph-tests python3 -m pytest -q -m gpu tests/test_gpu_serving.py
+           run graph-bench mqa-topk bench --graph --paths fused,native --out "$OUT/bench-graph.csv"
+           run graph-bench-small mqa-topk bench --graph --paths fused,native --rows 1024 --keys 8192 --out "$OUT/bench-graph-small.csv"
+           run eager-bench-small mqa-topk bench --paths fused,native --rows 1024 --keys 8192 --out "$OUT/bench-eager-small.csv"
+           run op-overhead python3 scripts/op_overhead.py --json "$OUT/op-overhead.json" ;;
     deepgemm)
       # DeepGEMM's runtime JIT calls nvcc without -ccbin: put the system compilers first on PATH.
       [ -d .peers/deepgemm ] || { echo "deepgemm: no .peers/deepgemm here (carry .peers)" | tee -a "$OUT/device.log"; summary+=("deepgemm missing .peers"); continue; }

@@ -5,9 +5,9 @@
 namespace mqa_topk {
 namespace topk {
 template __global__ void topk_per_row_kernel<TopkConfig512>(const float*, int64_t, const int*, const int*, int*, int,
-                                                            int);
+                                                            int, const RangeErrorSink);
 template __global__ void topk_per_row_kernel<TopkConfig1024>(const float*, int64_t, const int*, const int*, int*,
-                                                             int, int);
+                                                             int, int, const RangeErrorSink);
 }  // namespace topk
 }  // namespace mqa_topk
 

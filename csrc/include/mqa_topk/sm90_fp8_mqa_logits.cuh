@@ -38,6 +38,7 @@
 #include <cstdint>
 
 #include "ptx.cuh"
+#include "range_check.cuh"
 #include "tensor_map.h"
 
 namespace mqa_topk {
@@ -49,6 +50,7 @@ struct Sm90LogitsParams {
   int64_t ld;  // row pitch of logits, elements
   int rows;
   int keys;
+  RangeErrorSink err;  // bad rows are recorded here (null: not recorded)
 };
 
 // kProbe is for measuring only (never used by the ops): 1 skips the epilogue
@@ -92,7 +94,9 @@ struct Sm90LogitsConfig {
 
 // The key span [lo, hi) of row block b over its non-empty rows, lo rounded down
 // to a multiple of 16; returns its 256-key tile count (0 when every row is empty). Ranges are clamped to [0, keys] so the
-// kernel never addresses outside the tensors even for unchecked input.
+// kernel never addresses outside the tensors even for unchecked input
+// (range_check.cuh; the epilogue masks compare keys of these tiles only, and
+// the TMA store clips columns past `keys`, so they mask the clamped range).
 template <int kBlockRows, int kBlockKeys>
 __device__ __forceinline__ int block_span(const Sm90LogitsParams& p, int b, int& lo, int& hi) {
   lo = INT_MAX;
@@ -345,16 +349,29 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   uint64_t* q_empty = bars + 2 * S + 2;
 
   const WorkShare share = find_work_share<Cfg>(p);
-  if (share.count <= 0) return;  // uniform across the CTA
-
   const int tid = threadIdx.x;
   const int wg = tid / 128;
+  // Range errors (range_check.cuh) are checked by threads with nothing else to
+  // do: warps 1-3 of the producer warpgroup of every CTA (warp 0 holds the
+  // TMA thread; every thread in the inline-producer variant, which has no idle
+  // ones), so the check costs the pipeline nothing; find_work_share just read
+  // the same values (L1 hits).
+  constexpr int kCheckLo = Cfg::kInlineProducer ? 0 : Cfg::kMathThreads + 32;
+  constexpr int kCheckers = Cfg::kInlineProducer ? Cfg::kThreads : 96;
+  const int checker = range_checker_index(tid, kCheckLo, kCheckers);
+  if (Cfg::kInlineProducer || share.count <= 0)
+    check_row_ranges(p.err, p.starts, p.ends, p.rows, p.keys, kKernelLogits, checker, gridDim.x * kCheckers);
+  if (share.count <= 0) return;  // uniform across the CTA
+
   if (tid == 0) init_pipeline_barriers<S, Cfg::kMathThreads / 32>(full, empty, q_full, q_empty);
   __syncthreads();
 
   if (wg == Cfg::kMathWarpgroups) {
     // ---------------- producer: one thread issues every TMA ----------------
-    if (tid != Cfg::kMathThreads) return;
+    if (tid != Cfg::kMathThreads) {
+      check_row_ranges(p.err, p.starts, p.ends, p.rows, p.keys, kKernelLogits, checker, gridDim.x * kCheckers);
+      return;
+    }
     ptx::prefetch_tensor_map(&tm_q);
     ptx::prefetch_tensor_map(&tm_k);
     ptx::prefetch_tensor_map(&tm_scales);
@@ -519,13 +536,17 @@ inline const void* sm90_fp8_mqa_logits_kernel_ptr() {
 // row pitch ld >= keys (elements, a multiple of 4; 16-byte aligned base).
 // Returns cudaErrorInvalidValue when a tensor map cannot be encoded
 // (*map_error = 1000 * map index (q, k, scales, weights, logits) + the driver's
-// CUresult, 999 for a missing driver entry point).
+// CUresult, 999 for a missing driver entry point). Bad row ranges are clamped
+// and, with a non-null err.word, recorded there (range_check.cuh); with no keys
+// only the check runs.
 template <class Cfg = Sm90LogitsDefault>
 inline cudaError_t launch_sm90_fp8_mqa_logits(const void* q, const void* k, const float* scales,
                                               const float* weights, const int* starts, const int* ends,
                                               float* logits, int64_t ld, int rows, int keys, int num_sms,
-                                              cudaStream_t stream, int* map_error = nullptr) {
-  if (rows <= 0 || keys <= 0) return cudaSuccess;
+                                              cudaStream_t stream, int* map_error = nullptr,
+                                              RangeErrorSink range_err = {}) {
+  if (rows <= 0) return cudaSuccess;
+  if (keys <= 0) return launch_row_range_check<kKernelLogits>(range_err, starts, ends, rows, 0, stream);
   CUtensorMap tm_q, tm_k, tm_s, tm_w, tm_o;
   const uint64_t q_rows = static_cast<uint64_t>(rows) * Cfg::kHeads;
   // Scales as a [1, keys] 2-D map so a box past the last key reads zeros (the
@@ -549,7 +570,7 @@ inline cudaError_t launch_sm90_fp8_mqa_logits(const void* q, const void* k, cons
   auto kernel = &sm90_fp8_mqa_logits_kernel<Cfg>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;
-  Sm90LogitsParams p{starts, ends, logits, ld, rows, keys};
+  Sm90LogitsParams p{starts, ends, logits, ld, rows, keys, range_err};
   kernel<<<num_sms, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(tm_q, tm_k, tm_s, tm_w, tm_o, p);
   return cudaGetLastError();
 }

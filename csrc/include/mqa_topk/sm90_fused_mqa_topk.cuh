@@ -74,6 +74,7 @@ struct Sm90FusedParams {
   int topk;
   int cap;           // candidates per (warpgroup, row) buffer
   int probe;         // development only: 1 = never append (logits + filter alone), 2 = real + statistics
+  RangeErrorSink err;  // bad rows are recorded here (range_check.cuh; null: not recorded)
 };
 
 // Block-level control words in shared memory (gate, selector hand-off, redo queue).
@@ -168,11 +169,12 @@ __device__ __forceinline__ uint64_t warp_read_u64(const unsigned long long* p, i
   return (static_cast<uint64_t>(hi) << 32) | lo;
 }
 
-// Visible keys of a row, clamped to [0, keys].
+// Visible keys of a row, clamped to [0, keys] (range_check.cuh: clamp_row_range);
+// *start is the clamped start, which the output indices are relative to.
 __device__ __forceinline__ int row_length(const Sm90FusedParams& p, int row, int* start) {
   const int s = min(max(__ldg(p.starts + row), 0), p.keys);
   const int e = min(max(__ldg(p.ends + row), s), p.keys);
-  *start = __ldg(p.starts + row);
+  *start = s;
   return e - s;
 }
 
@@ -275,6 +277,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   uint32_t* ws_cta = p.ws + size_t(blockIdx.x) * Cfg::kSets * set_words;
 
   if (wg == Cfg::kMathWarpgroups) {
+    // Warps 9-11 check the row ranges first (range_check.cuh): idle, or
+    // selectors that would wait for the first block anyway.
+    check_row_ranges(p.err, p.starts, p.ends, p.rows, p.keys, kKernelFused,
+                     range_checker_index(tid, Cfg::kMathThreads + 32, 96), gridDim.x * 96);
     if (gwarp == 8) {
       // ---------------- producer: one thread takes blocks and issues every TMA ----------------
       if (lane != 0) return;
@@ -454,6 +460,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const int row = b * R + 2 * quad + i;
       row_start[i] = row < p.rows ? __ldg(p.starts + row) : 0;
       row_end[i] = row < p.rows ? __ldg(p.ends + row) : 0;
+      clamp_row_range(row_start[i], row_end[i], p.keys);
       row_on[i] = p.probe != 1 && ((active >> (2 * quad + i)) & 1u);
     }
     uint32_t cnt = 0;  // candidates of row (lane & 7) in this warpgroup's buffer
@@ -705,7 +712,7 @@ inline cudaError_t launch_sm90_fused_mqa_topk(const void* q, const void* k, cons
                                               const float* weights, const int* starts, const int* ends, int* out,
                                               void* workspace, int rows, int keys, int topk, int num_sms,
                                               cudaStream_t stream, int* map_error = nullptr, int probe = 0,
-                                              int cap = 0) {
+                                              int cap = 0, RangeErrorSink range_err = {}) {
   using L = typename Cfg::Logits;
   if (rows <= 0) return cudaSuccess;
   CUtensorMap tm_q, tm_k, tm_s, tm_w;
@@ -737,7 +744,7 @@ inline cudaError_t launch_sm90_fused_mqa_topk(const void* q, const void* k, cons
   err = cudaMemsetAsync(counter, 0, kFusedHeaderBytes, stream);
   if (err != cudaSuccess) return err;
   Sm90FusedParams p{starts, ends, out, reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(workspace) + kFusedHeaderBytes),
-                    counter, rows, keys, topk, cap, probe};
+                    counter, rows, keys, topk, cap, probe, range_err};
   kernel<<<num_sms, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(tm_q, tm_k, tm_s, tm_w, p);
   return cudaGetLastError();
 }

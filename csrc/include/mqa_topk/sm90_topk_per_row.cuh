@@ -61,7 +61,9 @@
 //   function of the row: bitwise identical run to run and independent of
 //   which rows share the launch.
 //
-// Bounds: start/end are clamped to [0, width] (start <= end) in the kernel;
+// Bounds: start/end are clamped to [0, width] (start <= end) in the kernel
+//   (range_check.cuh: clamp_row_range; thread 0 records a bad row in the
+//   error word, if one is given);
 //   loads stay in [start, end) of the row; every shared-memory staging write
 //   is guarded by kCap, every output write by its range [0, k); if a
 //   histogram search ever failed (impossible for consistent input) the row is
@@ -87,6 +89,8 @@
 #endif
 
 #include <cstdint>
+
+#include "range_check.cuh"
 
 namespace mqa_topk {
 namespace topk {
@@ -635,7 +639,8 @@ __device__ __forceinline__ void emit_bitmaps(const uint32_t* bit_a, const uint32
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     topk_per_row_kernel(const float* __restrict__ logits, int64_t ld, const int* __restrict__ starts,
-                        const int* __restrict__ ends, int* __restrict__ out, int width, int topk) {
+                        const int* __restrict__ ends, int* __restrict__ out, int width, int topk,
+                        const RangeErrorSink err) {
   constexpr int T = Cfg::kThreads;
   constexpr int U2 = Cfg::kUnroll;  // re-reads (mostly from L2), register loads
   constexpr int C = Cfg::kCopies;
@@ -665,8 +670,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   int start = __ldg(starts + row);
   int end = __ldg(ends + row);
   width = max(width, 0);
-  start = min(max(start, 0), width);
-  end = min(max(end, start), width);
+  if (t == 0 && err.word != nullptr) check_row_range(err, static_cast<unsigned>(row), start, end, width, kKernelTopk);
+  clamp_row_range(start, end, width);
   const int n = end - start;
 
   if (n <= k) {  // everything is selected
@@ -820,7 +825,8 @@ enum class TopkVariant : int {
 
 template <class Cfg>
 inline cudaError_t launch_topk_per_row_cfg(const float* logits, int64_t ld, const int* starts, const int* ends,
-                                           int* out, int rows, int width, int topk, cudaStream_t stream) {
+                                           int* out, int rows, int width, int topk, cudaStream_t stream,
+                                           RangeErrorSink range_err = {}) {
   if (rows < 0 || topk < 1 || width < 0 || width > kMaxRowKeys) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
   if (rows > 1 && ld < width) return cudaErrorInvalidValue;
@@ -833,18 +839,19 @@ inline cudaError_t launch_topk_per_row_cfg(const float* logits, int64_t ld, cons
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                              static_cast<int>(cudaSharedmemCarveoutMaxShared));
   if (err != cudaSuccess) return err;
-  kernel<<<rows, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(logits, ld, starts, ends, out, width, topk);
+  kernel<<<rows, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(logits, ld, starts, ends, out, width, topk, range_err);
   return cudaGetLastError();
 }
 
 // logits: fp32 rows of `ld` elements (row r at logits + r * ld), starts/ends:
-// int32 [rows], out: int32 [rows, topk] contiguous. Any topk >= 1.
+// int32 [rows], out: int32 [rows, topk] contiguous. Any topk >= 1. Bad ranges
+// are clamped and, with a non-null err.word, recorded (range_check.cuh).
 inline cudaError_t launch_topk_per_row(const float* logits, int64_t ld, const int* starts, const int* ends,
                                        int* out, int rows, int width, int topk, cudaStream_t stream,
-                                       TopkVariant variant = TopkVariant::kThreads512x2) {
+                                       TopkVariant variant = TopkVariant::kThreads512x2, RangeErrorSink range_err = {}) {
   if (variant == TopkVariant::kThreads1024x1)
-    return launch_topk_per_row_cfg<TopkConfig1024>(logits, ld, starts, ends, out, rows, width, topk, stream);
-  return launch_topk_per_row_cfg<TopkConfig512>(logits, ld, starts, ends, out, rows, width, topk, stream);
+    return launch_topk_per_row_cfg<TopkConfig1024>(logits, ld, starts, ends, out, rows, width, topk, stream, range_err);
+  return launch_topk_per_row_cfg<TopkConfig512>(logits, ld, starts, ends, out, rows, width, topk, stream, range_err);
 }
 #endif  // MQA_TOPK_HOST_EMULATION
 
