@@ -240,10 +240,13 @@ def test_fused_and_dense_agree_on_corrupted_rows(dev, kind):
     corrupt(kind, starts, ends, w.keys, 9)
     t = [w.q, w.k, w.scales, w.weights, starts, ends]
     fused = run("fused", t, torch.full((40, 1024), -7, dtype=torch.int32, device=dev))
+    torch.cuda.synchronize()
+    with pytest.raises(ContractError, match="row 9"):  # taken here, or the dense call would raise it
+        ops.check_errors()
     dense = run("dense", t, torch.full((40, 1024), -5, dtype=torch.int32, device=dev))
     torch.cuda.synchronize()
     assert torch.equal(fused.sort(dim=1).values, dense.sort(dim=1).values)
-    with pytest.raises(ContractError):
+    with pytest.raises(ContractError, match="row 9"):
         ops.check_errors()
 
 
