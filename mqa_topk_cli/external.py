@@ -191,7 +191,20 @@ def _our_logits_call(device) -> Callable:
 # --------------------------------------------------------------------------- base
 
 
-class ExternalPath(PathImpl):
+class _CallMaker:
+    """run / prepare for a path whose ``_make(w, output)`` returns the call."""
+
+    def run(self, w, output):
+        self._make(w, output)()
+
+    def prepare(self, w):
+        out = self.new_output(w)
+        fn = self._make(w, out)
+        fn.output = out  # type: ignore[attr-defined]
+        return fn
+
+
+class ExternalPath(_CallMaker, PathImpl):
     """A path running someone else's code. Subclasses set ``majors`` (GPU major
     versions it runs on, None = any CUDA GPU), ``needs`` (what it needs, for
     the one-line reason), ``_op_problems`` and ``_make(w, output)``, a closure
@@ -216,15 +229,6 @@ class ExternalPath(PathImpl):
 
     def _make(self, w, output: torch.Tensor) -> Callable[[], None]:
         raise NotImplementedError
-
-    def run(self, w, output):
-        self._make(w, output)()
-
-    def prepare(self, w):
-        out = self.new_output(w)
-        fn = self._make(w, out)
-        fn.output = out  # type: ignore[attr-defined]
-        return fn
 
     def prepare_logits(self, w):
         raise Unavailable(f"{self.name}: has no logits op of its own")
@@ -511,7 +515,7 @@ def _infer_kind(fn) -> str | None:
     return {7: "mqa_topk", 6: "logits", 4: "topk"}.get(n)
 
 
-class UserPath(PathImpl):
+class UserPath(_CallMaker, PathImpl):
     """``py:MODULE:FUNCTION[@KIND]``: a user's function following the op
     contract (SPEC §3; README "A user's own path"). KIND (default: from the
     function's required positional parameters, 7 / 6 / 4):
@@ -597,14 +601,6 @@ class UserPath(PathImpl):
 
         return run_topk
 
-    def run(self, w, output):
-        self._make(w, output)()
-
-    def prepare(self, w):
-        out = self.new_output(w)
-        fn = self._make(w, out)
-        fn.output = out  # type: ignore[attr-defined]
-        return fn
 
     def logits(self, w):
         fn, kind = self._resolve()
