@@ -3,7 +3,7 @@ medians) on the headline shape (or rows keys [dist]): the dense logits kernel
 alone, the fused kernel, the fused kernel with appends switched off
 (MQA_TOPK_FUSED_PROBE=1: logits + filter only), and, in MQA_TOPK_DEV_PROBES=1
 builds, the variants (1: v2 with the select on selector warps, 2: v1, 3: the
-default with 8 stages; each also with appends off); checks
+default with 8 stages, 4: lean appends; each also with appends off); checks
 that every real variant returns the same sets; prints the in-kernel statistics
 (MQA_TOPK_FUSED_PROBE=2) of each. Usage: fused_probe.py [rows keys [dist]
 [--stats-only]] (dist: a workloads.DISTS name).
@@ -108,6 +108,7 @@ for topk in (2048, 512):
         run("fused, selector warps (1)", topk, {}, variant=1)
         run("fused v1 (2)", topk, {}, variant=2)
         run("fused, 8 stages (3)", topk, {}, variant=3)
+        run("fused, lean appends (4)", topk, {}, variant=4)
         stats(topk, variant=1)
     stats(topk)
     if topk == 2048:
@@ -115,3 +116,4 @@ for topk in (2048, 512):
         if hasattr(ext, "fused_mqa_topk_probe"):
             run("selector warps, no appends", topk, {"MQA_TOPK_FUSED_PROBE": "1"}, variant=1)
             run("8 stages, no appends", topk, {"MQA_TOPK_FUSED_PROBE": "1"}, variant=3)
+        stats(topk, variant=4)

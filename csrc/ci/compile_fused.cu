@@ -22,3 +22,7 @@ cudaError_t ci_launch_fused_gated8() {
   return mqa_topk::launch_sm90_fused_mqa_topk<mqa_topk::Sm90FusedGated8>(
       nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 0, 2048, 132, nullptr);
 }
+cudaError_t ci_launch_fused_lean_append() {
+  return mqa_topk::launch_sm90_fused_mqa_topk<mqa_topk::Sm90FusedLeanAppend>(
+      nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 0, 2048, 132, nullptr);
+}

@@ -97,11 +97,17 @@ struct FusedCtl {
 // branch-free passes). kGate: the v2 sample gate (else v1). kSelectors (needs
 // kGate): the block-end select on the producer warpgroup's warps 1-3, with two
 // candidate-buffer sets.
-template <int kNumStages_, bool kLeanSelect_ = false, bool kGate_ = false, bool kSelectors_ = false>
+// kLeanAppend (development, not yet measured): the appends address the
+// buffers by a 32-bit word offset per row computed once per block (one wide
+// multiply-add per store instead of a 64-bit pointer rebuilt per candidate,
+// and no branch around the position arithmetic).
+template <int kNumStages_, bool kLeanSelect_ = false, bool kGate_ = false, bool kSelectors_ = false,
+          bool kLeanAppend_ = false>
 struct Sm90FusedConfig {
   static constexpr bool kLeanSelect = kLeanSelect_;
   static constexpr bool kGate = kGate_;
   static constexpr bool kSelectors = kSelectors_;
+  static constexpr bool kLeanAppend = kLeanAppend_;
   static_assert(!kSelectors || kGate, "selector warps need the gated scan");
   using Logits = Sm90LogitsConfig<8, 2, kNumStages_>;
   static constexpr int kBlockRows = 8;
@@ -464,6 +470,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       row_on[i] = p.probe != 1 && ((active >> (2 * quad + i)) & 1u);
     }
     uint32_t cnt = 0;  // candidates of row (lane & 7) in this warpgroup's buffer
+    // kLeanAppend: word offsets of this thread's two rows' key buffers in the set.
+    [[maybe_unused]] uint32_t row_off[RQ];
+#pragma unroll
+    for (int i = 0; i < RQ; ++i) row_off[i] = static_cast<uint32_t>((wg * 8 + 2 * quad + i) * 2) * static_cast<uint32_t>(cap);
 
     // Compacts rows warp_in_wg and warp_in_wg + 4 of this warpgroup's buffers
     // that hold more than `above` entries: to the exact top k when
@@ -587,6 +597,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       for (int i = 0; i < RQ; ++i) {
         const uint32_t base = __shfl_sync(0xffffffffu, base_r, 2 * quad + i);
         const uint32_t n0 = __popc(m[0][i] & qmask);
+        if constexpr (Cfg::kLeanAppend) {
+          const uint32_t o0 = row_off[i] + base + __popc(m[0][i] & qmask & lt_mask);
+          const uint32_t o1 = row_off[i] + base + n0 + __popc(m[1][i] & qmask & lt_mask);
+          if (surv[0][i]) {
+            __stcg(ws_set + o0, okey[0][i]);
+            __stcg(ws_set + o0 + cap, static_cast<uint32_t>(key_wg0 + key_local));
+          }
+          if (surv[1][i]) {
+            __stcg(ws_set + o1, okey[1][i]);
+            __stcg(ws_set + o1 + cap, static_cast<uint32_t>(key_wg0 + key_local + 8));
+          }
+          continue;
+        }
         uint32_t* kp = buf_key(wg, 2 * quad + i);
         uint32_t* ip = buf_idx(wg, 2 * quad + i);
         if (surv[0][i]) {
@@ -698,6 +721,7 @@ using Sm90FusedV1 = Sm90FusedConfig<8>;                           // v1: running
 using Sm90FusedGated8 = Sm90FusedConfig<8, true, true>;           // v2, select on the math warps, 8 stages
 using Sm90FusedGated = Sm90FusedConfig<7, true, true>;            // the same with 7 ring stages
 using Sm90FusedSelectors = Sm90FusedConfig<7, true, true, true>;  // v2, select on selector warps
+using Sm90FusedLeanAppend = Sm90FusedConfig<7, true, true, false, true>;  // the default + kLeanAppend
 // Measured (BENCHMARKS.md, 2026-12-01, headline top-2048): select on the math
 // warps at 7 stages 6.59 ms, at 8 stages 6.76, on selector warps 7.14.
 using Sm90FusedDefault = Sm90FusedGated;
