@@ -1,0 +1,288 @@
+"""verify.py at its edges: the validity layer's boundaries (padding values,
+index n, counts), the tolerance of layer 2 pinned to its formula and to
+``viol <= 1`` exactly, the exact-set diagnostic's rate, and the bitwise-logits
+flag. Every expected value is computed here independently of verify.py
+(from the reference's logits and a float64 magnitude bound written out below).
+Each test's docstring names the bug class it guards against."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from mqa_topk_cli.paths import PathImpl, get_path
+from mqa_topk_cli.reference import assemble_reference_logits, reference_mqa_topk
+from mqa_topk_cli.verify import DEFAULT_TOL_REL, SENTINEL, verify_case, verify_many
+from mqa_topk_cli.workloads import Workload, make_workload
+
+
+class Edit(PathImpl):
+    """The reference output, then ``edit(w, out)`` (a known-wrong path); it
+    claims the tie rule and exposes the reference logits when told to."""
+
+    name = "edit"
+
+    def __init__(self, edit, ties=False, logits=False):
+        self.edit = edit
+        self.deterministic_ties = ties
+        self.expose = logits
+        self.ref = {}
+
+    def run(self, w, output):
+        if id(w) not in self.ref:
+            self.ref[id(w)] = (w, reference_mqa_topk(w))
+        output.copy_(self.ref[id(w)][1])
+        self.edit(w, output)
+
+    def logits(self, w):
+        return assemble_reference_logits(w) if self.expose else None
+
+
+@pytest.fixture(scope="module")
+def short():
+    """Rows of n = 0, 1, k-1, k, k+1 and random lengths (unaligned starts)."""
+    return make_workload("full", rows=16, keys=1200, topk=512, dist="short_rows", seed=2)
+
+
+def _n(w):
+    return (w.ends - w.starts).tolist()
+
+
+def _row_with(w, pred):
+    return next(r for r, n in enumerate(_n(w)) if pred(n))
+
+
+# --------------------------------------------------------------------------- layer 1: validity
+
+@pytest.mark.parametrize("pad", [-2, -3, -(2**31)])
+def test_padding_with_a_negative_value_other_than_minus_one_is_invalid(short, pad):
+    """Bug class: the validity check treating every negative entry as padding."""
+    def edit(w, out):
+        out[out == -1] = pad
+
+    r = verify_case(short, Edit(edit), reruns=0)
+    short_rows = sum(1 for n in _n(short) if n < short.topk)
+    assert not r.passed and r.invalid_rows == short_rows and r.valid_rows == short.rows - short_rows
+    assert f"index {pad} outside [0, n=" in " | ".join(r.errors)
+
+
+def test_padding_with_minus_one_in_any_position_is_valid(short):
+    """Bug class: requiring the -1 padding at the end (the output is unordered)."""
+    def edit(w, out):
+        out.copy_(torch.flip(out, [1]))
+
+    r = verify_case(short, Edit(edit), reruns=0)
+    assert r.passed and r.invalid_rows == 0, r.errors
+
+
+def test_index_n_is_invalid_and_n_minus_1_is_valid(short):
+    """Bug class: an off-by-one in the range check (``<= n`` instead of ``< n``):
+    a row of n < k keys outputs 0..n-1; putting n in place of n-1 must make the row invalid."""
+    r0 = _row_with(short, lambda n: 2 <= n < short.topk)
+    n0 = _n(short)[r0]
+
+    def edit(w, out):
+        row = out[r0]
+        row[row == n0 - 1] = n0
+
+    ok = verify_case(short, "reference", reruns=0)
+    assert ok.passed and bool((reference_mqa_topk(short)[r0] == n0 - 1).any())  # n-1 is chosen and valid
+    r = verify_case(short, Edit(edit), reruns=0)
+    assert not r.passed and r.invalid_rows == 1
+    assert r.errors[0] == f"row {r0}: invalid: index {n0} outside [0, n={n0})"
+
+
+def test_index_0_is_valid_and_minus_one_relative_is_invalid(short):
+    """Bug class: ``> 0`` instead of ``>= 0`` (index 0 is the row's first key)."""
+    r0 = _row_with(short, lambda n: n == 1)
+    assert reference_mqa_topk(short)[r0].tolist() == [0] + [-1] * (short.topk - 1)
+
+    def edit(w, out):
+        out[r0, 1] = -5
+
+    r = verify_case(short, Edit(edit), reruns=0)
+    assert r.invalid_rows == 1 and f"row {r0}: invalid: index -5 outside [0, n=1)" in r.errors
+
+
+@pytest.mark.parametrize("which", ["k-1", "k", "k+1"])
+def test_one_entry_too_few_is_invalid(short, which):
+    """Bug class: a count check off by one (rows of n = k-1, k, k+1: each must
+    hold exactly min(k, n) entries; one -1 too many is a dropped index)."""
+    k = short.topk
+    n0 = {"k-1": k - 1, "k": k, "k+1": k + 1}[which]
+    r0 = _row_with(short, lambda n: n == n0)
+
+    def edit(w, out):
+        out[r0, 3] = -1
+
+    r = verify_case(short, Edit(edit), reruns=0)
+    need = min(k, n0)
+    assert r.invalid_rows == 1 and r.errors[0] == (
+        f"row {r0}: invalid: {need - 1} valid entries, expected min(topk, n) = {need} (n={n0}); the rest must be -1")
+
+
+def test_a_duplicate_in_a_padding_slot_is_invalid(short):
+    """Bug class: a duplicate check that skips the padding slots (a row of n < k
+    with every key chosen has no in-range value left but a repeat)."""
+    r0 = _row_with(short, lambda n: 2 <= n < short.topk)
+
+    def edit(w, out):
+        out[r0][out[r0] == -1] = 1
+
+    r = verify_case(short, Edit(edit), reruns=0)
+    assert r.invalid_rows == 1 and r.errors[0] == f"row {r0}: invalid: index 1 appears more than once"
+
+
+def test_sentinel_left_in_one_entry_is_invalid(short):
+    """Bug class: a poison check that only looks at whole rows."""
+    r0 = _row_with(short, lambda n: n > short.topk)
+
+    def edit(w, out):
+        out[r0, 7] = SENTINEL
+
+    r = verify_case(short, Edit(edit), reruns=0)
+    assert r.invalid_rows == 1 and r.errors[0] == (f"row {r0}: invalid: entry 7 still holds the poison value "
+                                                   f"{SENTINEL} (never written)")
+
+
+# --------------------------------------------------------------------------- layer 2: the tolerance
+
+@pytest.fixture(scope="module")
+def separated():
+    """All keys share one k row, so logit(s) = scales[s] * c_r with c_r > 0:
+    distinct values, the k-th and (k+1)-th apart by a known amount."""
+    rows, keys, topk = 3, 700, 512
+    g = torch.Generator().manual_seed(5)
+    t = (torch.randint(0, 2, (128,), generator=g) * 2 - 1).float()
+    q = ((0.5 + torch.rand(rows, 32, 1, generator=g)) * t).to(torch.float8_e4m3fn)
+    k = t.expand(keys, 128).contiguous().to(torch.float8_e4m3fn)
+    s = torch.arange(keys, dtype=torch.float32)
+    scales = 1.0 + s / 256  # rising: the top-k are the last 512 keys, neighbours ~4 tolerances apart
+    weights = torch.rand(rows, 32, generator=g) / 32 + 1 / 64
+    w = Workload(q, k, scales, weights, torch.zeros(rows, dtype=torch.int32),
+                 torch.full((rows,), keys, dtype=torch.int32), topk, name="separated")
+    w.validate()
+    return w
+
+
+def _magnitude_bound(w) -> list[float]:
+    """M_r = max_s scales[s] ||k_s|| * sum_h |w_rh| ||q_rh|| over the row's keys, in Python float64."""
+    q = w.q.double()
+    k = w.k.double()
+    out = []
+    for r in range(w.rows):
+        a = sum(abs(float(w.weights[r, h])) * float(q[r, h].norm()) for h in range(32))
+        s, e = int(w.starts[r]), int(w.ends[r])
+        kmax = max(float(w.scales[j]) * float(k[j].norm()) for j in range(s, e)) if e > s else 0.0
+        out.append(a * kmax)
+    return out
+
+
+class KPlusOne(Edit):
+    """Chooses key start + (n - k - 1) (the (k+1)-th) instead of start + (n - k) (the k-th)."""
+
+    def __init__(self):
+        def edit(w, out):
+            for r in range(w.rows):
+                n = int(w.ends[r] - w.starts[r])
+                out[r][out[r] == n - w.topk] = n - w.topk - 1
+        super().__init__(edit)
+
+
+def test_max_violation_is_the_diff_over_tol_rel_times_the_magnitude_bound(separated):
+    """Bug class: a tolerance scaled by a constant (10x looser passes wrong
+    kernels), computed from the wrong bound, or the violation not in units of it."""
+    w = separated
+    logits = assemble_reference_logits(w).double()
+    bound = _magnitude_bound(w)
+    want = max(float(logits[r, 700 - 512] - logits[r, 700 - 513]) / (DEFAULT_TOL_REL * bound[r])
+               for r in range(w.rows))
+    assert 2 < want < 50  # the workload puts the wrong key a few tolerances away
+    r = verify_case(w, KPlusOne(), reruns=0)
+    assert r.max_violation == pytest.approx(want, rel=1e-6)
+    assert not r.passed and r.tie_equivalent_rows == 0 and r.invalid_rows == 0
+    # the same path passes under a tolerance just above its violation, and fails just below
+    assert verify_case(w, KPlusOne(), reruns=0, tol_rel=DEFAULT_TOL_REL * want * (1 + 1e-6)).passed
+    tight = verify_case(w, KPlusOne(), reruns=0, tol_rel=DEFAULT_TOL_REL * want * (1 - 1e-6))
+    assert not tight.passed and tight.tie_equivalent_rows == w.rows - 1
+
+
+def test_a_violation_of_exactly_one_tolerance_passes():
+    """Bug class: ``viol < 1`` instead of ``viol <= 1`` (the bound is inclusive).
+    Every quantity is exact in binary: q and k have one non-zero channel, so
+    the logit of key s is k[s, 0] (weights 1/32, scales 1) and M_r = 4 * 1 = 4;
+    keys 0..187 hold 2.0 and keys 188..699 hold 4.0. Choosing key 187 instead
+    of 188 puts 2.0 where the reference's k-th value is 4.0: |diff| = 2, and
+    with tol_rel = 1/2 the tolerance is 1/2 * 4 = 2: a violation of exactly 1."""
+    rows, keys, topk = 2, 700, 512
+    q = torch.zeros(rows, 32, 128)
+    q[:, :, 0] = 1.0
+    k = torch.zeros(keys, 128)
+    k[:, 0] = torch.where(torch.arange(keys) >= keys - topk, 4.0, 2.0)
+    w = Workload(q.to(torch.float8_e4m3fn), k.to(torch.float8_e4m3fn), torch.ones(keys), torch.full((rows, 32), 1 / 32),
+                 torch.zeros(rows, dtype=torch.int32), torch.full((rows,), keys, dtype=torch.int32), topk, name="exact")
+    w.validate()
+    at = verify_case(w, KPlusOne(), reruns=0, tol_rel=0.5)
+    assert at.max_violation == 1.0 and at.passed and at.tie_equivalent_rows == rows
+    past = verify_case(w, KPlusOne(), reruns=0, tol_rel=math.nextafter(0.5, 0.0))
+    assert past.max_violation > 1.0 and not past.passed and past.tie_equivalent_rows == 0
+    assert verify_case(w, KPlusOne(), reruns=0, tol_rel=0.25).max_violation == 2.0
+    assert verify_case(w, KPlusOne(), reruns=0).max_violation == 2.0 / (DEFAULT_TOL_REL * 4.0)
+
+
+def test_rows_whose_bound_is_zero_need_exact_values():
+    """Bug class: a zero tolerance (all weights zero: M_r = 0) treated as
+    "anything goes" or dividing by zero; equal values there pass."""
+    w = make_workload("full", rows=3, keys=600, topk=512, dist="zero_weights", seed=0)
+    r = verify_case(w, "reference", reruns=0)
+    assert r.passed and r.max_violation == 0.0
+
+
+# --------------------------------------------------------------------------- layer 4: the exact-set diagnostic
+
+def test_exact_set_rate_is_the_fraction_of_rows_with_equal_sets():
+    """Bug class: a rate computed over the wrong count (rows, entries, or
+    inverted); pinned exactly: 3 of 8 rows take a different tied key."""
+    w = make_workload("causal", rows=8, keys=2000, topk=512, dist="ties", seed=1)
+    logits = assemble_reference_logits(w)
+    ref = reference_mqa_topk(w)
+    swaps = {}
+    for r in (1, 4, 6):
+        row = logits[r, : int(w.ends[r])]
+        kth = row[ref[r, -1].long()]
+        tied = torch.nonzero(row == kth).flatten().tolist()
+        chosen = set(ref[r].tolist())
+        swaps[r] = (max(set(tied) & chosen), min(set(tied) - chosen))  # a chosen tie for an unchosen one
+
+    def edit(w, out):
+        for r, (a, b) in swaps.items():
+            out[r][out[r] == a] = b
+
+    res = verify_many([w], [Edit(edit), "reference"], reruns=0)
+    assert res[0].exact_set_rate == 1 - 3 / 8 and res[1].exact_set_rate == 1 - 3 / 8
+    assert res[0].passed  # the edit does not claim the tie rule: values are right
+    claimed = verify_case(w, Edit(edit, ties=True, logits=True), other="reference", reruns=0)
+    assert claimed.exact_set_rate == 1 - 3 / 8 and claimed.bitwise_logits is True
+    assert not claimed.passed and "in 3 rows (first: 1, 4, 6)" in " | ".join(claimed.errors)
+
+
+def test_torch_vs_reference_rate_and_bitwise_flag_match_an_independent_count():
+    """Bug class: an exact-set rate or bitwise-logits flag that is not computed
+    from the paths' outputs (asserted only to be in [0, 1] or a bool before)."""
+    w = make_workload("causal", rows=8, keys=2000, topk=512, dist="ties", seed=1)
+    torch_path = get_path("torch")
+    out = torch.empty((w.rows, w.topk), dtype=torch.int32)
+    torch_path.run(w, out)
+    ref = reference_mqa_topk(w)
+    same = (torch.sort(out, 1).values == torch.sort(ref, 1).values).all(1)
+    want_rate = float(same.sum()) / w.rows
+    assert want_rate < 1.0  # torch.topk takes the ties in its own order here
+    tl = torch_path.logits(w)
+    rl = assemble_reference_logits(w)
+    col = torch.arange(w.keys)
+    inside = (col >= w.starts[:, None]) & (col < w.ends[:, None])
+    want_bitwise = None if tl is None else bool(torch.equal(tl[inside], rl[inside]))
+    r = verify_case(w, "torch", other="reference", reruns=0)
+    assert r.passed and r.exact_set_rate == want_rate and r.bitwise_logits is want_bitwise
+    assert verify_case(w, "reference", reruns=0).exact_set_rate is None
