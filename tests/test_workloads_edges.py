@@ -1,0 +1,120 @@
+"""workloads.py at its edges: record()'s checks (int32 bounds at == and one
+past, non-tensor arguments, values), config errors naming the case, and
+Workload.to keeping the labels. Each test's docstring names the bug class."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mqa_topk_cli.errors import ContractError, UsageError
+from mqa_topk_cli.workloads import FIELDS, load_workload, load_workload_config, make_workload, record
+
+
+@pytest.fixture(scope="module")
+def w():
+    return make_workload("causal", rows=3, keys=600, topk=512, seed=2)
+
+
+def _args(w, **over):
+    a = dict(q=w.q, k=w.k, scales=w.scales, weights=w.weights, starts=w.starts, ends=w.ends)
+    a.update(over)
+    return a
+
+
+def _contract(arg, fn, *a, match="", **kw):
+    with pytest.raises(ContractError) as ei:
+        fn(*a, **kw)
+    assert ei.value.arg == arg and match in str(ei.value), str(ei.value)
+
+
+@pytest.mark.parametrize("field", FIELDS)
+def test_record_names_a_non_tensor_argument(tmp_path, w, field):
+    """Bug class: an error naming the wrong argument (or none)."""
+    _contract(field, record, tmp_path / "x.pt", **_args(w, **{field: 1.5}), topk=512,
+              match="expected a torch.Tensor, got float")
+    assert not (tmp_path / "x.pt").exists()
+
+
+@pytest.mark.parametrize("field,value,match", [
+    ("starts", -(2**31), "must be >= 0"),          # fits int32: the range check speaks
+    ("starts", -(2**31) - 1, "do not fit int32"),
+    ("ends", 2**31 - 1, "must be <= keys"),        # fits int32
+    ("ends", 2**31, "do not fit int32"),
+])
+def test_record_int64_ranges_at_the_int32_bounds(tmp_path, w, field, value, match):
+    """Bug class: an off-by-one at the int32 bounds of int64 starts/ends (a
+    silent wrap-around would record a different range)."""
+    t = getattr(w, field).to(torch.int64).clone()
+    t[1] = value
+    _contract(field, record, tmp_path / "x.pt", **_args(w, **{field: t}), topk=512, match=match)
+
+
+def test_record_converts_only_starts_and_ends_from_int64(tmp_path, w):
+    """Bug class: converting every int64 argument to int32 (a wrong dtype then
+    passes under another name, or gets a misleading message)."""
+    _contract("weights", record, tmp_path / "x.pt", **_args(w, weights=w.weights.to(torch.int64)), topk=512,
+              match="got torch.int64")
+    p = record(tmp_path / "ok.pt", **_args(w, starts=w.starts.long(), ends=w.ends.long()), topk=512, name="n")
+    back = load_workload(p)
+    assert back.starts.dtype == torch.int32 and torch.equal(back.starts, w.starts) and torch.equal(back.ends, w.ends)
+    assert back.name == "n" and back.seed is None and back.topk == 512
+
+
+@pytest.mark.parametrize("field,bad,match", [
+    ("weights", lambda t: t.clone().index_fill_(1, torch.tensor([3]), float("nan")), "weights: contains NaN or inf"),
+    ("scales", lambda t: t.clone().index_fill_(0, torch.tensor([5]), 0.0), "scales: must be > 0"),
+    ("scales", lambda t: t.clone().index_fill_(0, torch.tensor([5]), float("inf")), "scales: contains NaN or inf"),
+    ("scales", lambda t: t.clone().index_fill_(0, torch.tensor([5]), -1.0), "scales: must be > 0"),
+    ("q", lambda t: t.view(torch.uint8).clone().index_fill_(0, torch.tensor([0]), 0x7F).view(torch.float8_e4m3fn),
+     "q: contains NaN"),
+    ("k", lambda t: t.view(torch.uint8).clone().index_fill_(0, torch.tensor([9]), 0xFF).view(torch.float8_e4m3fn),
+     "k: contains NaN"),
+])
+def test_record_checks_the_values(tmp_path, w, field, bad, match):
+    """Bug class: recording inputs the kernels would turn into NaN logits."""
+    _contract(field, record, tmp_path / "x.safetensors", **_args(w, **{field: bad(getattr(w, field))}), topk=512,
+              match=match)
+    assert not (tmp_path / "x.safetensors").exists()
+
+
+def test_record_rejects_ue8m0_exponent_0_and_255(tmp_path, w):
+    """Bug class: a UE8M0 scale of 0.0 or inf recorded (SPEC §1: scales > 0)."""
+    for e in (0, 255):
+        s = torch.full((w.keys, 4), 127, dtype=torch.uint8)
+        s[7] = e
+        _contract("ue8m0_scales", record, tmp_path / "x.pt", **_args(w, scales=s), topk=512)
+    s = torch.full((w.keys, 4), 127, dtype=torch.uint8)
+    s[7] = 1
+    s[8] = 254
+    back = load_workload(record(tmp_path / "ok.pt", **_args(w, scales=s), topk=512))
+    assert back.scales[7].item() == 2.0 ** -126 and back.scales[8].item() == 2.0 ** 127 and back.scales[0].item() == 1.0
+
+
+def test_config_errors_name_the_case_by_name_or_number(tmp_path):
+    """Bug class: an error that names the wrong case (or none) in a long config."""
+    p = tmp_path / "c.toml"
+    ok = 'layout = "full"\nrows = 2\nkeys = 600\ntopk = 512\n'
+    p.write_text(f'[[case]]\nname = "first"\n{ok}\n[[case]]\n{ok.replace("topk = 512", "topk = 7")}')
+    with pytest.raises(UsageError) as ei:
+        load_workload_config(p)
+    assert str(ei.value) == f"{p}: case #2: topk: must be one of (512, 1024, 2048), got 7"
+    p.write_text(f'[[case]]\nname = "first"\n{ok}\n[[case]]\nname = "second"\n{ok.replace("rows = 2", "rows = -1")}')
+    with pytest.raises(UsageError) as ei:
+        load_workload_config(p)
+    assert str(ei.value) == f"{p}: case second: rows: expected a positive integer, got -1"
+    p.write_text(f'[[case]]\nname = 5\n{ok}')
+    with pytest.raises(UsageError) as ei:
+        load_workload_config(p)
+    assert str(ei.value) == f"{p}: case #1: name: expected a string"
+
+
+def test_to_keeps_labels_and_moves_every_tensor(w):
+    """Bug class: a copy that drops the name/seed/layout/topk or leaves a tensor behind."""
+    m = w.to("meta")
+    assert all(t.device.type == "meta" for t in m.tensors().values())
+    assert (m.name, m.seed, m.layout, m.dist, m.topk) == (w.name, w.seed, w.layout, w.dist, w.topk)
+    assert m is not w and w.q.device.type == "cpu"
+    c = w.to("cpu")
+    assert all(torch.equal(a.view(torch.uint8) if a.dtype == torch.float8_e4m3fn else a,
+                           b.view(torch.uint8) if b.dtype == torch.float8_e4m3fn else b)
+               for a, b in zip(c.tensors().values(), w.tensors().values()))
