@@ -52,12 +52,18 @@ def cmd_sample(args) -> None:
 
 def _diff(mutmut: str, name: str) -> list[str]:
     out = subprocess.run([mutmut, "show", name], capture_output=True, text=True, cwd=ROOT).stdout
-    return [ln for ln in out.splitlines() if ln[:2] in ("- ", "+ ")]
+    return [ln for ln in out.splitlines() if ln[:1] in ("-", "+") and not ln.startswith(("---", "+++"))]
+
+
+def _norm(line: str) -> str:
+    """A diff line with its indentation dropped: ``-`` or ``+`` then the code."""
+    return line[0] + " " + line[1:].strip()
 
 
 def _equivalent() -> dict[tuple[str, tuple[str, ...]], str]:
-    """(function, diff lines stripped) -> reason, from scripts/mutation_equivalent.txt:
-    blocks of ``function: <name>``, the diff's ``- ``/``+ `` lines, ``why: <reason>``."""
+    """(function, diff lines) -> reason, from scripts/mutation_equivalent.txt:
+    blocks of ``function: <name>`` (e.g. ``verify.x__finish``), the diff's
+    ``-``/``+`` lines (indentation ignored) and ``why: <reason>``."""
     out: dict = {}
     if not EQUIVALENT.is_file():
         return out
@@ -65,8 +71,8 @@ def _equivalent() -> dict[tuple[str, tuple[str, ...]], str]:
     for raw in EQUIVALENT.read_text().splitlines():
         if raw.startswith("function: "):
             fn, lines = raw[len("function: "):].strip(), []
-        elif raw[:2] in ("- ", "+ "):
-            lines.append(raw[:2] + raw[2:].strip())
+        elif raw[:1] in ("-", "+"):
+            lines.append(_norm(raw))
         elif raw.startswith("why: ") and fn:
             out[(fn, tuple(lines))] = raw[len("why: "):].strip()
             fn, lines = None, []
@@ -88,7 +94,7 @@ def cmd_report(args) -> None:
         n_eq = 0
         for k in surv:
             d = _diff(args.mutmut, k)
-            why = eq.get((_function(k).split(".", 2)[-1], tuple(x[:2] + x[2:].strip() for x in d)))
+            why = eq.get((_function(k).split(".", 1)[-1], tuple(_norm(x) for x in d)))
             n_eq += why is not None
             survivors.append((m, k, codes[k], d, why))
         n_surv = len(surv) - n_eq

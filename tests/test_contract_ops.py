@@ -317,11 +317,11 @@ def test_native_ops_on_cpu_check_the_contract_then_say_unavailable():
     """Bug class: a native op running (or crashing) on a CPU tensor, or skipping its contract checks."""
     x = _inputs(2, 32)
     out = torch.empty((2, 512), dtype=torch.int32)
-    with pytest.raises(Unavailable, match="mqa_logits"):
+    with pytest.raises(Unavailable, match="^mqa_logits: "):
         ops.mqa_logits(**x)
-    with pytest.raises(Unavailable, match="dense_mqa_topk_prefill"):
+    with pytest.raises(Unavailable, match="^dense_mqa_topk_prefill: "):
         ops.dense_mqa_topk_prefill(**x, output=out)
-    with pytest.raises(Unavailable, match="fused_mqa_topk_prefill"):
+    with pytest.raises(Unavailable, match="^fused_mqa_topk_prefill: "):
         ops.fused_mqa_topk_prefill(**x, output=out)
     with pytest.raises(Unavailable, match="CUDA"):
         ops.fused_mqa_topk_workspace("cpu", 512)
@@ -355,3 +355,103 @@ def test_logits_pitch():
     """Bug class: a logits row pitch that is not a multiple of 4 floats (16 B) or drops columns."""
     assert [ops._pitch(w) for w in (0, 1, 3, 4, 5, 8, 9)] == [4, 4, 4, 4, 8, 8, 12]
     assert ops.LOGITS_PITCH == 4 and ops.DEFAULT_MAX_LOGITS_BYTES == 512 << 20
+
+
+# --------------------------------------------------------------------------- ops host logic with a fake extension
+
+class FakeExt:
+    """Stands in for the JIT extension on the CPU: mqa_logits writes the
+    reference logits of its (chunk) arguments into the given buffer (and
+    poisons the rest of the row), topk_per_row is absent (so the torch top-k
+    runs), fused_mqa_topk records its arguments."""
+
+    def __init__(self):
+        self.logits_calls = []
+        self.fused_calls = []
+
+    def mqa_logits(self, q, k, scales, weights, starts, ends, out):
+        from mqa_topk_cli.reference import reference_logits
+
+        assert out.dtype == torch.float32 and out.shape[0] == q.shape[0] and out.shape[1] % 4 == 0
+        assert out.shape[1] >= k.shape[0] and k.data_ptr() % 16 == 0 and scales.data_ptr() % 16 == 0
+        self.logits_calls.append((q.shape[0], k.shape[0], starts.clone(), ends.clone()))
+        out.fill_(float("nan"))
+        out[:, : k.shape[0]] = reference_logits(q, k, scales, weights, starts, ends)
+
+    def fused_mqa_topk(self, *args):
+        self.fused_calls.append(args)
+
+
+@pytest.fixture
+def fake_ext(monkeypatch):
+    ext = FakeExt()
+    monkeypatch.setattr(ops, "_native", lambda: ext)
+    monkeypatch.setattr(ops, "_require_cuda", lambda t, op: None)
+    return ext
+
+
+@pytest.mark.parametrize("budget", [ops.DEFAULT_MAX_LOGITS_BYTES, 3 * 1024 * 4 + 4, 1])
+def test_dense_path_chunks_rows_and_key_spans_correctly(fake_ext, budget):
+    """Bug class: a chunking bug in the dense path (wrong row slice, key span
+    not covering a row, starts/ends not made relative, a 16-key misalignment):
+    the chunked result must equal the unchunked reference top-k."""
+    from mqa_topk_cli.reference import reference_mqa_topk
+    from mqa_topk_cli.workloads import make_workload
+
+    w = make_workload("ragged", rows=11, keys=1013, topk=512, dist="ties", seed=4, requests=3, unaligned_starts=True)
+    out = torch.full((w.rows, 512), 99, dtype=torch.int32)
+    ops.dense_mqa_topk_prefill(w.q, w.k, w.scales, w.weights, w.starts, w.ends, out, max_logits_bytes=budget)
+    want = reference_mqa_topk(w)
+    assert torch.equal(torch.sort(out, 1).values, torch.sort(want, 1).values)
+    full_pitch = -(-w.keys // 4) * 4
+    per_call = max(1, min(w.rows, budget // (full_pitch * 4)))
+    assert [c[0] for c in fake_ext.logits_calls] == [min(per_call, w.rows - r0) for r0 in range(0, w.rows, per_call)]
+    for r0, (n, span, st, en) in zip(range(0, w.rows, per_call), fake_ext.logits_calls):
+        lo = int(w.starts[r0:r0 + n].min()) // 16 * 16
+        assert span == int(w.ends[r0:r0 + n].max()) - lo  # the chunk's key span, from a 16-aligned start
+        assert torch.equal(st, w.starts[r0:r0 + n] - lo) and torch.equal(en, w.ends[r0:r0 + n] - lo)
+
+
+def test_dense_path_rows_seeing_no_keys(fake_ext):
+    """Bug class: a chunk whose rows see no key calling the kernel (or leaving the output unwritten)."""
+    w = _inputs(3, 64)
+    w["starts"] = _r([32, 32, 48])  # 16-aligned, so each chunk's span [lo, hi) is empty
+    w["ends"] = _r([32, 32, 48])
+    out = torch.full((3, 512), 7, dtype=torch.int32)
+    ops.dense_mqa_topk_prefill(**w, output=out, max_logits_bytes=64 * 4 * 2)
+    assert bool((out == -1).all()) and fake_ext.logits_calls == []
+    empty = _inputs(0, 64)
+    ops.dense_mqa_topk_prefill(**empty, output=torch.empty((0, 512), dtype=torch.int32))
+    assert fake_ext.logits_calls == []
+
+
+def test_mqa_logits_returns_the_padded_buffer_view(fake_ext):
+    """Bug class: a logits row pitch that drops keys or is not 16-byte aligned."""
+    x = _inputs(2, 37)
+    out = ops.mqa_logits(**x)
+    assert out.shape == (2, 37) and out.stride(0) == 40 and out.stride(1) == 1
+    from mqa_topk_cli.reference import reference_logits
+
+    assert torch.equal(out, reference_logits(**x))
+    assert ops.mqa_logits(**_inputs(0, 8)).shape == (0, 8) and fake_ext.logits_calls[-1][0] == 2
+
+
+def test_fused_prefill_passes_its_arguments_and_the_workspace(fake_ext, monkeypatch):
+    """Bug class: arguments dropped or reordered on the way to the kernel, or a
+    workspace for the wrong topk."""
+    got = []
+    monkeypatch.setattr(ops, "fused_mqa_topk_workspace", lambda dev, topk: got.append((dev, topk)) or "WS")
+    x = _inputs(2, 32)
+    out = torch.empty((2, 1024), dtype=torch.int32)
+    ops.fused_mqa_topk_prefill(**x, output=out)
+    assert got == [(x["q"].device, 1024)]
+    args = fake_ext.fused_calls[-1]
+    assert [a is b for a, b in zip(args, (x["q"], x["k"], x["scales"], x["weights"], x["starts"], x["ends"], out))] \
+        == [True] * 7 and args[7] == "WS" and len(args) == 8
+    ws = torch.empty(10, dtype=torch.uint8)
+    ops.fused_mqa_topk_prefill(**x, output=out, workspace=ws)
+    assert fake_ext.fused_calls[-1][7] is ws and len(got) == 1
+    _raises("workspace", ops.fused_mqa_topk_prefill, **x, output=out, workspace=b"12", match="got bytes")
+    monkeypatch.setattr(ops, "_native", lambda: object())  # an extension built without the fused kernel
+    with pytest.raises(Unavailable, match="not built"):
+        ops.fused_mqa_topk_prefill(**x, output=out)

@@ -286,3 +286,84 @@ def test_torch_vs_reference_rate_and_bitwise_flag_match_an_independent_count():
     r = verify_case(w, "torch", other="reference", reruns=0)
     assert r.passed and r.exact_set_rate == want_rate and r.bitwise_logits is want_bitwise
     assert verify_case(w, "reference", reruns=0).exact_set_rate is None
+
+
+# --------------------------------------------------------------------------- layer 3 details, NaN, failures
+
+def _tie_swaps(w, rows):
+    """Per row: (a chosen key tied at the k-th value, an unchosen one tied with it), relative indices."""
+    logits = assemble_reference_logits(w)
+    ref = reference_mqa_topk(w)
+    out = {}
+    for r in rows:
+        s, e = int(w.starts[r]), int(w.ends[r])
+        row = logits[r, s:e]
+        kth = row[ref[r, -1].long()]
+        tied = set(torch.nonzero(row == kth).flatten().tolist())
+        chosen = set(ref[r].tolist())
+        out[r] = (max(tied & chosen), min(tied - chosen))
+    return out
+
+
+def test_tie_rule_violations_add_up_over_row_chunks(monkeypatch):
+    """Bug class: a per-chunk counter overwritten instead of accumulated (only
+    the last chunk's violations reported)."""
+    import mqa_topk_cli.verify as vm
+
+    w = make_workload("causal", rows=8, keys=2000, topk=512, dist="ties", seed=1)
+    swaps = _tie_swaps(w, (1, 4, 6))
+
+    def edit(w, out):
+        for r, (a, b) in swaps.items():
+            out[r][out[r] == a] = b
+
+    whole = verify_case(w, Edit(edit, ties=True, logits=True), reruns=0)
+    monkeypatch.setattr(vm, "CHUNK_BYTES", 32 * 2000 * 3)  # 3 rows per chunk: rows 1 | 4 | 6 in three chunks
+    chunked = verify_case(w, Edit(edit, ties=True, logits=True), reruns=0)
+    for r in (whole, chunked):
+        assert r.tie_rule_violations == 3 and not r.passed and r.invalid_rows == 0
+
+
+def test_tie_message_names_the_keys_and_their_logits_on_rows_not_starting_at_0():
+    """Bug class: a diagnostic reading the logit of the wrong key (start offset lost)."""
+    w = make_workload("causal", rows=4, keys=2000, topk=512, dist="ties", seed=3, unaligned_starts=True)
+    r0 = next(r for r in range(w.rows) if int(w.starts[r]) > 0 and int(w.ends[r] - w.starts[r]) > w.topk)
+    (a, b), = _tie_swaps(w, (r0,)).values()
+    s = int(w.starts[r0])
+    logits = assemble_reference_logits(w)
+    kth = float(logits[r0, s + a])
+
+    def edit(w, out):
+        out[r0][out[r0] == a] = b
+
+    r = verify_case(w, Edit(edit, ties=True, logits=True), reruns=0)
+    assert r.errors == [f"row {r0}: the set is not the exact top-k of the path's own logits: chose {b} "
+                        f"(logit {kth:.9g}) over {a} (logit {kth:.9g}); tie: the lower index must win"]
+
+
+def test_nan_in_one_paths_own_logits_is_not_bitwise_equal():
+    """Bug class: treating NaN against a number as equal in the bitwise-logits comparison."""
+    w = make_workload("full", rows=3, keys=700, topk=512, seed=0)
+
+    class NanLogits(Edit):
+        def logits(self, w):
+            lg = assemble_reference_logits(w)
+            lg[1, 5] = float("nan")
+            return lg
+
+    r = verify_case(w, NanLogits(lambda w, out: None, ties=True), other="reference", reruns=0)
+    assert r.bitwise_logits is False and r.passed is False
+    assert "the path's own logits hold NaN inside [start, end)" in r.errors
+
+
+def test_a_failed_result_says_passed_false():
+    """Bug class: ``passed`` left as None (falsy but not False) for a path that raised."""
+    class Boom(Edit):
+        def run(self, w, output):
+            raise RuntimeError("boom")
+
+    w = make_workload("full", rows=2, keys=600, topk=512, seed=0)
+    r = verify_case(w, Boom(None), reruns=0)
+    assert r.passed is False and r.status == "error: RuntimeError: boom"
+    ok = verify_case(w, "reference", reruns=0)
+    assert ok.passed is True

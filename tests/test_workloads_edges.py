@@ -118,3 +118,73 @@ def test_to_keeps_labels_and_moves_every_tensor(w):
     assert all(torch.equal(a.view(torch.uint8) if a.dtype == torch.float8_e4m3fn else a,
                            b.view(torch.uint8) if b.dtype == torch.float8_e4m3fn else b)
                for a, b in zip(c.tensors().values(), w.tensors().values()))
+
+
+def test_describe_has_exactly_the_documented_fields(w):
+    """Bug class: a renamed or missing key in ``inspect``'s output."""
+    d = w.describe()
+    assert set(d) == {"name", "layout", "dist", "seed", "rows", "keys", "topk", "n_min", "n_mean", "n_max",
+                      "rows_n_lt_topk", "rows_n_zero", "visible_pairs", "gflop", "scales_dtype", "bytes", "device"}
+    assert (d["layout"], d["dist"], d["seed"], d["rows"], d["keys"], d["topk"]) == ("causal", "gaussian", 2, 3, 600, 512)
+    assert (d["n_min"], d["n_max"], d["rows_n_lt_topk"], d["rows_n_zero"]) == (598, 600, 0, 0)
+    assert d["n_mean"] == 599.0 and d["visible_pairs"] == 1797 and d["gflop"] == 8192 * 1797 / 1e9
+    assert d["device"] == "cpu" and d["bytes"] == 3 * 32 * 128 + 600 * 128 + 600 * 4 + 3 * 32 * 4 + 2 * 3 * 4
+
+
+def test_rising_queries_lean_on_one_direction():
+    """Bug class: a noise term that swamps the shared direction (the scores then do not rise)."""
+    r = make_workload("full", rows=6, keys=1000, topk=512, dist="rising", seed=3)
+    q = r.q.float()
+    # the shared direction t is the sign pattern the keys lean on
+    t = torch.sign(r.k.float()[-100:].sum(0))
+    cos = (q @ t) / (q.norm(dim=2) * t.norm())
+    assert float(cos.abs().min()) > 0.85
+
+
+def test_saved_workload_without_labels_loads_as_recorded(tmp_path, w):
+    """Bug class: an empty label written as a made-up value."""
+    from dataclasses import replace
+
+    p = tmp_path / "x.safetensors"
+    from mqa_topk_cli.workloads import save_workload
+
+    save_workload(replace(w, layout="", dist=""), p)
+    back = load_workload(p)
+    assert back.layout == "recorded" and back.dist == ""
+    save_workload(w, p)
+    back = load_workload(p)
+    assert back.layout == "causal" and back.dist == "gaussian"
+
+
+@pytest.mark.parametrize("field,dtype,msg", [
+    ("weights", torch.float64, "weights: expected dtype float32, got float64"),
+    ("starts", torch.float32, "starts: expected dtype int32, got float32"),
+    ("ends", torch.int16, "ends: expected dtype int32, got int16"),
+    ("scales", torch.float16, "scales: expected float32 [keys] or uint8 [keys, 4] (UE8M0), got float16"),
+])
+def test_file_dtype_errors_are_exact(tmp_path, w, field, dtype, msg):
+    """Bug class: a garbled dtype name in the error (e.g. 'torch.float64' or 'TORCH.')."""
+    t = {f: getattr(w, f).clone() for f in FIELDS}
+    t[field] = t[field].to(dtype)
+    p = tmp_path / "bad.pt"
+    torch.save({**t, "topk": 512}, p)
+    with pytest.raises(UsageError) as ei:
+        load_workload(p)
+    assert str(ei.value) == f"{p}: {msg}"
+
+
+def test_config_case_defaults_and_length_errors(tmp_path):
+    """Bug class: a default (layout causal, dist gaussian, seed 0) not applied,
+    or a length-list error not naming its case."""
+    p = tmp_path / "c.toml"
+    p.write_text('[[case]]\nrows = 2\nkeys = 600\ntopk = 512\n')
+    (c,) = load_workload_config(p)
+    assert (c["layout"], c["dist"], c["seed"], c["name"]) == ("causal", "gaussian", 0, "causal-gaussian-r2-k600-t512")
+    p.write_text('[[case]]\nname = "rg"\nlayout = "ragged"\ntopk = 512\nkey_lengths = [600, 700]\nrow_lengths = 3\n')
+    with pytest.raises(UsageError) as ei:
+        load_workload_config(p)
+    assert str(ei.value) == f"{p}: case rg: row_lengths: expected a list of integers"
+    p.write_text('[[case]]\nname = "rg"\nlayout = "ragged"\ntopk = 512\nkey_lengths = [600, true]\nrow_lengths = [1, 2]\n')
+    with pytest.raises(UsageError) as ei:
+        load_workload_config(p)
+    assert str(ei.value) == f"{p}: case rg: key_lengths: expected a list of integers"
