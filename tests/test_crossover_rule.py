@@ -241,6 +241,9 @@ def test_wave_table_measured_winner(cal):
     assert [r["measured"] for r in t] == ["A", "B", "B", None, None]
     assert [r["agree"] for r in t] == [True, False, False, None, None]
     assert [r["predicted"] for r in t] == ["A"] * 5
+    half = wave_table(rows[:1], keys=4096, topk=512, sms=132, block_rows=8, calibration=cal, dense_rows=1 << 20,
+                      t_a=[1.0])
+    assert half[0]["measured"] is None and half[0]["agree"] is None  # one side not timed: no verdict
     assert t[0]["t_a_ms"] == 1.0 and t[0]["t_b_ms"] == 2.0 and math.isnan(wave_table(
         rows[:1], keys=4096, topk=512, sms=132, block_rows=8, calibration=cal, dense_rows=1)[0]["t_a_ms"])
 
@@ -371,3 +374,21 @@ def test_causal_points_with_fewer_keys_than_rows_are_skipped_and_counted(fake, c
     full = crossover.run_crossover(_sweep(topks=[512], rows=[1500], keys=[1000, 2000]), device="cpu", sms=4,
                                    block_rows=2, calibration=cal)
     assert len(full.grid) == 2 and not any("skipped" in n for n in full.notes)
+
+
+def test_load_sweep_key_grid_defaults_and_options(tmp_path):
+    """Bug class: a sweep config's defaults (factor sqrt 2, align 128) or
+    generator options not applied."""
+    p = tmp_path / "s.toml"
+    p.write_text('[sweep]\ntopks = [512]\nkeys = {min = 1024, max = 4096}\noptions = {unaligned_starts = true}\n')
+    sw = crossover.load_sweep(p)
+    assert sw["keys"] == geometric_grid(1024, 4096) == [1024, 1408, 2048, 2944, 4096]
+    assert sw["options"] == {"unaligned_starts": True}
+    assert (sw["layout"], sw["dist"], sw["seed"], sw["rows"], sw["paths"], sw["confirm"]) == (
+        "causal", "gaussian", 0, [8192], ["fused", "native"], 2)
+    assert sw["wave"] == {"enabled": True, "keys": 65536, "topk": 512, "multiples": [1, 2]}
+    p.write_text('[sweep]\nkeys = {min = 1000, max = 8000, factor = 2.0, align = 1000}\n')
+    assert crossover.load_sweep(p)["keys"] == [1000, 2000, 4000, 8000]
+    p.write_text('[sweep]\nkeys = {max = 8000}\n')
+    with pytest.raises(UsageError, match="keys needs 'min'"):
+        crossover.load_sweep(p)

@@ -152,3 +152,20 @@ def test_ieee_context_restores_the_setting():
     with ieee_fp32_matmul():
         assert m.fp32_precision == "ieee"
     assert m.fp32_precision == before
+
+
+def test_reference_range_arguments_are_checked():
+    """Bug class: a bad row/key range read silently (or an error naming the wrong argument)."""
+    w = _tiny("gaussian", rows=4, keys=30, seed=1)
+    args = (w.q, w.k, w.scales, w.weights, w.starts, w.ends)
+    with pytest.raises(ValueError, match=r"^key_range: \(5, 2\) is outside \[0, 30\]$"):
+        reference_logits(*args, key_range=(5, 2))
+    with pytest.raises(ValueError, match=r"^key_range: \(0, 31\) is outside \[0, 30\]$"):
+        reference_logits(*args, key_range=(0, 31))
+    with pytest.raises(ValueError, match=r"^rows: \(-1, 2\) is outside \[0, 4\]$"):
+        reference_logits(*args, rows=(-1, 2))
+    with pytest.raises(ValueError, match="^rows: slices must have step 1$"):
+        reference_logits(*args, rows=slice(0, 4, 2))
+    assert reference_logits(*args, key_range=(0, 30)).shape == (4, 30)
+    assert reference_logits(*args, key_range=(30, 30)).shape == (4, 0)
+    assert reference_logits(*args, rows=slice(3, 1)).shape == (0, 30)

@@ -252,8 +252,11 @@ def test_cpu_timing_with_a_fake_clock(monkeypatch):
     assert t.samples_ms == pytest.approx([2.0, 3.0, 4.0], rel=1e-9) and t.method == "cpu perf_counter (no L2 flush)"
     fn = _op(clock, "f", lambda i: 4.0)
     clock.log.clear()
-    t = timing.time_fn(fn, device="cpu", warmup=10.0, reps=None, budget_ms=38.0)  # 9.5 -> 10
-    assert t.reps == 10 and sum(1 for e in clock.log if e == ("call", "f")) == 1 + 3 + 10
+    t = timing.time_fn(fn, device="cpu", warmup=10.0, reps=None, budget_ms=58.0)  # 14.5 -> 15
+    assert t.reps == 15 and sum(1 for e in clock.log if e == ("call", "f")) == 1 + 3 + 15
+    clock.log.clear()
+    t = timing.time_fn(fn, device="cpu", warmup=0.5, reps=2)  # any warm-up budget > 0 runs at least once
+    assert sum(1 for e in clock.log if e == ("call", "f")) == 1 + 1 + 2
     t = timing.time_fn(fn, device="cpu", warmup=0, reps=None, budget_ms=58.0)
     assert t.reps == 15  # no warm-up: one extra call sizes it
 

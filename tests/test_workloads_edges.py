@@ -131,14 +131,16 @@ def test_describe_has_exactly_the_documented_fields(w):
     assert d["device"] == "cpu" and d["bytes"] == 3 * 32 * 128 + 600 * 128 + 600 * 4 + 3 * 32 * 4 + 2 * 3 * 4
 
 
-def test_rising_queries_lean_on_one_direction():
-    """Bug class: a noise term that swamps the shared direction (the scores then do not rise)."""
-    r = make_workload("full", rows=6, keys=1000, topk=512, dist="rising", seed=3)
+@pytest.mark.parametrize("dist", ["rising", "ties"])
+def test_queries_lean_on_the_shared_direction(dist):
+    """Bug class: a noise term that swamps the shared direction (the scores
+    then neither rise nor tie): q = c t + 0.25 N(0, 1) with c >= 0.5 keeps
+    cos(q, t) >= 0.5 / sqrt(0.25 + 0.0625) ~ 0.89 (fp8 rounding aside)."""
+    r = make_workload("full", rows=6, keys=1000, topk=512, dist=dist, seed=3)
     q = r.q.float()
-    # the shared direction t is the sign pattern the keys lean on
-    t = torch.sign(r.k.float()[-100:].sum(0))
+    t = torch.sign(r.k.float()[-100:].sum(0))  # the sign pattern the keys lean on
     cos = (q @ t) / (q.norm(dim=2) * t.norm())
-    assert float(cos.abs().min()) > 0.85
+    assert float(cos.abs().min()) > 0.8
 
 
 def test_saved_workload_without_labels_loads_as_recorded(tmp_path, w):
@@ -188,3 +190,14 @@ def test_config_case_defaults_and_length_errors(tmp_path):
     with pytest.raises(UsageError) as ei:
         load_workload_config(p)
     assert str(ei.value) == f"{p}: case rg: key_lengths: expected a list of integers"
+
+
+def test_unaligned_starts_never_land_on_a_multiple_of_16():
+    """Bug class: the one-key nudge off a 16-aligned start going the wrong way
+    (a start of 15 shifted by 1 must become 17, not stay 16): 2000 rows
+    starting at 15, each with its own random shift."""
+    w = make_workload("ragged", rows=None, keys=None, topk=512, key_lengths=[15, 5000], row_lengths=[1, 2000],
+                      unaligned_starts=True, seed=0)
+    st = w.starts[1:]
+    assert bool((st % 16 != 0).all()) and bool((st > 15).all()) and bool((st <= 15 + 255 + 1).all())
+    assert bool((st == 17).any())  # some row was nudged up from 16
