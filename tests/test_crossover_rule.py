@@ -392,3 +392,13 @@ def test_load_sweep_key_grid_defaults_and_options(tmp_path):
     p.write_text('[sweep]\nkeys = {max = 8000}\n')
     with pytest.raises(UsageError, match="keys needs 'min'"):
         crossover.load_sweep(p)
+
+
+def test_sweep_layout_defaults_to_causal(fake, cal):
+    """Bug class: a sweep without a layout not treated as causal (impossible
+    causal points with fewer keys than rows then get timed)."""
+    sw = _sweep(topks=[512], rows=[1500], keys=[1000, 2000], wave={"enabled": False})
+    del sw["layout"]
+    rep = crossover.run_crossover(sw, device="cpu", sms=4, block_rows=2, calibration=cal)
+    assert [g["keys"] for g in rep.grid] == [2000] and "skipped 1 grid point(s) per topk" in " ".join(rep.notes)
+    assert rep.calibration["measured"]["layout"] == "causal"

@@ -180,3 +180,24 @@ def test_recommended_min_keys():
     assert el.recommended_min_keys(10000.4) == 10240
     assert el.recommended_min_keys(2048.0) == 2048
     assert el.recommended_min_keys(10.0) == 256
+
+
+def test_calibration_error_messages_name_the_file_and_field():
+    """Bug class: an error that names the wrong file or field, or misquotes the value."""
+    with pytest.raises(UsageError) as ei:
+        el.validate_calibration({"format": 2, "min_keys": {}}, "cal.json")
+    assert str(ei.value) == "calibration file cal.json: unsupported 'format' 2 (expected 1)"
+    for bad in (0, -3, True, "132"):
+        with pytest.raises(UsageError) as ei:
+            el.validate_calibration({"format": 1, "min_keys": {"512": 1, "1024": 1, "2048": 1}, "sms": bad}, "c.json")
+        assert str(ei.value) == f"calibration file c.json: 'sms' must be a positive integer, got {bad!r}"
+    ok = el.validate_calibration({"format": 1, "min_keys": {"512": 1, "1024": 1, "2048": 1}, "sms": 1}, "c.json")
+    assert ok["sms"] == 1 and ok["path"] == "c.json" and ok["block_rows"] == 8 and ok["wave_rule"] is True
+
+
+def test_a_raw_calibration_without_wave_rule_keeps_the_wave_check():
+    """Bug class: a missing 'wave_rule' read as off (the wave check is on by default)."""
+    raw = {"min_keys": {512: 1024, 1024: 1024, 2048: 1024}}
+    assert not el.fused_mqa_topk_chunk(4096, 4096, 512, 8, 1 << 20, sms=132, calibration=raw)  # one block of 132 SMs
+    assert el.fused_mqa_topk_chunk(4096, 4096, 512, 8 * 66, 1 << 20, sms=132, calibration=raw)
+    assert el.fused_mqa_topk_chunk(4096, 4096, 512, 8, 1 << 20, sms=132, calibration={**raw, "wave_rule": False})

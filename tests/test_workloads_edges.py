@@ -201,3 +201,18 @@ def test_unaligned_starts_never_land_on_a_multiple_of_16():
     st = w.starts[1:]
     assert bool((st % 16 != 0).all()) and bool((st > 15).all()) and bool((st <= 15 + 255 + 1).all())
     assert bool((st == 17).any())  # some row was nudged up from 16
+
+
+def test_fp8_conversion_saturates_instead_of_making_nan():
+    """Bug class: a missing clamp (float8_e4m3fn has no inf: values past 448 become NaN)."""
+    from mqa_topk_cli.workloads import FP8_MAX, _fp8
+
+    x = _fp8(torch.tensor([1000.0, -1000.0, 448.0, 3.0]))
+    assert x.dtype == torch.float8_e4m3fn and x.float().tolist() == [448.0, -448.0, 448.0, 3.0] and FP8_MAX == 448.0
+
+
+def test_make_workload_defaults():
+    """Bug class: a default that is not a valid case (the documented defaults: causal, 256 x 4096, top-2048)."""
+    d = make_workload()
+    assert (d.layout, d.rows, d.keys, d.topk, d.dist, d.seed) == ("causal", 256, 4096, 2048, "gaussian", 0)
+    assert d.name == "causal-gaussian-r256-k4096-t2048-s0"
