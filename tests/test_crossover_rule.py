@@ -295,6 +295,7 @@ def fake(monkeypatch):
     monkeypatch.setattr(mqa_topk_cli, "paths", mod, raising=False)
     monkeypatch.setattr(bench, "time_fn", lambda fn, **kw: timing.summarize([fn.ms] * 3, "fake"))
     monkeypatch.setattr(bench, "_materialize", lambda case, device: _W(case))
+    monkeypatch.setattr(bench.gc, "collect", lambda *a: 0)  # nothing to free between fake cases; saves ~0.1 s each
     return reg
 
 
