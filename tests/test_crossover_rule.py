@@ -403,3 +403,39 @@ def test_sweep_layout_defaults_to_causal(fake, cal):
     rep = crossover.run_crossover(sw, device="cpu", sms=4, block_rows=2, calibration=cal)
     assert [g["keys"] for g in rep.grid] == [2000] and "skipped 1 grid point(s) per topk" in " ".join(rep.notes)
     assert rep.calibration["measured"]["layout"] == "causal"
+
+
+def test_cases_carry_the_sweep_and_the_calibration_the_environment(fake, cal, monkeypatch, tmp_path):
+    """Bug class: a sweep's layout/dist/seed/options not passed to the cases,
+    or the calibration stamped with the wrong environment or agreement."""
+    import mqa_topk_cli.envinfo as envinfo
+
+    seen = []
+    monkeypatch.setattr(bench, "_materialize", lambda case, device: seen.append(dict(case)) or _W(case))
+    monkeypatch.setattr(envinfo, "environment", lambda device=None: {"gpu": "G", "date": "D", "commit": "C"})
+    sw = _sweep(topks=[512], rows=[8], keys=[1000, 64000], dist="ties", seed=7, options={"near_ties": True},
+                wave={"enabled": True, "keys": 32000, "topk": 512, "multiples": [1]})
+    rep = crossover.run_crossover(sw, device="cpu", sms=4, block_rows=2, calibration=cal)
+    assert {(c["layout"], c["dist"], c["seed"], c["near_ties"]) for c in seen} == {("full", "ties", 7, True)}
+    del sw["dist"], sw["seed"]
+    seen.clear()
+    crossover.run_crossover(sw, device="cpu", sms=4, block_rows=2, calibration=cal)
+    assert {(c["dist"], c["seed"]) for c in seen} == {("gaussian", 0)}
+    cal_out = rep.calibration
+    assert (cal_out["gpu"], cal_out["date"], cal_out["commit"]) == ("G", "D", "C")
+    agree = [r["agree"] for r in rep.wave]
+    assert cal_out["measured"]["wave"]["agreement"] == sum(agree) / len(agree)
+    assert cal_out["measured"]["environment"] == {"gpu": "G", "date": "D", "commit": "C"}
+
+
+def test_write_calibration_errors_name_the_file(tmp_path, cal):
+    """Bug class: a bad calibration written to disk, or an error naming the wrong file."""
+    good = {"format": 1, "min_keys": {"512": 1, "1024": 1, "2048": 1}}
+    bad = {"format": 1, "min_keys": {"512": 1}}
+    with pytest.raises(UsageError) as ei:
+        crossover.write_calibration(tmp_path / "c.json", bad)
+    assert str(ei.value).startswith(f"calibration file {tmp_path / 'c.json'}: ") and not (tmp_path / "c.json").exists()
+    with pytest.raises(UsageError) as ei:
+        crossover.write_calibration(tmp_path / "missing" / "c.json", good)
+    assert str(ei.value) == f"--out {tmp_path / 'missing' / 'c.json'}: cannot write (No such file or directory)"
+    assert crossover.write_calibration(tmp_path / "c.JSON", good).is_file()

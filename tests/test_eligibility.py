@@ -201,3 +201,33 @@ def test_a_raw_calibration_without_wave_rule_keeps_the_wave_check():
     assert not el.fused_mqa_topk_chunk(4096, 4096, 512, 8, 1 << 20, sms=132, calibration=raw)  # one block of 132 SMs
     assert el.fused_mqa_topk_chunk(4096, 4096, 512, 8 * 66, 1 << 20, sms=132, calibration=raw)
     assert el.fused_mqa_topk_chunk(4096, 4096, 512, 8, 1 << 20, sms=132, calibration={**raw, "wave_rule": False})
+
+
+def test_chunk_rule_argument_errors():
+    """Bug class: a zero SM count or block size reaching a division (ZeroDivisionError) instead of a clear error."""
+    for bad in (0, -1, True, 1.5):
+        with pytest.raises(UsageError) as ei:
+            el.fused_mqa_topk_chunk(65536, 65536, 2048, 8, 8, sms=bad)
+        assert str(ei.value) == f"sms: must be a positive int, got {bad!r}"
+    assert el.fused_mqa_topk_chunk(65536, 65536, 2048, 8, 8, sms=1)  # one SM: every wave is full
+    for bad in (0, -8):
+        with pytest.raises(UsageError) as ei:
+            el.fused_mqa_topk_chunk(65536, 65536, 2048, 8, 8, sms=132, block_rows=bad)
+        assert str(ei.value) == f"block_rows: must be a positive int, got {bad!r}"
+    assert el.fused_mqa_topk_chunk(65536, 65536, 2048, 132, 8, sms=132, block_rows=1)
+
+
+def test_missing_calibration_given_by_path_does_not_blame_the_env_var(tmp_path, monkeypatch):
+    """Bug class: an error pointing at $MQA_TOPK_CALIBRATION when the path came from the caller."""
+    p = tmp_path / "nope.json"
+    with pytest.raises(UsageError) as ei:
+        el.load_calibration(p)
+    assert str(ei.value) == f"calibration file {p}: not found"
+    monkeypatch.delenv("MQA_TOPK_CALIBRATION")
+    monkeypatch.setattr(el, "DEFAULT_CALIBRATION", p)
+    with pytest.raises(UsageError) as ei:
+        el.load_calibration()
+    assert str(ei.value) == f"calibration file {p}: not found"
+    with pytest.raises(UsageError) as ei:
+        el.validate_calibration({"format": 1, "min_keys": [512]}, "x.json")
+    assert str(ei.value) == 'calibration file x.json: \'min_keys\' must be an object {"512": int, ...}'

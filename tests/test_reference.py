@@ -169,3 +169,15 @@ def test_reference_range_arguments_are_checked():
     assert reference_logits(*args, key_range=(0, 30)).shape == (4, 30)
     assert reference_logits(*args, key_range=(30, 30)).shape == (4, 0)
     assert reference_logits(*args, rows=slice(3, 1)).shape == (0, 30)
+
+
+def test_row_chunk_argument_and_default_precision():
+    """Bug class: a bad row_chunk accepted, or a wrong default precision."""
+    from mqa_topk_cli.reference import iter_reference_logits
+
+    w = _tiny("gaussian", rows=4, keys=30, seed=1)
+    with pytest.raises(ValueError, match=r"^row_chunk: must be >= 1, got 0$"):
+        reference_mqa_topk(w, row_chunk=0)
+    chunks = list(iter_reference_logits(w))
+    assert chunks and all(c[4].dtype == torch.float32 for c in chunks)
+    assert [c[:2] for c in iter_reference_logits(w, row_chunk=3)] == [(0, 3), (3, 4)]

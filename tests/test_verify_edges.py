@@ -367,3 +367,60 @@ def test_a_failed_result_says_passed_false():
     assert r.passed is False and r.status == "error: RuntimeError: boom"
     ok = verify_case(w, "reference", reruns=0)
     assert ok.passed is True
+
+
+def test_a_correct_path_claiming_the_tie_rule_without_logits_passes():
+    """Bug class: the duplicate-key tie check flagging a correct set (it must
+    compare the chosen members of a group with the unchosen ones)."""
+    w = make_workload("causal", rows=8, keys=2000, topk=512, dist="ties", seed=1)
+    r = verify_case(w, Edit(lambda w, out: None, ties=True), reruns=0)
+    assert r.passed and r.tie_rule == "duplicate keys" and r.tie_rule_violations == 0, r.errors
+
+
+def test_rows_that_see_no_keys_verify():
+    """Bug class: a crash (or a false failure) on a chunk whose rows all see no key."""
+    w0 = make_workload("full", rows=3, keys=600, topk=512, seed=0)
+    w = Workload(w0.q, w0.k, w0.scales, w0.weights, torch.tensor([5, 5, 9], dtype=torch.int32),
+                 torch.tensor([5, 5, 9], dtype=torch.int32), 512)
+    r = verify_case(w, "reference", reruns=1)
+    assert r.passed and r.valid_rows == 3 and r.max_violation == 0.0, r.errors
+    bad = verify_case(w, Edit(lambda w, out: out.__setitem__((1, 0), 0)), reruns=0)
+    assert bad.invalid_rows == 1 and bad.errors[0] == "row 1: invalid: index 0 outside [0, n=0)"
+
+
+def test_reference_cache_is_per_workload_and_precision(monkeypatch):
+    """Bug class: a reference cache keyed too coarsely (fp32 logits reused for an fp64 check)."""
+    import mqa_topk_cli.verify as vm
+
+    w = make_workload("full", rows=3, keys=600, topk=512, seed=0)
+    calls = []
+    real = vm.reference_logits
+    monkeypatch.setattr(vm, "reference_logits", lambda *a, **kw: calls.append(kw["precision"]) or real(*a, **kw))
+    cache = {}
+    verify_case(w, "torch", reruns=0, ref_cache=cache)
+    verify_case(w, "torch", reruns=0, ref_cache=cache)
+    assert calls == ["fp32"]
+    r = verify_case(w, "torch", reruns=0, ref_cache=cache, precision="fp64")
+    assert calls == ["fp32", "fp64"] and r.precision == "fp64" and r.passed
+    w2 = make_workload("full", rows=3, keys=600, topk=512, seed=1)
+    verify_case(w2, "torch", reruns=0, ref_cache=cache)
+    assert calls == ["fp32", "fp64", "fp32"]
+
+
+def test_status_notes_and_seconds():
+    """Bug class: a wrong status label, a note on a run that did rerun, or a negative/huge duration."""
+    import time
+
+    from mqa_topk_cli.errors import Unavailable
+
+    class Gone(Edit):
+        def run(self, w, output):
+            raise Unavailable("no kernel here")
+
+    w = make_workload("full", rows=2, keys=600, topk=512, seed=0)
+    r = verify_case(w, Gone(None), reruns=0)
+    assert r.status == "unavailable: Unavailable: no kernel here" and r.passed is False
+    t0 = time.perf_counter()
+    r = verify_case(w, "reference", reruns=1)
+    assert r.notes == [] and r.runs == 2 and 0 < r.seconds <= time.perf_counter() - t0
+    assert verify_case(w, "reference", reruns=0).notes == ["determinism not checked (reruns=0)"]

@@ -216,3 +216,68 @@ def test_make_workload_defaults():
     d = make_workload()
     assert (d.layout, d.rows, d.keys, d.topk, d.dist, d.seed) == ("causal", 256, 4096, 2048, "gaussian", 0)
     assert d.name == "causal-gaussian-r256-k4096-t2048-s0"
+
+
+@pytest.mark.parametrize("dist,lo,hi", [
+    ("gaussian", -1.0, 1.0), ("ties", 0.0, 1.0), ("rising", 0.0, 1.0), ("relu_saturated", 0.0, 1.0),
+    ("negative_weights", -1.0, 0.0), ("dsa", -1.0, 1.0),
+])
+def test_weights_are_in_the_documented_range(dist, lo, hi):
+    """Bug class: a weight term off by orders of magnitude (|N|/32 + 1/1024, sign by dist)."""
+    w = make_workload("full", rows=16, keys=600, topk=512, dist=dist, seed=1)
+    assert float(w.weights.min()) > lo and float(w.weights.max()) < hi
+    if lo == 0.0:
+        assert float(w.weights.min()) >= 1 / 1024 * 0.99
+    if hi == 0.0:
+        assert float(w.weights.max()) <= -1 / 1024 * 0.99
+
+
+def test_dsa_sink_count():
+    """Bug class: the 'sinks' option ignored: the first ``sinks`` keys share the sink direction."""
+    def cos(k, i, j):
+        a, b = k[i, 16:].float(), k[j, 16:].float()
+        return float(a @ b / (a.norm() * b.norm()))
+
+    d4 = make_workload("full", rows=4, keys=600, topk=512, dist="dsa", seed=1)
+    d6 = make_workload("full", rows=4, keys=600, topk=512, dist="dsa", seed=1, sinks=6)
+    assert cos(d4.k, 0, 3) > 0.9 and cos(d4.k, 0, 5) < 0.5
+    assert cos(d6.k, 0, 5) > 0.9 and cos(d6.k, 0, 7) < 0.5
+
+
+def test_ragged_only_options_are_refused_for_other_layouts():
+    """Bug class: an option that only applies to one layout silently ignored elsewhere."""
+    for name, v in (("key_lengths", [10]), ("row_lengths", [2]), ("requests", 2)):
+        with pytest.raises(UsageError) as ei:
+            make_workload("full", rows=2, keys=10, topk=512, **{name: v})
+        assert str(ei.value) == f"{name}: applies to the ragged layout only (layout is 'full')"
+
+
+def test_int64_ranges_in_a_file_load(tmp_path, w):
+    """Bug class: an int32-range check on int64 starts/ends that rejects ordinary values."""
+    t = {f: getattr(w, f).clone() for f in FIELDS}
+    t["starts"], t["ends"] = t["starts"].long(), t["ends"].long()
+    p = tmp_path / "i64.pt"
+    torch.save({**t, "topk": 512}, p)
+    back = load_workload(p)
+    assert back.starts.dtype == torch.int32 and torch.equal(back.ends, w.ends)
+    t["ends"][0] = 2**31
+    torch.save({**t, "topk": 512}, p)
+    with pytest.raises(UsageError, match="ends: values do not fit int32"):
+        load_workload(p)
+
+
+def test_defaults_table_must_be_a_table(tmp_path):
+    """Bug class: a malformed [defaults] accepted or reported without the file."""
+    p = tmp_path / "c.toml"
+    p.write_text('defaults = 3\n[[case]]\nrows = 2\nkeys = 600\ntopk = 512\n')
+    with pytest.raises(UsageError) as ei:
+        load_workload_config(p)
+    assert str(ei.value) == f"{p}: [defaults] must be a table"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
+def test_cuda_workload_without_a_gpu_is_a_usage_error():
+    """Bug class: a CUDA request on a CPU machine crashing inside torch instead of one clear line."""
+    with pytest.raises(UsageError) as ei:
+        make_workload("full", rows=1, keys=1, topk=512, device="cuda")
+    assert str(ei.value) == "device: cuda requested but no CUDA GPU is available"
