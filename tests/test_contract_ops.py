@@ -226,6 +226,10 @@ def test_check_logits_boundaries():
     _raises("logits", check_logits, torch.zeros((3, 20), dtype=torch.float64), s, e, match="dtype")
     _raises("logits", check_logits, torch.zeros((60,)), s, e, match="[rows, width]")
     _raises("logits", check_logits, "x", s, e, match="torch.Tensor")
+    _raises("starts", check_logits, lg, [0, 0, 5], e, match="expected a torch.Tensor, got list")
+    _raises("ends", check_logits, lg, s, (20, 0, 6), match="expected a torch.Tensor, got tuple")
+    # a single row may have any row stride (there is no second row to overlap)
+    assert check_logits(torch.zeros(40).as_strided((1, 20), (5, 1)), s[:1], e[:1]) == (1, 20)
     _raises("starts", check_logits, lg, s.long(), e, match="dtype")
     _raises("ends", check_logits, lg, s, e[:2], match="[rows]")
     _raises("ends", check_logits, lg, s, torch.stack([e, e], 1)[:, 0], match="contiguous")
@@ -356,7 +360,8 @@ def test_fused_workspace_size():
     for bad in (0, -1, 1.0, None):
         _raises("num_sms", ops.fused_mqa_topk_workspace_bytes, 512, bad)
     for bad in (511, 513, 4096):
-        _raises("topk", ops.fused_mqa_topk_workspace_bytes, bad, 132)
+        _raises("topk", ops.fused_mqa_topk_workspace_bytes, bad, 132, match=f"must be one of (512, 1024, 2048), got {bad}")
+    _raises("num_sms", ops.fused_mqa_topk_workspace_bytes, 512, 0, match="must be a positive int, got 0")
 
 
 def test_logits_pitch():
