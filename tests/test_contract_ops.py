@@ -100,6 +100,9 @@ def test_empty_tensors_skip_the_alignment_check():
     ("k", lambda x: x["k"].reshape(-1), "expected shape [keys, 128], got [5120]"),
     ("scales", lambda x: x["scales"].double(), "expected dtype torch.float32, got torch.float64"),
     ("scales", lambda x: x["scales"][1:].contiguous(), "expected shape [keys] = [40], got [39]"),
+    ("scales", lambda x: x["scales"][:, None].repeat(1, 4), "expected shape [keys] = [40], got [40, 4]"),
+    ("scales", lambda x: torch.full((x["k"].shape[0],), 127, dtype=torch.uint8),
+     "expected dtype torch.float32, got torch.uint8"),
     ("scales", lambda x: torch.full((x["k"].shape[0], 4), 127, dtype=torch.uint8),
      "got UE8M0 [keys, 4] uint8 scales; convert them with fused_mqa_topk_key_scales() first"),
     ("weights", lambda x: x["weights"].half(), "expected dtype torch.float32, got torch.float16"),
@@ -217,7 +220,9 @@ def test_check_logits_boundaries():
     # a padded row stride (a view of a wider buffer) is fine; column stride 1 is required
     assert check_logits(torch.zeros((3, 24))[:, :20], s, e) == (3, 20)
     assert check_logits(torch.zeros((1, 20)), s[:1], e[:1]) == (1, 20)
-    _raises("logits", check_logits, torch.zeros((20, 3)).t(), s, e, match="dense")
+    assert str(_raises("logits", check_logits, torch.zeros((20, 3)).t(), s, e)) == \
+        "logits: rows must be dense (column stride 1, row stride >= width)"
+    assert str(_raises("ends", check_logits, lg, s, e[:2])) == "ends: expected shape [rows] = [3], got [2]"
     _raises("logits", check_logits, torch.zeros((3, 40))[:, ::2], s, e, match="dense")
     # overlapping rows: row stride below the width
     overlapping = torch.zeros(80).as_strided((3, 20), (19, 1))

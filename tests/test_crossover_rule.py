@@ -439,3 +439,43 @@ def test_write_calibration_errors_name_the_file(tmp_path, cal):
         crossover.write_calibration(tmp_path / "missing" / "c.json", good)
     assert str(ei.value) == f"--out {tmp_path / 'missing' / 'c.json'}: cannot write (No such file or directory)"
     assert crossover.write_calibration(tmp_path / "c.JSON", good).is_file()
+
+
+def test_load_sweep_lists_and_errors_name_the_file(tmp_path):
+    """Bug class: a key list not deduplicated/sorted, or an error without the file's name."""
+    p = tmp_path / "s.toml"
+    p.write_text('[sweep]\nkeys = [3000, 1000, 1000]\nrows = 16\n')
+    sw = crossover.load_sweep(p)
+    assert sw["keys"] == [1000, 3000] and sw["rows"] == [16] and sw["options"] == {}
+    p.write_text('[sweep]\nkeys = [1000]\ntopks = [512, 0]\n')
+    with pytest.raises(UsageError) as ei:
+        crossover.load_sweep(p)
+    assert str(ei.value) == f"--config {p}: [sweep] topks must be a non-empty list of positive integers, got [512, 0]"
+    p.write_text('[sweep]\nkeys = [1000]\npaths = ["fused"]\n')
+    with pytest.raises(UsageError) as ei:
+        crossover.load_sweep(p)
+    assert str(ei.value) == f"--config {p}: [sweep] paths must name two paths, got ['fused']"
+
+
+def test_wave_rows_equal_to_the_wave_keys_are_kept_in_a_causal_sweep(fake, cal):
+    """Bug class: ``<=`` instead of ``<`` when skipping causal wave rows (rows == keys is a valid causal chunk)."""
+    sw = _sweep(layout="causal", topks=[512], rows=[8], keys=[1000, 2000],
+                wave={"enabled": True, "keys": 8, "topk": 512, "multiples": [1]})
+    del sw["options"]  # a sweep without generator options
+    rep = crossover.run_crossover(sw, device="cpu", sms=4, block_rows=2, calibration=cal)
+    assert [r["rows"] for r in rep.wave] == [6, 8]  # of wave_rows(2, 4) = [6, 8, 10, 12]
+
+
+def test_progress_and_the_measured_record(fake):
+    """Bug class: progress reported wrongly, or the calibration's record of the
+    run (method, wave topk, thresholds of unmeasured topks) garbled."""
+    raw = {"min_keys": {512: 1 << 30, 1024: 5000}, "block_rows": 2}  # a raw calibration without top-2048
+    seen = []
+    rep = crossover.run_crossover(_sweep(topks=[512], rows=[8], keys=[1000, 64000]), device="cpu", sms=4,
+                                  calibration=raw, progress=lambda done, total, label: seen.append((done, total)))
+    total = 2 * (2 + len(wave_rows(2, 4, (1,))))
+    assert seen and all(t == total for _, t in seen) and [d for d, _ in seen] == sorted(d for d, _ in seen)
+    assert seen[-1][0] == total
+    m = rep.calibration["measured"]
+    assert m["method"] == "fake" and m["wave"]["topk"] == 512 and m["wave"]["keys"] == 16000
+    assert rep.calibration["min_keys"] == {"512": rep.recommended[512], "1024": 5000, "2048": 65536}

@@ -231,3 +231,19 @@ def test_missing_calibration_given_by_path_does_not_blame_the_env_var(tmp_path, 
     with pytest.raises(UsageError) as ei:
         el.validate_calibration({"format": 1, "min_keys": [512]}, "x.json")
     assert str(ei.value) == 'calibration file x.json: \'min_keys\' must be an object {"512": int, ...}'
+
+
+def test_chunk_rule_reads_the_gpus_sm_count_when_not_given(monkeypatch):
+    """Bug class: the SM count of the current GPU ignored when ``sms`` is left out."""
+    monkeypatch.setattr(el, "_sm_count", lambda: 132)
+    assert el.fused_mqa_topk_chunk(65536, 65536, 2048, 8 * 66, 1 << 20)
+    assert not el.fused_mqa_topk_chunk(65536, 65536, 2048, 8 * 65, 1 << 20)
+    monkeypatch.setattr(el, "_sm_count", lambda: None)
+    assert el.fused_mqa_topk_chunk(65536, 65536, 2048, 8 * 66, 1 << 20) is False
+
+
+def test_validate_calibration_default_name():
+    """Bug class: a garbled default name or type in the error."""
+    with pytest.raises(UsageError) as ei:
+        el.validate_calibration([1, 2])
+    assert str(ei.value) == "calibration file <calibration>: expected a JSON object, got list"

@@ -181,3 +181,12 @@ def test_row_chunk_argument_and_default_precision():
     chunks = list(iter_reference_logits(w))
     assert chunks and all(c[4].dtype == torch.float32 for c in chunks)
     assert [c[:2] for c in iter_reference_logits(w, row_chunk=3)] == [(0, 3), (3, 4)]
+
+
+def test_assembled_logits_keep_the_precision():
+    """Bug class: fp64 reference logits stored in an fp32 buffer (rounded twice)."""
+    w = _tiny("gaussian", rows=4, keys=30, seed=1)
+    a64 = assemble_reference_logits(w, "fp64")
+    assert a64.dtype == torch.float64
+    assert torch.equal(a64, reference_logits(w.q, w.k, w.scales, w.weights, w.starts, w.ends, precision="fp64"))
+    assert assemble_reference_logits(w).dtype == torch.float32

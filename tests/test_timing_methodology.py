@@ -270,6 +270,7 @@ def test_auto_reps_boundaries():
     assert timing._auto_reps(41.0, 400.0, 10, 100) == 10  # ceil(9.76) = 10
     assert timing._auto_reps(45.0, 400.0, 10, 100) == 10  # 9 raised to the minimum
     assert timing._auto_reps(3.0, 400.0, 10, 100) == 100  # 134 clamped
+    assert timing._auto_reps(0.5, 10.0, 1, 100) == 20 and timing._auto_reps(1.0, 20.0, 1, 100) == 20  # fast calls
     assert timing._auto_reps(0.0, 400.0, 10, 100) == 100 and timing._auto_reps(-1.0, 400.0, 10, 100) == 100
     assert timing._auto_reps(math.nan, 400.0, 10, 100) == 100 and timing._auto_reps(math.inf, 400.0, 10, 100) == 100
 
@@ -301,3 +302,54 @@ def test_time_fn_argument_boundaries():
             timing.time_fn(lambda: None, device="cpu", warmup=bad)
     with pytest.raises(UsageError, match="only cuda and cpu"):
         timing.time_fn(lambda: None, device="meta", reps=1)
+
+
+def test_warmup_budget_is_exclusive_and_in_milliseconds(monkeypatch):
+    """Bug class: a warm-up that runs one call too many at its budget, or
+    measures in the wrong unit. Calls of 125 ms keep the fake clock exact
+    in seconds (1/8 s), so the 250 ms budget is reached exactly."""
+    for device in ("cpu", "cuda"):
+        clock = Clock()
+        if device == "cuda":
+            cuda = FakeCuda(clock)
+            fake_torch = types.SimpleNamespace(cuda=cuda, empty=lambda n, dtype=None, device=None: FlushBuffer(clock, n),
+                                               uint8=torch.uint8, device=torch.device)
+            monkeypatch.setattr(timing, "torch", fake_torch)
+        monkeypatch.setattr(timing, "time", types.SimpleNamespace(perf_counter=lambda: clock.ms / 1e3))
+        fn = _op(clock, "f", lambda i: 125.0)
+        timing.time_fn(fn, device=device, warmup=250.0, reps=1, cold_l2=False)
+        assert sum(1 for e in clock.log if e == ("call", "f")) == 1 + 2 + 1, device  # 0 and 125 ms < 250 ms
+        clock.log.clear()
+        timing.time_fn(fn, device=device, warmup=250.25, reps=1, cold_l2=False)
+        assert sum(1 for e in clock.log if e == ("call", "f")) == 1 + 3 + 1, device  # 250 ms < 250.25 ms
+        clock.log.clear()
+        timing.time_fn(fn, device=device, warmup=0.5, reps=1, cold_l2=False)
+        assert sum(1 for e in clock.log if e == ("call", "f")) == 1 + 1 + 1, device  # any budget > 0: one warm-up call
+        clock.log.clear()
+        t = timing.time_fn(fn, device=device, warmup=0.0, reps=None, cold_l2=False, budget_ms=375.5, min_reps=1)
+        assert t.reps == 4, device  # ceil(375.5 / 125): the sizing call is measured in ms
+
+
+def test_capture_failure_without_a_message(fake):
+    """Bug class: a failed capture whose exception has no text crashing the report."""
+    @contextlib.contextmanager
+    def graph(g):
+        raise RuntimeError("")
+        yield  # pragma: no cover
+
+    fake.cuda.graph = graph
+    with pytest.raises(Unavailable) as ei:
+        timing.time_fn(_op(fake.clock, "g", lambda i: 1.0), device="cuda", warmup=0, reps=2, graph=True)
+    assert str(ei.value) == "CUDA graph capture failed (RuntimeError); time it with --no-graph"
+
+
+def test_messages_are_exact(monkeypatch):
+    """Bug class: garbled user-facing messages."""
+    with pytest.raises(ValueError) as ei:
+        timing.summarize([], "m")
+    assert str(ei.value) == "summarize: no samples"
+    monkeypatch.setattr(timing.torch.cuda, "is_available", lambda: False)
+    with pytest.raises(Unavailable) as ei:
+        timing.time_fn(lambda: None, device="cuda")
+    assert str(ei.value) == ("no CUDA GPU found (needs an sm_90 Hopper GPU); use --device cpu with tiny shapes to "
+                             "try the tool")

@@ -424,3 +424,48 @@ def test_status_notes_and_seconds():
     r = verify_case(w, "reference", reruns=1)
     assert r.notes == [] and r.runs == 2 and 0 < r.seconds <= time.perf_counter() - t0
     assert verify_case(w, "reference", reruns=0).notes == ["determinism not checked (reruns=0)"]
+
+
+def test_smaller_logit_message_reads_the_right_keys_on_offset_rows():
+    """Bug class: a diagnostic reading the logit at the wrong column when the
+    chunk's key span starts past 0 (distinct values, so any wrong column shows)."""
+    w = make_workload("causal", rows=4, keys=1200, topk=512, dist="gaussian", seed=5, unaligned_starts=True)
+    logits = assemble_reference_logits(w)
+    ref = reference_mqa_topk(w)
+    r0 = max(range(w.rows), key=lambda r: int(w.starts[r]))  # the row starting furthest from the chunk's start
+    s = int(w.starts[r0])
+    order = torch.sort(logits[r0, s:int(w.ends[r0])], descending=True, stable=True).indices
+    a, b = int(order[w.topk - 1]), int(order[w.topk])  # the k-th and the (k+1)-th key
+    assert set(ref[r0].tolist()) == set(order[:w.topk].tolist())
+
+    def edit(w, out):
+        out[r0][out[r0] == a] = b
+
+    r = verify_case(w, Edit(edit, ties=True, logits=True), reruns=0)
+    va, vb = float(logits[r0, s + a]), float(logits[r0, s + b])
+    assert va > vb
+    msg = (f"row {r0}: the set is not the exact top-k of the path's own logits: chose {b} (logit {vb:.9g}) "
+           f"over {a} (logit {va:.9g}); a smaller logit was chosen")
+    assert msg in r.errors and r.keys == w.keys and r.rows == w.rows and r.topk == w.topk
+
+
+def test_chunked_evaluation_reports_absolute_rows_and_refills_a_full_cache(monkeypatch):
+    """Bug class: row numbers relative to the chunk in messages, or a reference
+    cache that, once over its budget, is kept as an empty entry (a later call
+    would then check nothing)."""
+    import mqa_topk_cli.verify as vm
+
+    w = make_workload("full", rows=20, keys=700, topk=512, dist="gaussian", seed=2)
+    order = torch.sort(assemble_reference_logits(w)[4], descending=True, stable=True).indices
+
+    def edit(w, out):
+        out[4][out[4] == int(order[511])] = int(order[600])
+
+    # one row per chunk; the cache keeps up to 2 * CHUNK_BYTES of reference logits: 16 of the 20 rows
+    monkeypatch.setattr(vm, "CHUNK_BYTES", 32 * 700)
+    cache = {}
+    for _ in range(2):
+        r = verify_case(w, Edit(edit), reruns=0, ref_cache=cache)
+        assert not r.passed and r.tie_equivalent_rows == 19 and r.valid_rows == 20
+        assert r.errors[0].startswith("row 4: not the top-k: sorted position 511")
+    assert cache == {} or all(v["chunks"] for v in cache.values())

@@ -281,3 +281,46 @@ def test_cuda_workload_without_a_gpu_is_a_usage_error():
     with pytest.raises(UsageError) as ei:
         make_workload("full", rows=1, keys=1, topk=512, device="cuda")
     assert str(ei.value) == "device: cuda requested but no CUDA GPU is available"
+
+
+def test_rising_keys_and_scales():
+    """Bug class: key noise that swamps the rising direction, or scales outside the documented 0.5 .. 2."""
+    r = make_workload("full", rows=2, keys=1000, topk=512, dist="rising", seed=3)
+    k = r.k.float()
+    t = torch.sign(k[-100:].sum(0))
+    cos = (k @ t) / (k.norm(dim=1) * t.norm())
+    assert float(cos.min()) > 0.85
+    assert r.scales[0].item() == 0.5 and 1.99 < r.scales[-1].item() < 2.0
+    assert bool((r.scales[1:] > r.scales[:-1]).all())
+
+
+def test_near_ties_nudge_both_ways():
+    """Bug class: near ties nudged in one direction only (1.0 -> 1.125 or 0.9375, at random)."""
+    n = make_workload("full", rows=2, keys=2000, topk=512, dist="ties", seed=0, near_ties=True)
+    mags = set(n.k.float().abs().flatten().tolist())
+    assert {1.125, 0.9375, 1.0} <= mags
+
+
+def test_ragged_rows_never_exceed_a_requests_keys():
+    """Bug class: giving every request more rows than its keys (q_i <= c_i must hold)."""
+    for seed in range(5):
+        w = make_workload("ragged", rows=10, keys=12, topk=512, requests=10, seed=seed)
+        w.validate()
+        assert w.rows == 10 and w.keys == 12 and bool((w.ends > w.starts).all())
+
+
+def test_file_cases_and_generated_case_defaults(tmp_path):
+    """Bug class: a file case without its layout label, a wrong default layout for a
+    generated case, or a garbled message for a bad file entry."""
+    p = tmp_path / "c.toml"
+    p.write_text('[[case]]\nfile = "w.pt"\n')
+    (c,) = load_workload_config(p)
+    assert c["layout"] == "recorded" and c["name"] == "w" and c["file"] == str(tmp_path / "w.pt")
+    p.write_text('[[case]]\nfile = 5\n')
+    with pytest.raises(UsageError) as ei:
+        load_workload_config(p)
+    assert str(ei.value) == f"{p}: case #1: file: expected a path string"
+    from mqa_topk_cli.workloads import workload_from_case
+
+    w = workload_from_case({"rows": 2, "keys": 600, "topk": 512})
+    assert (w.layout, w.dist, w.seed) == ("causal", "gaussian", 0)
