@@ -46,9 +46,12 @@ def test_equal_times_are_not_a_win():
     t_a, t_b = _table([2.0, 1.0, 1.5, 0.8, 0.7, 0.6, 0.6, 0.6])
     assert find_crossover(KEYS[:8], t_a, t_b, confirm=0) == pytest.approx(_interp(4000, 1.5, 8000, 0.8), rel=1e-12)
     # a tie right before the first win: the crossover is the tied point itself, exactly
+    # (1003: exp(log(1003)) rounds above 1003, so an interpolation would not land on it)
     t_a, t_b = _table([2.0, 1.0, 0.8, 0.7, 0.6, 0.6, 0.6, 0.6])
-    x = find_crossover(KEYS, t_a, t_b)
-    assert x == 2000.0
+    keys = [500] + [1003] + KEYS[2:]
+    assert math.exp(math.log(1003)) > 1003
+    x = find_crossover(keys, t_a, t_b)
+    assert x == 1003.0
     # A slower by a hair everywhere: never
     t_a, t_b = _table([1.0 + 1e-12] * 8)
     assert find_crossover(KEYS, t_a, t_b, confirm=0) is None
@@ -479,3 +482,51 @@ def test_progress_and_the_measured_record(fake):
     m = rep.calibration["measured"]
     assert m["method"] == "fake" and m["wave"]["topk"] == 512 and m["wave"]["keys"] == 16000
     assert rep.calibration["min_keys"] == {"512": rep.recommended[512], "1024": 5000, "2048": 65536}
+
+
+def test_load_sweep_wave_multiples_and_key_errors(tmp_path):
+    """Bug class: the [wave] table's multiples ignored, or key errors without the file."""
+    p = tmp_path / "s.toml"
+    p.write_text('[sweep]\nkeys = [1000]\n[wave]\nmultiples = [3]\nenabled = false\n')
+    sw = crossover.load_sweep(p)
+    assert sw["wave"]["multiples"] == [3] and sw["wave"]["enabled"] is False
+    p.write_text('[sweep]\nkeys = {min = "x", max = 10}\n')
+    with pytest.raises(UsageError) as ei:
+        crossover.load_sweep(p)
+    assert str(ei.value).startswith(f"--config {p}: [sweep] keys: ")
+    p.write_text('[sweep]\nkeys = [1000, -5]\n')
+    with pytest.raises(UsageError) as ei:
+        crossover.load_sweep(p)
+    assert str(ei.value) == f"--config {p}: [sweep] keys must be a non-empty list of positive integers, got [1000, -5]"
+
+
+def test_sweep_wave_table_defaults_and_confirm_override(fake, cal, monkeypatch):
+    """Bug class: a sweep without a [wave] table crashing, a wave table without
+    'enabled' skipped, or the confirm window not taken from the sweep / the argument."""
+    sw = _sweep(topks=[512], rows=[8], keys=[1000, 64000])
+    del sw["wave"]
+    rep = crossover.run_crossover(sw, device="cpu", calibration=cal)  # no --sms on a CPU: the wave table is skipped
+    assert rep.wave == [] and any("wave table skipped" in n for n in rep.notes)
+    sw["wave"] = {"keys": 32000, "topk": 512, "multiples": [1]}
+    rep = crossover.run_crossover(sw, device="cpu", sms=4, block_rows=2, calibration=cal)
+    assert [r["rows"] for r in rep.wave] == wave_rows(2, 4, (1,))
+    sw["confirm"] = 1
+    assert crossover.run_crossover(sw, device="cpu", sms=4, calibration=cal, wave=False).calibration["measured"][
+        "confirm"] == 1
+    assert crossover.run_crossover(sw, device="cpu", sms=4, calibration=cal, wave=False, confirm=0).calibration[
+        "measured"]["confirm"] == 0
+    import inspect
+
+    assert inspect.signature(crossover.run_crossover).parameters["device"].default == "cuda"
+
+
+def test_failed_grid_points_are_not_counted(fake, cal):
+    """Bug class: a point where only one path was timed counted as a measured point."""
+    fake["fused"].ms = lambda w: (_ for _ in ()).throw(RuntimeError("boom")) if w.keys == 2000 else w.keys / 1000 * 0.5
+    rep = crossover.run_crossover(_sweep(topks=[512], rows=[8], keys=[1000, 2000, 4000]), device="cpu",
+                                  calibration=cal, wave=False)
+    c = rep.crossovers[0]
+    assert c["points"] == 2 and c["at_min"] and c["label"] == "<= 1000"
+    assert [g["status_a"] for g in rep.grid] == ["ok", "error: RuntimeError: boom", "ok"]
+    t = wave_table([8], keys=4096, topk=512, sms=4, block_rows=2, calibration=cal, dense_rows=1 << 20)
+    assert math.isnan(t[0]["t_a_ms"]) and math.isnan(t[0]["t_b_ms"]) and t[0]["measured"] is None

@@ -65,6 +65,7 @@ def test_min_keys_from_a_calibration_named_by_the_env_var(tmp_path, monkeypatch)
 def test_min_keys_for_uncalibrated_topk_uses_the_next_larger():
     cal = el.validate_calibration({"format": 1, "min_keys": {"512": 10, "1024": 20, "2048": 30}})
     assert el.fused_mqa_topk_min_keys(100, calibration=cal) == 10
+    assert el.fused_mqa_topk_min_keys(1, calibration=cal) == 10  # any positive topk
     assert el.fused_mqa_topk_min_keys(600, calibration=cal) == 20
     assert el.fused_mqa_topk_min_keys(4096, calibration=cal) == 30
     with pytest.raises(UsageError, match="topk"):

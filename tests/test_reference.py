@@ -190,3 +190,15 @@ def test_assembled_logits_keep_the_precision():
     assert a64.dtype == torch.float64
     assert torch.equal(a64, reference_logits(w.q, w.k, w.scales, w.weights, w.starts, w.ends, precision="fp64"))
     assert assemble_reference_logits(w).dtype == torch.float32
+
+
+def test_row_slices_with_several_row_chunks():
+    """Bug class: a row chunk written at the wrong offset of the output when the
+    selected rows do not start at 0 (two rows per chunk, five rows from row 2)."""
+    w = _tiny("gaussian", rows=9, keys=40, seed=1)
+    args = (w.q, w.k, w.scales, w.weights, w.starts, w.ends)
+    full = reference_logits(*args)
+    per_row = 32 * 40 * 16 + 40 * 8
+    part = reference_logits(*args, rows=slice(2, 7), max_bytes=2 * per_row)
+    assert torch.equal(part, full[2:7])
+    assert reference_mqa_topk(w).dtype == torch.int32

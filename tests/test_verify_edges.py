@@ -469,3 +469,41 @@ def test_chunked_evaluation_reports_absolute_rows_and_refills_a_full_cache(monke
         assert not r.passed and r.tie_equivalent_rows == 19 and r.valid_rows == 20
         assert r.errors[0].startswith("row 4: not the top-k: sorted position 511")
     assert cache == {} or all(v["chunks"] for v in cache.values())
+
+
+
+def test_duplicate_key_tie_check_on_rows_starting_past_0():
+    """Bug class: the duplicate-key check misaligning columns when the chunk's
+    key span starts past 0."""
+    w = make_workload("causal", rows=4, keys=2000, topk=512, dist="ties", seed=3, unaligned_starts=True)
+    assert int(w.starts.min()) > 0
+    assert verify_case(w, Edit(lambda w, out: None, ties=True), reruns=0).passed
+    (a, b), = _tie_swaps(w, (2,)).values()
+
+    def edit(w, out):
+        out[2][out[2] == a] = b
+
+    r = verify_case(w, Edit(edit, ties=True), reruns=0)
+    assert r.tie_rule_violations == 1 and r.errors == [
+        f"row 2: tie rule violated: chose key {b} but not the lower key {a}, a bitwise duplicate "
+        f"(same k row and scale, so equal logits in any implementation)"]
+
+
+def test_a_pair_of_duplicate_keys_is_a_group():
+    """Bug class: duplicate groups of two keys not recognised (only larger ones):
+    key 599 is made a copy of the row's k-th key, so it ties with it and must lose."""
+    w0 = make_workload("full", rows=1, keys=600, topk=512, dist="gaussian", seed=4)
+    logits = assemble_reference_logits(w0)[0, :599]
+    kth = int(torch.sort(logits, descending=True, stable=True).indices[511])
+    k, scales = w0.k.clone(), w0.scales.clone()
+    k[599], scales[599] = k[kth], scales[kth]
+    w = Workload(w0.q, k, scales, w0.weights, w0.starts, w0.ends, 512)
+    ref = reference_mqa_topk(w)[0].tolist()
+    assert kth in ref and 599 not in ref
+
+    def edit(w, out):
+        out[0][out[0] == kth] = 599
+
+    r = verify_case(w, Edit(edit, ties=True), reruns=0)
+    assert r.tie_rule == "duplicate keys" and r.tie_rule_violations == 1 and not r.passed
+    assert f"chose key 599 but not the lower key {kth}" in r.errors[0]

@@ -203,8 +203,9 @@ def test_unaligned_starts_never_land_on_a_multiple_of_16():
     assert bool((st == 17).any())  # some row was nudged up from 16
 
 
-def test_fp8_conversion_saturates_instead_of_making_nan():
-    """Bug class: a missing clamp (float8_e4m3fn has no inf: values past 448 become NaN)."""
+def test_fp8_conversion_saturates():
+    """Bug class: generated values past the e4m3 range not saturating at +-448
+    (e4m3fn has no inf; the clamp does not rely on how the cast rounds)."""
     from mqa_topk_cli.workloads import FP8_MAX, _fp8
 
     x = _fp8(torch.tensor([1000.0, -1000.0, 448.0, 3.0]))
@@ -324,3 +325,19 @@ def test_file_cases_and_generated_case_defaults(tmp_path):
 
     w = workload_from_case({"rows": 2, "keys": 600, "topk": 512})
     assert (w.layout, w.dist, w.seed) == ("causal", "gaussian", 0)
+
+
+def test_file_name_metadata_and_generator_argument_messages(tmp_path, w):
+    """Bug class: garbled messages for a bad name in a file or a bad generator argument."""
+    t = {f: getattr(w, f).clone() for f in FIELDS}
+    p = tmp_path / "n.pt"
+    torch.save({**t, "topk": 512, "name": 5}, p)
+    with pytest.raises(UsageError) as ei:
+        load_workload(p)
+    assert str(ei.value) == f"{p}: name: expected a string, got int"
+    with pytest.raises(UsageError) as ei:
+        make_workload("ragged", rows=None, keys=100, topk=512)
+    assert str(ei.value) == "rows/keys: required unless key_lengths and row_lengths are given"
+    with pytest.raises(UsageError) as ei:
+        make_workload("ragged", rows=2, keys=100, topk=512, requests=0)
+    assert str(ei.value) == "requests: must be >= 1, got 0"
