@@ -324,6 +324,9 @@ def test_top_k_per_row_prefill_edge_shapes():
     ops.top_k_per_row_prefill(torch.tensor([[1.0, 2, 3, 4, 5]] * 3), _r([2, 0, 4]), _r([5, 5, 4]), out)
     assert [sorted(x for x in row if x >= 0) for row in out.tolist()] == [[0, 1, 2], [0, 1, 2, 3, 4], []]
     assert [sum(1 for x in row if x == -1) for row in out.tolist()] == [509, 507, 512]
+    one = torch.full((2, 512), 7, dtype=torch.int32)  # width 1: one row sees its key, one sees none
+    ops.top_k_per_row_prefill(torch.tensor([[3.0], [4.0]]), _r([0, 1]), _r([1, 1]), one)
+    assert one[0].tolist() == [0] + [-1] * 511 and one[1].tolist() == [-1] * 512
     empty = torch.empty((0, 512), dtype=torch.int32)
     ops.top_k_per_row_prefill(torch.zeros((0, 5)), _r([]), _r([]), empty)
     _raises("output", ops.top_k_per_row_prefill, torch.zeros((2, 5)), _r([0, 0]), _r([5, 5]),

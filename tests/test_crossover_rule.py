@@ -530,3 +530,22 @@ def test_failed_grid_points_are_not_counted(fake, cal):
     assert [g["status_a"] for g in rep.grid] == ["ok", "error: RuntimeError: boom", "ok"]
     t = wave_table([8], keys=4096, topk=512, sms=4, block_rows=2, calibration=cal, dense_rows=1 << 20)
     assert math.isnan(t[0]["t_a_ms"]) and math.isnan(t[0]["t_b_ms"]) and t[0]["measured"] is None
+
+
+
+def test_wave_multiples_default_and_the_measured_paths(fake, cal):
+    """Bug class: a wrong default set of wave multiples (1 and 2), or the
+    calibration recording the wrong paths."""
+    sw = _sweep(topks=[512], rows=[8], keys=[1000, 64000], wave={"keys": 64000, "topk": 512})
+    rep = crossover.run_crossover(sw, device="cpu", sms=4, block_rows=2, calibration=cal)
+    assert [r["rows"] for r in rep.wave] == wave_rows(2, 4, (1, 2)) == [6, 8, 10, 12, 14, 16, 18, 20]
+    assert rep.calibration["measured"]["paths"] == ["fused", "native"] and rep.paths == ("fused", "native")
+
+
+def test_plot_message_without_matplotlib_is_exact(monkeypatch, tmp_path):
+    """Bug class: a garbled one-line reason."""
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    rep = crossover.CrossoverReport(paths=("a", "b"), grid=[], crossovers=[], recommended={}, current={}, wave=[],
+                                    calibration={})
+    assert crossover.plot_crossover(rep, tmp_path / "p.png") == \
+        "--plot: matplotlib is not installed (pip install 'mqa-topk[plot]'); no plot written"

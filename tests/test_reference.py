@@ -202,3 +202,14 @@ def test_row_slices_with_several_row_chunks():
     part = reference_logits(*args, rows=slice(2, 7), max_bytes=2 * per_row)
     assert torch.equal(part, full[2:7])
     assert reference_mqa_topk(w).dtype == torch.int32
+
+
+def test_reference_topk_with_several_internal_row_chunks():
+    """Bug class: a row-chunk loop that stops early (rows past the first chunks left at -1)."""
+    g = torch.Generator().manual_seed(2)
+    logits = torch.randn(10, 600, generator=g)
+    st = torch.zeros(10, dtype=torch.int32)
+    en = torch.full((10,), 600, dtype=torch.int32)
+    want = reference_topk(logits, st, en, 512)
+    assert torch.equal(reference_topk(logits, st, en, 512, max_bytes=24 * 600 * 2), want)  # 2 rows per chunk
+    assert bool((want >= 0).all())

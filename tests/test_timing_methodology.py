@@ -235,6 +235,8 @@ def test_a_path_that_cannot_be_captured_is_unavailable(fake):
 def test_flush_bytes_is_twice_the_l2(fake):
     """Bug class: a flush buffer smaller than 2x L2 (inputs stay warm)."""
     assert timing.flush_bytes(torch.device("cuda")) == 100 << 20
+    fake.cuda.l2 = 1
+    assert timing.flush_bytes(torch.device("cuda")) == 2  # any reported L2 size counts
     fake.cuda.l2 = 0
     assert timing.flush_bytes(torch.device("cuda")) == 128 << 20
     fake.cuda.get_device_properties = lambda dev: (_ for _ in ()).throw(RuntimeError("no"))
@@ -326,6 +328,8 @@ def test_warmup_budget_is_exclusive_and_in_milliseconds(monkeypatch):
         timing.time_fn(fn, device=device, warmup=0.5, reps=1, cold_l2=False)
         assert sum(1 for e in clock.log if e == ("call", "f")) == 1 + 1 + 1, device  # any budget > 0: one warm-up call
         clock.log.clear()
+        t = timing.time_fn(fn, device=device, warmup=250.0, reps=None, cold_l2=False, budget_ms=375.2, min_reps=1)
+        assert t.reps == 4, device  # 2 warm-up calls of 125 ms: ceil(375.2 / 125), measured in ms (not 0.1% off)
         t = timing.time_fn(fn, device=device, warmup=0.0, reps=None, cold_l2=False, budget_ms=375.2, min_reps=1)
         assert t.reps == 4, device  # ceil(375.2 / 125): the sizing call is measured in ms (not 0.1% off)
 

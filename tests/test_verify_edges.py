@@ -507,3 +507,28 @@ def test_a_pair_of_duplicate_keys_is_a_group():
     r = verify_case(w, Edit(edit, ties=True), reruns=0)
     assert r.tie_rule == "duplicate keys" and r.tie_rule_violations == 1 and not r.passed
     assert f"chose key 599 but not the lower key {kth}" in r.errors[0]
+
+
+
+def test_row_problem_counts_several_bad_entries_and_rerun_diffs_count_rows():
+    """Bug class: diagnostics that hide how much is wrong (one of several bad
+    entries reported as if alone; a rerun diff counted against the wrong run)."""
+    w = make_workload("full", rows=3, keys=600, topk=512, seed=0)
+
+    def two_out_of_range(w, out):
+        out[1, 0], out[1, 1] = 600, 601
+
+    r = verify_case(w, Edit(two_out_of_range), reruns=0)
+    assert r.errors[0] == "row 1: invalid: index 600 outside [0, n=600) (2 such entries)"
+
+    class Shuffles(Edit):
+        calls = 0
+
+        def run(self, w, output):
+            super().run(w, output)
+            Shuffles.calls += 1
+            if Shuffles.calls > 1:  # reruns differ from the first run in rows 0 and 2
+                output[[0, 2]] = torch.flip(output[[0, 2]], [1])
+
+    r = verify_case(w, Shuffles(lambda w, out: None), reruns=2)
+    assert not r.deterministic and "not deterministic: run 1 differs from run 0 in 2 rows (first: 0, 2)" in r.errors
