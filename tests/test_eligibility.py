@@ -248,3 +248,40 @@ def test_validate_calibration_default_name():
     with pytest.raises(UsageError) as ei:
         el.validate_calibration([1, 2])
     assert str(ei.value) == "calibration file <calibration>: expected a JSON object, got list"
+
+
+def test_min_keys_rejects_non_int_topk():
+    """Bug class: a bool or a string topk accepted (or crashing with a TypeError)."""
+    cal = el.validate_calibration({"format": 1, "min_keys": {"512": 10, "1024": 20, "2048": 30}})
+    for bad in (True, "512", 512.0, None):
+        with pytest.raises(UsageError) as ei:
+            el.fused_mqa_topk_min_keys(bad, calibration=cal)
+        assert str(ei.value) == f"topk: must be a positive int, got {bad!r}"
+
+
+def test_two_calibration_files_with_the_same_size_and_time_are_not_confused(tmp_path):
+    """Bug class: a calibration cache keyed without the file's path (another
+    file with the same size and modification time would be served)."""
+    a = _write_cal(tmp_path / "a.json", min_keys={"512": 1111, "1024": 1111, "2048": 1111})
+    b = _write_cal(tmp_path / "b.json", min_keys={"512": 2222, "1024": 2222, "2048": 2222})
+    for p in (a, b):
+        import os
+        os.utime(p, ns=(10**18, 10**18))
+    assert a.stat().st_size == b.stat().st_size
+    assert el.load_calibration(a)["min_keys"][512] == 1111
+    assert el.load_calibration(b)["min_keys"][512] == 2222
+
+
+def test_calibration_field_messages_are_exact():
+    """Bug class: messages that lose the field name or garble the list of missing topks."""
+    def msg(doc):
+        with pytest.raises(UsageError) as ei:
+            el.validate_calibration(doc, "c.json")
+        return str(ei.value)
+
+    mk = {"512": 1, "1024": 1, "2048": 1}
+    assert msg({"format": 1, "min_keys": {**mk, "512": -4}}) == \
+        "calibration file c.json: min_keys['512'] must be a positive integer, got -4"
+    assert msg({"format": 1, "min_keys": {"512": 1}}) == "calibration file c.json: min_keys lacks topk 1024, 2048"
+    assert msg({"format": 1, "min_keys": mk, "block_rows": 0}) == \
+        "calibration file c.json: 'block_rows' must be a positive integer, got 0"
