@@ -227,6 +227,7 @@ def test_check_logits_boundaries():
     # overlapping rows: row stride below the width
     overlapping = torch.zeros(80).as_strided((3, 20), (19, 1))
     _raises("logits", check_logits, overlapping, s, e, match="dense")
+    _raises("logits", check_logits, torch.zeros(80).as_strided((2, 20), (19, 1)), s[:2], e[:2], match="dense")
     assert check_logits(torch.zeros(80).as_strided((3, 20), (20, 1)), s, e) == (3, 20)
     _raises("logits", check_logits, torch.zeros((3, 20), dtype=torch.float64), s, e, match="dtype")
     _raises("logits", check_logits, torch.zeros((60,)), s, e, match="[rows, width]")
