@@ -191,9 +191,11 @@ def fused_mqa_topk_key_scales(ue8m0_scales: torch.Tensor, *, checked=None) -> to
     if s.numel() and (not s.is_cuda or _checked(checked)):
         if not bool((s == s[:, :1]).all()):
             raise ContractError("ue8m0_scales", "the four bytes of each key must be equal (one UE8M0 exponent)")
-        if bool((e == 0).any()) or bool((e == 255).any()):
-            raise ContractError("ue8m0_scales",
-                                "exponent 0 (denormal/zero) or 255 (NaN) is not a valid positive scale")
+        bad = (e == 0) | (e == 255)
+        if bool(bad.any()):
+            i = int(torch.nonzero(bad)[0])
+            raise ContractError("ue8m0_scales", f"key {i} has exponent {int(e[i])}: exponents 0 (fp32 scale 0.0) and "
+                                                f"255 (fp32 scale inf) are not valid positive scales")
     return (e << 23).view(torch.float32)
 
 

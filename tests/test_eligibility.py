@@ -76,6 +76,7 @@ def test_min_keys_from_a_calibration_named_by_the_env_var(tmp_path, monkeypatch)
 def test_min_keys_for_uncalibrated_topk_uses_the_next_larger():
     cal = el.validate_calibration({"format": 1, "min_keys": {"512": 10, "1024": 20, "2048": 30}})
     assert el.fused_mqa_topk_min_keys(100, calibration=cal) == 10
+    assert el.fused_mqa_topk_min_keys(1, calibration=cal) == 10  # any positive topk
     assert el.fused_mqa_topk_min_keys(600, calibration=cal) == 20
     assert el.fused_mqa_topk_min_keys(4096, calibration=cal) == 30
     with pytest.raises(UsageError, match="topk"):
@@ -191,3 +192,107 @@ def test_recommended_min_keys():
     assert el.recommended_min_keys(10000.4) == 10240
     assert el.recommended_min_keys(2048.0) == 2048
     assert el.recommended_min_keys(10.0) == 256
+
+
+def test_calibration_error_messages_name_the_file_and_field():
+    """Bug class: an error that names the wrong file or field, or misquotes the value."""
+    with pytest.raises(UsageError) as ei:
+        el.validate_calibration({"format": 2, "min_keys": {}}, "cal.json")
+    assert str(ei.value) == "calibration file cal.json: unsupported 'format' 2 (expected 1)"
+    for bad in (0, -3, True, "132"):
+        with pytest.raises(UsageError) as ei:
+            el.validate_calibration({"format": 1, "min_keys": {"512": 1, "1024": 1, "2048": 1}, "sms": bad}, "c.json")
+        assert str(ei.value) == f"calibration file c.json: 'sms' must be a positive integer, got {bad!r}"
+    ok = el.validate_calibration({"format": 1, "min_keys": {"512": 1, "1024": 1, "2048": 1}, "sms": 1}, "c.json")
+    assert ok["sms"] == 1 and ok["path"] == "c.json" and ok["block_rows"] == 8 and ok["wave_rule"] is True
+
+
+def test_a_raw_calibration_without_wave_rule_keeps_the_wave_check():
+    """Bug class: a missing 'wave_rule' read as off (the wave check is on by default)."""
+    raw = {"min_keys": {512: 1024, 1024: 1024, 2048: 1024}}
+    assert not el.fused_mqa_topk_chunk(4096, 4096, 512, 8, 1 << 20, sms=132, calibration=raw)  # one block of 132 SMs
+    assert el.fused_mqa_topk_chunk(4096, 4096, 512, 8 * 66, 1 << 20, sms=132, calibration=raw)
+    assert el.fused_mqa_topk_chunk(4096, 4096, 512, 8, 1 << 20, sms=132, calibration={**raw, "wave_rule": False})
+
+
+def test_chunk_rule_argument_errors():
+    """Bug class: a zero SM count or block size reaching a division (ZeroDivisionError) instead of a clear error."""
+    for bad in (0, -1, True, 1.5):
+        with pytest.raises(UsageError) as ei:
+            el.fused_mqa_topk_chunk(65536, 65536, 2048, 8, 8, sms=bad)
+        assert str(ei.value) == f"sms: must be a positive int, got {bad!r}"
+    assert el.fused_mqa_topk_chunk(65536, 65536, 2048, 8, 8, sms=1)  # one SM: every wave is full
+    for bad in (0, -8):
+        with pytest.raises(UsageError) as ei:
+            el.fused_mqa_topk_chunk(65536, 65536, 2048, 8, 8, sms=132, block_rows=bad)
+        assert str(ei.value) == f"block_rows: must be a positive int, got {bad!r}"
+    assert el.fused_mqa_topk_chunk(65536, 65536, 2048, 132, 8, sms=132, block_rows=1)
+
+
+def test_missing_calibration_given_by_path_does_not_blame_the_env_var(tmp_path, monkeypatch):
+    """Bug class: an error pointing at $MQA_TOPK_CALIBRATION when the path came from the caller."""
+    p = tmp_path / "nope.json"
+    with pytest.raises(UsageError) as ei:
+        el.load_calibration(p)
+    assert str(ei.value) == f"calibration file {p}: not found"
+    monkeypatch.delenv("MQA_TOPK_CALIBRATION")
+    monkeypatch.setattr(el, "DEFAULT_CALIBRATION", p)
+    with pytest.raises(UsageError) as ei:
+        el.load_calibration()
+    assert str(ei.value) == f"calibration file {p}: not found"
+    with pytest.raises(UsageError) as ei:
+        el.validate_calibration({"format": 1, "min_keys": [512]}, "x.json")
+    assert str(ei.value) == 'calibration file x.json: \'min_keys\' must be an object {"512": int, ...}'
+
+
+def test_chunk_rule_reads_the_gpus_sm_count_when_not_given(monkeypatch):
+    """Bug class: the SM count of the current GPU ignored when ``sms`` is left out."""
+    monkeypatch.setattr(el, "_sm_count", lambda: 132)
+    assert el.fused_mqa_topk_chunk(65536, 65536, 2048, 8 * 66, 1 << 20)
+    assert not el.fused_mqa_topk_chunk(65536, 65536, 2048, 8 * 65, 1 << 20)
+    monkeypatch.setattr(el, "_sm_count", lambda: None)
+    assert el.fused_mqa_topk_chunk(65536, 65536, 2048, 8 * 66, 1 << 20) is False
+
+
+def test_validate_calibration_default_name():
+    """Bug class: a garbled default name or type in the error."""
+    with pytest.raises(UsageError) as ei:
+        el.validate_calibration([1, 2])
+    assert str(ei.value) == "calibration file <calibration>: expected a JSON object, got list"
+
+
+def test_min_keys_rejects_non_int_topk():
+    """Bug class: a bool or a string topk accepted (or crashing with a TypeError)."""
+    cal = el.validate_calibration({"format": 1, "min_keys": {"512": 10, "1024": 20, "2048": 30}})
+    for bad in (True, "512", 512.0, None):
+        with pytest.raises(UsageError) as ei:
+            el.fused_mqa_topk_min_keys(bad, calibration=cal)
+        assert str(ei.value) == f"topk: must be a positive int, got {bad!r}"
+
+
+def test_two_calibration_files_with_the_same_size_and_time_are_not_confused(tmp_path):
+    """Bug class: a calibration cache keyed without the file's path (another
+    file with the same size and modification time would be served)."""
+    a = _write_cal(tmp_path / "a.json", min_keys={"512": 1111, "1024": 1111, "2048": 1111})
+    b = _write_cal(tmp_path / "b.json", min_keys={"512": 2222, "1024": 2222, "2048": 2222})
+    for p in (a, b):
+        import os
+        os.utime(p, ns=(10**18, 10**18))
+    assert a.stat().st_size == b.stat().st_size
+    assert el.load_calibration(a)["min_keys"][512] == 1111
+    assert el.load_calibration(b)["min_keys"][512] == 2222
+
+
+def test_calibration_field_messages_are_exact():
+    """Bug class: messages that lose the field name or garble the list of missing topks."""
+    def msg(doc):
+        with pytest.raises(UsageError) as ei:
+            el.validate_calibration(doc, "c.json")
+        return str(ei.value)
+
+    mk = {"512": 1, "1024": 1, "2048": 1}
+    assert msg({"format": 1, "min_keys": {**mk, "512": -4}}) == \
+        "calibration file c.json: min_keys['512'] must be a positive integer, got -4"
+    assert msg({"format": 1, "min_keys": {"512": 1}}) == "calibration file c.json: min_keys lacks topk 1024, 2048"
+    assert msg({"format": 1, "min_keys": mk, "block_rows": 0}) == \
+        "calibration file c.json: 'block_rows' must be a positive integer, got 0"

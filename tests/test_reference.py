@@ -152,3 +152,64 @@ def test_ieee_context_restores_the_setting():
     with ieee_fp32_matmul():
         assert m.fp32_precision == "ieee"
     assert m.fp32_precision == before
+
+
+def test_reference_range_arguments_are_checked():
+    """Bug class: a bad row/key range read silently (or an error naming the wrong argument)."""
+    w = _tiny("gaussian", rows=4, keys=30, seed=1)
+    args = (w.q, w.k, w.scales, w.weights, w.starts, w.ends)
+    with pytest.raises(ValueError, match=r"^key_range: \(5, 2\) is outside \[0, 30\]$"):
+        reference_logits(*args, key_range=(5, 2))
+    with pytest.raises(ValueError, match=r"^key_range: \(0, 31\) is outside \[0, 30\]$"):
+        reference_logits(*args, key_range=(0, 31))
+    with pytest.raises(ValueError, match=r"^rows: \(-1, 2\) is outside \[0, 4\]$"):
+        reference_logits(*args, rows=(-1, 2))
+    with pytest.raises(ValueError, match="^rows: slices must have step 1$"):
+        reference_logits(*args, rows=slice(0, 4, 2))
+    assert reference_logits(*args, key_range=(0, 30)).shape == (4, 30)
+    assert reference_logits(*args, key_range=(30, 30)).shape == (4, 0)
+    assert reference_logits(*args, rows=slice(3, 1)).shape == (0, 30)
+
+
+def test_row_chunk_argument_and_default_precision():
+    """Bug class: a bad row_chunk accepted, or a wrong default precision."""
+    from mqa_topk_cli.reference import iter_reference_logits
+
+    w = _tiny("gaussian", rows=4, keys=30, seed=1)
+    with pytest.raises(ValueError, match=r"^row_chunk: must be >= 1, got 0$"):
+        reference_mqa_topk(w, row_chunk=0)
+    chunks = list(iter_reference_logits(w))
+    assert chunks and all(c[4].dtype == torch.float32 for c in chunks)
+    assert [c[:2] for c in iter_reference_logits(w, row_chunk=3)] == [(0, 3), (3, 4)]
+
+
+def test_assembled_logits_keep_the_precision():
+    """Bug class: fp64 reference logits stored in an fp32 buffer (rounded twice)."""
+    w = _tiny("gaussian", rows=4, keys=30, seed=1)
+    a64 = assemble_reference_logits(w, "fp64")
+    assert a64.dtype == torch.float64
+    assert torch.equal(a64, reference_logits(w.q, w.k, w.scales, w.weights, w.starts, w.ends, precision="fp64"))
+    assert assemble_reference_logits(w).dtype == torch.float32
+
+
+def test_row_slices_with_several_row_chunks():
+    """Bug class: a row chunk written at the wrong offset of the output when the
+    selected rows do not start at 0 (two rows per chunk, five rows from row 2)."""
+    w = _tiny("gaussian", rows=9, keys=40, seed=1)
+    args = (w.q, w.k, w.scales, w.weights, w.starts, w.ends)
+    full = reference_logits(*args)
+    per_row = 32 * 40 * 16 + 40 * 8
+    part = reference_logits(*args, rows=slice(2, 7), max_bytes=2 * per_row)
+    assert torch.equal(part, full[2:7])
+    assert reference_mqa_topk(w).dtype == torch.int32
+
+
+def test_reference_topk_with_several_internal_row_chunks():
+    """Bug class: a row-chunk loop that stops early (rows past the first chunks left at -1)."""
+    g = torch.Generator().manual_seed(2)
+    logits = torch.randn(10, 600, generator=g)
+    st = torch.zeros(10, dtype=torch.int32)
+    en = torch.full((10,), 600, dtype=torch.int32)
+    want = reference_topk(logits, st, en, 512)
+    assert torch.equal(reference_topk(logits, st, en, 512, max_bytes=24 * 600 * 2), want)  # 2 rows per chunk
+    assert bool((want >= 0).all())

@@ -253,14 +253,28 @@ def test_accepts_reference_and_torch_on_edge_workloads(make, kw):
         assert r.passed, (r.path, r.errors)
 
 
+def _independent_rate_and_bitwise(w):
+    """(exact-set rate, bitwise-logits flag) of torch vs reference, counted here."""
+    out = torch.empty((w.rows, w.topk), dtype=torch.int32)
+    get_path("torch").run(w, out)
+    ref = reference_mqa_topk(w)
+    rate = float((torch.sort(out, 1).values == torch.sort(ref, 1).values).all(1).sum()) / w.rows
+    col = torch.arange(w.keys)
+    inside = (col >= w.starts[:, None]) & (col < w.ends[:, None])
+    tl = get_path("torch").logits(w)
+    return rate, None if tl is None else bool(torch.equal(tl[inside], assemble_reference_logits(w)[inside]))
+
+
 def test_exact_set_diagnostic_and_bitwise_logits(gauss, ties):
+    """Bug class: a diagnostic rate or bitwise flag not computed from the paths' outputs."""
     r = verify_case(gauss, "torch", other="reference", reruns=0)
     assert r.passed and r.other == "reference" and r.exact_set_rate == 1.0
-    assert isinstance(r.bitwise_logits, bool)
+    assert (r.exact_set_rate, r.bitwise_logits) == _independent_rate_and_bitwise(gauss)
     assert "determinism not checked (reruns=0)" in r.notes
     # torch.topk takes ties in no particular order: allowed, but the sets differ
     t = verify_case(ties, "torch", other="reference", reruns=0)
-    assert t.passed and t.exact_set_rate is not None and 0.0 <= t.exact_set_rate <= 1.0
+    want = _independent_rate_and_bitwise(ties)
+    assert t.passed and (t.exact_set_rate, t.bitwise_logits) == want and want[0] < 1.0
     assert verify_case(gauss, "reference").exact_set_rate is None
 
 
