@@ -136,7 +136,7 @@ def test_inputs_on_another_device_are_rejected(arg):
     _raises(arg, check_mqa_inputs, **x, match="same device as q")
 
 
-def test_key_limit_is_max_keys_inclusive():
+def test_key_limit_is_max_keys_inclusive(monkeypatch):
     """Bug class: an off-by-one in the key limit (MAX_KEYS is allowed, one more is not)."""
     def meta(keys):
         return dict(q=torch.empty((1, 32, 128), dtype=FP8, device="meta"),
@@ -145,18 +145,26 @@ def test_key_limit_is_max_keys_inclusive():
                     starts=torch.empty((1,), dtype=torch.int32, device="meta"),
                     ends=torch.empty((1,), dtype=torch.int32, device="meta"))
 
+    # meta tensors hold no values: only the shape checks run here
+    import mqa_topk_cli.contract as contract_mod
+
+    monkeypatch.setattr(contract_mod, "check_ranges", lambda *a, **kw: None)
     assert check_mqa_inputs(**meta(MAX_KEYS), check_values=False) == (1, MAX_KEYS)
     assert check_mqa_inputs(**meta(MAX_KEYS - 1), check_values=False) == (1, MAX_KEYS - 1)
     _raises("k", check_mqa_inputs, **meta(MAX_KEYS + 1), check_values=False, match=f"exceeds the limit of {MAX_KEYS}")
     assert MAX_KEYS == 1 << 22
 
 
-def test_check_values_false_skips_the_range_check():
-    """Bug class: the capturable (no host read) mode still reading the ranges."""
+def test_cpu_ranges_are_checked_whatever_check_values_says():
+    """Bug class: the capturable mode's skip (CUDA tensors: ranges checked on
+    the device instead) applied to CPU tensors, whose check costs no sync.
+    The CUDA side of check_values is tested in test_ops_serving.py."""
     x = _inputs(2, 10)
     x["ends"] = torch.tensor([11, 3], dtype=torch.int32)
-    assert check_mqa_inputs(**x, check_values=False) == (2, 10)
+    _raises("ends", check_mqa_inputs, **x, check_values=False, match="<= keys = 10")
     _raises("ends", check_mqa_inputs, **x, match="<= keys = 10")
+    x["ends"] = torch.tensor([10, 3], dtype=torch.int32)
+    assert check_mqa_inputs(**x, check_values=False) == (2, 10)
 
 
 # --------------------------------------------------------------------------- check_ranges
@@ -360,12 +368,13 @@ def test_native_ops_on_cpu_check_the_contract_then_say_unavailable():
 
 def test_fused_workspace_size():
     """Bug class: a workspace formula that drifts from the kernel's layout
-    (64-byte header + per SM 2 warpgroups x 8 rows x (key, index) x cap words)."""
-    assert [ops.fused_candidate_cap(t) for t in (512, 1024, 2048)] == [1664, 3200, 6272]
+    (128-byte header + per SM 2 warpgroups x 8 rows x (key, index) x cap words,
+    cap = k + 1920: Sm90FusedConfig::cap of the gated default, one set)."""
+    assert [ops.fused_candidate_cap(t) for t in (512, 1024, 2048)] == [2432, 2944, 3968]
     for t in (512, 1024, 2048):
-        assert ops.fused_mqa_topk_workspace_bytes(t, 1) == 64 + 2 * 8 * 2 * (3 * t + 128) * 4
+        assert ops.fused_mqa_topk_workspace_bytes(t, 1) == 128 + 2 * 8 * 2 * (t + 1920) * 4
     mib = [ops.fused_mqa_topk_workspace_bytes(t, 132) / 2**20 for t in (512, 1024, 2048)]
-    assert [round(m, 1) for m in mib] == [26.8, 51.6, 101.1]  # the figures the README gives
+    assert [round(m, 1) for m in mib] == [39.2, 47.4, 63.9]  # the figures the README gives
     for bad in (0, -1, 1.0, None):
         _raises("num_sms", ops.fused_mqa_topk_workspace_bytes, 512, bad)
     for bad in (511, 513, 4096):
@@ -383,22 +392,42 @@ def test_logits_pitch():
 
 class FakeExt:
     """Stands in for the JIT extension on the CPU: mqa_logits writes the
-    reference logits of its (chunk) arguments into the given buffer (and
-    poisons the rest of the row), topk_per_row is absent (so the torch top-k
-    runs), fused_mqa_topk records its arguments."""
+    reference logits of its arguments into the given buffer (and poisons the
+    rest of the row), topk_per_row writes the reference top-k of the logits,
+    fused_mqa_topk records its arguments; a clean device error word."""
+
+    OK = (1 << 64) - 1
 
     def __init__(self):
-        self.logits_calls = []
-        self.fused_calls = []
+        import ctypes
 
-    def mqa_logits(self, q, k, scales, weights, starts, ends, out):
+        self.logits_calls = []
+        self.topk_calls = []
+        self.fused_calls = []
+        self.mirror = ctypes.c_uint64(self.OK)
+
+    def range_error_mirror_address(self, index):
+        import ctypes
+
+        return ctypes.addressof(self.mirror)
+
+    def range_error_take(self, index):
+        return 0
+
+    def mqa_logits(self, q, k, scales, weights, starts, ends, out, row_base=0):
         from mqa_topk_cli.reference import reference_logits
 
         assert out.dtype == torch.float32 and out.shape[0] == q.shape[0] and out.shape[1] % 4 == 0
         assert out.shape[1] >= k.shape[0] and k.data_ptr() % 16 == 0 and scales.data_ptr() % 16 == 0
-        self.logits_calls.append((q.shape[0], k.shape[0], starts.clone(), ends.clone()))
+        self.logits_calls.append((q.shape[0], k.shape[0], starts.clone(), ends.clone(), row_base))
         out.fill_(float("nan"))
         out[:, : k.shape[0]] = reference_logits(q, k, scales, weights, starts, ends)
+
+    def topk_per_row(self, logits, starts, ends, output, row_base=0):
+        from mqa_topk_cli.reference import reference_topk
+
+        self.topk_calls.append((logits.shape[0], row_base))
+        output.copy_(reference_topk(logits, starts, ends, output.shape[1]))
 
     def fused_mqa_topk(self, *args):
         self.fused_calls.append(args)
@@ -409,6 +438,7 @@ def fake_ext(monkeypatch):
     ext = FakeExt()
     monkeypatch.setattr(ops, "_native", lambda: ext)
     monkeypatch.setattr(ops, "_require_cuda", lambda t, op: None)
+    monkeypatch.setattr(ops, "_mirrors", {})
     return ext
 
 
@@ -427,24 +457,28 @@ def test_dense_path_chunks_rows_and_key_spans_correctly(fake_ext, budget):
     assert torch.equal(torch.sort(out, 1).values, torch.sort(want, 1).values)
     full_pitch = -(-w.keys // 4) * 4
     per_call = max(1, min(w.rows, budget // (full_pitch * 4)))
-    assert [c[0] for c in fake_ext.logits_calls] == [min(per_call, w.rows - r0) for r0 in range(0, w.rows, per_call)]
-    for r0, (n, span, st, en) in zip(range(0, w.rows, per_call), fake_ext.logits_calls):
-        lo = int(w.starts[r0:r0 + n].min()) // 16 * 16
-        assert span == int(w.ends[r0:r0 + n].max()) - lo  # the chunk's key span, from a 16-aligned start
-        assert torch.equal(st, w.starts[r0:r0 + n] - lo) and torch.equal(en, w.ends[r0:r0 + n] - lo)
+    starts0 = list(range(0, w.rows, per_call))
+    assert [c[0] for c in fake_ext.logits_calls] == [min(per_call, w.rows - r0) for r0 in starts0]
+    for r0, (n, keys, st, en, base) in zip(starts0, fake_ext.logits_calls):
+        # every chunk sees all keys with its rows' own ranges; the row offset
+        # lets the kernels report absolute rows
+        assert keys == w.keys and base == r0
+        assert torch.equal(st, w.starts[r0:r0 + n]) and torch.equal(en, w.ends[r0:r0 + n])
+    assert [c[1] for c in fake_ext.topk_calls] == starts0
 
 
 def test_dense_path_rows_seeing_no_keys(fake_ext):
-    """Bug class: a chunk whose rows see no key calling the kernel (or leaving the output unwritten)."""
+    """Bug class: rows that see no key left unwritten (they must be -1), or a launch for zero rows."""
     w = _inputs(3, 64)
     w["starts"] = _r([32, 32, 48])  # 16-aligned, so each chunk's span [lo, hi) is empty
     w["ends"] = _r([32, 32, 48])
     out = torch.full((3, 512), 7, dtype=torch.int32)
     ops.dense_mqa_topk_prefill(**w, output=out, max_logits_bytes=64 * 4 * 2)
-    assert bool((out == -1).all()) and fake_ext.logits_calls == []
+    assert bool((out == -1).all())
+    calls = len(fake_ext.logits_calls)
     empty = _inputs(0, 64)
     ops.dense_mqa_topk_prefill(**empty, output=torch.empty((0, 512), dtype=torch.int32))
-    assert fake_ext.logits_calls == []
+    assert len(fake_ext.logits_calls) == calls  # no rows: no launch
 
 
 def test_mqa_logits_returns_the_padded_buffer_view(fake_ext):
@@ -462,11 +496,11 @@ def test_fused_prefill_passes_its_arguments_and_the_workspace(fake_ext, monkeypa
     """Bug class: arguments dropped or reordered on the way to the kernel, or a
     workspace for the wrong topk."""
     got = []
-    monkeypatch.setattr(ops, "fused_mqa_topk_workspace", lambda dev, topk: got.append((dev, topk)) or "WS")
+    monkeypatch.setattr(ops, "_workspace", lambda index, topk: got.append((index, topk)) or "WS")
     x = _inputs(2, 32)
     out = torch.empty((2, 1024), dtype=torch.int32)
     ops.fused_mqa_topk_prefill(**x, output=out)
-    assert got == [(x["q"].device, 1024)]
+    assert got == [(x["q"].get_device(), 1024)]
     args = fake_ext.fused_calls[-1]
     assert [a is b for a, b in zip(args, (x["q"], x["k"], x["scales"], x["weights"], x["starts"], x["ends"], out))] \
         == [True] * 7 and args[7] == "WS" and len(args) == 8

@@ -212,23 +212,24 @@ def test_a_violation_of_exactly_one_tolerance_passes():
     """Bug class: ``viol < 1`` instead of ``viol <= 1`` (the bound is inclusive).
     Every quantity is exact in binary: q and k have one non-zero channel, so
     the logit of key s is k[s, 0] (weights 1/32, scales 1) and M_r = 4 * 1 = 4;
-    keys 0..187 hold 2.0 and keys 188..699 hold 4.0. Choosing key 187 instead
-    of 188 puts 2.0 where the reference's k-th value is 4.0: |diff| = 2, and
-    with tol_rel = 1/2 the tolerance is 1/2 * 4 = 2: a violation of exactly 1."""
+    keys 0..187 hold 3.75 and keys 188..699 hold 4.0 (both exact in fp8).
+    Choosing key 187 instead of 188 puts 3.75 where the reference's k-th value
+    is 4.0: |diff| = 1/4, and with tol_rel = 1/16 (the largest the tool
+    accepts) the tolerance is 4/16 = 1/4: a violation of exactly 1."""
     rows, keys, topk = 2, 700, 512
     q = torch.zeros(rows, 32, 128)
     q[:, :, 0] = 1.0
     k = torch.zeros(keys, 128)
-    k[:, 0] = torch.where(torch.arange(keys) >= keys - topk, 4.0, 2.0)
+    k[:, 0] = torch.where(torch.arange(keys) >= keys - topk, 4.0, 3.75)
     w = Workload(q.to(torch.float8_e4m3fn), k.to(torch.float8_e4m3fn), torch.ones(keys), torch.full((rows, 32), 1 / 32),
                  torch.zeros(rows, dtype=torch.int32), torch.full((rows,), keys, dtype=torch.int32), topk, name="exact")
     w.validate()
-    at = verify_case(w, KPlusOne(), reruns=0, tol_rel=0.5)
+    at = verify_case(w, KPlusOne(), reruns=0, tol_rel=1 / 16)
     assert at.max_violation == 1.0 and at.passed and at.tie_equivalent_rows == rows
-    past = verify_case(w, KPlusOne(), reruns=0, tol_rel=math.nextafter(0.5, 0.0))
+    past = verify_case(w, KPlusOne(), reruns=0, tol_rel=math.nextafter(1 / 16, 0.0))
     assert past.max_violation > 1.0 and not past.passed and past.tie_equivalent_rows == 0
-    assert verify_case(w, KPlusOne(), reruns=0, tol_rel=0.25).max_violation == 2.0
-    assert verify_case(w, KPlusOne(), reruns=0).max_violation == 2.0 / (DEFAULT_TOL_REL * 4.0)
+    assert verify_case(w, KPlusOne(), reruns=0, tol_rel=1 / 32).max_violation == 2.0
+    assert verify_case(w, KPlusOne(), reruns=0).max_violation == 0.25 / (DEFAULT_TOL_REL * 4.0)
 
 
 def test_rows_whose_bound_is_zero_need_exact_values():
