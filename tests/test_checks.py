@@ -14,7 +14,6 @@ import warnings
 
 import pytest
 import torch
-from click.testing import CliRunner
 from safetensors.torch import save_file
 
 from mqa_topk_cli import bench, checks, crossover, timing, workloads
@@ -22,32 +21,20 @@ from mqa_topk_cli import verify as verify_mod
 from mqa_topk_cli.cli import main
 from mqa_topk_cli.errors import ContractError, UsageError
 
+from test_cli import _one_line_error as _cli_one_line_error, run  # noqa: E402,F401 (the CLI runner fixture)
+
+
+def _one_line_error(res, code: int, *needles: str) -> str:
+    """test_cli's one-line check, and never an "unexpected error"."""
+    line = _cli_one_line_error(res, code, *needles)
+    assert "unexpected error" not in res.output
+    return line
+
 CPU = ["--device", "cpu"]
 TINY = ["--rows", "16", "--keys", "640", "--topk", "512"]
 FAST = ["--reps", "2", "--warmup", "0"]
 XO = ["crossover", *CPU, "--paths", "torch,reference", "--topks", "512", "--rows", "8", "--keys", "600", "--no-wave",
       *FAST]
-
-
-@pytest.fixture
-def run(monkeypatch):
-    monkeypatch.delenv("MQA_TOPK_CALIBRATION", raising=False)
-    runner = CliRunner()
-
-    def invoke(*args, **kw):
-        return runner.invoke(main, [str(a) for a in args], catch_exceptions=False, **kw)
-
-    return invoke
-
-
-def _one_line_error(res, code: int, *needles: str) -> str:
-    assert res.exit_code == code, res.output
-    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1, res.stderr
-    assert "Traceback" not in res.output and "unexpected error" not in res.output
-    for n in needles:
-        assert n in lines[0], lines[0]
-    return lines[0]
 
 
 def _must_not_run(what: str):
