@@ -2,11 +2,11 @@
 medians) on the headline shape (or rows keys [dist]): the dense logits kernel
 alone, the fused kernel, the fused kernel with appends switched off
 (MQA_TOPK_FUSED_PROBE=1: logits + filter only), and, in MQA_TOPK_DEV_PROBES=1
-builds, the variants (1: v2 with the select on selector warps, 2: v1, 3: the
-default with 8 stages, 4: lean appends; each also with appends off); checks
+builds, the variants (1: v2 with the select on selector warps, 2: v1, 3: plain
+appends with 8 stages, 4: plain appends, 5: the binned select); checks
 that every real variant returns the same sets; prints the in-kernel statistics
 (MQA_TOPK_FUSED_PROBE=2) of each. Usage: fused_probe.py [rows keys [dist]
-[--stats-only]] (dist: a workloads.DISTS name).
+[--stats-only] [--all]] (dist: a workloads.DISTS name; --all: also variants 1-3).
 The numbers that count come from `mqa-topk bench`."""
 import os
 import sys
@@ -19,9 +19,11 @@ from logits_probe import make  # noqa: E402
 from mqa_topk_cli import ops  # noqa: E402
 from mqa_topk_cli.timing import time_fn  # noqa: E402
 
-rows, keys = (int(a) for a in (sys.argv[1:3] if len(sys.argv) > 2 else (8192, 65536)))
-DIST = sys.argv[3] if len(sys.argv) > 3 else None  # a workloads.DISTS name; default: logits_probe's gaussian
+ARGS = [a for a in sys.argv[1:] if not a.startswith("--")]
+rows, keys = (int(a) for a in (ARGS[0:2] if len(ARGS) > 1 else (8192, 65536)))
+DIST = ARGS[2] if len(ARGS) > 2 else None  # a workloads.DISTS name; default: logits_probe's gaussian
 STATS_ONLY = "--stats-only" in sys.argv
+ALL = "--all" in sys.argv  # also the older, slower variants 1-3
 if DIST:
     from mqa_topk_cli.workloads import make_workload  # noqa: E402
     wl = make_workload("causal", rows=rows, keys=keys, topk=2048, dist=DIST, seed=5, device="cuda")
@@ -81,7 +83,7 @@ def stats(topk, variant=None):
     os.environ.pop("MQA_TOPK_FUSED_PROBE")
     st = ws[8:128].view(torch.int64).tolist()
     (comp, comp_entries, comp_cyc, over_cyc, merge_entries, merge_cyc, math_cyc, gate_cyc, redo_rows, gated_rows,
-     sel_busy, sel_total, sel_wait, rows_done, _) = st
+     sel_busy, sel_total, sel_wait, rows_done, binned_general) = st
     warps = torch.cuda.get_device_properties(0).multi_processor_count * 8
     blocks = (rows + 7) // 8
     name = "default" if variant is None else f"variant {variant}"
@@ -92,28 +94,33 @@ def stats(topk, variant=None):
           f"math warps: compaction branch {over_cyc / max(math_cyc, 1):.1%}, gate {gate_cyc / max(math_cyc, 1):.1%}, "
           f"block-end select {merge_cyc / max(math_cyc, 1):.1%}, waiting for the selectors "
           f"{sel_wait / max(math_cyc, 1):.1%} of {math_cyc / warps:.0f} cycles per math warp; "
-          f"selector warps busy {sel_busy / max(sel_total, 1):.1%}", flush=True)
+          f"selector warps busy {sel_busy / max(sel_total, 1):.1%}"
+          + (f"; binned rows that took the general select {binned_general}" if variant == 5 else ""), flush=True)
 
 
+DEV = hasattr(ext, "fused_mqa_topk_probe")
 if STATS_ONLY:  # only the in-kernel statistics of the default kernel (gate, redo, candidates)
     for topk in (2048, 512):
-        print(f"[{DIST or 'gaussian'}]", end=" ")
-        stats(topk)
+        for v in (None, 5) if DEV else (None,):
+            print(f"[{DIST or 'gaussian'}]", end=" ")
+            stats(topk, variant=v)
     sys.exit(0)
 t = time_fn(lambda: ops.mqa_logits(q, k, scales, w, starts, ends))
 print(f"{'dense logits kernel alone':34s} {'':11s} {t.median_ms:8.3f} ms  {flop / t.median_ms / 1e9:7.1f} TFLOP/s")
 for topk in (2048, 512):
     run("fused (default)", topk, {})
-    if hasattr(ext, "fused_mqa_topk_probe"):
-        run("fused, selector warps (1)", topk, {}, variant=1)
-        run("fused v1 (2)", topk, {}, variant=2)
-        run("fused, 8 stages (3)", topk, {}, variant=3)
-        run("fused, lean appends (4)", topk, {}, variant=4)
-        stats(topk, variant=1)
+    if DEV:
+        run("fused, plain appends (4)", topk, {}, variant=4)
+        run("fused, binned select (5)", topk, {}, variant=5)
+        run("fused (default), again", topk, {})
+        if ALL:
+            run("fused, selector warps (1)", topk, {}, variant=1)
+            run("fused v1 (2)", topk, {}, variant=2)
+            run("fused, plain appends, 8 stages (3)", topk, {}, variant=3)
     stats(topk)
+    if DEV:
+        stats(topk, variant=5)
     if topk == 2048:
         run("fused, no appends (probe 1)", topk, {"MQA_TOPK_FUSED_PROBE": "1"})
-        if hasattr(ext, "fused_mqa_topk_probe"):
-            run("selector warps, no appends", topk, {"MQA_TOPK_FUSED_PROBE": "1"}, variant=1)
-            run("8 stages, no appends", topk, {"MQA_TOPK_FUSED_PROBE": "1"}, variant=3)
-        stats(topk, variant=4)
+        if DEV:
+            run("binned select, no appends", topk, {"MQA_TOPK_FUSED_PROBE": "1"}, variant=5)

@@ -9,7 +9,8 @@ cudaError_t ci_launch_fused() {
 }
 
 // Development variants (dev probes): v1 (running threshold), v2 with the
-// select on selector warps, v2 with 8 stages.
+// select on selector warps, v2 with 8 stages, v2 with plain appends, the
+// binned select.
 cudaError_t ci_launch_fused_v1() {
   return mqa_topk::launch_sm90_fused_mqa_topk<mqa_topk::Sm90FusedV1>(
       nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 0, 2048, 132, nullptr);
@@ -22,7 +23,11 @@ cudaError_t ci_launch_fused_gated8() {
   return mqa_topk::launch_sm90_fused_mqa_topk<mqa_topk::Sm90FusedGated8>(
       nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 0, 2048, 132, nullptr);
 }
-cudaError_t ci_launch_fused_lean_append() {
-  return mqa_topk::launch_sm90_fused_mqa_topk<mqa_topk::Sm90FusedLeanAppend>(
+cudaError_t ci_launch_fused_plain_append() {
+  return mqa_topk::launch_sm90_fused_mqa_topk<mqa_topk::Sm90FusedGated>(
+      nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 0, 2048, 132, nullptr);
+}
+cudaError_t ci_launch_fused_binned() {
+  return mqa_topk::launch_sm90_fused_mqa_topk<mqa_topk::Sm90FusedBinned>(
       nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 0, 2048, 132, nullptr);
 }

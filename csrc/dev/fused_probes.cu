@@ -3,8 +3,9 @@
 // default): variant 0 the default kernel (v2: sample gate, block-end select on
 // the math warps), 1 v2 with the select on the producer warpgroup's selector
 // warps (two candidate sets, 7 stages), 2 v1 (running threshold and
-// compactions only, the previous default), 3 the default with 8 ring stages,
-// 4 the default with lean appends (kLeanAppend; not yet measured).
+// compactions only), 3 v2 with 8 ring stages and plain appends, 4 v2 with
+// plain appends (the default until 2026-12-01: no kLeanAppend), 5 the default
+// with the scan-time histogram and the one-pass binned select (kBinned).
 // Same contract checks and knobs as fused_mqa_topk; the workspace must hold
 // the variant's need (fused_mqa_topk_probe_workspace_bytes).
 #include <ATen/ATen.h>
@@ -18,13 +19,14 @@ namespace {
 template <class F>
 auto with_variant(int64_t variant, F&& f) {
   using namespace mqa_topk;
-  TORCH_CHECK_VALUE(variant >= 0 && variant <= 4, "variant: must be 0 (default), 1 (selector warps), 2 (v1), ",
-                    "3 (default, 8 stages) or 4 (lean appends), got ", variant);
+  TORCH_CHECK_VALUE(variant >= 0 && variant <= 5, "variant: must be 0 (default), 1 (selector warps), 2 (v1), ",
+                    "3 (plain appends, 8 stages), 4 (plain appends) or 5 (binned select), got ", variant);
   return variant == 0 ? f(Sm90FusedDefault{})
          : variant == 1 ? f(Sm90FusedSelectors{})
          : variant == 2 ? f(Sm90FusedV1{})
          : variant == 3 ? f(Sm90FusedGated8{})
-                        : f(Sm90FusedLeanAppend{});
+         : variant == 4 ? f(Sm90FusedGated{})
+                        : f(Sm90FusedBinned{});
 }
 }  // namespace
 

@@ -28,6 +28,8 @@ namespace {
 int g_checks = 0;
 bool g_lean = false;  // test warp_select_lean instead of warp_select
 bool g_gate = false;  // protocol: the v2 sample gate (and redo) before the scan
+bool g_binned = false;  // protocol: also the scan-time bins and warp_finish_row_binned (kBinned)
+long g_binned_rows = 0;  // rows finished by warp_finish_row_binned
 long g_gated_rows = 0, g_redo_rows = 0, g_rows = 0;
 std::string g_row_name;  // the protocol case being simulated
 
@@ -324,6 +326,11 @@ std::vector<uint32_t> simulate_row(const std::vector<float>& v, int k, int cap, 
   uint32_t lists[256] = {}, tile_max[32] = {};
   uint32_t msample = 0;
   bool gated = false;
+  // kBinned: the row's bins (lo = 0: none), counted as the kernel does: the
+  // sample entries the gate keeps, then every append; an exact compaction
+  // makes them invalid.
+  uint32_t bin_lo = 0, bin_mult = 0;
+  uint32_t bh[256] = {};
   auto append_tile = [&](int tp, int w) {
     for (int j = 0; j < 64; ++j) {
       const int i = tp * 128 + w * 64 + j;
@@ -332,12 +339,14 @@ std::vector<uint32_t> simulate_row(const std::vector<float>& v, int k, int cap, 
       if (composite(key, i) > thr) {
         if (buf[w].n >= cap) die("candidate buffer overflow");
         buf[w].push(key, i);
+        if (bin_lo) ++bh[scan_bin(key, bin_lo, bin_mult)];
       }
     }
     if (buf[w].n + 64 > cap && static_cast<uint32_t>(buf[w].n) > compact_above) {
       const uint64_t th = run_select(&buf[w], nullptr, thr, k, sc);
       buf[w].n = run_emit_inplace(&buf[w], th);
       thr = std::max(thr, th);
+      bin_lo = 0;
     }
   };
   int t = 0, tp = nt - 1;
@@ -370,6 +379,13 @@ std::vector<uint32_t> simulate_row(const std::vector<float>& v, int k, int cap, 
       gated = true;
       ++g_gated_rows;
       for (auto& b : buf) b.n = run_emit_inplace(&b, thr);  // the sample's entries below the gate
+      if (g_binned) {  // bins over [gate, the sample's largest key]
+        const uint32_t tk = *std::max_element(lists, lists + 256);
+        bin_lo = gk;
+        bin_mult = range_mult(tk > gk ? tk - gk : 0u);
+        for (auto& b : buf)
+          for (int j = 0; j < b.n; ++j) ++bh[scan_bin(b.key[j], bin_lo, bin_mult)];
+      }
     }
   }
   for (; t < nt; ++t, tp = next_tile(tp, nt, stride)) {
@@ -381,6 +397,27 @@ std::vector<uint32_t> simulate_row(const std::vector<float>& v, int k, int cap, 
   bool ok[32];
   uint32_t cands[32];
   const uint32_t need = std::min<uint32_t>(k, static_cast<uint32_t>(n));
+  if (bin_lo) {
+    bool done[32];
+    warp_emu::run([&](int lane) {
+      done[lane] = warp_finish_row_binned(s, bh, bin_lo, bin_mult, k, 0, sc.hist, sc.sk, sc.si, lane,
+                                          [&](int at, int x) { out[at] = x; });
+    });
+    for (int l = 1; l < 32; ++l) expect(done[l] == done[0], "lanes disagree in finish_row_binned");
+    for (int i = 0; i < 256; ++i) expect(bh[i] == 0, "bins not left zeroed");
+    for (int i = 0; i < 256; ++i) expect(sc.hist[i] == 0, "histogram not left zeroed (binned)");
+    if (done[0]) {
+      ++g_rows;
+      ++g_binned_rows;
+      std::vector<uint32_t> got;
+      for (int x : out) {
+        expect(x >= 0 && x < n, "binned: output slot not written or out of range");
+        got.push_back(static_cast<uint32_t>(x));
+      }
+      return got;
+    }
+    std::fill(out.begin(), out.end(), -7);  // the general select below rewrites the row
+  }
   warp_emu::run([&](int lane) {
     if (g_lean)
       ok[lane] = warp_finish_row<true>(s, thr, k, need, gated, 0, sc.hist, sc.sk, sc.si, lane, &cands[lane],
@@ -488,6 +525,7 @@ void protocol_cases() {
     check_row("cold sample tiles", u, k, rng);
   }
   if (g_gate) expect(g_gated_rows > 0, "no row was gated");
+  if (g_binned) expect(g_binned_rows > 0, "no row was finished by the binned select");
 }
 
 }  // namespace
@@ -495,14 +533,17 @@ void protocol_cases() {
 int main(int argc, char** argv) {
   const std::string which = argc > 1 ? argv[1] : "all";
   g_lean = argc > 2 && (std::string(argv[2]) == "lean" || std::string(argv[2]) == "gate");
-  g_gate = argc > 2 && std::string(argv[2]) == "gate";
+  g_gate = argc > 2 && (std::string(argv[2]) == "gate" || std::string(argv[2]) == "binned");
+  g_binned = argc > 2 && std::string(argv[2]) == "binned";
+  g_lean = g_lean || g_binned;
   if (which == "all" || which == "select") {
     order_key_cases();
     select_cases();
     gate_piece_cases();
   }
   if (which == "all" || which == "protocol") protocol_cases();
-  std::printf("fused_select emulation: %d checks passed (%ld warp exchanges; %ld rows, %ld gated, %ld redone)\n",
-              g_checks, warp_emu::st().exchanges, g_rows, g_gated_rows, g_redo_rows);
+  std::printf("fused_select emulation: %d checks passed (%ld warp exchanges; %ld rows, %ld gated, %ld redone, "
+              "%ld binned)\n",
+              g_checks, warp_emu::st().exchanges, g_rows, g_gated_rows, g_redo_rows, g_binned_rows);
   return 0;
 }

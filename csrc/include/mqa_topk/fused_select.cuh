@@ -625,6 +625,89 @@ __device__ __forceinline__ bool warp_finish_row(const Segs& s, uint64_t thr, uin
   return true;
 }
 
+// ---- binned select (kBinned) ------------------------------------------------
+// During the scan each gated row's candidates (every key >= its gate `lo`) are
+// counted in 256 bins: equal slices of [lo, lo + span], span = the sample's
+// largest key - lo, and keys above it in the last bin. Monotone in the key,
+// so every entry of a higher bin outranks every entry of a lower one.
+__device__ __forceinline__ uint32_t scan_bin(uint32_t key, uint32_t lo, uint32_t mult) {
+  const uint32_t b = range_bin(key, lo, mult);
+  return b < 255u ? b : 255u;
+}
+
+// Clears a 256-bin histogram (one warp).
+__device__ __forceinline__ void warp_clear_hist(uint32_t* h, int lane) {
+  __syncwarp();
+#pragma unroll
+  for (int j = 0; j < 8; ++j) h[j * 32 + lane] = 0;
+  __syncwarp();
+}
+
+// The block-end step of a gated row whose candidates were counted in bh
+// during the scan (bins of scan_bin(key, lo, mult), every candidate once; thr
+// is the gate's threshold, never raised). Needs more than k candidates (the
+// caller checks). The counts give the k-th's bin B; one pass over the buffers
+// then emits every entry of a bin above B (all are in the top k) and gathers
+// B's entries into scratch, where the exact k-th is found and B's winners are
+// emitted after the others. Output: the row's exact top k, the higher bins'
+// entries in candidate order, then B's winners in candidate order
+// (deterministic). Returns false when B holds more than kScratch entries or
+// the counts disagree with the buffers (never expected; some of the row may
+// be written): the caller then runs warp_finish_row, which rewrites the whole
+// row. Clears bh.
+template <class Out>
+__device__ __forceinline__ bool warp_finish_row_binned(const Segs& s, uint32_t* bh, uint32_t lo, uint32_t mult,
+                                                       uint32_t k, int start, uint32_t* hist, uint32_t* sk,
+                                                       uint32_t* si, int lane, Out&& out) {
+  uint32_t c = 0;
+  for (int g = 0; g < s.nseg; ++g) c += static_cast<uint32_t>(s.n[g]);
+  uint32_t binned = 0;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) binned += bh[j * 32 + lane];
+  binned = __reduce_add_sync(0xffffffffu, binned);
+  if (binned != c || c <= k) {
+    warp_clear_hist(bh, lane);
+    return false;
+  }
+  uint32_t before = 0, in_bin = 0;
+  const uint32_t B = warp_find_digit(bh, k, true, &before, &in_bin, lane);  // clears bh
+  if (in_bin > static_cast<uint32_t>(kScratch)) return false;
+  const uint32_t lt = (1u << lane) - 1u;
+  uint32_t pos = 0, base = 0, gmin = 0xffffffffu, gmax = 0;
+  for_each_key4<true>(s, lane, [&](uint32_t key, uint32_t idx, bool valid) {
+    const uint32_t b = scan_bin(key, lo, mult);
+    const bool hi = valid && b > B;
+    const bool eq = valid && b == B;
+    const uint32_t mh = __ballot_sync(0xffffffffu, hi);
+    const uint32_t me = __ballot_sync(0xffffffffu, eq);
+    const uint32_t ph = pos + __popc(mh & lt), pe = base + __popc(me & lt);
+    if (hi && ph < before) out(static_cast<int>(ph), static_cast<int>(idx) - start);
+    if (eq && pe < in_bin) {
+      sk[pe] = key;
+      si[pe] = idx;
+    }
+    gmin = min(gmin, eq ? key : 0xffffffffu);
+    gmax = max(gmax, eq ? key : 0u);
+    pos += __popc(mh);
+    base += __popc(me);
+  });
+  // Bins that disagree with the pass (never expected): the caller's general
+  // select rewrites the whole row (c > k: it always writes).
+  if (pos != before || base != in_bin) return false;
+  const uint64_t t = finish_in_scratch(sk, si, in_bin, gmin, gmax, k - before, hist, lane);
+  pos = before;
+  for (uint32_t j0 = 0; j0 < in_bin; j0 += 32) {
+    const uint32_t j = j0 + lane;
+    const bool keep = j < in_bin && composite(sk[j], si[j]) >= t;
+    const uint32_t m = __ballot_sync(0xffffffffu, keep);
+    const uint32_t at = pos + __popc(m & lt);
+    if (keep && at < k) out(static_cast<int>(at), static_cast<int>(si[j]) - start);
+    pos += __popc(m);
+  }
+  __syncwarp();
+  return true;
+}
+
 }  // namespace fused_detail
 
 }  // namespace mqa_topk

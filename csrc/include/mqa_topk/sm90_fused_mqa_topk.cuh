@@ -97,18 +97,24 @@ struct FusedCtl {
 // branch-free passes). kGate: the v2 sample gate (else v1). kSelectors (needs
 // kGate): the block-end select on the producer warpgroup's warps 1-3, with two
 // candidate-buffer sets.
-// kLeanAppend (development, not yet measured): the appends address the
-// buffers by a 32-bit word offset per row computed once per block (one wide
-// multiply-add per store instead of a 64-bit pointer rebuilt per candidate,
-// and no branch around the position arithmetic).
+// kLeanAppend (the default since 2026-12-01, measured 2.5% faster at the
+// headline): the appends address the buffers by a 32-bit word offset per row
+// computed once per block (one wide multiply-add per store instead of a 64-bit
+// pointer rebuilt per candidate, and no branch around the position arithmetic).
+// kBinned (needs kGate, not kSelectors): the scan also counts each gated row's
+// candidates in a 256-bin shared-memory histogram over [gate, sample max]
+// (scan_bin), so the block-end select knows the k-th's bin without reading the
+// buffers and finishes in one pass (warp_finish_row_binned).
 template <int kNumStages_, bool kLeanSelect_ = false, bool kGate_ = false, bool kSelectors_ = false,
-          bool kLeanAppend_ = false>
+          bool kLeanAppend_ = false, bool kBinned_ = false>
 struct Sm90FusedConfig {
   static constexpr bool kLeanSelect = kLeanSelect_;
   static constexpr bool kGate = kGate_;
   static constexpr bool kSelectors = kSelectors_;
   static constexpr bool kLeanAppend = kLeanAppend_;
+  static constexpr bool kBinned = kBinned_;
   static_assert(!kSelectors || kGate, "selector warps need the gated scan");
+  static_assert(!kBinned || (kGate && !kSelectors && kLeanSelect), "binned select: gated scan, select on the math warps");
   using Logits = Sm90LogitsConfig<8, 2, kNumStages_>;
   static constexpr int kBlockRows = 8;
   static constexpr int kNumStages = kNumStages_;
@@ -130,7 +136,9 @@ struct Sm90FusedConfig {
   static constexpr int kOffThr = kOffCnt + kSets * 2 * 8 * 4;                        // [set][8 rows] u64
   static constexpr int kOffSlot = kOffThr + kSets * 8 * 8;                           // [2][8] int
   static constexpr int kOffCtl = kOffSlot + 2 * 8 * 4;
-  static constexpr int kOffBars = kOffCtl + (static_cast<int>(sizeof(FusedCtl)) + 7) / 8 * 8;
+  static constexpr int kOffBin = kOffCtl + (static_cast<int>(sizeof(FusedCtl)) + 7) / 8 * 8;  // kBinned: [8][256]
+  static constexpr int kOffBinPar = kOffBin + (kBinned ? 8 * 256 * 4 : 0);  // kBinned: (lo, mult) [8]
+  static constexpr int kOffBars = kOffBinPar + (kBinned ? 8 * 8 : 0);
   static constexpr int kNumBars = 2 * kNumStages + 4 + (kSelectors ? 4 : 0);
   static constexpr int kSmemBytes = kOffBars + kNumBars * 8 + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per CTA");
@@ -214,6 +222,34 @@ __device__ __forceinline__ bool fused_finish_row(const Sm90FusedParams& p, int b
   return ok;
 }
 
+// kBinned: the block-end select of a gated row by its scan-time bins
+// (warp_finish_row_binned); false when the caller must run fused_finish_row.
+__device__ __forceinline__ bool fused_finish_row_binned(const Sm90FusedParams& p, int b, int r, uint32_t* ws_set,
+                                                        const uint32_t* cnt_set, uint32_t* bh, uint32_t lo,
+                                                        uint32_t mult, uint32_t* hist, uint32_t* sk, uint32_t* si,
+                                                        int lane, unsigned long long* stats) {
+  using namespace fused_detail;
+  const int row = b * 8 + r;
+  const size_t cap = size_t(p.cap);
+  const uint32_t* k0 = ws_set + size_t((0 * 8 + r) * 2) * cap;
+  const uint32_t* k1 = ws_set + size_t((1 * 8 + r) * 2) * cap;
+  const Segs s{{k0, k1}, {k0 + cap, k1 + cap}, {static_cast<int>(cnt_set[r]), static_cast<int>(cnt_set[8 + r])}, 2};
+  int start;
+  row_length(p, row, &start);
+  int* orow = p.out + size_t(row) * p.topk;
+  const bool done = warp_finish_row_binned(s, bh, lo, mult, static_cast<uint32_t>(p.topk), start, hist, sk, si, lane,
+                                           [&](int at, int v) { orow[at] = v; });
+  if (p.probe == 2 && lane == 0) {
+    if (done) {
+      atomicAdd(stats + 4, static_cast<unsigned long long>(s.n[0] + s.n[1]));
+      atomicAdd(stats + 13, 1ull);
+    } else {
+      atomicAdd(stats + 14, 1ull);  // general select (the row counts there)
+    }
+  }
+  return done;
+}
+
 // Queues a redo of block b's rows `mask` (one thread), then counts the block as
 // finished. The producer pops entries in order.
 __device__ __forceinline__ void fused_block_finished(FusedCtl* ctl, int b, uint32_t mask) {
@@ -255,6 +291,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   volatile int* slot = reinterpret_cast<volatile int*>(smem + Cfg::kOffSlot);  // [2][8]
   FusedCtl* ctl = reinterpret_cast<FusedCtl*>(smem + Cfg::kOffCtl);
   volatile FusedCtl* ctl_v = ctl;
+  uint32_t* bin_hist = reinterpret_cast<uint32_t*>(smem + Cfg::kOffBin);   // kBinned: [row][256]
+  // kBinned: per row the bins' (lo, mult); lo = 0: no valid bins (no gate, or
+  // an exact compaction raised the threshold).
+  uint2* bin_par = reinterpret_cast<uint2*>(smem + Cfg::kOffBinPar);
 
   const int tid = threadIdx.x;
   const int wg = tid / 128;
@@ -274,6 +314,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   for (int i = tid; i < Cfg::kSets * R; i += Cfg::kThreads) thr_all[i] = 0;
   for (int i = tid; i < static_cast<int>(sizeof(FusedCtl) / 4); i += Cfg::kThreads)
     reinterpret_cast<uint32_t*>(ctl)[i] = 0;
+  if constexpr (Cfg::kBinned)
+    for (int i = tid; i < 8 * 256 + 2 * 8; i += Cfg::kThreads) bin_hist[i] = 0;  // bin_par follows bin_hist
   __syncthreads();
 
   const int nblocks = (p.rows + R - 1) / R;
@@ -494,11 +536,24 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           const uint64_t th0 = warp_read_u64(thr + r, lane);
           int left = static_cast<int>(c);
           uint64_t th = th0;
+          // kBinned: the gate's drop pass counts the kept entries in the row's
+          // bins; an exact compaction raises the threshold, so the bins no
+          // longer describe the row (the block end then takes the general select).
+          [[maybe_unused]] uint2 bp = make_uint2(0, 0);
+          if constexpr (Cfg::kBinned) {
+            bp = bin_par[r];
+            if (select) {
+              bp.x = 0;
+              if (lane == 0) bin_par[r].x = 0;
+            }
+          }
           if (select || th0 != 0) {
             if (select) th = select_row<Cfg::kLeanSelect>(sg, th0, static_cast<uint32_t>(k), hist, sk, si, lane);
             left = warp_emit(sg, th, lane, [&](int at, uint32_t key, uint32_t idx) {
               __stcg(kp + at, key);
               __stcg(ip + at, idx);
+              if constexpr (Cfg::kBinned)
+                if (bp.x) atomicAdd(bin_hist + r * 256 + scan_bin(key, bp.x, bp.y), 1u);
             });
           }
           if (lane == 0) {
@@ -603,10 +658,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           if (surv[0][i]) {
             __stcg(ws_set + o0, okey[0][i]);
             __stcg(ws_set + o0 + cap, static_cast<uint32_t>(key_wg0 + key_local));
+            if constexpr (Cfg::kBinned && !kSample) {  // (lo, mult) from shared memory: registers are at the cap
+              const uint2 bp = bin_par[2 * quad + i];
+              if (bp.x) atomicAdd(bin_hist + (2 * quad + i) * 256 + scan_bin(okey[0][i], bp.x, bp.y), 1u);
+            }
           }
           if (surv[1][i]) {
             __stcg(ws_set + o1, okey[1][i]);
             __stcg(ws_set + o1 + cap, static_cast<uint32_t>(key_wg0 + key_local + 8));
+            if constexpr (Cfg::kBinned && !kSample) {  // (lo, mult) from shared memory: registers are at the cap
+              const uint2 bp = bin_par[2 * quad + i];
+              if (bp.x) atomicAdd(bin_hist + (2 * quad + i) * 256 + scan_bin(okey[1][i], bp.x, bp.y), 1u);
+            }
           }
           continue;
         }
@@ -659,6 +722,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           const uint32_t msz = ctl_v->sample_cnt[r];
           const uint32_t rho = p.probe != 1 && ((active >> r) & 1u) ? gate_rank(msz, n, gate_target) : 0u;
           const uint32_t gk = warp_gate_key(hist, ctl->tile_max[r], rho, ns, lane);
+          if constexpr (Cfg::kBinned) {  // bins over [gate, the sample's largest key]
+            uint32_t tk = 0;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) tk = max(tk, hist[j * 32 + lane]);
+            tk = __reduce_max_sync(0xffffffffu, tk);
+            if (lane == 0) bin_par[r] = make_uint2(gk, range_mult(tk > gk ? tk - gk : 0u));
+          }
           __syncwarp();
 #pragma unroll
           for (int j = 0; j < 8; ++j) hist[j * 32 + lane] = 0;
@@ -699,9 +769,25 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const int r = gwarp;
       if (((active >> r) & 1u) && b * R + r < p.rows) {
         const uint32_t gated = Cfg::kGate ? (ctl_v->gated[cs] >> r) & 1u : 0u;
-        const bool ok = fused_finish_row<Cfg>(p, b, r, ws_set, cnt_s, warp_read_u64(thr + r, lane), gated, hist, sk,
-                                              si, lane, stats);
+        bool done = false, ok = true;
+        if constexpr (Cfg::kBinned) {
+          const uint2 bp = bin_par[r];
+          if (gated && bp.x)
+            done = fused_finish_row_binned(p, b, r, ws_set, cnt_s, bin_hist + r * 256, bp.x, bp.y, hist, sk, si, lane,
+                                           stats);
+          else
+            warp_clear_hist(bin_hist + r * 256, lane);
+        }
+        if (!done)
+          ok = fused_finish_row<Cfg>(p, b, r, ws_set, cnt_s, warp_read_u64(thr + r, lane), gated, hist, sk, si, lane,
+                                     stats);
         if (!ok && lane == 0) atomicOr(&ctl->redo_acc[cs], 1u << r);
+      } else if constexpr (Cfg::kBinned) {
+        warp_clear_hist(bin_hist + r * 256, lane);
+      }
+      if constexpr (Cfg::kBinned) {
+        __syncwarp();
+        if (lane == 0) bin_par[r] = make_uint2(0, 0);
       }
       if (lane == 0) thr_v[r] = 0;
       ptx::named_barrier_sync(3, Cfg::kMathThreads);
@@ -721,10 +807,12 @@ using Sm90FusedV1 = Sm90FusedConfig<8>;                           // v1: running
 using Sm90FusedGated8 = Sm90FusedConfig<8, true, true>;           // v2, select on the math warps, 8 stages
 using Sm90FusedGated = Sm90FusedConfig<7, true, true>;            // the same with 7 ring stages
 using Sm90FusedSelectors = Sm90FusedConfig<7, true, true, true>;  // v2, select on selector warps
-using Sm90FusedLeanAppend = Sm90FusedConfig<7, true, true, false, true>;  // the default + kLeanAppend
+using Sm90FusedLeanAppend = Sm90FusedConfig<7, true, true, false, true>;  // Sm90FusedGated + kLeanAppend
+using Sm90FusedBinned = Sm90FusedConfig<7, true, true, false, true, true>;  // + the scan-time histogram
 // Measured (BENCHMARKS.md, 2026-12-01, headline top-2048): select on the math
-// warps at 7 stages 6.59 ms, at 8 stages 6.76, on selector warps 7.14.
-using Sm90FusedDefault = Sm90FusedGated;
+// warps at 7 stages 6.59 ms, at 8 stages 6.76, on selector warps 7.14; with
+// lean appends 6.185 against 6.32.
+using Sm90FusedDefault = Sm90FusedLeanAppend;
 
 // Launches the fused kernel. q [rows, 32, 128] fp8, k [keys, 128] fp8, scales
 // [keys] fp32, weights [rows, 32] fp32 (contiguous, 16-byte aligned), out
