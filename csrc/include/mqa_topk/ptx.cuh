@@ -196,13 +196,17 @@ __device__ __forceinline__ uint32_t cluster_ctarank() {
 __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
-// Arrives on the mbarrier at the same shared-memory offset in CTA `cta` of the cluster.
+// Arrives on the mbarrier at the same shared-memory offset in CTA `cta` of the
+// cluster, with the default (.release.cta) semantics as CUTLASS's consumer
+// release does: .release.cluster costs a MEMBAR.GPU before every arrive. The
+// stage's readers are wgmma (finished by wgmma.wait_group) and ld.shared of
+// the scales, whose values are in registers before the arrive issues.
 __device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t cta) {
   asm volatile(
       "{\n"
       ".reg .b32 ra;\n"
       "mapa.shared::cluster.u32 ra, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n"
+      "mbarrier.arrive.shared::cluster.b64 _, [ra];\n"
       "}\n" ::"r"(smem_addr(bar)),
       "r"(cta)
       : "memory");
