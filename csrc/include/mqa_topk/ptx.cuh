@@ -193,8 +193,9 @@ __device__ __forceinline__ uint32_t cluster_ctarank() {
   return r;
 }
 // Every (non-exited) thread of the cluster: arrive (release) + wait (acquire).
+// Not .aligned: the producer warp's TMA thread reaches it apart from its lanes.
 __device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+  asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
 }
 // Arrives on the mbarrier at the same shared-memory offset in CTA `cta` of the
 // cluster, with the default (.release.cta) semantics as CUTLASS's consumer
