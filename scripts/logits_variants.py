@@ -2,10 +2,20 @@
 0 real (8 rows, 2 math warpgroups + producer, 8 stages), 1 no epilogue
 arithmetic, 2 no MMA, 3 six stages, 4 three math warpgroups with the TMA issued
 inline (no producer warpgroup), 5 the same without epilogue arithmetic.
-Variants 3 and 4 must write logits bitwise equal to variant 0 (same MMA, same
-epilogue order); that is checked first, on fresh random inputs with a
-NaN-poisoned output, including random ranges and awkward sizes, inside each
-row's [start, end) (outside it the tile size changes what is written)."""
+6-16 are the issue-10 structures (sm90_fp8_mqa_logits_dev.cuh, docs/LOGITS.md):
+4 rows x 4 math warpgroups + producer (640 threads) with setmaxnreg 112/32 at
+3/4/5 stages (6/7/8), with direct st.global stores (9), without epilogue (10);
+2-CTA clusters with the K tiles multicast (11, 12 without epilogue, 15 with
+direct stores; 13 the 8-row default so clustered); the 8-row default with direct
+stores (14); 4 rows x 4 math warpgroups without setmaxnreg (16).
+Every variant but the no-epilogue ones must write logits bitwise equal to
+variant 0 (same MMA per element, same epilogue order); that is checked first, on
+fresh random inputs with a NaN-poisoned output, including random ranges and
+awkward sizes, inside each row's [start, end) (outside it the tile size and the
+cluster's span change what is written). A mismatch is reported, the timings
+still run, and the script exits 1 at the end. Arguments, if any, restrict the
+run to those variants (plus 0): e.g. `logits_variants.py 6 7 8 9 10 14 16`.
+The cluster variants (11-13, 15) run last."""
 import sys
 
 import torch
@@ -16,30 +26,51 @@ from logits_probe import cold_time, make  # noqa: E402
 from mqa_topk_cli import ops  # noqa: E402
 
 ext = ops._native()
+# Optional arguments: the variants to check and time (0, the reference, always runs).
+ONLY = {int(a) for a in sys.argv[1:]}
+CHECKED = tuple(v for v in (3, 4, 6, 7, 8, 9, 16, 14, 11, 13, 15) if not ONLY or v in ONLY)
 ok = True
 for rows, keys, layout in ((67, 1000, "causal"), (1023, 20001, "random"), (300, 70000, "random"), (2048, 65536, "causal"),
-                           (5, 1, "random")):
+                           (5, 1, "random"), (13, 3000, "random")):
     q, k, scales, w, starts, ends = make(rows, keys, 5, layout)
     pitch = -(-keys // 4) * 4
     outs = {}
-    for v in (0, 3, 4):
+    for v in (0, *CHECKED):
         out = torch.full((rows, pitch), float("nan"), device="cuda")
-        ext.mqa_logits_probe(v, q, k, scales, w, starts, ends, out)
+        try:
+            ext.mqa_logits_probe(v, q, k, scales, w, starts, ends, out)
+            torch.cuda.synchronize()
+        except RuntimeError as e:
+            print(f"variant {v}: launch failed: {e}", flush=True)
+            ok = False
+            continue
         outs[v] = torch.nan_to_num(out, nan=7.0)
-    torch.cuda.synchronize()
     col = torch.arange(pitch, device="cuda")[None]
     inside = (col >= starts[:, None].long()) & (col < ends[:, None].long())  # the contract's region
-    for v in (3, 4):
-        same = torch.equal(outs[0][inside], outs[v][inside]) and not torch.isnan(outs[v][inside]).any()
+    for v in CHECKED:
+        if v not in outs:
+            continue
+        a, b = outs[0][inside], outs[v][inside]
+        same = torch.equal(a, b) and not torch.isnan(outs[v][inside]).any()
         ok &= same
-        print(f"variant {v} vs 0, rows={rows} keys={keys} {layout}: bitwise {'equal' if same else 'DIFFERENT'}", flush=True)
-if not ok:
-    sys.exit(1)
-names = {0: "real", 1: "no-epilogue", 3: "stages=6", 4: "inline-3wg", 5: "inline-3wg-no-epi"}
+        extra = "" if same else f" (max |diff| {(a - b).abs().max().item():.3e}, {(a != b).sum().item()} of {a.numel()})"
+        print(f"variant {v} vs 0, rows={rows} keys={keys} {layout}: bitwise {'equal' if same else 'DIFFERENT'}{extra}",
+              flush=True)
+names = {0: "real", 1: "no-epilogue", 3: "stages=6", 4: "inline-3wg", 5: "inline-3wg-no-epi",
+         6: "r4-4wg-reg112-s3", 7: "r4-4wg-reg112-s4", 8: "r4-4wg-reg112-s5", 9: "r4-4wg-s4-stg",
+         10: "r4-4wg-s4-no-epi", 16: "r4-4wg-s4-noreg", 14: "r8-2wg-s8-stg",
+         11: "r4-cl2-mcast-s4", 12: "r4-cl2-s4-no-epi", 13: "r8-cl2-mcast-s8", 15: "r4-cl2-s4-stg"}
+names = {v: n for v, n in names.items() if not ONLY or v in ONLY or v == 0}
 for rows, keys in ((8192, 65536), (8192, 8192), (1024, 8192), (1024, 131072)):
     q, k, scales, w, starts, ends = make(rows, keys, 7)
     out = torch.empty((rows, keys), device="cuda")
     pairs = (ends - starts).sum().item()
     for v, name in names.items():
-        ms = cold_time(lambda: ext.mqa_logits_probe(v, q, k, scales, w, starts, ends, out))
+        try:
+            ms = cold_time(lambda: ext.mqa_logits_probe(v, q, k, scales, w, starts, ends, out))
+        except RuntimeError as e:
+            print(f"R={rows} N={keys} {name:>18}: failed: {e}", flush=True)
+            ok = False
+            continue
         print(f"R={rows} N={keys} {name:>18}: {ms:.3f} ms  {8192 * pairs / ms / 1e12:.3f} PF/s", flush=True)
+sys.exit(0 if ok else 1)

@@ -1,10 +1,12 @@
 // Development-only variants of the logits kernel, built when
 // MQA_TOPK_DEV_PROBES=1: the same launch with the epilogue or the MMAs left
-// out, and other stage counts, to place the time inside the kernel.
+// out, and other stage counts, to place the time inside the kernel; 6 and up
+// are the issue-10 structures of sm90_fp8_mqa_logits_dev.cuh (docs/LOGITS.md).
 #include <ATen/ATen.h>
 
 #include "../launch_common.h"
 #include "mqa_topk/sm90_fp8_mqa_logits.cuh"
+#include "mqa_topk/sm90_fp8_mqa_logits_dev.cuh"
 
 void mqa_logits_probe(int64_t variant, const at::Tensor& q, const at::Tensor& k, const at::Tensor& scales,
                       const at::Tensor& weights, const at::Tensor& starts, const at::Tensor& ends,
@@ -21,6 +23,14 @@ void mqa_logits_probe(int64_t variant, const at::Tensor& q, const at::Tensor& k,
                                            logits.data_ptr<float>(), logits.stride(0), q.size(0), k.size(0), sms,
                                            stream);
   };
+  auto go_dev = [&](auto cfg) {
+    using Cfg = decltype(cfg);
+    return launch_sm90_fp8_mqa_logits_dev<Cfg>(q.data_ptr(), k.data_ptr(), scales.data_ptr<float>(),
+                                               weights.data_ptr<float>(), starts.data_ptr<int>(),
+                                               ends.data_ptr<int>(), logits.data_ptr<float>(), logits.stride(0),
+                                               q.size(0), k.size(0), sms, stream);
+  };
+  // Sm90LogitsDevConfig<rows, math warpgroups, stages, probe, math registers (0: no setmaxnreg), cluster, direct store>
   cudaError_t err;
   switch (variant) {
     case 0: err = go(Sm90LogitsConfig<8, 2, 8, 0>{}); break;
@@ -29,6 +39,17 @@ void mqa_logits_probe(int64_t variant, const at::Tensor& q, const at::Tensor& k,
     case 3: err = go(Sm90LogitsConfig<8, 2, 6, 0>{}); break;
     case 4: err = go(Sm90LogitsConfig<8, 3, 5, 0, true>{}); break;
     case 5: err = go(Sm90LogitsConfig<8, 3, 5, 1, true>{}); break;
+    case 6: err = go_dev(Sm90LogitsDevConfig<4, 4, 3, 0, 112>{}); break;
+    case 7: err = go_dev(Sm90LogitsDevConfig<4, 4, 4, 0, 112>{}); break;
+    case 8: err = go_dev(Sm90LogitsDevConfig<4, 4, 5, 0, 112>{}); break;
+    case 9: err = go_dev(Sm90LogitsDevConfig<4, 4, 4, 0, 112, 1, true>{}); break;
+    case 10: err = go_dev(Sm90LogitsDevConfig<4, 4, 4, 1, 112>{}); break;
+    case 11: err = go_dev(Sm90LogitsDevConfig<4, 4, 4, 0, 112, 2>{}); break;
+    case 12: err = go_dev(Sm90LogitsDevConfig<4, 4, 4, 1, 112, 2>{}); break;
+    case 13: err = go_dev(Sm90LogitsDevConfig<8, 2, 8, 0, 0, 2>{}); break;
+    case 14: err = go_dev(Sm90LogitsDevConfig<8, 2, 8, 0, 0, 1, true>{}); break;
+    case 15: err = go_dev(Sm90LogitsDevConfig<4, 4, 4, 0, 112, 2, true>{}); break;
+    case 16: err = go_dev(Sm90LogitsDevConfig<4, 4, 4, 0, 0>{}); break;
     default: TORCH_CHECK_VALUE(false, "variant: unknown ", variant);
   }
   TORCH_CHECK(err == cudaSuccess, "probe launch failed: ", cudaGetErrorString(err));

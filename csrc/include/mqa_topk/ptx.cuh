@@ -177,5 +177,51 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
 // ---- misc -------------------------------------------------------------------------
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
+// ---- register reallocation / clusters (the dev variants of issue 10) ----------------
+// setmaxnreg: every warp of the warpgroup must execute the same instruction.
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N));
+}
+__device__ __forceinline__ uint32_t cluster_ctarank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+// Every (non-exited) thread of the cluster: arrive (release) + wait (acquire).
+// Not .aligned: the producer warp's TMA thread reaches it apart from its lanes.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
+}
+// Arrives on the mbarrier at the same shared-memory offset in CTA `cta` of the
+// cluster, with the default (.release.cta) semantics as CUTLASS's consumer
+// release does: .release.cluster costs a MEMBAR.GPU before every arrive. The
+// stage's readers are wgmma (finished by wgmma.wait_group) and ld.shared of
+// the scales, whose values are in registers before the arrive issues.
+__device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t cta) {
+  asm volatile(
+      "{\n"
+      ".reg .b32 ra;\n"
+      "mapa.shared::cluster.u32 ra, %0, %1;\n"
+      "mbarrier.arrive.shared::cluster.b64 _, [ra];\n"
+      "}\n" ::"r"(smem_addr(bar)),
+      "r"(cta)
+      : "memory");
+}
+// A 2-D TMA load written to the same shared-memory offset of every CTA in
+// cta_mask, each completing the bytes on its own mbarrier at bar's offset.
+__device__ __forceinline__ void tma_load_2d_multicast(void* dst, const CUtensorMap* map, uint64_t* bar, int32_t c0,
+                                                      int32_t c1, uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "h"(cta_mask)
+      : "memory");
+}
+
 }  // namespace ptx
 }  // namespace mqa_topk

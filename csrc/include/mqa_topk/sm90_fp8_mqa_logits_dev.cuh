@@ -1,0 +1,418 @@
+// Development variants of the dense logits kernel (issue 10; docs/LOGITS.md),
+// built only into the dev probes (csrc/dev/logits_probes.cu). The same main
+// loop and epilogue arithmetic as sm90_fp8_mqa_logits.cuh (its helpers, so the
+// logits are bitwise those of the real kernel), plus three switches the real
+// kernel does not have: setmaxnreg, 2-CTA clusters with TMA multicast of the
+// K tiles, and direct st.global stores. A separate kernel, so the ops' kernel
+// and the fused kernel compile exactly as before. Torch-free.
+#pragma once
+
+#include "sm90_fp8_mqa_logits.cuh"
+
+namespace mqa_topk {
+
+// Dev variants of issue 10 (docs/LOGITS.md; measured through the dev probes
+// only): kMathRegs_ > 0 moves registers from the producer warpgroup (down to
+// kProducerRegs) to the math warpgroups (up to kMathRegs_) with setmaxnreg;
+// kCluster_ = 2 runs 2-CTA clusters whose CTAs take adjacent row blocks, walk
+// the union of their key spans and each load half of every K tile (and its
+// scales) by TMA multicast to both; kDirectStore_ writes the masked logits
+// with st.global from registers instead of the shared tile + TMA store.
+template <int kBlockRows_, int kMathWarpgroups_, int kNumStages_, int kProbe_ = 0, int kMathRegs_ = 0,
+          int kCluster_ = 1, bool kDirectStore_ = false>
+struct Sm90LogitsDevConfig {
+  static constexpr int kMathRegs = kMathRegs_;
+  static constexpr int kProducerRegs = 32;
+  static constexpr int kCluster = kCluster_;
+  static constexpr bool kDirectStore = kDirectStore_;
+  static constexpr int kBlockRows = kBlockRows_;
+  static constexpr int kMathWarpgroups = kMathWarpgroups_;
+  static constexpr int kNumStages = kNumStages_;
+  static constexpr int kProbe = kProbe_;
+  static constexpr int kHeads = 32;
+  static constexpr int kHeadDim = 128;
+  static constexpr int kN = kBlockRows * kHeads;  // wgmma N
+  static constexpr int kAcc = kN / 2;              // fp32 accumulators per thread
+  static constexpr int kBlockKeys = 64 * kMathWarpgroups;
+  static constexpr int kThreads = 128 * (kMathWarpgroups + 1);
+  static constexpr int kMathThreads = 128 * kMathWarpgroups;
+  static constexpr int kKTileBytes = kBlockKeys * kHeadDim;
+  static constexpr int kQTileBytes = kN * kHeadDim;
+  static constexpr int kScaleBytes = kBlockKeys * 4;
+  static constexpr int kWeightBytes = kBlockRows * kHeads * 4;
+  static constexpr int kOutBytes = kBlockRows * 64 * 4;  // one warpgroup's output tile
+  static constexpr int kOffK = 0;
+  static constexpr int kOffQ = kOffK + kNumStages * kKTileBytes;
+  static constexpr int kOffOut = kOffQ + 2 * kQTileBytes;
+  static constexpr int kOffScales = kOffOut + 2 * kMathWarpgroups * kOutBytes;
+  static constexpr int kOffWeights = kOffScales + kNumStages * kScaleBytes;
+  static constexpr int kOffBars = kOffWeights + 2 * kWeightBytes;
+  static constexpr int kNumBars = 2 * kNumStages + 4;
+  static constexpr int kSmemBytes = kOffBars + kNumBars * 8 + 1024;  // + alignment slack
+  static constexpr int kSpanRows = kBlockRows * kCluster;  // rows that walk one key span (the cluster's)
+  static constexpr int kKSliceKeys = kBlockKeys / kCluster;  // keys of a tile each CTA of the cluster loads
+  static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 CTAs");
+  static_assert(kMathRegs % 8 == 0 && (kMathRegs == 0 || (kMathRegs >= 24 && kMathRegs <= 256)), "setmaxnreg range");
+  // The registers the CTA starts with (launch bounds: 64K / threads, a multiple of 8) must cover the split.
+  static_assert(kMathRegs == 0 ||
+                    kMathRegs * kMathThreads + kProducerRegs * 128 <= ((65536 / kThreads) & ~7) * kThreads,
+                "setmaxnreg split exceeds the CTA's registers");
+  static_assert(kBlockRows == 4 || kBlockRows == 8, "wgmma N = 128 or 256");
+  static_assert(kKTileBytes % 1024 == 0 && kQTileBytes % 1024 == 0, "swizzle atoms need 1 KB alignment");
+  static_assert(kBlockKeys <= 256 && kN <= 256, "one TMA box per tile");
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory per CTA");
+};
+
+
+template <class Cfg>
+__device__ __forceinline__ WorkShare find_work_share_dev(const Sm90LogitsParams& p) {
+  __shared__ long long s_warp[Cfg::kThreads / 32];
+  __shared__ int s_start[2];
+  const int tid = threadIdx.x;
+  const int lane = tid & 31, warp = tid >> 5;
+  const int nblocks = (p.rows + Cfg::kSpanRows - 1) / Cfg::kSpanRows;
+  const int per = (nblocks + Cfg::kThreads - 1) / Cfg::kThreads;
+  const int b_beg = min(tid * per, nblocks), b_end = min(b_beg + per, nblocks);
+  long long mine = 0;
+  for (int b = b_beg; b < b_end; ++b) {
+    int lo, hi;
+    mine += block_span<Cfg::kSpanRows, Cfg::kBlockKeys>(p, b, lo, hi);
+  }
+  long long incl = mine;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const long long v = __shfl_up_sync(0xffffffffu, incl, d);
+    if (lane >= d) incl += v;
+  }
+  if (lane == 31) s_warp[warp] = incl;
+  if (tid == 0) s_start[0] = s_start[1] = 0;
+  __syncthreads();
+  long long warp_prefix = 0, total = 0;
+#pragma unroll 1
+  for (int w = 0; w < Cfg::kThreads / 32; ++w) {
+    if (w < warp) warp_prefix += s_warp[w];
+    total += s_warp[w];
+  }
+  const long long excl = warp_prefix + incl - mine;
+  // One share per cluster (both CTAs of a cluster walk the same tiles).
+  long long g0, g1;
+  if constexpr (Cfg::kCluster == 1) {
+    g0 = total * blockIdx.x / gridDim.x;
+    g1 = total * (blockIdx.x + 1) / gridDim.x;
+  } else {
+    const unsigned cid = blockIdx.x / Cfg::kCluster, ncl = gridDim.x / Cfg::kCluster;
+    g0 = total * cid / ncl;
+    g1 = total * (cid + 1) / ncl;
+  }
+  if (mine > 0 && excl <= g0 && g0 < excl + mine) {
+    long long acc = excl;
+    for (int b = b_beg; b < b_end; ++b) {
+      int lo, hi;
+      const int n = block_span<Cfg::kSpanRows, Cfg::kBlockKeys>(p, b, lo, hi);
+      if (g0 < acc + n) {
+        s_start[0] = b;
+        s_start[1] = static_cast<int>(g0 - acc);
+        break;
+      }
+      acc += n;
+    }
+  }
+  __syncthreads();
+  return WorkShare{s_start[0], s_start[1], g1 - g0};
+}
+
+// The pipeline's mbarriers (one thread): "full" ones complete on the
+// producer's arrival plus the TMA bytes, "empty" ones when every consumer warp
+
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    sm90_fp8_mqa_logits_dev_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+                               const __grid_constant__ CUtensorMap tm_scales,
+                               const __grid_constant__ CUtensorMap tm_weights,
+                               const __grid_constant__ CUtensorMap tm_out, const Sm90LogitsParams p) {
+  constexpr int S = Cfg::kNumStages;
+  extern __shared__ uint8_t smem_raw[];
+  // Offset the __shared__ array itself (not an integer address) so the compiler
+  // keeps the shared address space: LDS/STS instead of generic LD/ST.
+  uint8_t* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + Cfg::kOffBars);
+  uint64_t* full = bars;
+  uint64_t* empty = bars + S;
+  uint64_t* q_full = bars + 2 * S;
+  uint64_t* q_empty = bars + 2 * S + 2;
+
+  const WorkShare share = find_work_share_dev<Cfg>(p);
+  const int tid = threadIdx.x;
+  const int wg = tid / 128;
+  // Range errors (range_check.cuh) are checked by threads with nothing else to
+  // do: warps 1-3 of the producer warpgroup of every CTA (warp 0 holds the
+  // TMA thread), so the check costs the pipeline nothing.
+  constexpr int kCheckLo = Cfg::kMathThreads + 32;
+  constexpr int kCheckers = 96;
+  const int checker = range_checker_index(tid, kCheckLo, kCheckers);
+  if (share.count <= 0)
+    check_row_ranges(p.err, p.starts, p.ends, p.rows, p.keys, kKernelLogits, checker, gridDim.x * kCheckers);
+  if (share.count <= 0) return;  // uniform across the CTA (and the cluster)
+
+  // This CTA's rank in its cluster: its rows are rank * R.. of the cluster's kSpanRows.
+  const int rank = Cfg::kCluster > 1 ? static_cast<int>(ptx::cluster_ctarank()) : 0;
+  if constexpr (Cfg::kCluster > 1) {
+    // A K stage is refilled (in both CTAs, by multicast) only after the math
+    // warps of both CTAs released it: every math warp arrives on both CTAs' empty barrier.
+    if (tid == 0) {
+      for (int i = 0; i < S; ++i) {
+        ptx::mbar_init(full + i, 1);
+        ptx::mbar_init(empty + i, Cfg::kCluster * Cfg::kMathThreads / 32);
+      }
+      for (int i = 0; i < 2; ++i) {
+        ptx::mbar_init(q_full + i, 1);
+        ptx::mbar_init(q_empty + i, Cfg::kMathThreads / 32);
+      }
+      ptx::fence_barrier_init();
+    }
+    ptx::cluster_sync();  // the peer's barriers exist before any multicast or remote arrive
+  } else {
+    if (tid == 0) init_pipeline_barriers<S, Cfg::kMathThreads / 32>(full, empty, q_full, q_empty);
+    __syncthreads();
+  }
+
+  if (wg == Cfg::kMathWarpgroups) {
+    // ---------------- producer: one thread issues every TMA ----------------
+    if constexpr (Cfg::kMathRegs > 0) ptx::setmaxnreg_dec<Cfg::kProducerRegs>();
+    if (tid != Cfg::kMathThreads) {
+      check_row_ranges(p.err, p.starts, p.ends, p.rows, p.keys, kKernelLogits, checker, gridDim.x * kCheckers);
+      if constexpr (Cfg::kCluster > 1) ptx::cluster_sync();  // every thread of the cluster, once
+      return;
+    }
+    ptx::prefetch_tensor_map(&tm_q);
+    ptx::prefetch_tensor_map(&tm_k);
+    ptx::prefetch_tensor_map(&tm_scales);
+    ptx::prefetch_tensor_map(&tm_weights);
+    int b = share.b0, t = share.t0, lo, hi;
+    int nt = block_span<Cfg::kSpanRows, Cfg::kBlockKeys>(p, b, lo, hi);
+    int it = 0, qi = 0;
+    bool new_block = true;
+    for (long long left = share.count; left > 0; --left) {
+      if (new_block) {
+        const int qb = qi & 1;
+        const int row0 = b * Cfg::kSpanRows + rank * Cfg::kBlockRows;
+        ptx::mbar_wait(q_empty + qb, ((qi >> 1) & 1) ^ 1);
+        ptx::mbar_arrive_expect_tx(q_full + qb, Cfg::kQTileBytes + Cfg::kWeightBytes);
+        ptx::tma_load_2d(smem + Cfg::kOffQ + qb * Cfg::kQTileBytes, &tm_q, q_full + qb, 0, row0 * Cfg::kHeads);
+        ptx::tma_load_2d(smem + Cfg::kOffWeights + qb * Cfg::kWeightBytes, &tm_weights, q_full + qb, 0, row0);
+        new_block = false;
+      }
+      const int stage = it % S;
+      ptx::mbar_wait(empty + stage, ((it / S) & 1) ^ 1);
+      // Both slices of the tile (this CTA's and the peer's multicast) land on this barrier.
+      ptx::mbar_arrive_expect_tx(full + stage, Cfg::kKTileBytes + Cfg::kScaleBytes);
+      const int key0 = lo + t * Cfg::kBlockKeys;
+      if constexpr (Cfg::kCluster > 1) {
+        const int ks = rank * Cfg::kKSliceKeys;
+        constexpr uint16_t kAll = (1u << Cfg::kCluster) - 1;
+        ptx::tma_load_2d_multicast(smem + Cfg::kOffK + stage * Cfg::kKTileBytes + ks * Cfg::kHeadDim, &tm_k,
+                                   full + stage, 0, key0 + ks, kAll);
+        ptx::tma_load_2d_multicast(smem + Cfg::kOffScales + stage * Cfg::kScaleBytes + ks * 4, &tm_scales,
+                                   full + stage, key0 + ks, 0, kAll);
+      } else {
+        ptx::tma_load_2d(smem + Cfg::kOffK + stage * Cfg::kKTileBytes, &tm_k, full + stage, 0, key0);
+        ptx::tma_load_2d(smem + Cfg::kOffScales + stage * Cfg::kScaleBytes, &tm_scales, full + stage, key0, 0);
+      }
+      ++it;
+      if (++t == nt && left > 1) {
+        nt = next_block<Cfg::kSpanRows, Cfg::kBlockKeys>(p, b, lo, hi);
+        t = 0;
+        ++qi;
+        new_block = true;
+      }
+    }
+    if constexpr (Cfg::kCluster > 1) ptx::cluster_sync();
+    return;
+  }
+
+  if constexpr (Cfg::kMathRegs > 0) ptx::setmaxnreg_inc<Cfg::kMathRegs>();
+
+  // ---------------- math warpgroups ----------------
+  constexpr int R = Cfg::kBlockRows;
+  constexpr int RQ = R / 4;  // rows per lane after the reduce-scatter
+  const int lane = tid & 31;
+  const int warp_in_wg = (tid >> 5) & 3;
+  const int quad = lane & 3;
+  const int hb = (quad >> 1) & 1, lb = quad & 1;
+  const int row_local0 = hb * (R / 2) + lb * RQ;  // this lane's first row after the reduce-scatter
+  const int key_local = warp_in_wg * 16 + (lane >> 2);  // and +8, within the warpgroup's 64 keys
+  const bool elected = (tid & 127) == 0;
+  float* out_buf = reinterpret_cast<float*>(smem + Cfg::kOffOut + wg * 2 * Cfg::kOutBytes);
+
+  int b = share.b0, t = share.t0, lo, hi;
+  int nt = block_span<Cfg::kSpanRows, Cfg::kBlockKeys>(p, b, lo, hi);
+  int it = 0, qi = 0;
+  bool new_block = true;
+  int row_start[RQ], row_end[RQ];
+  float acc[Cfg::kAcc];
+
+  for (long long left = share.count; left > 0; --left) {
+    const int qb = qi & 1;
+    if (new_block) {
+#pragma unroll
+      for (int i = 0; i < RQ; ++i) {
+        const int row = b * Cfg::kSpanRows + rank * R + row_local0 + i;
+        row_start[i] = row < p.rows ? __ldg(p.starts + row) : 0;
+        row_end[i] = row < p.rows ? __ldg(p.ends + row) : 0;
+      }
+      ptx::mbar_wait(q_full + qb, (qi >> 1) & 1);
+      new_block = false;
+    }
+    const int stage = it % S;
+    ptx::mbar_wait(full + stage, (it / S) & 1);
+
+    const uint8_t* k_tile = smem + Cfg::kOffK + stage * Cfg::kKTileBytes + wg * 64 * Cfg::kHeadDim;
+    const uint8_t* q_tile = smem + Cfg::kOffQ + qb * Cfg::kQTileBytes;
+    logits_tile_mma<Cfg, Cfg::kProbe != 2>(acc, k_tile, q_tile);
+    float scale0, scale1;
+    if constexpr (Cfg::kCluster > 1) {
+      const float* sc = reinterpret_cast<const float*>(smem + Cfg::kOffScales + stage * Cfg::kScaleBytes);
+      scale0 = 0.5f * sc[wg * 64 + key_local];
+      scale1 = 0.5f * sc[wg * 64 + key_local + 8];
+      __syncwarp();
+      if (lane < Cfg::kCluster) ptx::mbar_arrive_cluster(empty + stage, lane);  // lane c releases CTA c's stage
+    } else {
+      tile_scales_and_release(smem + Cfg::kOffScales + stage * Cfg::kScaleBytes, wg * 64 + key_local, lane,
+                              empty + stage, scale0, scale1);
+    }
+
+    // Epilogue: 8 head-partials per (key half, row), then a reduce-scatter over the quad.
+    float fin[2][RQ];
+    if constexpr (Cfg::kProbe == 1) {
+#pragma unroll
+      for (int i = 0; i < RQ; ++i) fin[0][i] = acc[i], fin[1][i] = acc[Cfg::kAcc - 1 - i];
+    } else {
+      logits_epilogue_reduce<Cfg>(acc, smem + Cfg::kOffWeights + qb * Cfg::kWeightBytes, quad, fin);
+    }
+
+    const bool last_of_block = (t + 1 == nt);
+    if (last_of_block) {
+      __syncwarp();
+      if (lane == 0) ptx::mbar_arrive(q_empty + qb);
+    }
+
+    // Masked logits -> this warpgroup's shared output tile -> one TMA store.
+    const int key_wg0 = lo + t * Cfg::kBlockKeys + wg * 64;
+    const int out_row0 = b * Cfg::kSpanRows + rank * R;
+    if constexpr (Cfg::kDirectStore) {
+      // The same values and the same region as the TMA store (columns < keys,
+      // rows < rows): per warp and row, two 32-byte segments.
+      const float ninf = -__int_as_float(0x7f800000);
+      const int ka = key_wg0 + key_local, kb = ka + 8;
+#pragma unroll
+      for (int i = 0; i < RQ; ++i) {
+        const int row = out_row0 + row_local0 + i;
+        if (row < p.rows) {
+          float* o = p.logits + static_cast<int64_t>(row) * p.ld;
+          if (ka < p.keys) o[ka] = (ka >= row_start[i] && ka < row_end[i]) ? fin[0][i] * scale0 : ninf;
+          if (kb < p.keys) o[kb] = (kb >= row_start[i] && kb < row_end[i]) ? fin[1][i] * scale1 : ninf;
+        }
+      }
+      ++it;
+      if (++t == nt && left > 1) {
+        nt = next_block<Cfg::kSpanRows, Cfg::kBlockKeys>(p, b, lo, hi);
+        t = 0;
+        ++qi;
+        new_block = true;
+      }
+      continue;
+    }
+    const int ob = it & 1;
+    float* obuf = out_buf + ob * (Cfg::kOutBytes / 4);
+    if (elected) ptx::bulk_wait_group_read<1>();  // the store from this buffer two tiles ago has read it
+    ptx::named_barrier_sync(1 + wg, 128);
+    const float ninf = -__int_as_float(0x7f800000);
+#pragma unroll
+    for (int i = 0; i < RQ; ++i) {
+      const int ka = key_wg0 + key_local, kb = ka + 8;
+      obuf[(row_local0 + i) * 64 + key_local] = (ka >= row_start[i] && ka < row_end[i]) ? fin[0][i] * scale0 : ninf;
+      obuf[(row_local0 + i) * 64 + key_local + 8] =
+          (kb >= row_start[i] && kb < row_end[i]) ? fin[1][i] * scale1 : ninf;
+    }
+    ptx::fence_proxy_async();
+    ptx::named_barrier_sync(1 + wg, 128);
+    if (elected) {
+      ptx::tma_store_2d(&tm_out, obuf, key_wg0, out_row0);
+      ptx::bulk_commit_group();
+    }
+
+    ++it;
+    if (++t == nt && left > 1) {
+      nt = next_block<Cfg::kSpanRows, Cfg::kBlockKeys>(p, b, lo, hi);
+      t = 0;
+      ++qi;
+      new_block = true;
+    }
+  }
+  if (elected) ptx::bulk_wait_group<0>();
+  // No CTA leaves while its peer may still arrive on its barriers.
+  if constexpr (Cfg::kCluster > 1) ptx::cluster_sync();
+}
+
+template <class Cfg>
+inline cudaError_t launch_sm90_fp8_mqa_logits_dev(const void* q, const void* k, const float* scales,
+                                              const float* weights, const int* starts, const int* ends,
+                                              float* logits, int64_t ld, int rows, int keys, int num_sms,
+                                              cudaStream_t stream, int* map_error = nullptr,
+                                              RangeErrorSink range_err = {}) {
+  if (rows <= 0) return cudaSuccess;
+  if (keys <= 0) return launch_row_range_check<kKernelLogits>(range_err, starts, ends, rows, 0, stream);
+  CUtensorMap tm_q, tm_k, tm_s, tm_w, tm_o;
+  const uint64_t q_rows = static_cast<uint64_t>(rows) * Cfg::kHeads;
+  // Scales as a [1, keys] 2-D map so a box past the last key reads zeros (the
+  // outer stride is never used; it only has to be a multiple of 16). The output
+  // map's width is `keys`: a tile's columns past it are clipped.
+  const int res[5] = {
+      make_tensor_map_2d(&tm_q, q, CU_TENSOR_MAP_DATA_TYPE_UINT8, Cfg::kHeadDim, q_rows, Cfg::kHeadDim,
+                         Cfg::kHeadDim, Cfg::kN, CU_TENSOR_MAP_SWIZZLE_128B),
+      make_tensor_map_2d(&tm_k, k, CU_TENSOR_MAP_DATA_TYPE_UINT8, Cfg::kHeadDim, keys, Cfg::kHeadDim, Cfg::kHeadDim,
+                         Cfg::kKSliceKeys, CU_TENSOR_MAP_SWIZZLE_128B),
+      make_tensor_map_2d(&tm_s, scales, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, keys, 1, (uint64_t(keys) * 4 + 15) / 16 * 16,
+                         Cfg::kKSliceKeys, 1, CU_TENSOR_MAP_SWIZZLE_NONE),
+      make_tensor_map_2d(&tm_w, weights, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, Cfg::kHeads, rows, Cfg::kHeads * 4,
+                         Cfg::kHeads, Cfg::kBlockRows, CU_TENSOR_MAP_SWIZZLE_NONE),
+      make_tensor_map_2d(&tm_o, logits, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, keys, rows, uint64_t(ld) * 4, 64,
+                         Cfg::kBlockRows, CU_TENSOR_MAP_SWIZZLE_NONE)};
+  if (const int e = first_map_error(res, 5)) {
+    if (map_error) *map_error = e;
+    return cudaErrorInvalidValue;
+  }
+  auto kernel = &sm90_fp8_mqa_logits_dev_kernel<Cfg>;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+  if (err != cudaSuccess) return err;
+  Sm90LogitsParams p{starts, ends, logits, ld, rows, keys, range_err};
+  if constexpr (Cfg::kCluster > 1) {
+    // Dev variants only: as many clusters as can be resident at once (the
+    // persistent schedule assumes one wave), at most one CTA per SM.
+    cudaLaunchConfig_t lc = {};
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = Cfg::kCluster;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    lc.gridDim = dim3(num_sms / Cfg::kCluster * Cfg::kCluster);
+    lc.blockDim = dim3(Cfg::kThreads);
+    lc.dynamicSmemBytes = Cfg::kSmemBytes;
+    lc.stream = stream;
+    lc.attrs = attr;
+    lc.numAttrs = 1;
+    static int max_clusters = 0;  // per process and config (one device for the dev probes)
+    if (max_clusters == 0) {
+      err = cudaOccupancyMaxActiveClusters(&max_clusters, kernel, &lc);
+      if (err != cudaSuccess) return err;
+      if (max_clusters <= 0) return cudaErrorInvalidConfiguration;
+    }
+    lc.gridDim = dim3(min(num_sms / Cfg::kCluster, max_clusters) * Cfg::kCluster);
+    return cudaLaunchKernelEx(&lc, kernel, tm_q, tm_k, tm_s, tm_w, tm_o, p);
+  } else {
+    kernel<<<num_sms, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(tm_q, tm_k, tm_s, tm_w, tm_o, p);
+    return cudaGetLastError();
+  }
+}
+
+}  // namespace mqa_topk
