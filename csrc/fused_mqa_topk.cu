@@ -11,7 +11,8 @@ namespace {
 bool valid_topk(int64_t t) { return t == 512 || t == 1024 || t == 2048; }
 // Development knobs (scripts/fused_probe.py), never set in normal use:
 // MQA_TOPK_FUSED_PROBE=1 skips every append (logits + filter alone; the output
-// is then all -1), MQA_TOPK_FUSED_CAP=N shrinks the candidate capacity.
+// is then all -1), MQA_TOPK_FUSED_CAP=N shrinks the candidate capacity,
+// MQA_TOPK_FUSED_TARGET=N sets the gate's candidate target (results stay exact).
 int env_int(const char* name) {
   const char* v = std::getenv(name);
   return v ? std::atoi(v) : 0;
@@ -50,7 +51,8 @@ FusedLaunchArgs fused_mqa_topk_check(const at::Tensor& q, const at::Tensor& k, c
   MQA_CHECK_ARG(workspace.numel() >= need, "workspace", "needs ", need, " bytes for topk=", topk, ", got ",
                 workspace.numel());
   return FusedLaunchArgs{static_cast<int>(rows), static_cast<int>(keys), static_cast<int>(topk), num_sms,
-                         env_int("MQA_TOPK_FUSED_PROBE"), env_int("MQA_TOPK_FUSED_CAP")};
+                         env_int("MQA_TOPK_FUSED_PROBE"), env_int("MQA_TOPK_FUSED_CAP"),
+                         env_int("MQA_TOPK_FUSED_TARGET")};
 }
 
 void fused_mqa_topk_report(cudaError_t err, int map_error) {
@@ -72,7 +74,7 @@ void fused_mqa_topk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
       q.data_ptr(), a.keys ? k.data_ptr() : nullptr, a.keys ? scales.data_ptr<float>() : nullptr,
       weights.data_ptr<float>(), starts.data_ptr<int>(), ends.data_ptr<int>(), output.data_ptr<int>(),
       workspace.data_ptr(), a.rows, a.keys, a.topk, a.num_sms, stream, &map_error, a.probe, a.cap,
-      mqa_topk::range_error_sink(q.device().index()));
+      mqa_topk::range_error_sink(q.device().index()), a.target);
   fused_mqa_topk_report(err, map_error);
 }
 

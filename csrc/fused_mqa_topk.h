@@ -19,11 +19,12 @@ int64_t fused_mqa_topk_workspace_bytes(int64_t topk, int64_t device);
 std::vector<mqa_topk::KernelInfo> fused_mqa_topk_kernel_info();
 
 // For the launcher and the development probes (csrc/dev/): every contract
-// check of fused_mqa_topk, then what a launch needs (probe / cap: the
-// development knobs MQA_TOPK_FUSED_PROBE / MQA_TOPK_FUSED_CAP, 0 when unset);
+// check of fused_mqa_topk, then what a launch needs (probe / cap / target:
+// the development knobs MQA_TOPK_FUSED_PROBE / MQA_TOPK_FUSED_CAP /
+// MQA_TOPK_FUSED_TARGET, 0 when unset);
 // and the error report after a launch.
 struct FusedLaunchArgs {
-  int rows, keys, topk, num_sms, probe, cap;
+  int rows, keys, topk, num_sms, probe, cap, target;
 };
 FusedLaunchArgs fused_mqa_topk_check(const at::Tensor& q, const at::Tensor& k, const at::Tensor& scales,
                                      const at::Tensor& weights, const at::Tensor& starts, const at::Tensor& ends,

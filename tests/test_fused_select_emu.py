@@ -28,12 +28,13 @@ def emu_binary(tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("variant", ["default", "lean", "gate", "binned"])
+@pytest.mark.parametrize("variant", ["default", "lean", "gate", "binned", "binned-end"])
 @pytest.mark.parametrize("part", ["select", "protocol"])
 def test_fused_selection_on_the_warp_emulator(emu_binary, part, variant):
     # "default": v1's warp_select; "lean": warp_select_lean; "gate": lean + the
     # v2 sample gate, unsafe-gate detection and redo in the protocol (the default kernel);
-    # "binned": gate + the scan-time bins and the one-pass binned select (dev variant 5).
+    # "binned": gate + the scan-time bins and the one-pass binned select (dev variant 5);
+    # "binned-end": the same select with the bins counted at the block end (dev variant 6).
     res = subprocess.run([str(emu_binary), part, variant], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
     assert "checks passed" in res.stdout

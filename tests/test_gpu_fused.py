@@ -143,13 +143,14 @@ def test_fused_workspace_contract(dev):
 
 
 @pytest.mark.parametrize("kw", [CASES[0], CASES[2], CASES[3], CASES[9]], ids=["gauss", "ties-whole", "near-ties", "rising"])
-@pytest.mark.parametrize("variant", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("variant", [1, 2, 3, 4, 5, 6])
 def test_dev_variant_matches_default(dev, kw, variant):
     """Dev probe variants (built with MQA_TOPK_DEV_PROBES=1): 1 the v2 gate with
     the block-end select on selector warps, 2 v1 (running threshold only), 3
     plain appends with 8 stages, 4 plain appends (the default before lean
-    appends), 5 the default with the scan-time bins and the binned select: the
-    same sets as the default kernel, reruns bitwise equal."""
+    appends), 5 the default with the scan-time bins and the binned select, 6 the
+    binned select with the bins counted at the block end: the same sets as the
+    default kernel, reruns bitwise equal."""
     ext = ops._native()
     if not hasattr(ext, "fused_mqa_topk_probe"):
         pytest.skip("built without MQA_TOPK_DEV_PROBES=1")
@@ -204,6 +205,30 @@ def test_fused_unsafe_gate_is_redone(dev, topk, monkeypatch):
     torch.cuda.synchronize()
     stats = ws[8:128].view(torch.int64).tolist()
     assert stats[8] == 20 and stats[9] == 20, f"expected every row gated and redone, stats {stats}"
+
+
+@pytest.mark.parametrize("variant", [None, 6])
+def test_fused_low_gate_target_stays_exact(dev, monkeypatch, variant):
+    """MQA_TOPK_FUSED_TARGET below k: most gates keep fewer than k candidates, so
+    those rows must be found unsafe and rescanned (a bug in the unsafe check or
+    the redo would return a wrong set). Also through dev variant 6 (binned
+    select), whose rows with too few candidates go the general way."""
+    ext = ops._native()
+    if variant is not None and not hasattr(ext, "fused_mqa_topk_probe"):
+        pytest.skip("built without MQA_TOPK_DEV_PROBES=1")
+    for topk in (512, 2048):
+        w = make_workload("causal", rows=40, keys=30_000, topk=topk, dist="gaussian", seed=21, device="cuda")
+        monkeypatch.setenv("MQA_TOPK_FUSED_TARGET", str(topk // 2))
+        out = torch.full((40, topk), -7, dtype=torch.int32, device="cuda")
+        if variant is None:
+            ops.fused_mqa_topk_prefill(w.q, w.k, w.scales, w.weights, w.starts, w.ends, out)
+        else:
+            ws = torch.empty(ext.fused_mqa_topk_probe_workspace_bytes(variant, topk, 0), dtype=torch.uint8,
+                             device="cuda")
+            ext.fused_mqa_topk_probe(variant, w.q, w.k, w.scales, w.weights, w.starts, w.ends, out, ws)
+        monkeypatch.delenv("MQA_TOPK_FUSED_TARGET")
+        logits = ops.mqa_logits(w.q, w.k, w.scales, w.weights, w.starts, w.ends)
+        assert_exact(out, logits, w.starts, w.ends, topk, f"target {topk // 2}, variant {variant}")
 
 
 def test_fused_workspace_is_per_stream(dev):

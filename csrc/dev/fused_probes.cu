@@ -5,7 +5,8 @@
 // warps (two candidate sets, 7 stages), 2 v1 (running threshold and
 // compactions only), 3 v2 with 8 ring stages and plain appends, 4 v2 with
 // plain appends (the default until 2026-12-01: no kLeanAppend), 5 the default
-// with the scan-time histogram and the one-pass binned select (kBinned).
+// with the scan-time histogram and the one-pass binned select (kBinned = 1),
+// 6 the same select with the bins counted by a pass at the block end (kBinned = 2).
 // Same contract checks and knobs as fused_mqa_topk; the workspace must hold
 // the variant's need (fused_mqa_topk_probe_workspace_bytes).
 #include <ATen/ATen.h>
@@ -19,14 +20,16 @@ namespace {
 template <class F>
 auto with_variant(int64_t variant, F&& f) {
   using namespace mqa_topk;
-  TORCH_CHECK_VALUE(variant >= 0 && variant <= 5, "variant: must be 0 (default), 1 (selector warps), 2 (v1), ",
-                    "3 (plain appends, 8 stages), 4 (plain appends) or 5 (binned select), got ", variant);
+  TORCH_CHECK_VALUE(variant >= 0 && variant <= 6, "variant: must be 0 (default), 1 (selector warps), 2 (v1), ",
+                    "3 (plain appends, 8 stages), 4 (plain appends), 5 (binned select, bins counted by the appends) ",
+                    "or 6 (binned select, bins counted at the block end), got ", variant);
   return variant == 0 ? f(Sm90FusedDefault{})
          : variant == 1 ? f(Sm90FusedSelectors{})
          : variant == 2 ? f(Sm90FusedV1{})
          : variant == 3 ? f(Sm90FusedGated8{})
          : variant == 4 ? f(Sm90FusedGated{})
-                        : f(Sm90FusedBinned{});
+         : variant == 5 ? f(Sm90FusedBinned{})
+                        : f(Sm90FusedBinnedEnd{});
 }
 }  // namespace
 
@@ -58,7 +61,7 @@ void fused_mqa_topk_probe(int64_t variant, const at::Tensor& q, const at::Tensor
                                            a.keys ? scales.data_ptr<float>() : nullptr, weights.data_ptr<float>(),
                                            starts.data_ptr<int>(), ends.data_ptr<int>(), output.data_ptr<int>(),
                                            workspace.data_ptr(), a.rows, a.keys, a.topk, a.num_sms, stream,
-                                           &map_error, a.probe, a.cap);
+                                           &map_error, a.probe, a.cap, {}, a.target);
   });
   fused_mqa_topk_report(err, map_error);
 }

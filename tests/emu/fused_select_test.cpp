@@ -29,6 +29,7 @@ int g_checks = 0;
 bool g_lean = false;  // test warp_select_lean instead of warp_select
 bool g_gate = false;  // protocol: the v2 sample gate (and redo) before the scan
 bool g_binned = false;  // protocol: also the scan-time bins and warp_finish_row_binned (kBinned)
+bool g_binned_end = false;  // with g_binned: the bins counted by warp_bin_pass at the block end (kBinned = 2)
 long g_binned_rows = 0;  // rows finished by warp_finish_row_binned
 long g_gated_rows = 0, g_redo_rows = 0, g_rows = 0;
 std::string g_row_name;  // the protocol case being simulated
@@ -339,14 +340,14 @@ std::vector<uint32_t> simulate_row(const std::vector<float>& v, int k, int cap, 
       if (composite(key, i) > thr) {
         if (buf[w].n >= cap) die("candidate buffer overflow");
         buf[w].push(key, i);
-        if (bin_lo) ++bh[scan_bin(key, bin_lo, bin_mult)];
+        if (bin_lo && !g_binned_end) ++bh[scan_bin(key, bin_lo, bin_mult)];
       }
     }
     if (buf[w].n + 64 > cap && static_cast<uint32_t>(buf[w].n) > compact_above) {
       const uint64_t th = run_select(&buf[w], nullptr, thr, k, sc);
       buf[w].n = run_emit_inplace(&buf[w], th);
       thr = std::max(thr, th);
-      bin_lo = 0;
+      if (!g_binned_end) bin_lo = 0;  // counted bins no longer describe the buffers
     }
   };
   int t = 0, tp = nt - 1;
@@ -383,8 +384,9 @@ std::vector<uint32_t> simulate_row(const std::vector<float>& v, int k, int cap, 
         const uint32_t tk = *std::max_element(lists, lists + 256);
         bin_lo = gk;
         bin_mult = range_mult(tk > gk ? tk - gk : 0u);
-        for (auto& b : buf)
-          for (int j = 0; j < b.n; ++j) ++bh[scan_bin(b.key[j], bin_lo, bin_mult)];
+        if (!g_binned_end)
+          for (auto& b : buf)
+            for (int j = 0; j < b.n; ++j) ++bh[scan_bin(b.key[j], bin_lo, bin_mult)];
       }
     }
   }
@@ -399,6 +401,7 @@ std::vector<uint32_t> simulate_row(const std::vector<float>& v, int k, int cap, 
   const uint32_t need = std::min<uint32_t>(k, static_cast<uint32_t>(n));
   if (bin_lo) {
     bool done[32];
+    if (g_binned_end) warp_emu::run([&](int lane) { warp_bin_pass(s, bh, bin_lo, bin_mult, lane); });
     warp_emu::run([&](int lane) {
       done[lane] = warp_finish_row_binned(s, bh, bin_lo, bin_mult, k, 0, sc.hist, sc.sk, sc.si, lane,
                                           [&](int at, int x) { out[at] = x; });
@@ -533,8 +536,10 @@ void protocol_cases() {
 int main(int argc, char** argv) {
   const std::string which = argc > 1 ? argv[1] : "all";
   g_lean = argc > 2 && (std::string(argv[2]) == "lean" || std::string(argv[2]) == "gate");
-  g_gate = argc > 2 && (std::string(argv[2]) == "gate" || std::string(argv[2]) == "binned");
-  g_binned = argc > 2 && std::string(argv[2]) == "binned";
+  const std::string mode = argc > 2 ? argv[2] : "";
+  g_gate = mode == "gate" || mode == "binned" || mode == "binned-end";
+  g_binned = mode == "binned" || mode == "binned-end";
+  g_binned_end = mode == "binned-end";
   g_lean = g_lean || g_binned;
   if (which == "all" || which == "select") {
     order_key_cases();

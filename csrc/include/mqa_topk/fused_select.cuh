@@ -527,9 +527,10 @@ static_assert(kMaxSampleTiles <= 32, "tile maxima: one warp-wide slot each");
 __host__ __device__ constexpr int fused_gate_target(int k) { return k + k / 2 + 256; }
 
 // Sample tiles of a block of nt key tiles for top-k.
-__host__ __device__ inline int fused_sample_tiles(int nt, int k) {
+// target: the gate's target when > 0 (development knob), else fused_gate_target(k).
+__host__ __device__ inline int fused_sample_tiles(int nt, int k, int target = 0) {
   if (nt <= 0) return 0;
-  const int t = fused_gate_target(k);
+  const int t = target > 0 ? target : fused_gate_target(k);
   int ns = (kGateRank * nt + t - 1) / t;
   ns = ns < 1 ? 1 : ns;
   ns = ns > kMaxSampleTiles ? kMaxSampleTiles : ns;
@@ -633,6 +634,14 @@ __device__ __forceinline__ bool warp_finish_row(const Segs& s, uint64_t thr, uin
 __device__ __forceinline__ uint32_t scan_bin(uint32_t key, uint32_t lo, uint32_t mult) {
   const uint32_t b = range_bin(key, lo, mult);
   return b < 255u ? b : 255u;
+}
+
+// Counts the segments' entries in bh by scan_bin (one warp; bh zero on entry).
+__device__ __forceinline__ void warp_bin_pass(const Segs& s, uint32_t* bh, uint32_t lo, uint32_t mult, int lane) {
+  for_each_key4(s, lane, [&](uint32_t key, bool valid) {
+    if (valid) atomicAdd(bh + scan_bin(key, lo, mult), 1u);
+  });
+  __syncwarp();
 }
 
 // Clears a 256-bin histogram (one warp).

@@ -75,6 +75,7 @@ struct Sm90FusedParams {
   int cap;           // candidates per (warpgroup, row) buffer
   int probe;         // development only: 1 = never append (logits + filter alone), 2 = real + statistics
   RangeErrorSink err;  // bad rows are recorded here (range_check.cuh; null: not recorded)
+  int target = 0;      // development only: the gate's candidate target (0: fused_gate_target(topk))
 };
 
 // Block-level control words in shared memory (gate, selector hand-off, redo queue).
@@ -101,18 +102,23 @@ struct FusedCtl {
 // headline): the appends address the buffers by a 32-bit word offset per row
 // computed once per block (one wide multiply-add per store instead of a 64-bit
 // pointer rebuilt per candidate, and no branch around the position arithmetic).
-// kBinned (needs kGate, not kSelectors): the scan also counts each gated row's
-// candidates in a 256-bin shared-memory histogram over [gate, sample max]
-// (scan_bin), so the block-end select knows the k-th's bin without reading the
-// buffers and finishes in one pass (warp_finish_row_binned).
+// kBinned (needs kGate, not kSelectors): 1 = the scan also counts each gated
+// row's candidates in a 256-bin shared-memory histogram over [gate, sample
+// max] (scan_bin), so the block-end select knows the k-th's bin without
+// reading the buffers and finishes in one pass (warp_finish_row_binned);
+// 2 = the same bins, counted by one pass at the block end (nothing added to
+// the append path): the select is a count pass plus one emit pass, instead of
+// the general select's range, histogram, gather and emit passes.
 template <int kNumStages_, bool kLeanSelect_ = false, bool kGate_ = false, bool kSelectors_ = false,
-          bool kLeanAppend_ = false, bool kBinned_ = false>
+          bool kLeanAppend_ = false, int kBinned_ = 0>
 struct Sm90FusedConfig {
   static constexpr bool kLeanSelect = kLeanSelect_;
   static constexpr bool kGate = kGate_;
   static constexpr bool kSelectors = kSelectors_;
   static constexpr bool kLeanAppend = kLeanAppend_;
-  static constexpr bool kBinned = kBinned_;
+  static constexpr bool kBinned = kBinned_ != 0;
+  static constexpr bool kBinnedScan = kBinned_ == 1;  // counted by the appends
+  static constexpr bool kBinnedEnd = kBinned_ == 2;   // counted at the block end
   static_assert(!kSelectors || kGate, "selector warps need the gated scan");
   static_assert(!kBinned || (kGate && !kSelectors && kLeanSelect), "binned select: gated scan, select on the math warps");
   using Logits = Sm90LogitsConfig<8, 2, kNumStages_>;
@@ -222,12 +228,13 @@ __device__ __forceinline__ bool fused_finish_row(const Sm90FusedParams& p, int b
   return ok;
 }
 
-// kBinned: the block-end select of a gated row by its scan-time bins
-// (warp_finish_row_binned); false when the caller must run fused_finish_row.
+// kBinned: the block-end select of a gated row by its bins (counted during the
+// scan, or here first when count_first); false when the caller must run
+// fused_finish_row.
 __device__ __forceinline__ bool fused_finish_row_binned(const Sm90FusedParams& p, int b, int r, uint32_t* ws_set,
                                                         const uint32_t* cnt_set, uint32_t* bh, uint32_t lo,
-                                                        uint32_t mult, uint32_t* hist, uint32_t* sk, uint32_t* si,
-                                                        int lane, unsigned long long* stats) {
+                                                        uint32_t mult, bool count_first, uint32_t* hist, uint32_t* sk,
+                                                        uint32_t* si, int lane, unsigned long long* stats) {
   using namespace fused_detail;
   const int row = b * 8 + r;
   const size_t cap = size_t(p.cap);
@@ -237,6 +244,7 @@ __device__ __forceinline__ bool fused_finish_row_binned(const Sm90FusedParams& p
   int start;
   row_length(p, row, &start);
   int* orow = p.out + size_t(row) * p.topk;
+  if (count_first) warp_bin_pass(s, bh, lo, mult, lane);
   const bool done = warp_finish_row_binned(s, bh, lo, mult, static_cast<uint32_t>(p.topk), start, hist, sk, si, lane,
                                            [&](int at, int v) { orow[at] = v; });
   if (p.probe == 2 && lane == 0) {
@@ -385,7 +393,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         slot[8 * qb + 1] = lo;
         slot[8 * qb + 2] = nt;
         slot[8 * qb + 3] = stride;
-        slot[8 * qb + 4] = Cfg::kGate && !redo ? fused_sample_tiles(nt, k) : 0;
+        slot[8 * qb + 4] = Cfg::kGate && !redo ? fused_sample_tiles(nt, k, p.target) : 0;
         slot[8 * qb + 5] = static_cast<int>(active);
         if (nt == 0) {  // every row empty: the consumers only write -1
           ptx::mbar_arrive(q_full + qb);
@@ -466,7 +474,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // Rows compacted when one overflows: those at least (cap - k) / 2 past k, so
   // every select removes >= (k + 128) / 2 entries.
   const uint32_t compact_above = static_cast<uint32_t>(k + (cap - k) / 2);
-  const uint32_t gate_target = static_cast<uint32_t>(fused_gate_target(k));
 
   const long long t_start = clock64();
   int it = 0;
@@ -540,7 +547,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           // bins; an exact compaction raises the threshold, so the bins no
           // longer describe the row (the block end then takes the general select).
           [[maybe_unused]] uint2 bp = make_uint2(0, 0);
-          if constexpr (Cfg::kBinned) {
+          if constexpr (Cfg::kBinnedScan) {
             bp = bin_par[r];
             if (select) {
               bp.x = 0;
@@ -552,7 +559,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             left = warp_emit(sg, th, lane, [&](int at, uint32_t key, uint32_t idx) {
               __stcg(kp + at, key);
               __stcg(ip + at, idx);
-              if constexpr (Cfg::kBinned)
+              if constexpr (Cfg::kBinnedScan)
                 if (bp.x) atomicAdd(bin_hist + r * 256 + scan_bin(key, bp.x, bp.y), 1u);
             });
           }
@@ -658,7 +665,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           if (surv[0][i]) {
             __stcg(ws_set + o0, okey[0][i]);
             __stcg(ws_set + o0 + cap, static_cast<uint32_t>(key_wg0 + key_local));
-            if constexpr (Cfg::kBinned && !kSample) {  // (lo, mult) from shared memory: registers are at the cap
+            if constexpr (Cfg::kBinnedScan && !kSample) {  // (lo, mult) from shared memory: registers are at the cap
               const uint2 bp = bin_par[2 * quad + i];
               if (bp.x) atomicAdd(bin_hist + (2 * quad + i) * 256 + scan_bin(okey[0][i], bp.x, bp.y), 1u);
             }
@@ -666,7 +673,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           if (surv[1][i]) {
             __stcg(ws_set + o1, okey[1][i]);
             __stcg(ws_set + o1 + cap, static_cast<uint32_t>(key_wg0 + key_local + 8));
-            if constexpr (Cfg::kBinned && !kSample) {  // (lo, mult) from shared memory: registers are at the cap
+            if constexpr (Cfg::kBinnedScan && !kSample) {  // (lo, mult) from shared memory: registers are at the cap
               const uint2 bp = bin_par[2 * quad + i];
               if (bp.x) atomicAdd(bin_hist + (2 * quad + i) * 256 + scan_bin(okey[1][i], bp.x, bp.y), 1u);
             }
@@ -720,7 +727,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           int start_unused;
           const uint32_t n = row < p.rows ? static_cast<uint32_t>(row_length(p, row, &start_unused)) : 0u;
           const uint32_t msz = ctl_v->sample_cnt[r];
-          const uint32_t rho = p.probe != 1 && ((active >> r) & 1u) ? gate_rank(msz, n, gate_target) : 0u;
+          const uint32_t rho = p.probe != 1 && ((active >> r) & 1u) ? gate_rank(msz, n, static_cast<uint32_t>(p.target > 0 ? p.target : fused_gate_target(k))) : 0u;
           const uint32_t gk = warp_gate_key(hist, ctl->tile_max[r], rho, ns, lane);
           if constexpr (Cfg::kBinned) {  // bins over [gate, the sample's largest key]
             uint32_t tk = 0;
@@ -773,8 +780,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         if constexpr (Cfg::kBinned) {
           const uint2 bp = bin_par[r];
           if (gated && bp.x)
-            done = fused_finish_row_binned(p, b, r, ws_set, cnt_s, bin_hist + r * 256, bp.x, bp.y, hist, sk, si, lane,
-                                           stats);
+            done = fused_finish_row_binned(p, b, r, ws_set, cnt_s, bin_hist + r * 256, bp.x, bp.y, Cfg::kBinnedEnd,
+                                           hist, sk, si, lane, stats);
           else
             warp_clear_hist(bin_hist + r * 256, lane);
         }
@@ -808,7 +815,8 @@ using Sm90FusedGated8 = Sm90FusedConfig<8, true, true>;           // v2, select 
 using Sm90FusedGated = Sm90FusedConfig<7, true, true>;            // the same with 7 ring stages
 using Sm90FusedSelectors = Sm90FusedConfig<7, true, true, true>;  // v2, select on selector warps
 using Sm90FusedLeanAppend = Sm90FusedConfig<7, true, true, false, true>;  // Sm90FusedGated + kLeanAppend
-using Sm90FusedBinned = Sm90FusedConfig<7, true, true, false, true, true>;  // + the scan-time histogram
+using Sm90FusedBinned = Sm90FusedConfig<7, true, true, false, true, 1>;     // + bins counted by the appends
+using Sm90FusedBinnedEnd = Sm90FusedConfig<7, true, true, false, true, 2>;  // + bins counted at the block end
 // Measured (BENCHMARKS.md, 2026-12-01, headline top-2048): select on the math
 // warps at 7 stages 6.59 ms, at 8 stages 6.76, on selector warps 7.14; with
 // lean appends 6.185 against 6.32.
@@ -824,7 +832,7 @@ inline cudaError_t launch_sm90_fused_mqa_topk(const void* q, const void* k, cons
                                               const float* weights, const int* starts, const int* ends, int* out,
                                               void* workspace, int rows, int keys, int topk, int num_sms,
                                               cudaStream_t stream, int* map_error = nullptr, int probe = 0,
-                                              int cap = 0, RangeErrorSink range_err = {}) {
+                                              int cap = 0, RangeErrorSink range_err = {}, int target = 0) {
   using L = typename Cfg::Logits;
   if (rows <= 0) return cudaSuccess;
   CUtensorMap tm_q, tm_k, tm_s, tm_w;
@@ -856,7 +864,7 @@ inline cudaError_t launch_sm90_fused_mqa_topk(const void* q, const void* k, cons
   err = cudaMemsetAsync(counter, 0, kFusedHeaderBytes, stream);
   if (err != cudaSuccess) return err;
   Sm90FusedParams p{starts, ends, out, reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(workspace) + kFusedHeaderBytes),
-                    counter, rows, keys, topk, cap, probe, range_err};
+                    counter, rows, keys, topk, cap, probe, range_err, target};
   kernel<<<num_sms, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(tm_q, tm_k, tm_s, tm_w, p);
   return cudaGetLastError();
 }
