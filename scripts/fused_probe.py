@@ -3,9 +3,9 @@ medians) on the headline shape (or rows keys [dist]): the dense logits kernel
 alone, the fused kernel, the fused kernel with appends switched off
 (MQA_TOPK_FUSED_PROBE=1: logits + filter only), and, in MQA_TOPK_DEV_PROBES=1
 builds, the variants (1: v2 with the select on selector warps, 2: v1, 3: plain
-appends with 8 stages, 4: plain appends, 5: binned select with the bins counted
-by the appends, 6: binned select with the bins counted at the block end, and the
-default and 6 at lower gate targets, MQA_TOPK_FUSED_TARGET); checks
+appends with 8 stages, 4: plain appends, 5: bins counted by the appends, 6: lean
+appends with the general select, the default before the bins counted at the
+block end; the default and 6 at lower gate targets, MQA_TOPK_FUSED_TARGET); checks
 that every real variant returns the same sets; prints the in-kernel statistics
 (MQA_TOPK_FUSED_PROBE=2) of each. Usage: fused_probe.py [rows keys [dist]
 [--stats-only] [--all]] (dist: a workloads.DISTS name; --all: also variants 1-3).
@@ -101,13 +101,13 @@ def stats(topk, variant=None, target=None):
           f"block-end select {merge_cyc / max(math_cyc, 1):.1%}, waiting for the selectors "
           f"{sel_wait / max(math_cyc, 1):.1%} of {math_cyc / warps:.0f} cycles per math warp; "
           f"selector warps busy {sel_busy / max(sel_total, 1):.1%}"
-          + (f"; binned rows that took the general select {binned_general}" if variant in (5, 6) else ""), flush=True)
+          + (f"; binned rows that took the general select {binned_general}" if variant in (None, 5) else ""), flush=True)
 
 
 DEV = hasattr(ext, "fused_mqa_topk_probe")
 if STATS_ONLY:  # only the in-kernel statistics of the default kernel (gate, redo, candidates)
     for topk in (2048, 512):
-        for v in (None, 6) if DEV else (None,):
+        for v in (None,):
             print(f"[{DIST or 'gaussian'}]", end=" ")
             stats(topk, variant=v)
     sys.exit(0)
@@ -118,12 +118,11 @@ for topk in (2048, 512):
     if DEV:
         run("fused, plain appends (4)", topk, {}, variant=4)
         run("fused, binned select (5)", topk, {}, variant=5)
-        run("fused, binned at block end (6)", topk, {}, variant=6)
+        run("fused, general select (6)", topk, {}, variant=6)
         run("fused (default), again", topk, {})
         for tgt in (topk + topk // 4 + 256, topk + 256):  # lower gate targets (default 1.5k + 256)
             run(f"fused (default), target {tgt}", topk, {"MQA_TOPK_FUSED_TARGET": str(tgt)})
-            run(f"binned at block end, target {tgt}", topk, {"MQA_TOPK_FUSED_TARGET": str(tgt)}, variant=6)
-            stats(topk, variant=6, target=tgt)
+            stats(topk, target=tgt)
         if ALL:
             run("fused, selector warps (1)", topk, {}, variant=1)
             run("fused v1 (2)", topk, {}, variant=2)
@@ -134,4 +133,4 @@ for topk in (2048, 512):
     if topk == 2048:
         run("fused, no appends (probe 1)", topk, {"MQA_TOPK_FUSED_PROBE": "1"})
         if DEV:
-            run("binned at block end, no appends", topk, {"MQA_TOPK_FUSED_PROBE": "1"}, variant=6)
+            run("general select, no appends", topk, {"MQA_TOPK_FUSED_PROBE": "1"}, variant=6)

@@ -148,9 +148,9 @@ def test_dev_variant_matches_default(dev, kw, variant):
     """Dev probe variants (built with MQA_TOPK_DEV_PROBES=1): 1 the v2 gate with
     the block-end select on selector warps, 2 v1 (running threshold only), 3
     plain appends with 8 stages, 4 plain appends (the default before lean
-    appends), 5 the default with the scan-time bins and the binned select, 6 the
-    binned select with the bins counted at the block end: the same sets as the
-    default kernel, reruns bitwise equal."""
+    appends), 5 the bins counted by the appends (the default counts them at the
+    block end), 6 lean appends with the general select (the previous default):
+    the same sets as the default kernel, reruns bitwise equal."""
     ext = ops._native()
     if not hasattr(ext, "fused_mqa_topk_probe"):
         pytest.skip("built without MQA_TOPK_DEV_PROBES=1")
@@ -211,8 +211,8 @@ def test_fused_unsafe_gate_is_redone(dev, topk, monkeypatch):
 def test_fused_low_gate_target_stays_exact(dev, monkeypatch, variant):
     """MQA_TOPK_FUSED_TARGET below k: most gates keep fewer than k candidates, so
     those rows must be found unsafe and rescanned (a bug in the unsafe check or
-    the redo would return a wrong set). Also through dev variant 6 (binned
-    select), whose rows with too few candidates go the general way."""
+    the redo would return a wrong set). The default (binned select: rows with
+    too few candidates go the general way) and dev variant 6 (general select)."""
     ext = ops._native()
     if variant is not None and not hasattr(ext, "fused_mqa_topk_probe"):
         pytest.skip("built without MQA_TOPK_DEV_PROBES=1")

@@ -819,8 +819,9 @@ using Sm90FusedBinned = Sm90FusedConfig<7, true, true, false, true, 1>;     // +
 using Sm90FusedBinnedEnd = Sm90FusedConfig<7, true, true, false, true, 2>;  // + bins counted at the block end
 // Measured (BENCHMARKS.md, 2026-12-01, headline top-2048): select on the math
 // warps at 7 stages 6.59 ms, at 8 stages 6.76, on selector warps 7.14; with
-// lean appends 6.185 against 6.32.
-using Sm90FusedDefault = Sm90FusedLeanAppend;
+// lean appends 6.185 against 6.32; with the bins counted at the block end
+// 6.186 against 6.255 / 6.267 (bins counted by the appends: 6.69).
+using Sm90FusedDefault = Sm90FusedBinnedEnd;
 
 // Launches the fused kernel. q [rows, 32, 128] fp8, k [keys, 128] fp8, scales
 // [keys] fp32, weights [rows, 32] fp32 (contiguous, 16-byte aligned), out
