@@ -231,6 +231,45 @@ def test_fused_low_gate_target_stays_exact(dev, monkeypatch, variant):
         assert_exact(out, logits, w.starts, w.ends, topk, f"target {topk // 2}, variant {variant}")
 
 
+SPLIT_CASES = [
+    dict(layout="causal", rows=64, keys=65536, dist="gaussian"),
+    dict(layout="causal", rows=5, keys=40000, dist="gaussian"),
+    dict(layout="full", rows=3, keys=3000, dist="gaussian"),
+    dict(layout="ragged", rows=37, keys=20000, dist="dsa", unaligned_starts=True),
+    dict(layout="full", rows=40, keys=3000, dist="short_rows"),
+    dict(layout="causal", rows=1064, keys=9000, dist="gaussian"),
+    dict(layout="full", rows=16, keys=70000, dist="ties", tie_mode="whole"),
+    dict(layout="full", rows=9, keys=50000, dist="relu_saturated"),
+    dict(layout="causal", rows=24, keys=30000, dist="rising"),
+]
+
+
+@pytest.mark.parametrize("kw", SPLIT_CASES, ids=lambda kw: f"{kw['layout']}-{kw['rows']}x{kw['keys']}-{kw['dist']}")
+def test_fused_split_blocks_exact(dev, kw):
+    """Dev variant 7 (kSplit): blocks split across CTAs in equal tile shares,
+    each piece's partial top-k merged by the CTA that finishes the block's last
+    piece. Exact against the reference, the same sets as the default kernel,
+    reruns bitwise equal. Few rows and long rows make many pieces per block;
+    ragged and short rows give pieces where a row has fewer keys than the
+    piece or none at all (empty slices), and blocks whose rows are all empty."""
+    ext = ops._native()
+    if not hasattr(ext, "fused_mqa_topk_probe"):
+        pytest.skip("built without MQA_TOPK_DEV_PROBES=1")
+    for topk in (512, 2048):
+        w = make_workload(device="cuda", seed=17, topk=topk, **kw)
+        ws = torch.empty(ext.fused_mqa_topk_probe_workspace_bytes(7, topk, 0), dtype=torch.uint8, device="cuda")
+        outs = []
+        for poison in (-7, -3):
+            out = torch.full((w.q.shape[0], topk), poison, dtype=torch.int32, device="cuda")
+            ext.fused_mqa_topk_probe(7, w.q, w.k, w.scales, w.weights, w.starts, w.ends, out, ws)
+            outs.append(out)
+        assert torch.equal(outs[0], outs[1]), f"{kw} topk={topk}: reruns differ"
+        logits = ops.mqa_logits(w.q, w.k, w.scales, w.weights, w.starts, w.ends)
+        assert_exact(outs[0], logits, w.starts, w.ends, topk, f"split {kw} topk={topk}")
+        ref = run_fused(w, topk, -5)
+        assert torch.equal(outs[0].sort(dim=1).values, ref.sort(dim=1).values), f"{kw}: sets differ from the default"
+
+
 def test_fused_workspace_is_per_stream(dev):
     a = ops.fused_mqa_topk_workspace("cuda", 512)
     assert ops.fused_mqa_topk_workspace("cuda", 512) is a

@@ -1,12 +1,14 @@
 // Development-only variants of the fused kernel, built when
 // MQA_TOPK_DEV_PROBES=1 (scripts/fused_probe.py times them against the
 // default): variant 0 the default kernel (v2: sample gate, lean appends, the
-// block-end select by bins counted at the block end, on the math warps), 1 v2 with the select on the producer warpgroup's selector
-// warps (two candidate sets, 7 stages), 2 v1 (running threshold and
-// compactions only), 3 v2 with 8 ring stages and plain appends, 4 v2 with
-// plain appends (no kLeanAppend), 5 the bins counted by the appends instead
-// (kBinned = 1), 6 lean appends with the general block-end select (kBinned =
-// 0; the default until the bins counted at the block end, kBinned = 2).
+// block-end select by bins counted at the block end, on the math warps), 1 v2
+// with the select on the producer warpgroup's selector warps (two candidate
+// sets, 7 stages), 2 v1 (running threshold and compactions only), 3 v2 with 8
+// ring stages and plain appends, 4 v2 with plain appends (no kLeanAppend), 5
+// the bins counted by the appends instead (kBinned = 1), 6 lean appends with
+// the general block-end select (kBinned = 0; the default until kBinned = 2),
+// 7 the default with blocks split across CTAs (kSplit: equal tile shares,
+// pieces merged by the CTA that finishes a block's last piece).
 // Same contract checks and knobs as fused_mqa_topk; the workspace must hold
 // the variant's need (fused_mqa_topk_probe_workspace_bytes).
 #include <ATen/ATen.h>
@@ -20,16 +22,17 @@ namespace {
 template <class F>
 auto with_variant(int64_t variant, F&& f) {
   using namespace mqa_topk;
-  TORCH_CHECK_VALUE(variant >= 0 && variant <= 6, "variant: must be 0 (default), 1 (selector warps), 2 (v1), ",
-                    "3 (plain appends, 8 stages), 4 (plain appends), 5 (binned select, bins counted by the appends) ",
-                    "or 6 (lean appends, general select), got ", variant);
+  TORCH_CHECK_VALUE(variant >= 0 && variant <= 7, "variant: must be 0 (default), 1 (selector warps), 2 (v1), ",
+                    "3 (plain appends, 8 stages), 4 (plain appends), 5 (binned select, bins counted by the appends), ",
+                    "6 (lean appends, general select) or 7 (blocks split across CTAs), got ", variant);
   return variant == 0 ? f(Sm90FusedDefault{})
          : variant == 1 ? f(Sm90FusedSelectors{})
          : variant == 2 ? f(Sm90FusedV1{})
          : variant == 3 ? f(Sm90FusedGated8{})
          : variant == 4 ? f(Sm90FusedGated{})
          : variant == 5 ? f(Sm90FusedBinned{})
-                        : f(Sm90FusedLeanAppend{});
+         : variant == 6 ? f(Sm90FusedLeanAppend{})
+                        : f(Sm90FusedSplit{});
 }
 }  // namespace
 

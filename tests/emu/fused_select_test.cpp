@@ -404,7 +404,7 @@ std::vector<uint32_t> simulate_row(const std::vector<float>& v, int k, int cap, 
     if (g_binned_end) warp_emu::run([&](int lane) { warp_bin_pass(s, bh, bin_lo, bin_mult, lane); });
     warp_emu::run([&](int lane) {
       done[lane] = warp_finish_row_binned(s, bh, bin_lo, bin_mult, k, 0, sc.hist, sc.sk, sc.si, lane,
-                                          [&](int at, int x) { out[at] = x; });
+                                          [&](int at, int x, uint32_t) { out[at] = x; });
     });
     for (int l = 1; l < 32; ++l) expect(done[l] == done[0], "lanes disagree in finish_row_binned");
     for (int i = 0; i < 256; ++i) expect(bh[i] == 0, "bins not left zeroed");
@@ -424,10 +424,10 @@ std::vector<uint32_t> simulate_row(const std::vector<float>& v, int k, int cap, 
   warp_emu::run([&](int lane) {
     if (g_lean)
       ok[lane] = warp_finish_row<true>(s, thr, k, need, gated, 0, sc.hist, sc.sk, sc.si, lane, &cands[lane],
-                                       [&](int at, int x) { out[at] = x; });
+                                       [&](int at, int x, uint32_t) { out[at] = x; });
     else
       ok[lane] = warp_finish_row<false>(s, thr, k, need, gated, 0, sc.hist, sc.sk, sc.si, lane, &cands[lane],
-                                        [&](int at, int x) { out[at] = x; });
+                                        [&](int at, int x, uint32_t) { out[at] = x; });
   });
   for (int l = 1; l < 32; ++l) expect(ok[l] == ok[0] && cands[l] == cands[0], "lanes disagree in finish_row");
   ++g_rows;
@@ -531,6 +531,61 @@ void protocol_cases() {
   if (g_binned) expect(g_binned_rows > 0, "no row was finished by the binned select");
 }
 
+// kSplit's two steps: each piece of a row (ungated here) writes its exact top
+// min(k, n_piece) as (key, absolute index) to its slot of the region, key 0
+// padding; the merge selects the row's top min(k, n) over the region with the
+// threshold (key 1, any index), so the padding is never kept. Against the
+// float reference, for piece counts up to 17 and pieces shorter than k.
+void split_cases() {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> gauss(0.f, 1.f);
+  for (int k : {512, 2048})
+    for (int n : {1, 100, 3000, 20000})
+      for (int np : {2, 5, 17})
+        for (int kind = 0; kind < 2; ++kind) {
+          std::vector<float> v(n);
+          for (auto& x : v) x = kind ? float(rng() % 7) : gauss(rng);  // kind 1: heavy ties across pieces
+          std::vector<uint32_t> rk(size_t(np) * k + 4, 0xdeadbeefu), ri(size_t(np) * k + 4, 0xdeadbeefu);
+          Scratch sc;
+          for (int pc = 0; pc < np; ++pc) {
+            const int lo = int(int64_t(n) * pc / np), hi = int(int64_t(n) * (pc + 1) / np);
+            Buf b(std::max(hi - lo, 4));
+            for (int i = lo; i < hi; ++i) b.push(order_key(v[i]), static_cast<uint32_t>(i));
+            Segs s{{b.key.data(), nullptr}, {b.idx.data(), nullptr}, {b.n, 0}, 1};
+            const uint32_t need = std::min<uint32_t>(k, static_cast<uint32_t>(hi - lo));
+            uint32_t cands[32];
+            warp_emu::run([&](int lane) {
+              warp_finish_row<true>(s, 0, k, need, false, 0, sc.hist, sc.sk, sc.si, lane, &cands[lane],
+                                    [&](int at, int x, uint32_t key) {
+                                      rk[size_t(pc) * k + at] = key;
+                                      ri[size_t(pc) * k + at] = static_cast<uint32_t>(x);
+                                    });
+            });
+          }
+          Segs m{{rk.data(), nullptr}, {ri.data(), nullptr}, {np * k, 0}, 1};
+          std::vector<int> out(k, -7);
+          uint32_t cands[32];
+          const uint32_t need = std::min<uint32_t>(k, static_cast<uint32_t>(n));
+          warp_emu::run([&](int lane) {
+            warp_finish_row<true>(m, uint64_t(1) << 32, k, need, false, 0, sc.hist, sc.sk, sc.si, lane,
+                                  &cands[lane], [&](int at, int x, uint32_t) { out[at] = x; });
+          });
+          const std::string name = "split n=" + std::to_string(n) + " pieces=" + std::to_string(np) +
+                                   " k=" + std::to_string(k) + (kind ? " ties" : " gauss");
+          std::vector<uint32_t> got;
+          for (int i = 0; i < k; ++i) {
+            expect(out[i] != -7, name + ": output slot not written");
+            if (i < static_cast<int>(need)) expect(out[i] >= 0 && out[i] < n, name + ": bad index");
+            else expect(out[i] == -1, name + ": padding is not -1");
+            if (out[i] >= 0) got.push_back(static_cast<uint32_t>(out[i]));
+          }
+          std::vector<uint32_t> want = float_topk(v, k);
+          std::sort(got.begin(), got.end());
+          std::sort(want.begin(), want.end());
+          expect(got == want, name + ": index set differs from the exact top-k");
+        }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -546,7 +601,10 @@ int main(int argc, char** argv) {
     select_cases();
     gate_piece_cases();
   }
-  if (which == "all" || which == "protocol") protocol_cases();
+  if (which == "all" || which == "protocol") {
+    protocol_cases();
+    if (g_binned_end) split_cases();  // kSplit builds on the default (kBinned = 2)
+  }
   std::printf("fused_select emulation: %d checks passed (%ld warp exchanges; %ld rows, %ld gated, %ld redone, "
               "%ld binned)\n",
               g_checks, warp_emu::st().exchanges, g_rows, g_gated_rows, g_redo_rows, g_binned_rows);

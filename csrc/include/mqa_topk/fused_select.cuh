@@ -605,8 +605,9 @@ __host__ __device__ constexpr uint64_t gate_threshold(uint32_t gate_key) {
 
 // The block-end step of one row: the exact top min(k, n) of its candidates
 // (entries with key >= thr's; need = min(k, n)) written to orow as indices
-// relative to start in candidate order, -1 padded to k. A gated row with fewer
-// than `need` candidates is unsafe (its top-k may hold keys below the gate):
+// relative to start in candidate order, -1 padded to k, through out(at,
+// relative index, key) (key 0 for the padding). A gated row with fewer than
+// `need` candidates is unsafe (its top-k may hold keys below the gate):
 // nothing is written and false returned (the caller rescans the row).
 // *cands: the candidates counted.
 template <bool kLean, class Out>
@@ -619,10 +620,10 @@ __device__ __forceinline__ bool warp_finish_row(const Segs& s, uint64_t thr, uin
   else th = warp_select(s, thr, k, hist, sk, si, lane, &c);
   *cands = c;
   if (gated && c < need) return false;
-  const int pos = warp_emit(s, th, lane, [&](int at, uint32_t, uint32_t idx) {
-    if (at < static_cast<int>(k)) out(at, static_cast<int>(idx) - start);
+  const int pos = warp_emit(s, th, lane, [&](int at, uint32_t key, uint32_t idx) {
+    if (at < static_cast<int>(k)) out(at, static_cast<int>(idx) - start, key);
   });
-  for (int j = min(pos, static_cast<int>(k)) + lane; j < static_cast<int>(k); j += 32) out(j, -1);
+  for (int j = min(pos, static_cast<int>(k)) + lane; j < static_cast<int>(k); j += 32) out(j, -1, 0u);
   return true;
 }
 
@@ -690,7 +691,7 @@ __device__ __forceinline__ bool warp_finish_row_binned(const Segs& s, uint32_t* 
     const uint32_t mh = __ballot_sync(0xffffffffu, hi);
     const uint32_t me = __ballot_sync(0xffffffffu, eq);
     const uint32_t ph = pos + __popc(mh & lt), pe = base + __popc(me & lt);
-    if (hi && ph < before) out(static_cast<int>(ph), static_cast<int>(idx) - start);
+    if (hi && ph < before) out(static_cast<int>(ph), static_cast<int>(idx) - start, key);
     if (eq && pe < in_bin) {
       sk[pe] = key;
       si[pe] = idx;
@@ -710,7 +711,7 @@ __device__ __forceinline__ bool warp_finish_row_binned(const Segs& s, uint32_t* 
     const bool keep = j < in_bin && composite(sk[j], si[j]) >= t;
     const uint32_t m = __ballot_sync(0xffffffffu, keep);
     const uint32_t at = pos + __popc(m & lt);
-    if (keep && at < k) out(static_cast<int>(at), static_cast<int>(si[j]) - start);
+    if (keep && at < k) out(static_cast<int>(at), static_cast<int>(si[j]) - start, sk[j]);
     pos += __popc(m);
   }
   __syncwarp();

@@ -76,6 +76,11 @@ struct Sm90FusedParams {
   int probe;         // development only: 1 = never append (logits + filter alone), 2 = real + statistics
   RangeErrorSink err;  // bad rows are recorded here (range_check.cuh; null: not recorded)
   int target = 0;      // development only: the gate's candidate target (0: fused_gate_target(topk))
+  // kSplit: the pieces' partial top-k ([region][row][piece][topk] keys and
+  // absolute indices) and one completion counter per region (zero at launch).
+  uint32_t* split_keys = nullptr;
+  uint32_t* split_idx = nullptr;
+  int* split_ctr = nullptr;
 };
 
 // Block-level control words in shared memory (gate, selector hand-off, redo queue).
@@ -92,6 +97,14 @@ struct FusedCtl {
   int rq_valid[16];
   int rq_reserve;
   int blocks_done;         // blocks finished (rows written or queued for a redo)
+  int rq_lo[16];           // kSplit: the redone piece's first key, tiles, region and piece word
+  int rq_nt[16];
+  int rq_c0[16];
+  int rq_piece[16];
+  int merge_b;             // kSplit: the block this CTA merges after the piece it just finished (-1: none)
+  int sh_b0, sh_t0;        // kSplit: this CTA's share of the tiles: first block, its first tile,
+  long long sh_g0, sh_count, sh_total;  //   first global tile, tile count; all tiles of the call
+  int sh_gp;               //   CTAs with a share (min(grid, tiles))
 };
 
 // kLeanSelect: warp_select_lean instead of warp_select (same results,
@@ -110,7 +123,7 @@ struct FusedCtl {
 // the append path): the select is a count pass plus one emit pass, instead of
 // the general select's range, histogram, gather and emit passes.
 template <int kNumStages_, bool kLeanSelect_ = false, bool kGate_ = false, bool kSelectors_ = false,
-          bool kLeanAppend_ = false, int kBinned_ = 0>
+          bool kLeanAppend_ = false, int kBinned_ = 0, bool kSplit_ = false>
 struct Sm90FusedConfig {
   static constexpr bool kLeanSelect = kLeanSelect_;
   static constexpr bool kGate = kGate_;
@@ -119,6 +132,8 @@ struct Sm90FusedConfig {
   static constexpr bool kBinned = kBinned_ != 0;
   static constexpr bool kBinnedScan = kBinned_ == 1;  // counted by the appends
   static constexpr bool kBinnedEnd = kBinned_ == 2;   // counted at the block end
+  static constexpr bool kSplit = kSplit_;
+  static_assert(!kSplit || (kGate && !kSelectors), "split blocks: gated scan, select on the math warps");
   static_assert(!kSelectors || kGate, "selector warps need the gated scan");
   static_assert(!kBinned || (kGate && !kSelectors && kLeanSelect), "binned select: gated scan, select on the math warps");
   using Logits = Sm90LogitsConfig<8, 2, kNumStages_>;
@@ -166,9 +181,16 @@ constexpr int kFusedStats = 15;
 constexpr int kFusedWordsPerCap = 2 * 8 * 2;
 
 // Bytes of workspace a kernel configuration needs (header first).
+// kSplit: completion counters after the header (one per region, at most 256 SMs).
+constexpr int kFusedSplitCtrBytes = 1024;
+constexpr int kFusedSplitMaxSms = kFusedSplitCtrBytes / 4;
+// kSplit: words of one array (keys or indices) of the pieces' partial top-k:
+// 2 x num_sms regions of 8 rows x topk.
+inline size_t fused_split_words(int topk, int num_sms) { return size_t(2) * num_sms * 8 * size_t(topk); }
+
 template <class Cfg>
 inline size_t fused_workspace_bytes(int topk, int num_sms) {
-  return kFusedHeaderBytes +
+  return kFusedHeaderBytes + (Cfg::kSplit ? kFusedSplitCtrBytes + 2 * fused_split_words(topk, num_sms) * 4 : 0) +
          size_t(Cfg::kSets) * size_t(num_sms) * kFusedWordsPerCap * size_t(Cfg::cap(topk)) * 4;
 }
 
@@ -198,6 +220,102 @@ __device__ __forceinline__ int row_length(const Sm90FusedParams& p, int row, int
   return e - s;
 }
 
+// kSplit: visible keys of a row within a piece's key range [lo, hi); *start
+// as in row_length.
+__device__ __forceinline__ int piece_row_length(const Sm90FusedParams& p, int row, int lo, int hi, int* start) {
+  const int s = min(max(__ldg(p.starts + row), 0), p.keys);
+  const int e = min(max(__ldg(p.ends + row), s), p.keys);
+  *start = s;
+  return max(0, min(e, hi) - max(s, lo));
+}
+
+// ---- kSplit: blocks split across CTAs ------------------------------------------
+// The call's key tiles (blocks in order, each block's tiles in order; blocks
+// with no tile left out) are numbered 0..total-1 and CTA c < gp = min(grid,
+// total) takes the contiguous share [total c / gp, total (c + 1) / gp), as
+// the dense kernel does: every CTA gets the same number of tiles, whatever the
+// row count. A block whose tiles fall in the shares of CTAs c0..c1 (c0 < c1)
+// is split into c1 - c0 + 1 pieces, one per CTA. Each piece runs the whole v2
+// scan (sample, gate, scan, select, redo) on its key range and writes its rows'
+// exact top k (key, absolute index; key 0 pads) to the block's region of the
+// workspace, [row][piece][k] at region 2 c0 (regions of different blocks
+// never overlap: a block's pieces use slots 2 c0 .. c0 + c1 < 2 c0' of the
+// next split block). The CTA that completes the region's counter merges: one
+// exact select per row over the pieces' entries, in the same launch.
+
+// The CTA owning global tile t.
+__device__ __forceinline__ int split_owner(long long t, long long total, int gp) {
+  return static_cast<int>(((t + 1) * gp - 1) / total);
+}
+
+// This CTA's share, into ctl (every thread calls it: it synchronises the CTA).
+template <int kThreads>
+__device__ __forceinline__ void fused_split_share(const Sm90LogitsParams& lp, FusedCtl* ctl) {
+  __shared__ long long s_warp[kThreads / 32];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int nblocks = (lp.rows + 7) / 8;
+  const int per = (nblocks + kThreads - 1) / kThreads;
+  const int b_beg = min(tid * per, nblocks), b_end = min(b_beg + per, nblocks);
+  long long mine = 0;
+  for (int b = b_beg; b < b_end; ++b) {
+    int lo, hi;
+    mine += block_span<8, 128>(lp, b, lo, hi);
+  }
+  long long incl = mine;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const long long v = __shfl_up_sync(0xffffffffu, incl, d);
+    if (lane >= d) incl += v;
+  }
+  if (lane == 31) s_warp[warp] = incl;
+  if (tid == 0) ctl->sh_b0 = -1;
+  __syncthreads();
+  long long before = 0, total = 0;
+  for (int w = 0; w < kThreads / 32; ++w) {
+    before += w < warp ? s_warp[w] : 0;
+    total += s_warp[w];
+  }
+  const long long gp = min(static_cast<long long>(gridDim.x), total);
+  const long long c = blockIdx.x;
+  const long long g0 = c < gp ? total * c / gp : total, g1 = c < gp ? total * (c + 1) / gp : total;
+  const long long excl = before + incl - mine;
+  if (g1 > g0 && mine > 0 && excl <= g0 && g0 < excl + mine) {
+    long long acc = excl;
+    for (int b = b_beg; b < b_end; ++b) {
+      int lo, hi;
+      const int n = block_span<8, 128>(lp, b, lo, hi);
+      if (g0 < acc + n) {
+        ctl->sh_b0 = b;
+        ctl->sh_t0 = static_cast<int>(g0 - acc);
+        break;
+      }
+      acc += n;
+    }
+  }
+  if (tid == 0) {
+    ctl->sh_g0 = g0;
+    ctl->sh_count = g1 - g0;
+    ctl->sh_total = total;
+    ctl->sh_gp = static_cast<int>(gp);
+  }
+  __syncthreads();
+}
+
+// kSplit: where row r of piece `pi` of `np` writes in region c0 (keys; the
+// indices at the same offset of split_idx).
+__device__ __forceinline__ size_t split_offset(int c0, int np, int pi, int r, int k) {
+  return (size_t(2) * c0 * 8 + size_t(r) * np + pi) * size_t(k);
+}
+
+// Where a row's select writes: the output row (keys == nullptr), or, for a
+// piece of a split block (kSplit), its slot in the block's region (keys and
+// absolute indices, key 0 padding) with the row clamped to [lo, hi).
+struct RowSink {
+  uint32_t* keys;
+  uint32_t* idx;
+  int lo, hi;
+};
+
 // The block-end select of row r of block b over both warpgroups' buffers of
 // candidate set `set` (one warp): writes the row, or returns false when its
 // gate was unsafe (the caller queues a redo).
@@ -205,7 +323,7 @@ template <class Cfg>
 __device__ __forceinline__ bool fused_finish_row(const Sm90FusedParams& p, int b, int r, uint32_t* ws_set,
                                                  const uint32_t* cnt_set, uint64_t thr, bool gated, uint32_t* hist,
                                                  uint32_t* sk, uint32_t* si, int lane,
-                                                 unsigned long long* stats) {
+                                                 unsigned long long* stats, RowSink sink = {nullptr, nullptr, 0, 0}) {
   using namespace fused_detail;
   const int row = b * 8 + r;
   const size_t cap = size_t(p.cap);
@@ -213,13 +331,22 @@ __device__ __forceinline__ bool fused_finish_row(const Sm90FusedParams& p, int b
   const uint32_t* k1 = ws_set + size_t((1 * 8 + r) * 2) * cap;
   const Segs s{{k0, k1}, {k0 + cap, k1 + cap}, {static_cast<int>(cnt_set[r]), static_cast<int>(cnt_set[8 + r])}, 2};
   int start;
-  const int n = row_length(p, row, &start);
+  const int n = sink.keys ? piece_row_length(p, row, sink.lo, sink.hi, &start) : row_length(p, row, &start);
+  if (sink.keys) start = 0;  // absolute indices
   const uint32_t k = static_cast<uint32_t>(p.topk);
   const uint32_t need = min(k, static_cast<uint32_t>(n));
   int* orow = p.out + size_t(row) * p.topk;
   uint32_t cands = 0;
-  const bool ok = warp_finish_row<Cfg::kLeanSelect>(s, thr, k, need, gated, start, hist, sk, si, lane, &cands,
-                                                    [&](int at, int v) { orow[at] = v; });
+  bool ok;
+  if (sink.keys)
+    ok = warp_finish_row<Cfg::kLeanSelect>(s, thr, k, need, gated, start, hist, sk, si, lane, &cands,
+                                           [&](int at, int v, uint32_t key) {
+                                             sink.keys[at] = key;
+                                             sink.idx[at] = static_cast<uint32_t>(v);
+                                           });
+  else
+    ok = warp_finish_row<Cfg::kLeanSelect>(s, thr, k, need, gated, start, hist, sk, si, lane, &cands,
+                                           [&](int at, int v, uint32_t) { orow[at] = v; });
   if (p.probe == 2 && lane == 0) {
     atomicAdd(stats + 4, static_cast<unsigned long long>(s.n[0] + s.n[1]));
     atomicAdd(stats + 13, 1ull);
@@ -234,7 +361,8 @@ __device__ __forceinline__ bool fused_finish_row(const Sm90FusedParams& p, int b
 __device__ __forceinline__ bool fused_finish_row_binned(const Sm90FusedParams& p, int b, int r, uint32_t* ws_set,
                                                         const uint32_t* cnt_set, uint32_t* bh, uint32_t lo,
                                                         uint32_t mult, bool count_first, uint32_t* hist, uint32_t* sk,
-                                                        uint32_t* si, int lane, unsigned long long* stats) {
+                                                        uint32_t* si, int lane, unsigned long long* stats,
+                                                        RowSink sink = {nullptr, nullptr, 0, 0}) {
   using namespace fused_detail;
   const int row = b * 8 + r;
   const size_t cap = size_t(p.cap);
@@ -243,10 +371,19 @@ __device__ __forceinline__ bool fused_finish_row_binned(const Sm90FusedParams& p
   const Segs s{{k0, k1}, {k0 + cap, k1 + cap}, {static_cast<int>(cnt_set[r]), static_cast<int>(cnt_set[8 + r])}, 2};
   int start;
   row_length(p, row, &start);
+  if (sink.keys) start = 0;  // absolute indices
   int* orow = p.out + size_t(row) * p.topk;
   if (count_first) warp_bin_pass(s, bh, lo, mult, lane);
-  const bool done = warp_finish_row_binned(s, bh, lo, mult, static_cast<uint32_t>(p.topk), start, hist, sk, si, lane,
-                                           [&](int at, int v) { orow[at] = v; });
+  bool done;
+  if (sink.keys)
+    done = warp_finish_row_binned(s, bh, lo, mult, static_cast<uint32_t>(p.topk), start, hist, sk, si, lane,
+                                  [&](int at, int v, uint32_t key) {
+                                    sink.keys[at] = key;
+                                    sink.idx[at] = static_cast<uint32_t>(v);
+                                  });
+  else
+    done = warp_finish_row_binned(s, bh, lo, mult, static_cast<uint32_t>(p.topk), start, hist, sk, si, lane,
+                                  [&](int at, int v, uint32_t) { orow[at] = v; });
   if (p.probe == 2 && lane == 0) {
     if (done) {
       atomicAdd(stats + 4, static_cast<unsigned long long>(s.n[0] + s.n[1]));
@@ -258,14 +395,40 @@ __device__ __forceinline__ bool fused_finish_row_binned(const Sm90FusedParams& p
   return done;
 }
 
+// kSplit: the merge of row r of a split block (one warp): the exact top
+// min(k, n) of the pieces' entries (np x k in the region, key 0 padding never
+// eligible) into the output row.
+__device__ __forceinline__ void fused_merge_row(const Sm90FusedParams& p, int b, int r, int c0, int np,
+                                                uint32_t* hist, uint32_t* sk, uint32_t* si, int lane) {
+  using namespace fused_detail;
+  const int row = b * 8 + r;
+  const size_t off = split_offset(c0, np, 0, r, p.topk);
+  const Segs s{{p.split_keys + off, nullptr}, {p.split_idx + off, nullptr}, {np * p.topk, 0}, 1};
+  int start;
+  const int n = row_length(p, row, &start);
+  const uint32_t k = static_cast<uint32_t>(p.topk);
+  int* orow = p.out + size_t(row) * p.topk;
+  uint32_t cands = 0;
+  // Threshold (key 1, any index): the padding (key 0) is never kept.
+  warp_finish_row<true>(s, uint64_t(1) << 32, k, min(k, static_cast<uint32_t>(n)), false, start, hist, sk, si, lane,
+                        &cands, [&](int at, int v, uint32_t) { orow[at] = v; });
+}
+
 // Queues a redo of block b's rows `mask` (one thread), then counts the block as
 // finished. The producer pops entries in order.
-__device__ __forceinline__ void fused_block_finished(FusedCtl* ctl, int b, uint32_t mask) {
+// kSplit: the piece's first key, tiles, region (-1: a whole block) and piece
+// word go with the redo.
+__device__ __forceinline__ void fused_block_finished(FusedCtl* ctl, int b, uint32_t mask, int lo = 0, int nt = 0,
+                                                     int c0 = -1, int piece = 0) {
   volatile FusedCtl* v = ctl;
   if (mask) {
     const int at = atomicAdd(&ctl->rq_reserve, 1) & 15;
     v->rq_b[at] = b;
     v->rq_mask[at] = mask;
+    v->rq_lo[at] = lo;
+    v->rq_nt[at] = nt;
+    v->rq_c0[at] = c0;
+    v->rq_piece[at] = piece;
     __threadfence_block();
     v->rq_valid[at] = 1;
   }
@@ -327,6 +490,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   __syncthreads();
 
   const int nblocks = (p.rows + R - 1) / R;
+  if constexpr (Cfg::kSplit)
+    fused_split_share<Cfg::kThreads>(Sm90LogitsParams{p.starts, p.ends, nullptr, 0, p.rows, p.keys}, ctl);
   const int k = p.topk;
   const size_t set_words = size_t(kFusedWordsPerCap) * size_t(p.cap);
   unsigned long long* stats = reinterpret_cast<unsigned long long*>(p.counter) + 1;
@@ -337,6 +502,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // selectors that would wait for the first block anyway.
     check_row_ranges(p.err, p.starts, p.ends, p.rows, p.keys, kKernelFused,
                      range_checker_index(tid, Cfg::kMathThreads + 32, 96), gridDim.x * 96);
+    if constexpr (Cfg::kSplit) {
+      // No share visits a block whose rows are all empty: warps 9-11 write its rows' -1.
+      if (gwarp > 8) {
+        const Sm90LogitsParams lp{p.starts, p.ends, nullptr, 0, p.rows, p.keys};
+        for (int b = blockIdx.x * 3 + gwarp - 9; b < nblocks; b += gridDim.x * 3) {
+          int lo, hi;
+          if (block_span<R, Cfg::kBlockKeys>(lp, b, lo, hi) != 0) continue;
+          for (int r = 0; r < R && b * R + r < p.rows; ++r)
+            for (int j = lane; j < k; j += 32) p.out[size_t(b * R + r) * k + j] = -1;
+        }
+      }
+    }
     if (gwarp == 8) {
       // ---------------- producer: one thread takes blocks and issues every TMA ----------------
       if (lane != 0) return;
@@ -347,6 +524,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       int it = 0, issued = 0, head = 0;
       const Sm90LogitsParams lp{p.starts, p.ends, nullptr, 0, p.rows, p.keys};
       // A queued redo (rows of a finished block to rescan with no gate), if any.
+      // kSplit: the piece of a redo or of the share walk (c0 = -1: a whole block).
+      int plo = 0, pnt = 0, pc0 = -1, ppiece = 0;
       auto pop_redo = [&](int& b, uint32_t& mask) {
         if constexpr (!Cfg::kGate) return false;
         const int at = head & 15;
@@ -354,10 +533,25 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         __threadfence_block();
         b = ctl_v->rq_b[at];
         mask = ctl_v->rq_mask[at];
+        plo = ctl_v->rq_lo[at];
+        pnt = ctl_v->rq_nt[at];
+        pc0 = ctl_v->rq_c0[at];
+        ppiece = ctl_v->rq_piece[at];
         ctl_v->rq_valid[at] = 0;
         ++head;
         return true;
       };
+      // kSplit: the walk over this CTA's share.
+      long long sg = 0, sleft = 0;
+      int sb = 0, sta = 0;
+      if constexpr (Cfg::kSplit) {
+        sg = ctl_v->sh_g0;
+        sleft = ctl_v->sh_b0 >= 0 ? ctl_v->sh_count : 0;
+        sb = ctl_v->sh_b0;
+        sta = ctl_v->sh_t0;
+      }
+      const long long stotal = Cfg::kSplit ? ctl_v->sh_total : 0;
+      const int sgp = Cfg::kSplit ? ctl_v->sh_gp : 0;
       for (int qi = 0;; ++qi) {
         const int qb = qi & 1;
         ptx::mbar_wait(q_empty + qb, ((qi >> 1) & 1) ^ 1);
@@ -369,8 +563,34 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         bool redo = pop_redo(b, active);
         bool have = redo;
         if (!have) {
-          const int w = atomicAdd(p.counter, 1);
-          if (w < nblocks) {
+          int w = nblocks;
+          if constexpr (Cfg::kSplit) {
+            if (sleft > 0) {
+              int blo, bhi;
+              const int ntb = block_span<R, Cfg::kBlockKeys>(lp, sb, blo, bhi);
+              const int ntp = static_cast<int>(min(static_cast<long long>(ntb - sta), sleft));
+              const long long tb = sg - sta;  // the block's first global tile
+              const int c0 = split_owner(tb, stotal, sgp), c1 = split_owner(tb + ntb - 1, stotal, sgp);
+              b = sb;
+              plo = blo + sta * Cfg::kBlockKeys;
+              pnt = ntp;
+              pc0 = c1 > c0 ? c0 : -1;
+              ppiece = c1 > c0 ? ((c1 - c0 + 1) << 16) | (static_cast<int>(blockIdx.x) - c0) : 0;
+              sg += ntp;
+              sleft -= ntp;
+              if (sleft > 0) {
+                int l2, h2;
+                next_block<R, Cfg::kBlockKeys>(lp, sb, l2, h2);
+                sta = 0;
+              }
+              active = 0xffu;
+              have = true;
+            }
+          } else {
+            w = atomicAdd(p.counter, 1);
+          }
+          if (have) {
+          } else if (w < nblocks) {
             b = nblocks - 1 - w;
             active = 0xffu;
             have = true;
@@ -386,8 +606,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           return;
         }
         ++issued;
-        int lo, hi;
-        const int nt = block_span<R, Cfg::kBlockKeys>(lp, b, lo, hi);
+        int lo, hi, nt;
+        if constexpr (Cfg::kSplit) {
+          lo = plo;
+          nt = pnt;
+        } else {
+          nt = block_span<R, Cfg::kBlockKeys>(lp, b, lo, hi);
+        }
         const int stride = tile_stride(nt);
         slot[8 * qb + 0] = b;
         slot[8 * qb + 1] = lo;
@@ -395,6 +620,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         slot[8 * qb + 3] = stride;
         slot[8 * qb + 4] = Cfg::kGate && !redo ? fused_sample_tiles(nt, k, p.target) : 0;
         slot[8 * qb + 5] = static_cast<int>(active);
+        slot[8 * qb + 6] = pc0;
+        slot[8 * qb + 7] = ppiece;
         if (nt == 0) {  // every row empty: the consumers only write -1
           ptx::mbar_arrive(q_full + qb);
           continue;
@@ -501,6 +728,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const int lo = slot[8 * qb + 1], nt = slot[8 * qb + 2], stride = slot[8 * qb + 3];
     const int ns = slot[8 * qb + 4];
     const uint32_t active = static_cast<uint32_t>(slot[8 * qb + 5]);
+    // kSplit: the piece's region (-1: a whole block) and (pieces << 16 | piece).
+    const int split_c0 = Cfg::kSplit ? slot[8 * qb + 6] : -1;
+    const int split_piece = Cfg::kSplit ? slot[8 * qb + 7] : 0;
     uint32_t* ws_set = ws_cta + cs * set_words;
     uint32_t* cnt_s = cnt_all + cs * 16;  // [wg][row]
     unsigned long long* thr = thr_all + cs * R;
@@ -516,6 +746,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       row_start[i] = row < p.rows ? __ldg(p.starts + row) : 0;
       row_end[i] = row < p.rows ? __ldg(p.ends + row) : 0;
       clamp_row_range(row_start[i], row_end[i], p.keys);
+      if constexpr (Cfg::kSplit) {  // the piece's keys only (a no-op for a whole block)
+        row_start[i] = max(row_start[i], lo);
+        row_end[i] = max(row_start[i], min(row_end[i], lo + nt * Cfg::kBlockKeys));
+      }
       row_on[i] = p.probe != 1 && ((active >> (2 * quad + i)) & 1u);
     }
     uint32_t cnt = 0;  // candidates of row (lane & 7) in this warpgroup's buffer
@@ -725,7 +959,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         {
           const int r = gwarp, row = b * R + r;
           int start_unused;
-          const uint32_t n = row < p.rows ? static_cast<uint32_t>(row_length(p, row, &start_unused)) : 0u;
+          const uint32_t n =
+              row < p.rows ? static_cast<uint32_t>(Cfg::kSplit ? piece_row_length(p, row, lo, lo + nt * Cfg::kBlockKeys,
+                                                                                   &start_unused)
+                                                              : row_length(p, row, &start_unused))
+                           : 0u;
           const uint32_t msz = ctl_v->sample_cnt[r];
           const uint32_t rho = p.probe != 1 && ((active >> r) & 1u) ? gate_rank(msz, n, static_cast<uint32_t>(p.target > 0 ? p.target : fused_gate_target(k))) : 0u;
           const uint32_t gk = warp_gate_key(hist, ctl->tile_max[r], rho, ns, lane);
@@ -776,19 +1014,29 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const int r = gwarp;
       if (((active >> r) & 1u) && b * R + r < p.rows) {
         const uint32_t gated = Cfg::kGate ? (ctl_v->gated[cs] >> r) & 1u : 0u;
+        // kSplit: a piece of a split block writes its slot of the block's region.
+        RowSink sink{nullptr, nullptr, 0, 0};
+        if constexpr (Cfg::kSplit) {
+          if (split_c0 >= 0) {
+            const size_t off = split_offset(split_c0, split_piece >> 16, split_piece & 0xffff, r, k);
+            sink = RowSink{p.split_keys + off, p.split_idx + off, lo, lo + nt * Cfg::kBlockKeys};
+          }
+        }
         bool done = false, ok = true;
         if constexpr (Cfg::kBinned) {
           const uint2 bp = bin_par[r];
           if (gated && bp.x)
             done = fused_finish_row_binned(p, b, r, ws_set, cnt_s, bin_hist + r * 256, bp.x, bp.y, Cfg::kBinnedEnd,
-                                           hist, sk, si, lane, stats);
+                                           hist, sk, si, lane, stats, sink);
           else
             warp_clear_hist(bin_hist + r * 256, lane);
         }
         if (!done)
           ok = fused_finish_row<Cfg>(p, b, r, ws_set, cnt_s, warp_read_u64(thr + r, lane), gated, hist, sk, si, lane,
-                                     stats);
+                                     stats, sink);
         if (!ok && lane == 0) atomicOr(&ctl->redo_acc[cs], 1u << r);
+        if constexpr (Cfg::kSplit)
+          if (split_c0 >= 0) __threadfence();  // the slot is written before the region's counter counts it
       } else if constexpr (Cfg::kBinned) {
         warp_clear_hist(bin_hist + r * 256, lane);
       }
@@ -802,7 +1050,29 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         const uint32_t mask = ctl_v->redo_acc[cs];
         ctl_v->redo_acc[cs] = 0;
         ctl_v->gated[cs] = 0;
-        fused_block_finished(ctl, b, mask);
+        if constexpr (Cfg::kSplit) {
+          // A piece counts once every row of it is written (after its redo, if any); the
+          // CTA that counts a region's last piece merges the block.
+          int merge = -1;
+          if (split_c0 >= 0 && mask == 0) {
+            __threadfence();
+            if (atomicAdd(p.split_ctr + split_c0, 1) == (split_piece >> 16) - 1) {
+              __threadfence();
+              merge = b;
+            }
+          }
+          ctl_v->merge_b = merge;
+          fused_block_finished(ctl, b, mask, lo, nt, split_c0, split_piece);
+        } else {
+          fused_block_finished(ctl, b, mask);
+        }
+      }
+      if constexpr (Cfg::kSplit) {
+        if (split_c0 >= 0) {  // uniform over the CTA
+          ptx::named_barrier_sync(3, Cfg::kMathThreads);
+          if (ctl_v->merge_b == b && b * R + r < p.rows)
+            fused_merge_row(p, b, r, split_c0, split_piece >> 16, hist, sk, si, lane);
+        }
       }
       if (p.probe == 2 && lane == 0) atomicAdd(stats + 5, static_cast<unsigned long long>(clock64() - t_merge));
     }
@@ -817,6 +1087,7 @@ using Sm90FusedSelectors = Sm90FusedConfig<7, true, true, true>;  // v2, select 
 using Sm90FusedLeanAppend = Sm90FusedConfig<7, true, true, false, true>;  // Sm90FusedGated + kLeanAppend
 using Sm90FusedBinned = Sm90FusedConfig<7, true, true, false, true, 1>;     // + bins counted by the appends
 using Sm90FusedBinnedEnd = Sm90FusedConfig<7, true, true, false, true, 2>;  // + bins counted at the block end
+using Sm90FusedSplit = Sm90FusedConfig<7, true, true, false, true, 2, true>;  // + blocks split across CTAs
 // Measured (BENCHMARKS.md, 2026-12-01, headline top-2048): select on the math
 // warps at 7 stages 6.59 ms, at 8 stages 6.76, on selector warps 7.14; with
 // lean appends 6.185 against 6.32; with the bins counted at the block end
@@ -861,11 +1132,19 @@ inline cudaError_t launch_sm90_fused_mqa_topk(const void* q, const void* k, cons
   const int cap_default = Cfg::cap(topk);
   const int cap_min = Cfg::kGate ? max(topk + 128, fused_detail::kMaxSampleTiles * 64 + 128) : topk + 128;
   cap = cap <= 0 ? cap_default : max(cap_min, min(cap, cap_default)) & ~3;
+  if (Cfg::kSplit && num_sms > kFusedSplitMaxSms) return cudaErrorInvalidValue;
   int* counter = static_cast<int*>(workspace);
-  err = cudaMemsetAsync(counter, 0, kFusedHeaderBytes, stream);
+  // The header (and kSplit's region counters right after it) must be zero.
+  const size_t zero_bytes = kFusedHeaderBytes + (Cfg::kSplit ? kFusedSplitCtrBytes : 0);
+  err = cudaMemsetAsync(counter, 0, zero_bytes, stream);
   if (err != cudaSuccess) return err;
-  Sm90FusedParams p{starts, ends, out, reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(workspace) + kFusedHeaderBytes),
-                    counter, rows, keys, topk, cap, probe, range_err, target};
+  uint32_t* ws = reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(workspace) + zero_bytes);
+  Sm90FusedParams p{starts, ends, out, ws, counter, rows, keys, topk, cap, probe, range_err, target};
+  if constexpr (Cfg::kSplit) {
+    p.split_ctr = reinterpret_cast<int*>(static_cast<uint8_t*>(workspace) + kFusedHeaderBytes);
+    p.split_keys = ws + size_t(Cfg::kSets) * size_t(num_sms) * kFusedWordsPerCap * size_t(Cfg::cap(topk));
+    p.split_idx = p.split_keys + fused_split_words(topk, num_sms);
+  }
   kernel<<<num_sms, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(tm_q, tm_k, tm_s, tm_w, p);
   return cudaGetLastError();
 }
