@@ -2,9 +2,11 @@
 // one memset (the block counter) and one launch.
 #include "fused_mqa_topk.h"
 
+#include "fused_mqa_topk_split.h"
 #include "mqa_topk/sm90_fused_mqa_topk.cuh"
 #include "range_errors.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 namespace {
@@ -12,7 +14,9 @@ bool valid_topk(int64_t t) { return t == 512 || t == 1024 || t == 2048; }
 // Development knobs (scripts/fused_probe.py), never set in normal use:
 // MQA_TOPK_FUSED_PROBE=1 skips every append (logits + filter alone; the output
 // is then all -1), MQA_TOPK_FUSED_CAP=N shrinks the candidate capacity,
-// MQA_TOPK_FUSED_TARGET=N sets the gate's candidate target (results stay exact).
+// MQA_TOPK_FUSED_TARGET=N sets the gate's candidate target (results stay exact),
+// MQA_TOPK_FUSED_SPLIT=0/1 never / always splits blocks across CTAs (unset: fused_use_split).
+const char* env_str(const char* name) { return std::getenv(name); }
 int env_int(const char* name) {
   const char* v = std::getenv(name);
   return v ? std::atoi(v) : 0;
@@ -22,8 +26,11 @@ int env_int(const char* name) {
 int64_t fused_mqa_topk_workspace_bytes(int64_t topk, int64_t device) {
   MQA_CHECK_ARG(valid_topk(topk), "topk", "must be 512, 1024 or 2048, got ", topk);
   MQA_CHECK_ARG(device >= 0, "device", "must be a CUDA device index, got ", device);
-  return static_cast<int64_t>(mqa_topk::fused_workspace_bytes<mqa_topk::Sm90FusedDefault>(
-      static_cast<int>(topk), mqa_topk::sm_count(static_cast<int>(device))));
+  // Room for the split kernel too (it needs more than the unsplit one).
+  const int sms = mqa_topk::sm_count(static_cast<int>(device));
+  return static_cast<int64_t>(
+      std::max(mqa_topk::fused_workspace_bytes<mqa_topk::Sm90FusedDefault>(static_cast<int>(topk), sms),
+               fused_split_workspace_bytes(static_cast<int>(topk), sms)));
 }
 
 FusedLaunchArgs fused_mqa_topk_check(const at::Tensor& q, const at::Tensor& k, const at::Tensor& scales,
@@ -70,11 +77,24 @@ void fused_mqa_topk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
   const c10::cuda::CUDAGuard guard(q.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(q.device().index());
   int map_error = 0;
-  const cudaError_t err = mqa_topk::launch_sm90_fused_mqa_topk(
-      q.data_ptr(), a.keys ? k.data_ptr() : nullptr, a.keys ? scales.data_ptr<float>() : nullptr,
-      weights.data_ptr<float>(), starts.data_ptr<int>(), ends.data_ptr<int>(), output.data_ptr<int>(),
-      workspace.data_ptr(), a.rows, a.keys, a.topk, a.num_sms, stream, &map_error, a.probe, a.cap,
-      mqa_topk::range_error_sink(q.device().index()), a.target);
+  // Split blocks across CTAs when whole blocks would leave the last wave poorly
+  // filled, and the workspace has the split kernel's room (a workspace sized
+  // for the unsplit kernel alone, as before, keeps the unsplit kernel).
+  const char* force = env_str("MQA_TOPK_FUSED_SPLIT");
+  const bool want = force && *force ? std::atoi(force) != 0 : fused_use_split(a.rows, a.num_sms);
+  const bool split = want && workspace.numel() >= static_cast<int64_t>(fused_split_workspace_bytes(a.topk, a.num_sms));
+  const void* kp = a.keys ? k.data_ptr() : nullptr;
+  const float* sp = a.keys ? scales.data_ptr<float>() : nullptr;
+  const cudaError_t err =
+      split ? fused_split_launch(q.data_ptr(), kp, sp, weights.data_ptr<float>(), starts.data_ptr<int>(),
+                                 ends.data_ptr<int>(), output.data_ptr<int>(), workspace.data_ptr(), a.rows, a.keys,
+                                 a.topk, a.num_sms, stream, &map_error, a.probe, a.cap,
+                                 mqa_topk::range_error_sink(q.device().index()), a.target)
+            : mqa_topk::launch_sm90_fused_mqa_topk(q.data_ptr(), kp, sp, weights.data_ptr<float>(),
+                                                   starts.data_ptr<int>(), ends.data_ptr<int>(),
+                                                   output.data_ptr<int>(), workspace.data_ptr(), a.rows, a.keys,
+                                                   a.topk, a.num_sms, stream, &map_error, a.probe, a.cap,
+                                                   mqa_topk::range_error_sink(q.device().index()), a.target);
   fused_mqa_topk_report(err, map_error);
 }
 

@@ -329,6 +329,7 @@ def fused_candidate_cap(topk: int) -> int:
 
 
 _FUSED_HEADER_BYTES = 128
+_FUSED_SPLIT_CTR_BYTES = 1024
 _FUSED_SETS = 1
 
 
@@ -339,7 +340,11 @@ def fused_mqa_topk_workspace_bytes(topk: int, num_sms: int) -> int:
         raise ContractError("topk", f"must be one of {contract.TOPKS}, got {topk!r}")
     if not isinstance(num_sms, int) or num_sms <= 0:
         raise ContractError("num_sms", f"must be a positive int, got {num_sms!r}")
-    return _FUSED_HEADER_BYTES + _FUSED_SETS * num_sms * 2 * 8 * 2 * fused_candidate_cap(topk) * 4
+    # The split kernel's layout (the larger need): header, one completion counter
+    # per region (1 KB), the candidate buffers, then the pieces' partial top-k
+    # (keys and indices, 2 x num_sms regions of 8 rows x topk each).
+    return (_FUSED_HEADER_BYTES + _FUSED_SPLIT_CTR_BYTES + _FUSED_SETS * num_sms * 2 * 8 * 2 * fused_candidate_cap(topk) * 4
+            + 2 * (2 * num_sms * 8 * topk) * 4)
 
 
 _workspaces: dict = {}

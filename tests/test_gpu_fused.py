@@ -270,6 +270,31 @@ def test_fused_split_blocks_exact(dev, kw):
         assert torch.equal(outs[0].sort(dim=1).values, ref.sort(dim=1).values), f"{kw}: sets differ from the default"
 
 
+@pytest.mark.parametrize("force", ["1", "0", ""])
+def test_fused_op_split_dispatch(dev, monkeypatch, force):
+    """The op launches the split kernel when whole blocks would leave the last
+    wave poorly filled (or always / never with MQA_TOPK_FUSED_SPLIT=1 / 0):
+    every choice exact, reruns bitwise equal, and a workspace sized for the
+    unsplit kernel alone still works (the op then keeps the unsplit kernel)."""
+    if force:
+        monkeypatch.setenv("MQA_TOPK_FUSED_SPLIT", force)
+    else:
+        monkeypatch.delenv("MQA_TOPK_FUSED_SPLIT", raising=False)
+    for rows, keys, layout in ((64, 30000, "causal"), (1064, 5000, "ragged"), (3, 9000, "full")):
+        for topk in (512, 2048):
+            w = make_workload(layout, rows=rows, keys=keys, topk=topk, dist="gaussian", seed=29, device="cuda")
+            check_fused(w, topk, f"split={force!r} {layout} {rows}x{keys}")
+    ext = ops._native()
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    small = 128 + sms * 2 * 8 * 2 * (512 + 1920) * 4  # the unsplit kernel's need only
+    w = make_workload("causal", rows=64, keys=20000, topk=512, dist="gaussian", seed=30, device="cuda")
+    out = torch.full((64, 512), -7, dtype=torch.int32, device="cuda")
+    ext.fused_mqa_topk(w.q, w.k, w.scales, w.weights, w.starts, w.ends, out,
+                       torch.empty(small, dtype=torch.uint8, device="cuda"))
+    logits = ops.mqa_logits(w.q, w.k, w.scales, w.weights, w.starts, w.ends)
+    assert_exact(out, logits, w.starts, w.ends, 512, "unsplit-sized workspace")
+
+
 def test_fused_workspace_is_per_stream(dev):
     a = ops.fused_mqa_topk_workspace("cuda", 512)
     assert ops.fused_mqa_topk_workspace("cuda", 512) is a

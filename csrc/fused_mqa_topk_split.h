@@ -1,0 +1,27 @@
+// Torch-free entry points of the split fused kernel (fused_mqa_topk_split.cu).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+#include "mqa_topk/range_check.cuh"
+
+// Workspace bytes of the split kernel (more than the unsplit one's: the pieces'
+// partial top-k and the region counters).
+size_t fused_split_workspace_bytes(int topk, int num_sms);
+
+// Same arguments as launch_sm90_fused_mqa_topk.
+cudaError_t fused_split_launch(const void* q, const void* k, const float* scales, const float* weights,
+                               const int* starts, const int* ends, int* out, void* workspace, int rows, int keys,
+                               int topk, int num_sms, cudaStream_t stream, int* map_error, int probe, int cap,
+                               mqa_topk::RangeErrorSink range_err, int target);
+
+// Whether rows split across CTAs beat whole 8-row blocks (host rule, no GPU
+// read): the unsplit persistent schedule runs ceil(blocks / sms) waves of
+// blocks, the split one spreads the same tiles evenly at about 15% overhead
+// (piece selects and merges). Measured on the H200 (BENCHMARKS.md, issue 12).
+inline bool fused_use_split(int rows, int num_sms) {
+  const long long blocks = (rows + 7) / 8;
+  const long long waves = (blocks + num_sms - 1) / num_sms;
+  return waves * num_sms * 100 > 115 * blocks;
+}
