@@ -43,7 +43,7 @@ for s in "${stages[@]}"; do
     fused-variants) run fused-variants env MQA_TOPK_DEV_PROBES=1 sh -c 'python3 -m pytest -q -x tests/test_gpu_fused.py -k dev_variant && python3 scripts/fused_probe.py' ;;
     fused-probe) run fused-probe env MQA_TOPK_DEV_PROBES=1 python3 scripts/fused_probe.py ;;
     bench-adversarial) run bench-adversarial mqa-topk bench --config adversarial --paths fused,native --out "$OUT/bench-adversarial.csv" ;;
-    fused-tests) run fused-tests python3 -m pytest -q -x tests/test_gpu_fused.py || break ;;
+    fused-tests) run fused-tests python3 -m pytest -q -rf tests/test_gpu_fused.py ;;
     verify-fused) run verify-fused mqa-topk verify --paths fused,native --out "$OUT/verify-fused.json" ;;
     bench-fused) run bench-fused mqa-topk bench --paths fused,native --out "$OUT/bench-fused.csv" ;;
     bench-fused-grid) run bench-fused-grid mqa-topk bench --config bench --paths fused,native --out "$OUT/bench-fused-grid.csv" ;;
