@@ -198,7 +198,11 @@ def test_fused_unsafe_gate_is_redone(dev, topk, monkeypatch):
     nt = (keys + 127) // 128
     for tp in _sample_tiles(nt, topk):
         w.scales[tp * 128: (tp + 1) * 128] *= 1000.0
-    check_fused(w, what="unsafe gate")
+    for split in ("0", "1"):  # whole blocks, and blocks split across CTAs (each piece samples its own range)
+        monkeypatch.setenv("MQA_TOPK_FUSED_SPLIT", split)
+        check_fused(w, what=f"unsafe gate split={split}")
+    # The statistics below are the unsplit kernel's (20 rows would otherwise be split).
+    monkeypatch.setenv("MQA_TOPK_FUSED_SPLIT", "0")
     monkeypatch.setenv("MQA_TOPK_FUSED_PROBE", "2")
     ws = ops.fused_mqa_topk_workspace("cuda", topk)
     run_fused(w, topk, -1)
