@@ -329,7 +329,8 @@ def fused_candidate_cap(topk: int) -> int:
 
 
 _FUSED_HEADER_BYTES = 128
-_FUSED_SPLIT_CTR_BYTES = 1024
+_FUSED_SPLIT_CTR_BYTES = 3 * 256 * 4
+_FUSED_SPLIT_AUX_WORDS = 292
 _FUSED_SETS = 1
 
 
@@ -340,11 +341,13 @@ def fused_mqa_topk_workspace_bytes(topk: int, num_sms: int) -> int:
         raise ContractError("topk", f"must be one of {contract.TOPKS}, got {topk!r}")
     if not isinstance(num_sms, int) or num_sms <= 0:
         raise ContractError("num_sms", f"must be a positive int, got {num_sms!r}")
-    # The split kernel's layout (the larger need): header, one completion counter
-    # per region (1 KB), the candidate buffers, then the pieces' partial top-k
-    # (keys and indices, 2 x num_sms regions of 8 rows x topk each).
+    # The split kernel's layout (the larger need): header, three ints per region
+    # (completion counter, published-sample counter, gate-ready flag; 3 KB), the
+    # candidate buffers, the pieces' partial top-k (keys and indices, 2 x num_sms
+    # regions of 8 rows x topk each), a 292-word slot per region row (the shared
+    # gate's published sample, the emitted count and constraint), 8 gate words per SM.
     return (_FUSED_HEADER_BYTES + _FUSED_SPLIT_CTR_BYTES + _FUSED_SETS * num_sms * 2 * 8 * 2 * fused_candidate_cap(topk) * 4
-            + 2 * (2 * num_sms * 8 * topk) * 4)
+            + 2 * (2 * num_sms * 8 * topk) * 4 + 2 * num_sms * 8 * _FUSED_SPLIT_AUX_WORDS * 4 + num_sms * 8 * 4)
 
 
 _workspaces: dict = {}

@@ -1,9 +1,13 @@
 """Issue 12 probe (MQA_TOPK_DEV_PROBES=1 builds): small row counts at 64K keys,
-causal, gaussian. For each row count and topk: native dense (logits + top-k),
-the fused kernel with whole blocks (MQA_TOPK_FUSED_SPLIT=0) and dev variant 7
-(blocks split across CTAs) timed in one process (cold L2, medians), the split
-kernel's sets checked against the unsplit one's, and which one the op's rule
-(fused_use_split) picks. Usage: fused_split_probe.py [keys [rows ...]]."""
+causal, gaussian (or another workloads.DISTS name with --dist). For each row
+count and topk, timed in one process (cold L2, medians): native dense (logits +
+top-k), the fused kernel with whole blocks (MQA_TOPK_FUSED_SPLIT=0) and the
+split dev variants 7 (equal tile shares, each piece's own gate), 8 (+ one gate
+per block shared by its pieces) and 9 (+ only the last partial wave's blocks
+split); every variant's sets checked against the unsplit kernel's and native's;
+which one the op's rule (fused_use_split) picks; variant 9's merged rows that
+failed the merge's check and were redone whole (development statistics).
+Usage: fused_split_probe.py [--dist NAME] [keys [rows ...]]."""
 import os
 import sys
 
@@ -13,11 +17,18 @@ from mqa_topk_cli import ops
 from mqa_topk_cli.timing import time_fn
 from mqa_topk_cli.workloads import make_workload
 
-args = [int(a) for a in sys.argv[1:]]
+argv = sys.argv[1:]
+dist = "gaussian"
+if "--dist" in argv:
+    i = argv.index("--dist")
+    dist = argv[i + 1]
+    del argv[i:i + 2]
+args = [int(a) for a in argv]
 keys = args[0] if args else 65536
-rows_list = args[1:] or [64, 256, 512, 1064, 1576, 2120]
+rows_list = args[1:] or [64, 256, 512, 1064, 1576, 2120, 2640]
 ext = ops._native()
 SMS = torch.cuda.get_device_properties(0).multi_processor_count
+VARIANTS = (7, 8, 9)
 
 
 def rule(rows):
@@ -26,23 +37,38 @@ def rule(rows):
     return -(-blocks // SMS) * SMS * 100 > 115 * blocks
 
 
-print(f"{'rows':>6} {'topk':>5} {'native ms':>10} {'whole ms':>9} {'split ms':>9} {'split/native':>13} "
-      f"{'rule':>6} {'op/native':>10}  sets")
+def sets(t):
+    return t.sort(dim=1).values
+
+
+print(f"dist {dist}, keys {keys}, {SMS} SMs", flush=True)
+print(f"{'rows':>6} {'topk':>5} {'native':>8} {'whole':>8} " + " ".join(f"{'v' + str(v):>8}" for v in VARIANTS)
+      + f" {'v9/nat':>7} {'rule':>6} {'redone':>6}  sets")
 for rows in rows_list:
     for topk in (512, 1024, 2048):
-        w = make_workload("causal", rows=rows, keys=keys, topk=topk, dist="gaussian", seed=3, device="cuda")
-        a = torch.full((rows, topk), -7, dtype=torch.int32, device="cuda")
-        b = torch.full_like(a, -5)
-        c = torch.full_like(a, -3)
-        ws = torch.empty(ext.fused_mqa_topk_probe_workspace_bytes(7, topk, 0), dtype=torch.uint8, device="cuda")
-        tn = time_fn(lambda: ops.dense_mqa_topk_prefill(w.q, w.k, w.scales, w.weights, w.starts, w.ends, c))
+        w = make_workload("causal", rows=rows, keys=keys, topk=topk, dist=dist, seed=3, device="cuda")
+        base = torch.full((rows, topk), -7, dtype=torch.int32, device="cuda")
+        nat = torch.full_like(base, -3)
+        tn = time_fn(lambda: ops.dense_mqa_topk_prefill(w.q, w.k, w.scales, w.weights, w.starts, w.ends, nat))
         os.environ["MQA_TOPK_FUSED_SPLIT"] = "0"
-        tf = time_fn(lambda: ops.fused_mqa_topk_prefill(w.q, w.k, w.scales, w.weights, w.starts, w.ends, a))
+        tf = time_fn(lambda: ops.fused_mqa_topk_prefill(w.q, w.k, w.scales, w.weights, w.starts, w.ends, base))
         del os.environ["MQA_TOPK_FUSED_SPLIT"]
-        ts = time_fn(lambda: ext.fused_mqa_topk_probe(7, w.q, w.k, w.scales, w.weights, w.starts, w.ends, b, ws))
-        same = torch.equal(a.sort(dim=1).values, b.sort(dim=1).values) and torch.equal(
-            a.sort(dim=1).values, c.sort(dim=1).values)
-        op = ts.median_ms if rule(rows) else tf.median_ms
-        print(f"{rows:6d} {topk:5d} {tn.median_ms:10.3f} {tf.median_ms:9.3f} {ts.median_ms:9.3f} "
-              f"{ts.median_ms / tn.median_ms:13.2f} {'split' if rule(rows) else 'whole':>6} "
-              f"{op / tn.median_ms:10.2f}  {'same' if same else 'DIFFER'}", flush=True)
+        same = torch.equal(sets(base), sets(nat))
+        times = []
+        for v in VARIANTS:
+            out = torch.full_like(base, -5)
+            ws = torch.empty(ext.fused_mqa_topk_probe_workspace_bytes(v, topk, 0), dtype=torch.uint8, device="cuda")
+            t = time_fn(lambda: ext.fused_mqa_topk_probe(v, w.q, w.k, w.scales, w.weights, w.starts, w.ends, out, ws))
+            times.append(t.median_ms)
+            same = same and torch.equal(sets(out), sets(base))
+        os.environ["MQA_TOPK_FUSED_PROBE"] = "2"
+        ws = torch.empty(ext.fused_mqa_topk_probe_workspace_bytes(9, topk, 0), dtype=torch.uint8, device="cuda")
+        out = torch.full_like(base, -5)
+        ext.fused_mqa_topk_probe(9, w.q, w.k, w.scales, w.weights, w.starts, w.ends, out, ws)
+        torch.cuda.synchronize()
+        del os.environ["MQA_TOPK_FUSED_PROBE"]
+        redone = ws[8:128].view(torch.int64)[8].item()
+        print(f"{rows:6d} {topk:5d} {tn.median_ms:8.3f} {tf.median_ms:8.3f} "
+              + " ".join(f"{t:8.3f}" for t in times)
+              + f" {times[-1] / tn.median_ms:7.2f} {'split' if rule(rows) else 'whole':>6} {redone:6d}  "
+              f"{'same' if same else 'DIFFER'}", flush=True)

@@ -19,11 +19,22 @@ for rows, keys, layout in ((67, 1000, "causal"), (37, 3001, "random"), (5, 1, "r
         ops.dense_mqa_topk_prefill(q, k, scales, w, starts, ends, out)
         if hasattr(ops._native(), "fused_mqa_topk"):
             ops.fused_mqa_topk_prefill(q, k, scales, w, starts, ends, out)
-# The fused kernel on rows long enough to compact its candidate buffers.
+# The fused kernel on rows long enough to compact its candidate buffers; the
+# split kernel with whole blocks beside split ones (1064 rows: a 133rd block),
+# and with the gate target at k/2 (the merge's check fails: rows redone whole).
 if hasattr(ops._native(), "fused_mqa_topk"):
+    import os
     q, k, scales, w, starts, ends = make(16, 20000, 12, "causal")
     out = torch.empty((16, 512), dtype=torch.int32, device="cuda")
     ops.fused_mqa_topk_prefill(q, k, scales, w, starts, ends, out)
+    q, k, scales, w, starts, ends = make(1064, 3000, 13, "causal")
+    out = torch.empty((1064, 512), dtype=torch.int32, device="cuda")
+    ops.fused_mqa_topk_prefill(q, k, scales, w, starts, ends, out)
+    os.environ["MQA_TOPK_FUSED_TARGET"] = "256"
+    q, k, scales, w, starts, ends = make(24, 30000, 14, "causal")
+    out = torch.empty((24, 512), dtype=torch.int32, device="cuda")
+    ops.fused_mqa_topk_prefill(q, k, scales, w, starts, ends, out)
+    del os.environ["MQA_TOPK_FUSED_TARGET"]
 g = torch.Generator(device="cuda").manual_seed(3)
 wide = torch.randn(9, 40003, device="cuda", generator=g)[:, 3:40001]  # row stride > width, unaligned rows
 starts = torch.tensor([0, 1, 5, 100, 0, 39990, 7, 0, 2], dtype=torch.int32, device="cuda")

@@ -248,28 +248,36 @@ SPLIT_CASES = [
 ]
 
 
+@pytest.mark.parametrize("variant", [7, 8, 9])
 @pytest.mark.parametrize("kw", SPLIT_CASES, ids=lambda kw: f"{kw['layout']}-{kw['rows']}x{kw['keys']}-{kw['dist']}")
-def test_fused_split_blocks_exact(dev, kw):
-    """Dev variant 7 (kSplit): blocks split across CTAs in equal tile shares,
+def test_fused_split_blocks_exact(dev, kw, variant):
+    """Dev variants 7 (kSplit: blocks split across CTAs in equal tile shares,
     each piece's partial top-k merged by the CTA that finishes the block's last
-    piece. Exact against the reference, the same sets as the default kernel,
-    reruns bitwise equal. Few rows and long rows make many pieces per block;
-    ragged and short rows give pieces where a row has fewer keys than the
-    piece or none at all (empty slices), and blocks whose rows are all empty."""
+    piece), 8 (+ kSplitGate: one gate per block ranked from every piece's
+    sample, published mid-launch and taken up by the pieces when it arrives;
+    the merge checks the pieces' constraints) and 9 (+ kSplitThin: only the
+    last partial wave's blocks split). Exact against the reference, the same
+    sets as the default kernel, reruns bitwise equal (when the shared gate
+    reaches a piece depends on timing; the result must not). Few rows and long
+    rows make many pieces per block; ragged and short rows give pieces where a
+    row has fewer keys than the piece or none at all (empty slices), and
+    blocks whose rows are all empty; 1064 rows put whole blocks beside split ones."""
     ext = ops._native()
     if not hasattr(ext, "fused_mqa_topk_probe"):
         pytest.skip("built without MQA_TOPK_DEV_PROBES=1")
     for topk in (512, 2048):
         w = make_workload(device="cuda", seed=17, topk=topk, **kw)
-        ws = torch.empty(ext.fused_mqa_topk_probe_workspace_bytes(7, topk, 0), dtype=torch.uint8, device="cuda")
+        ws = torch.empty(ext.fused_mqa_topk_probe_workspace_bytes(variant, topk, 0), dtype=torch.uint8,
+                         device="cuda")
         outs = []
-        for poison in (-7, -3):
+        for poison in (-7, -3, -9, -11):
             out = torch.full((w.q.shape[0], topk), poison, dtype=torch.int32, device="cuda")
-            ext.fused_mqa_topk_probe(7, w.q, w.k, w.scales, w.weights, w.starts, w.ends, out, ws)
+            ext.fused_mqa_topk_probe(variant, w.q, w.k, w.scales, w.weights, w.starts, w.ends, out, ws)
             outs.append(out)
-        assert torch.equal(outs[0], outs[1]), f"{kw} topk={topk}: reruns differ"
+        for o in outs[1:]:
+            assert torch.equal(outs[0], o), f"{kw} topk={topk} variant {variant}: reruns differ"
         logits = ops.mqa_logits(w.q, w.k, w.scales, w.weights, w.starts, w.ends)
-        assert_exact(outs[0], logits, w.starts, w.ends, topk, f"split {kw} topk={topk}")
+        assert_exact(outs[0], logits, w.starts, w.ends, topk, f"split {kw} topk={topk} variant {variant}")
         ref = run_fused(w, topk, -5)
         assert torch.equal(outs[0].sort(dim=1).values, ref.sort(dim=1).values), f"{kw}: sets differ from the default"
 
@@ -297,6 +305,25 @@ def test_fused_op_split_dispatch(dev, monkeypatch, force):
                        torch.empty(small, dtype=torch.uint8, device="cuda"))
     logits = ops.mqa_logits(w.q, w.k, w.scales, w.weights, w.starts, w.ends)
     assert_exact(out, logits, w.starts, w.ends, 512, "unsplit-sized workspace")
+
+
+@pytest.mark.parametrize("topk", [512, 2048])
+def test_fused_split_merge_check_redoes_rows(dev, monkeypatch, topk):
+    """The op's split kernel with the gate target at k / 2: the shared gate
+    keeps about k / 2 of each row, so the merge's check (at least min(k, n) of
+    the union at or above the largest constraint) must fail and the row be
+    redone whole (counted in the development statistics), and still be exact.
+    A merge that accepted too few, or a lost redo, gives a wrong or unwritten row."""
+    monkeypatch.setenv("MQA_TOPK_FUSED_SPLIT", "1")
+    monkeypatch.setenv("MQA_TOPK_FUSED_TARGET", str(topk // 2))
+    w = make_workload("causal", rows=48, keys=60_000, topk=topk, dist="gaussian", seed=23, device="cuda")
+    check_fused(w, topk, "split, target k/2")
+    monkeypatch.setenv("MQA_TOPK_FUSED_PROBE", "2")
+    ws = ops.fused_mqa_topk_workspace("cuda", topk)
+    run_fused(w, topk, -1)
+    torch.cuda.synchronize()
+    stats = ws[8:128].view(torch.int64).tolist()
+    assert stats[8] > 0, f"expected merged rows redone, stats {stats}"
 
 
 def test_fused_workspace_is_per_stream(dev):

@@ -31,6 +31,14 @@ cudaError_t ci_launch_fused_split() {
   return mqa_topk::launch_sm90_fused_mqa_topk<mqa_topk::Sm90FusedSplit>(
       nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 0, 2048, 132, nullptr);
 }
+cudaError_t ci_launch_fused_split_gate() {
+  return mqa_topk::launch_sm90_fused_mqa_topk<mqa_topk::Sm90FusedSplitGate>(
+      nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 0, 2048, 132, nullptr);
+}
+cudaError_t ci_launch_fused_split_thin() {
+  return mqa_topk::launch_sm90_fused_mqa_topk<mqa_topk::Sm90FusedSplitThin>(
+      nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 0, 2048, 132, nullptr);
+}
 cudaError_t ci_launch_fused_binned_end() {
   return mqa_topk::launch_sm90_fused_mqa_topk<mqa_topk::Sm90FusedBinnedEnd>(
       nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 0, 2048, 132, nullptr);

@@ -8,7 +8,9 @@
 // the bins counted by the appends instead (kBinned = 1), 6 lean appends with
 // the general block-end select (kBinned = 0; the default until kBinned = 2),
 // 7 the default with blocks split across CTAs (kSplit: equal tile shares,
-// pieces merged by the CTA that finishes a block's last piece).
+// pieces merged by the CTA that finishes a block's last piece), 8 the same with
+// one gate per split block shared by its pieces (kSplitGate), 9 that with only
+// the blocks of the last partial wave split (kSplitThin; what the op runs).
 // Same contract checks and knobs as fused_mqa_topk; the workspace must hold
 // the variant's need (fused_mqa_topk_probe_workspace_bytes).
 #include <ATen/ATen.h>
@@ -22,9 +24,11 @@ namespace {
 template <class F>
 auto with_variant(int64_t variant, F&& f) {
   using namespace mqa_topk;
-  TORCH_CHECK_VALUE(variant >= 0 && variant <= 7, "variant: must be 0 (default), 1 (selector warps), 2 (v1), ",
+  TORCH_CHECK_VALUE(variant >= 0 && variant <= 9, "variant: must be 0 (default), 1 (selector warps), 2 (v1), ",
                     "3 (plain appends, 8 stages), 4 (plain appends), 5 (binned select, bins counted by the appends), ",
-                    "6 (lean appends, general select) or 7 (blocks split across CTAs), got ", variant);
+                    "6 (lean appends, general select), 7 (blocks split across CTAs), 8 (split, shared gate) or ",
+                    "9 (split last wave, shared gate), got ",
+                    variant);
   return variant == 0 ? f(Sm90FusedDefault{})
          : variant == 1 ? f(Sm90FusedSelectors{})
          : variant == 2 ? f(Sm90FusedV1{})
@@ -32,7 +36,9 @@ auto with_variant(int64_t variant, F&& f) {
          : variant == 4 ? f(Sm90FusedGated{})
          : variant == 5 ? f(Sm90FusedBinned{})
          : variant == 6 ? f(Sm90FusedLeanAppend{})
-                        : f(Sm90FusedSplit{});
+         : variant == 7 ? f(Sm90FusedSplit{})
+         : variant == 8 ? f(Sm90FusedSplitGate{})
+                        : f(Sm90FusedSplitThin{});
 }
 }  // namespace
 

@@ -16,6 +16,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 
@@ -586,6 +587,131 @@ void split_cases() {
         }
 }
 
+// kSplitGate's pieces. (1) warp_write_top_keys publishes the J largest of a
+// 256-key list (distinct, tied, zero-padded, all zero); (2)
+// warp_rank_key_strided ranks the union of strided lists, ranks 1 .. total + 1;
+// both against std::sort. (3) Pieces with thresholds emit what passes, or their
+// exact top k when k or more pass (no constraint then); the merge keeps the
+// union's top min(k, n) at or above the largest constraint, gated: whenever it
+// accepts, the set must be the float reference's, and with every threshold at
+// or below the row's k-th it must accept. One piece's threshold above the k-th
+// must make it refuse at least once (a row whose top k that piece holds).
+void split_gate_cases() {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 48; ++trial) {
+    const int kind = trial % 4;  // 0 distinct, 1 ties, 2 zeros mixed in, 3 all zero
+    auto draw = [&]() -> uint32_t {
+      return kind == 0 ? rng() | 1u : kind == 1 ? 1000u + rng() % 5 : kind == 2 ? (rng() % 3 ? rng() | 1u : 0u) : 0u;
+    };
+    std::vector<uint32_t> lst(256);
+    for (auto& x : lst) x = draw();
+    for (int J : {32, 64, 128, 256}) {
+      std::vector<uint32_t> dst(J, 0xdeadbeefu);
+      warp_emu::run([&](int lane) { warp_write_top_keys(lst.data(), J, dst.data(), lane); });
+      std::vector<uint32_t> want(lst);
+      std::sort(want.begin(), want.end(), std::greater<uint32_t>());
+      want.resize(J);
+      std::sort(dst.begin(), dst.end(), std::greater<uint32_t>());
+      expect(dst == want, "write_top_keys kind " + std::to_string(kind) + " J=" + std::to_string(J) +
+                              ": not the J largest keys");
+    }
+    const int nseg = 1 + static_cast<int>(rng() % 9), len = 32 << (rng() % 4);
+    const size_t stride = size_t(len) + 292;
+    std::vector<uint32_t> buf(size_t(nseg) * stride, 0xdeadbeefu), all;
+    for (int i = 0; i < nseg; ++i)
+      for (int j = 0; j < len; ++j) all.push_back(buf[size_t(i) * stride + j] = draw());
+    std::sort(all.begin(), all.end(), std::greater<uint32_t>());
+    const uint32_t total = static_cast<uint32_t>(all.size());
+    uint32_t hist[256] = {};
+    for (uint32_t rank : {1u, 2u, total / 3 + 1, total - 1, total, total + 1}) {
+      uint32_t got[32];
+      warp_emu::run([&](int lane) {
+        got[lane] = warp_rank_key_strided(buf.data(), nseg, stride, len, rank, hist, lane);
+      });
+      const uint32_t want = rank >= 1 && rank <= total ? all[rank - 1] : 0u;
+      for (int l = 0; l < 32; ++l)
+        expect(got[l] == want, "rank_key_strided kind " + std::to_string(kind) + " rank " + std::to_string(rank) +
+                                   " of " + std::to_string(total) + ": wrong key");
+      for (int i = 0; i < 256; ++i) expect(hist[i] == 0, "rank_key_strided: histogram not left zeroed");
+    }
+  }
+  std::normal_distribution<float> gauss(0.f, 1.f);
+  int refused = 0;
+  for (int k : {512, 2048})
+    for (int n : {700, 3000, 20000})
+      for (int np : {2, 5, 17})
+        for (int kind = 0; kind < 3; ++kind)
+          for (int mode = 0; mode < 3; ++mode) {  // thresholds: 0 none, 1 at or below the k-th, 2 one above
+            std::vector<float> v(n);
+            for (int i = 0; i < n; ++i)
+              v[i] = kind == 0 ? gauss(rng) : kind == 1 ? float(rng() % 7) : float(i) * 1e-3f + 0.1f * gauss(rng);
+            const std::vector<uint32_t> ref = float_topk(v, k);
+            const uint32_t need = static_cast<uint32_t>(ref.size());
+            const uint32_t kth = order_key(v[ref.back()]);
+            const uint32_t high = order_key(v[ref[need / 4]]);
+            const int hot = static_cast<int>(rng() % np);
+            std::vector<uint32_t> uk, ui, con(np);
+            Scratch sc;
+            for (int pc = 0; pc < np; ++pc) {
+              const int lo = int(int64_t(n) * pc / np), hi = int(int64_t(n) * (pc + 1) / np);
+              Buf b(std::max(hi - lo, 4));
+              for (int i = lo; i < hi; ++i) b.push(order_key(v[i]), static_cast<uint32_t>(i));
+              uint32_t t = 0;
+              if (mode == 1) t = kth > 2000u ? kth - rng() % 2000u : 1u;
+              if (mode == 2) t = pc == hot ? high : 0u;
+              Segs s{{b.key.data(), nullptr}, {b.idx.data(), nullptr}, {b.n, 0}, 1};
+              std::vector<uint32_t> pk(k, 0u), pi(k, 0u);
+              uint32_t cands[32];
+              warp_emu::run([&](int lane) {
+                warp_finish_row<true>(s, t ? uint64_t(t) << 32 : 0u, k, 0u, false, 0, sc.hist, sc.sk, sc.si, lane,
+                                      &cands[lane], [&](int at, int x, uint32_t key) {
+                                        pk[at] = key;
+                                        pi[at] = static_cast<uint32_t>(x);
+                                      });
+              });
+              const uint32_t c = std::min<uint32_t>(cands[0], k);
+              con[pc] = cands[0] >= static_cast<uint32_t>(k) ? 0u : t;
+              for (uint32_t j = 0; j < c; ++j) {
+                expect(pk[j] != 0, "split gate: a piece emitted padding inside its count");
+                uk.push_back(pk[j]);
+                ui.push_back(pi[j]);
+              }
+            }
+            uint32_t gmax = 1;
+            for (uint32_t x : con) gmax = std::max(gmax, x);
+            Buf u(static_cast<int>(uk.size()) + 4);
+            for (size_t j = 0; j < uk.size(); ++j) u.push(uk[j], ui[j]);
+            Segs m{{u.key.data(), nullptr}, {u.idx.data(), nullptr}, {u.n, 0}, 1};
+            std::vector<int> out(k, -7);
+            bool ok[32];
+            uint32_t cands[32];
+            warp_emu::run([&](int lane) {
+              ok[lane] = warp_finish_row<true>(m, uint64_t(gmax) << 32, k, need, true, 0, sc.hist, sc.sk, sc.si, lane,
+                                               &cands[lane], [&](int at, int x, uint32_t) { out[at] = x; });
+            });
+            const std::string name = "split gate n=" + std::to_string(n) + " pieces=" + std::to_string(np) +
+                                     " k=" + std::to_string(k) + " kind " + std::to_string(kind) + " mode " +
+                                     std::to_string(mode);
+            if (mode < 2) expect(ok[0], name + ": the merge refused thresholds at or below the k-th");
+            if (!ok[0]) {
+              ++refused;
+              for (int i = 0; i < k; ++i) expect(out[i] == -7, name + ": a refused merge wrote the row");
+              continue;
+            }
+            std::vector<uint32_t> got;
+            for (int i = 0; i < k; ++i) {
+              if (i < static_cast<int>(need)) expect(out[i] >= 0 && out[i] < n, name + ": bad index");
+              else expect(out[i] == -1, name + ": padding is not -1");
+              if (out[i] >= 0) got.push_back(static_cast<uint32_t>(out[i]));
+            }
+            std::vector<uint32_t> want(ref);
+            std::sort(got.begin(), got.end());
+            std::sort(want.begin(), want.end());
+            expect(got == want, name + ": the merge accepted a set that is not the exact top-k");
+          }
+  expect(refused > 0, "split gate: no merge was refused (the check is never exercised)");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -603,7 +729,10 @@ int main(int argc, char** argv) {
   }
   if (which == "all" || which == "protocol") {
     protocol_cases();
-    if (g_binned_end) split_cases();  // kSplit builds on the default (kBinned = 2)
+    if (g_binned_end) {  // kSplit builds on the default (kBinned = 2)
+      split_cases();
+      split_gate_cases();
+    }
   }
   std::printf("fused_select emulation: %d checks passed (%ld warp exchanges; %ld rows, %ld gated, %ld redone, "
               "%ld binned)\n",

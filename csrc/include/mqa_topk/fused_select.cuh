@@ -598,6 +598,87 @@ __device__ __forceinline__ uint32_t warp_gate_key(const uint32_t* lists, const u
   return g < t ? g : t;
 }
 
+// ---- split blocks with a shared gate (kSplitGate) ---------------------------
+// Each piece of a split block publishes, per row, the J largest keys of its
+// gate list (fused_split_list_keys: J shrinks as the pieces grow in number, so
+// the union stays small); the last piece to publish ranks the union to one gate
+// for the whole row (the sample of every piece is a sample of the row, so
+// scores correlated with position do not bias it, unlike a piece's own).
+
+// List keys a piece publishes per row, for np pieces.
+__host__ __device__ constexpr int fused_split_list_keys(int np) {
+  return np <= 2 ? 256 : np <= 4 ? 128 : np <= 8 ? 64 : 32;
+}
+
+// Writes the J largest of the 256 keys at lst (one warp; J a multiple of 32,
+// at most 256) to dst: those above the J-th largest in list order, then those
+// equal to it, then 0 padding when fewer than J keys are nonzero.
+__device__ __forceinline__ void warp_write_top_keys(const uint32_t* lst, int J, uint32_t* dst, int lane) {
+  if (J >= 256) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) dst[j * 32 + lane] = lst[j * 32 + lane];
+    return;
+  }
+  const uint32_t v = warp_rank_key<256>(lst, static_cast<uint32_t>(J), lane);  // 0: fewer than J nonzero
+  const uint32_t lt = (1u << lane) - 1u;
+  uint32_t pos = 0;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const uint32_t x = lst[j * 32 + lane];
+    const uint32_t m = __ballot_sync(0xffffffffu, x > v);
+    if (x > v) dst[pos + __popc(m & lt)] = x;
+    pos += __popc(m);
+  }
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const uint32_t x = lst[j * 32 + lane];
+    const uint32_t m = __ballot_sync(0xffffffffu, x == v);
+    const uint32_t at = pos + __popc(m & lt);
+    if (x == v && at < static_cast<uint32_t>(J)) dst[at] = x;
+    pos += __popc(m);
+  }
+  for (uint32_t j = min(pos, static_cast<uint32_t>(J)) + lane; j < static_cast<uint32_t>(J); j += 32) dst[j] = 0;
+  __syncwarp();
+}
+
+// The rank-th largest (1-based) of the nseg x len keys at base + i * stride + j
+// (global memory, read from L2; len a power of two), zeros included (they rank
+// last), by four 8-bit radix passes; 0 when there are fewer than rank keys.
+// hist: this warp's 256 bins, zero on entry and on return.
+__device__ __forceinline__ uint32_t warp_rank_key_strided(const uint32_t* base, int nseg, size_t stride, int len,
+                                                          uint32_t rank, uint32_t* hist, int lane) {
+  const int total = nseg * len;
+  if (rank == 0 || static_cast<uint32_t>(total) < rank) return 0;
+  const int lg = __ffs(len) - 1;
+  uint32_t prefix = 0, mask = 0, need = rank;
+#pragma unroll 1
+  for (int shift = 24; shift >= 0; shift -= 8) {
+#pragma unroll 4
+    for (int e = lane; e < total; e += 32) {
+      const int i = e >> lg, j = e & (len - 1);
+      const uint32_t x = __ldcg(base + size_t(i) * stride + j);
+      if ((x & mask) == prefix) atomicAdd(hist + ((x >> shift) & 255u), 1u);
+    }
+    __syncwarp();
+    uint32_t before = 0, in_bin = 0;
+    const uint32_t d = warp_find_digit(hist, need, true, &before, &in_bin, lane);  // clears hist
+    need -= before;
+    prefix |= d << shift;
+    mask |= 0xffu << shift;
+  }
+  return prefix;
+}
+
+// The sample rank of a split row's shared gate: m sample entries of the
+// row's n keys over all pieces, `avail` list keys published; 0 for no gate.
+__host__ __device__ inline uint32_t split_gate_rank(uint32_t m, uint32_t n, uint32_t target, uint32_t avail) {
+  if (m == 0 || n <= target) return 0;
+  uint64_t rho = (static_cast<uint64_t>(target) * m + n - 1) / n;
+  if (rho < static_cast<uint64_t>(kMinGateRank)) rho = kMinGateRank;
+  if (rho >= m || rho > avail) return 0;
+  return static_cast<uint32_t>(rho);
+}
+
 // A gate as a running threshold: every key >= gate passes (composite > thr).
 __host__ __device__ constexpr uint64_t gate_threshold(uint32_t gate_key) {
   return static_cast<uint64_t>(gate_key) << 32;

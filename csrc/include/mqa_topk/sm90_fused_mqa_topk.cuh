@@ -81,6 +81,14 @@ struct Sm90FusedParams {
   uint32_t* split_keys = nullptr;
   uint32_t* split_idx = nullptr;
   int* split_ctr = nullptr;
+  // kSplitGate: per (region, row, piece) slot kSplitAuxWords words (published
+  // list keys, sample tile maxima, sample size, emitted count, constraint key);
+  // per region the published-sample counter and the gate-ready flag (zero at
+  // launch) and the 8 rows' shared gate keys.
+  uint32_t* split_aux = nullptr;
+  int* split_sctr = nullptr;
+  int* split_gready = nullptr;
+  uint32_t* split_gate = nullptr;
 };
 
 // Block-level control words in shared memory (gate, selector hand-off, redo queue).
@@ -105,6 +113,10 @@ struct FusedCtl {
   int sh_b0, sh_t0;        // kSplit: this CTA's share of the tiles: first block, its first tile,
   long long sh_g0, sh_count, sh_total;  //   first global tile, tile count; all tiles of the call
   int sh_gp;               //   CTAs with a share (min(grid, tiles))
+  uint32_t g_raised;       // kSplitGate: rows whose threshold the shared gate raised (this piece)
+  int g_last;              // kSplitGate: this piece published its block's last sample
+  uint32_t merge_fail;     // kSplitGate: merged rows whose check failed (redone whole)
+  uint32_t local_gate[8];  // kSplitGate: each row's own gate key in this piece (0: none)
 };
 
 // kLeanSelect: warp_select_lean instead of warp_select (same results,
@@ -122,8 +134,15 @@ struct FusedCtl {
 // 2 = the same bins, counted by one pass at the block end (nothing added to
 // the append path): the select is a count pass plus one emit pass, instead of
 // the general select's range, histogram, gather and emit passes.
+// kSplit: blocks split across CTAs (below, "kSplit"). kSplitGate (needs kSplit):
+// the pieces of a split block share one gate ranked from all their samples
+// (fused_select.cuh, "split blocks with a shared gate"), emit only what passes
+// it, and the merge checks that no piece's threshold cut into the row's top k.
+// kSplitThin (needs kSplit): only the blocks of the last partial wave are split
+// (split_thin_blocks), the rest run whole.
 template <int kNumStages_, bool kLeanSelect_ = false, bool kGate_ = false, bool kSelectors_ = false,
-          bool kLeanAppend_ = false, int kBinned_ = 0, bool kSplit_ = false>
+          bool kLeanAppend_ = false, int kBinned_ = 0, bool kSplit_ = false, bool kSplitGate_ = false,
+          bool kSplitThin_ = false>
 struct Sm90FusedConfig {
   static constexpr bool kLeanSelect = kLeanSelect_;
   static constexpr bool kGate = kGate_;
@@ -133,6 +152,10 @@ struct Sm90FusedConfig {
   static constexpr bool kBinnedScan = kBinned_ == 1;  // counted by the appends
   static constexpr bool kBinnedEnd = kBinned_ == 2;   // counted at the block end
   static constexpr bool kSplit = kSplit_;
+  static constexpr bool kSplitGate = kSplitGate_;
+  static constexpr bool kSplitThin = kSplitThin_;
+  static_assert(!kSplitThin || kSplit, "thin splits are splits");
+  static_assert(!kSplitGate || kSplit, "the shared gate is for split blocks");
   static_assert(!kSplit || (kGate && !kSelectors), "split blocks: gated scan, select on the math warps");
   static_assert(!kSelectors || kGate, "selector warps need the gated scan");
   static_assert(!kBinned || (kGate && !kSelectors && kLeanSelect), "binned select: gated scan, select on the math warps");
@@ -181,16 +204,35 @@ constexpr int kFusedStats = 15;
 constexpr int kFusedWordsPerCap = 2 * 8 * 2;
 
 // Bytes of workspace a kernel configuration needs (header first).
-// kSplit: completion counters after the header (one per region, at most 256 SMs).
-constexpr int kFusedSplitCtrBytes = 1024;
-constexpr int kFusedSplitMaxSms = kFusedSplitCtrBytes / 4;
+// kSplit: after the header, three arrays of one int per region (at most 256
+// SMs): completion counters, published-sample counters, gate-ready flags.
+constexpr int kFusedSplitRegionInts = 256;
+constexpr int kFusedSplitMaxSms = kFusedSplitRegionInts - 1;  // (fused_merge_row_gated's scratch)
+constexpr int kFusedSplitCtrBytes = 3 * kFusedSplitRegionInts * 4;
+// kSplit: words per (region, row, piece) slot of split_aux: the published list
+// keys (up to 256), the sample tiles' maxima (32), the sample size, the emitted
+// count and the constraint key (0: none), one spare.
+constexpr int kSplitAuxList = 0;
+constexpr int kSplitAuxTileMax = 256;
+constexpr int kSplitAuxSample = 288;
+constexpr int kSplitAuxCount = 289;
+constexpr int kSplitAuxCon = 290;
+constexpr int kSplitAuxWords = 292;
 // kSplit: words of one array (keys or indices) of the pieces' partial top-k:
 // 2 x num_sms regions of 8 rows x topk.
 inline size_t fused_split_words(int topk, int num_sms) { return size_t(2) * num_sms * 8 * size_t(topk); }
 
+// kSplit: words of split_aux (one slot per split_keys row of topk) and of split_gate.
+inline size_t fused_split_aux_words(int num_sms) { return size_t(2) * num_sms * 8 * kSplitAuxWords; }
+inline size_t fused_split_gate_words(int num_sms) { return size_t(num_sms) * 8; }
+
 template <class Cfg>
 inline size_t fused_workspace_bytes(int topk, int num_sms) {
-  return kFusedHeaderBytes + (Cfg::kSplit ? kFusedSplitCtrBytes + 2 * fused_split_words(topk, num_sms) * 4 : 0) +
+  return kFusedHeaderBytes +
+         (Cfg::kSplit ? kFusedSplitCtrBytes +
+                            (2 * fused_split_words(topk, num_sms) + fused_split_aux_words(num_sms) +
+                             fused_split_gate_words(num_sms)) * 4
+                      : 0) +
          size_t(Cfg::kSets) * size_t(num_sms) * kFusedWordsPerCap * size_t(Cfg::cap(topk)) * 4;
 }
 
@@ -248,12 +290,23 @@ __device__ __forceinline__ int split_owner(long long t, long long total, int gp)
   return static_cast<int>(((t + 1) * gp - 1) / total);
 }
 
-// This CTA's share, into ctl (every thread calls it: it synchronises the CTA).
+// kSplitThin: with B blocks on S CTAs, only the B mod S blocks of the last,
+// partial wave are split (the lowest-numbered: the shortest of a causal
+// chunk), each over at most kThinPieces CTAs; the other blocks run whole, one
+// CTA each, handed out by the block counter after the CTA's share (largest
+// first). With fewer blocks than CTAs every block is split, over all CTAs.
+constexpr int kThinPieces = 32;
+__device__ __forceinline__ int split_thin_blocks(int nblocks, int grid) {
+  return nblocks >= grid ? nblocks % grid : nblocks;
+}
+
+// This CTA's share, into ctl (every thread calls it: it synchronises the CTA):
+// of the tiles of blocks [0, nblocks) over at most max_cta CTAs.
 template <int kThreads>
-__device__ __forceinline__ void fused_split_share(const Sm90LogitsParams& lp, FusedCtl* ctl) {
+__device__ __forceinline__ void fused_split_share(const Sm90LogitsParams& lp, FusedCtl* ctl, int nblocks,
+                                                  long long max_cta) {
   __shared__ long long s_warp[kThreads / 32];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int nblocks = (lp.rows + 7) / 8;
   const int per = (nblocks + kThreads - 1) / kThreads;
   const int b_beg = min(tid * per, nblocks), b_end = min(b_beg + per, nblocks);
   long long mine = 0;
@@ -275,7 +328,7 @@ __device__ __forceinline__ void fused_split_share(const Sm90LogitsParams& lp, Fu
     before += w < warp ? s_warp[w] : 0;
     total += s_warp[w];
   }
-  const long long gp = min(static_cast<long long>(gridDim.x), total);
+  const long long gp = min(min(static_cast<long long>(gridDim.x), max_cta), total);
   const long long c = blockIdx.x;
   const long long g0 = c < gp ? total * c / gp : total, g1 = c < gp ? total * (c + 1) / gp : total;
   const long long excl = before + incl - mine;
@@ -323,7 +376,8 @@ template <class Cfg>
 __device__ __forceinline__ bool fused_finish_row(const Sm90FusedParams& p, int b, int r, uint32_t* ws_set,
                                                  const uint32_t* cnt_set, uint64_t thr, bool gated, uint32_t* hist,
                                                  uint32_t* sk, uint32_t* si, int lane,
-                                                 unsigned long long* stats, RowSink sink = {nullptr, nullptr, 0, 0}) {
+                                                 unsigned long long* stats, RowSink sink = {nullptr, nullptr, 0, 0},
+                                                 uint32_t* cands_out = nullptr) {
   using namespace fused_detail;
   const int row = b * 8 + r;
   const size_t cap = size_t(p.cap);
@@ -341,6 +395,8 @@ __device__ __forceinline__ bool fused_finish_row(const Sm90FusedParams& p, int b
   if (sink.keys)
     ok = warp_finish_row<Cfg::kLeanSelect>(s, thr, k, need, gated, start, hist, sk, si, lane, &cands,
                                            [&](int at, int v, uint32_t key) {
+                                             // kSplitGate: the merge reads the count, no padding.
+                                             if (Cfg::kSplitGate && key == 0) return;
                                              sink.keys[at] = key;
                                              sink.idx[at] = static_cast<uint32_t>(v);
                                            });
@@ -352,6 +408,7 @@ __device__ __forceinline__ bool fused_finish_row(const Sm90FusedParams& p, int b
     atomicAdd(stats + 13, 1ull);
     if (!ok) atomicAdd(stats + 8, 1ull);
   }
+  if (cands_out) *cands_out = cands;
   return ok;
 }
 
@@ -412,6 +469,124 @@ __device__ __forceinline__ void fused_merge_row(const Sm90FusedParams& p, int b,
   // Threshold (key 1, any index): the padding (key 0) is never kept.
   warp_finish_row<true>(s, uint64_t(1) << 32, k, min(k, static_cast<uint32_t>(n)), false, start, hist, sk, si, lane,
                         &cands, [&](int at, int v, uint32_t) { orow[at] = v; });
+}
+
+// kSplitGate: the merge of row r of a split block (one warp). Piece i emitted
+// S_i: its exact top k, or every entry of it above its threshold at the end
+// (its own gate, or the shared gate G if that arrived first: timing decides).
+// So that the result does not depend on timing, the merge keeps of S_i only
+// F_i = the entries with key >= e_i = max(its own gate key l_i, G) (l_i = 0
+// when it was not gated or was redone): F_i is then the top min(k, c) of the
+// piece's entries >= e_i whatever S_i was, in the piece's candidate order. A
+// piece with fewer than k in F_i may miss entries below e_i (its constraint).
+// An entry of the row's top k missing from U = the union of the F_i is below
+// some constraint and above U's k-th, so when at least min(k, n) entries of U
+// reach the largest constraint, their top k is the row's: written, true.
+// Otherwise false (nothing written; the caller redoes the row whole). U is
+// gathered in piece order into this CTA's two candidate buffers of row r (free
+// here), or, when it does not fit, filtered in place in the pieces' slots
+// (key 0 where an entry is not in F_i; key 0 is never eligible).
+// Scratch: sk/si (2 x kScratch words, contiguous) hold the pieces' count
+// prefix [0, np] and their e_i [np + 1, 2 np + 1); hist counts the F_i.
+__device__ __forceinline__ bool fused_merge_row_gated(const Sm90FusedParams& p, int b, int r, int c0, int np,
+                                                      uint32_t* ws_set, uint32_t* hist, uint32_t* sk, uint32_t* si,
+                                                      int lane) {
+  using namespace fused_detail;
+  static_assert(2 * kFusedSplitMaxSms + 1 <= 2 * kScratch, "merge scratch");
+  const int row = b * 8 + r;
+  const int k = p.topk;
+  const size_t cap = size_t(p.cap);
+  const uint32_t* aux0 = p.split_aux + (size_t(2) * c0 * 8 + size_t(r) * np) * kSplitAuxWords;
+  uint32_t* pre = sk;            // [np + 1]: sk then si (contiguous)
+  uint32_t* lim = sk + np + 1;   // [np]: e_i
+  const uint32_t g = __ldcg(p.split_gate + size_t(c0) * 8 + r);
+  uint32_t base = 0;
+  for (int i0 = 0; i0 < np; i0 += 32) {
+    const int i = i0 + lane;
+    const uint32_t c = i < np ? __ldcg(aux0 + size_t(i) * kSplitAuxWords + kSplitAuxCount) : 0u;
+    if (i < np) lim[i] = max(__ldcg(aux0 + size_t(i) * kSplitAuxWords + kSplitAuxCon), g);
+    const uint32_t incl = warp_inclusive_sum(c, lane);
+    if (i < np) pre[i + 1] = base + incl;
+    base += __shfl_sync(0xffffffffu, incl, 31);
+  }
+  if (lane == 0) pre[0] = 0;
+  __syncwarp();
+  const uint32_t total = base;
+  uint32_t* d0k = ws_set + size_t((0 * 8 + r) * 2) * cap;
+  uint32_t* d1k = ws_set + size_t((1 * 8 + r) * 2) * cap;
+  const uint32_t lt = (1u << lane) - 1u;
+  // One pass over the S_i in order: F_i's entries to U (while it fits), F_i's sizes to hist.
+  uint32_t kept = 0;
+#pragma unroll 1
+  for (uint32_t e0 = 0; e0 < total; e0 += 32 * 4) {
+    uint32_t kv[4], iv[4];
+    int pc[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const uint32_t e = e0 + u * 32 + lane;
+      kv[u] = iv[u] = 0;
+      pc[u] = 0;
+      if (e < total) {
+        int lo = 0, hi = np - 1;  // the piece holding entry e: pre[i] <= e < pre[i + 1]
+        while (lo < hi) {
+          const int mid = (lo + hi + 1) >> 1;
+          if (pre[mid] <= e) lo = mid;
+          else hi = mid - 1;
+        }
+        pc[u] = lo;
+        const size_t off = split_offset(c0, np, lo, r, k) + (e - pre[lo]);
+        kv[u] = __ldcg(p.split_keys + off);
+        iv[u] = __ldcg(p.split_idx + off);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const uint32_t e = e0 + u * 32 + lane;
+      const bool keep = e < total && kv[u] >= lim[pc[u]];
+      const uint32_t m = __ballot_sync(0xffffffffu, keep);
+      const uint32_t at = kept + __popc(m & lt);
+      if (keep) {
+        atomicAdd(hist + pc[u], 1u);
+        if (at < 2 * cap) {
+          uint32_t* dk = at < cap ? d0k + at : d1k + (at - cap);
+          __stcg(dk, kv[u]);
+          __stcg(dk + cap, iv[u]);
+        }
+      }
+      kept += __popc(m);
+    }
+  }
+  __syncwarp();
+  // The largest constraint: e_i of the pieces with fewer than k in F_i.
+  uint32_t gmax = 1;
+  for (int i = lane; i < np; i += 32)
+    if (hist[i] < static_cast<uint32_t>(k)) gmax = max(gmax, lim[i]);
+  gmax = __reduce_max_sync(0xffffffffu, gmax);
+  __syncwarp();
+  for (int i = lane; i < np; i += 32) hist[i] = 0;
+  __syncwarp();
+  Segs s;
+  if (kept <= 2 * cap) {
+    s = Segs{{d0k, d1k}, {d0k + cap, d1k + cap},
+             {static_cast<int>(min(size_t(kept), cap)), static_cast<int>(kept > cap ? kept - cap : 0)}, 2};
+  } else {
+    for (int i = 0; i < np; ++i) {
+      const uint32_t c = pre[i + 1] - pre[i], l = lim[i];
+      uint32_t* kp = p.split_keys + split_offset(c0, np, i, r, k);
+      for (int j = lane; j < k; j += 32)
+        if (static_cast<uint32_t>(j) >= c || __ldcg(kp + j) < l) __stcg(kp + j, 0u);
+    }
+    const size_t off = split_offset(c0, np, 0, r, k);
+    s = Segs{{p.split_keys + off, nullptr}, {p.split_idx + off, nullptr}, {np * k, 0}, 1};
+  }
+  __syncwarp();
+  int start;
+  const int n = row_length(p, row, &start);
+  int* orow = p.out + size_t(row) * k;
+  uint32_t cands = 0;
+  return warp_finish_row<true>(s, gate_threshold(gmax), static_cast<uint32_t>(k),
+                               min(static_cast<uint32_t>(k), static_cast<uint32_t>(n)), true, start, hist, sk, si,
+                               lane, &cands, [&](int at, int v, uint32_t) { orow[at] = v; });
 }
 
 // Queues a redo of block b's rows `mask` (one thread), then counts the block as
@@ -491,7 +666,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   const int nblocks = (p.rows + R - 1) / R;
   if constexpr (Cfg::kSplit)
-    fused_split_share<Cfg::kThreads>(Sm90LogitsParams{p.starts, p.ends, nullptr, 0, p.rows, p.keys}, ctl);
+    fused_split_share<Cfg::kThreads>(
+        Sm90LogitsParams{p.starts, p.ends, nullptr, 0, p.rows, p.keys}, ctl,
+        Cfg::kSplitThin ? split_thin_blocks(nblocks, gridDim.x) : nblocks,
+        Cfg::kSplitThin && nblocks >= static_cast<int>(gridDim.x)
+            ? static_cast<long long>(split_thin_blocks(nblocks, gridDim.x)) * kThinPieces
+            : static_cast<long long>(gridDim.x));
   const int k = p.topk;
   const size_t set_words = size_t(kFusedWordsPerCap) * size_t(p.cap);
   unsigned long long* stats = reinterpret_cast<unsigned long long*>(p.counter) + 1;
@@ -551,6 +731,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         sta = ctl_v->sh_t0;
       }
       const long long stotal = Cfg::kSplit ? ctl_v->sh_total : 0;
+      // Blocks [0, nthin) are split (kSplitThin: those of the last partial wave; all, else).
+      const int nthin = !Cfg::kSplit ? 0 : Cfg::kSplitThin ? split_thin_blocks(nblocks, gridDim.x) : nblocks;
       const int sgp = Cfg::kSplit ? ctl_v->sh_gp : 0;
       for (int qi = 0;; ++qi) {
         const int qb = qi & 1;
@@ -585,15 +767,23 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
               }
               active = 0xffu;
               have = true;
+            } else if (Cfg::kSplitThin) {
+              w = atomicAdd(p.counter, 1);  // then whole blocks
             }
           } else {
             w = atomicAdd(p.counter, 1);
           }
           if (have) {
-          } else if (w < nblocks) {
+          } else if (w < nblocks - nthin) {
             b = nblocks - 1 - w;
             active = 0xffu;
             have = true;
+            if constexpr (Cfg::kSplit) {  // a whole block of kSplitThin
+              int bhi;
+              pnt = block_span<R, Cfg::kBlockKeys>(lp, b, plo, bhi);
+              pc0 = -1;
+              ppiece = 0;
+            }
           } else if constexpr (Cfg::kGate) {
             // No new block: a block still in flight may yet need a redo.
             while (ctl_v->blocks_done < issued) __nanosleep(256);
@@ -975,12 +1165,23 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             if (lane == 0) bin_par[r] = make_uint2(gk, range_mult(tk > gk ? tk - gk : 0u));
           }
           __syncwarp();
+          if constexpr (Cfg::kSplitGate) {
+            if (split_c0 >= 0) {  // publish this piece's sample of row r for the shared gate
+              const int np = split_piece >> 16, pi = split_piece & 0xffff;
+              uint32_t* aux = p.split_aux + (size_t(2) * split_c0 * 8 + size_t(r) * np + pi) * kSplitAuxWords;
+              warp_write_top_keys(hist, fused_split_list_keys(np), aux + kSplitAuxList, lane);
+              aux[kSplitAuxTileMax + lane] = ctl->tile_max[r][lane];
+              if (lane == 0) aux[kSplitAuxSample] = msz;
+              __threadfence();
+            }
+          }
 #pragma unroll
           for (int j = 0; j < 8; ++j) hist[j * 32 + lane] = 0;
           ctl->tile_max[r][lane] = 0;
           __syncwarp();
           if (lane == 0) {
             ctl_v->sample_cnt[r] = 0;
+            if constexpr (Cfg::kSplitGate) ctl_v->local_gate[r] = gk;
             if (gk) {
               atomicMax(thr + r, static_cast<unsigned long long>(gate_threshold(gk)));
               atomicOr(&ctl->gated[cs], 1u << r);
@@ -989,13 +1190,77 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           }
         }
         ptx::named_barrier_sync(3, Cfg::kMathThreads);  // the gates are set
+        if constexpr (Cfg::kSplitGate) {
+          if (split_c0 >= 0) {
+            const int np = split_piece >> 16;
+            if (tid == 0) {
+              const bool last = atomicAdd(p.split_sctr + split_c0, 1) == np - 1;
+              if (last) __threadfence();
+              ctl_v->g_last = last ? 1 : 0;
+            }
+            ptx::named_barrier_sync(3, Cfg::kMathThreads);
+            if (ctl_v->g_last) {
+              // Every piece has published: rank the union of their samples to the
+              // shared gate of each row (warp r: row r), capped like a piece's own
+              // gate by the 4th largest sampled tile maximum.
+              const int r = gwarp, row = b * R + r;
+              const uint32_t* aux0 = p.split_aux + (size_t(2) * split_c0 * 8 + size_t(r) * np) * kSplitAuxWords;
+              uint32_t m = 0;
+              for (int i = lane; i < np; i += 32) m += __ldcg(aux0 + size_t(i) * kSplitAuxWords + kSplitAuxSample);
+              m = __reduce_add_sync(0xffffffffu, m);
+              int start_unused;
+              const uint32_t n = row < p.rows ? static_cast<uint32_t>(row_length(p, row, &start_unused)) : 0u;
+              const int J = fused_split_list_keys(np);
+              const uint32_t rho = split_gate_rank(
+                  m, n, static_cast<uint32_t>(p.target > 0 ? p.target : fused_gate_target(k)),
+                  static_cast<uint32_t>(np * J));
+              uint32_t g = rho ? warp_rank_key_strided(aux0 + kSplitAuxList, np, kSplitAuxWords, J, rho, hist, lane) : 0u;
+              if (g) g = min(g, warp_rank_key_strided(aux0 + kSplitAuxTileMax, np, kSplitAuxWords, 32, 4u, hist, lane));
+              if (lane == 0) {
+                p.split_gate[size_t(split_c0) * 8 + r] = g > 1u ? g : 1u;  // 1: published, no gate
+                if (g > 1u && ((active >> r) & 1u)) {
+                  const unsigned long long gt = gate_threshold(g);
+                  if (atomicMax(thr + r, gt) < gt) atomicOr(&ctl->g_raised, 1u << r);
+                }
+                __threadfence();
+              }
+              ptx::named_barrier_sync(3, Cfg::kMathThreads);
+              if (tid == 0) *reinterpret_cast<volatile int*>(p.split_gready + split_c0) = 1;
+            }
+          }
+        }
         // Drop the sample entries below the gate (kept: key >= gate).
         compact(0u, false);
         if (p.probe == 2 && lane == 0) atomicAdd(stats + 7, static_cast<unsigned long long>(clock64() - t_gate));
       }
     }
+    // kSplitGate: a piece that did not publish its block's last sample polls
+    // (thread 0, once per tile, the load in flight during the tile) for the
+    // shared gate and raises its rows' thresholds to it when it appears.
+    [[maybe_unused]] bool poll = false;
+    if constexpr (Cfg::kSplitGate) poll = tid == 0 && split_c0 >= 0 && ns > 0 && !ctl_v->g_last;
 #pragma unroll 1
-    for (; t < nt; ++t, ++it, tp = next_tile(tp, nt, stride)) tile(std::false_type{}, t, tp);
+    for (; t < nt; ++t, ++it, tp = next_tile(tp, nt, stride)) {
+      [[maybe_unused]] int ready = 0;
+      if constexpr (Cfg::kSplitGate)
+        if (poll) ready = *reinterpret_cast<const volatile int*>(p.split_gready + split_c0);
+      tile(std::false_type{}, t, tp);
+      if constexpr (Cfg::kSplitGate) {
+        if (poll && ready) {
+          poll = false;
+          __threadfence();
+          uint32_t raised = 0;
+          for (int r = 0; r < R; ++r) {
+            const uint32_t g = *reinterpret_cast<const volatile uint32_t*>(p.split_gate + size_t(split_c0) * 8 + r);
+            if (g > 1u && ((active >> r) & 1u)) {
+              const unsigned long long gt = gate_threshold(g);
+              if (atomicMax(thr + r, gt) < gt) raised |= 1u << r;
+            }
+          }
+          if (raised) atomicOr(&ctl->g_raised, raised);
+        }
+      }
+    }
 
     // ---- block end ----
     if (warp_in_wg == 0 && lane < 8) cnt_s[wg * 8 + lane] = cnt;
@@ -1022,19 +1287,36 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             sink = RowSink{p.split_keys + off, p.split_idx + off, lo, lo + nt * Cfg::kBlockKeys};
           }
         }
+        // kSplitGate: a row whose threshold the shared gate raised keeps what
+        // passes it (the general select; no local safety check: the merge checks).
+        const bool raised = Cfg::kSplitGate && ((ctl_v->g_raised >> r) & 1u);
         bool done = false, ok = true;
+        uint32_t cands = static_cast<uint32_t>(p.topk);
         if constexpr (Cfg::kBinned) {
           const uint2 bp = bin_par[r];
-          if (gated && bp.x)
+          // kSplitGate pieces take the general select: their slot keeps candidate
+          // order whichever threshold they ended with (fused_merge_row_gated).
+          if (gated && bp.x && !(Cfg::kSplitGate && split_c0 >= 0))
             done = fused_finish_row_binned(p, b, r, ws_set, cnt_s, bin_hist + r * 256, bp.x, bp.y, Cfg::kBinnedEnd,
                                            hist, sk, si, lane, stats, sink);
           else
             warp_clear_hist(bin_hist + r * 256, lane);
         }
+        const uint64_t thr_end = warp_read_u64(thr + r, lane);
         if (!done)
-          ok = fused_finish_row<Cfg>(p, b, r, ws_set, cnt_s, warp_read_u64(thr + r, lane), gated, hist, sk, si, lane,
-                                     stats, sink);
+          ok = fused_finish_row<Cfg>(p, b, r, ws_set, cnt_s, thr_end, gated && !raised, hist, sk, si, lane, stats,
+                                     sink, &cands);
         if (!ok && lane == 0) atomicOr(&ctl->redo_acc[cs], 1u << r);
+        if constexpr (Cfg::kSplitGate) {
+          // The piece's emitted count and constraint (none when it kept its exact top k).
+          if (split_c0 >= 0 && ok && lane == 0) {
+            const int np = split_piece >> 16, pi = split_piece & 0xffff;
+            uint32_t* aux = p.split_aux + (size_t(2) * split_c0 * 8 + size_t(r) * np + pi) * kSplitAuxWords;
+            const uint32_t kk = static_cast<uint32_t>(p.topk);
+            aux[kSplitAuxCount] = min(cands, kk);
+            aux[kSplitAuxCon] = ctl_v->local_gate[r];  // l_i (0 after a redo: the redo runs ungated)
+          }
+        }
         if constexpr (Cfg::kSplit)
           if (split_c0 >= 0) __threadfence();  // the slot is written before the region's counter counts it
       } else if constexpr (Cfg::kBinned) {
@@ -1050,6 +1332,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         const uint32_t mask = ctl_v->redo_acc[cs];
         ctl_v->redo_acc[cs] = 0;
         ctl_v->gated[cs] = 0;
+        if constexpr (Cfg::kSplitGate) {
+          ctl_v->g_raised = 0;
+          for (int i = 0; i < R; ++i) ctl_v->local_gate[i] = 0;
+        }
         if constexpr (Cfg::kSplit) {
           // A piece counts once every row of it is written (after its redo, if any); the
           // CTA that counts a region's last piece merges the block.
@@ -1062,7 +1348,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             }
           }
           ctl_v->merge_b = merge;
-          fused_block_finished(ctl, b, mask, lo, nt, split_c0, split_piece);
+          // kSplitGate: a merging CTA counts its piece after the merge, with the
+          // rows that failed the merge's check queued for a whole-block redo
+          // (the producer waits for every count before it stops).
+          if (!(Cfg::kSplitGate && merge >= 0)) fused_block_finished(ctl, b, mask, lo, nt, split_c0, split_piece);
         } else {
           fused_block_finished(ctl, b, mask);
         }
@@ -1070,8 +1359,28 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       if constexpr (Cfg::kSplit) {
         if (split_c0 >= 0) {  // uniform over the CTA
           ptx::named_barrier_sync(3, Cfg::kMathThreads);
-          if (ctl_v->merge_b == b && b * R + r < p.rows)
-            fused_merge_row(p, b, r, split_c0, split_piece >> 16, hist, sk, si, lane);
+          if constexpr (Cfg::kSplitGate) {
+            if (ctl_v->merge_b == b) {
+              if (b * R + r < p.rows &&
+                  !fused_merge_row_gated(p, b, r, split_c0, split_piece >> 16, ws_cta, hist, sk, si, lane) &&
+                  lane == 0)
+                atomicOr(&ctl->merge_fail, 1u << r);
+              ptx::named_barrier_sync(3, Cfg::kMathThreads);
+              if (tid == 0) {
+                const uint32_t fail = ctl_v->merge_fail;
+                ctl_v->merge_fail = 0;
+                int blo, bhi;
+                const int bnt =
+                    block_span<R, Cfg::kBlockKeys>(Sm90LogitsParams{p.starts, p.ends, nullptr, 0, p.rows, p.keys}, b,
+                                                   blo, bhi);
+                if (fail && p.probe == 2) atomicAdd(stats + 8, static_cast<unsigned long long>(__popc(fail)));
+                fused_block_finished(ctl, b, fail, blo, bnt, -1, 0);
+              }
+            }
+          } else {
+            if (ctl_v->merge_b == b && b * R + r < p.rows)
+              fused_merge_row(p, b, r, split_c0, split_piece >> 16, hist, sk, si, lane);
+          }
         }
       }
       if (p.probe == 2 && lane == 0) atomicAdd(stats + 5, static_cast<unsigned long long>(clock64() - t_merge));
@@ -1088,6 +1397,8 @@ using Sm90FusedLeanAppend = Sm90FusedConfig<7, true, true, false, true>;  // Sm9
 using Sm90FusedBinned = Sm90FusedConfig<7, true, true, false, true, 1>;     // + bins counted by the appends
 using Sm90FusedBinnedEnd = Sm90FusedConfig<7, true, true, false, true, 2>;  // + bins counted at the block end
 using Sm90FusedSplit = Sm90FusedConfig<7, true, true, false, true, 2, true>;  // + blocks split across CTAs
+using Sm90FusedSplitGate = Sm90FusedConfig<7, true, true, false, true, 2, true, true>;  // + a shared gate per split block
+using Sm90FusedSplitThin = Sm90FusedConfig<7, true, true, false, true, 2, true, true, true>;  // + only the last wave split
 // Measured (BENCHMARKS.md, 2026-12-01, headline top-2048): select on the math
 // warps at 7 stages 6.59 ms, at 8 stages 6.76, on selector warps 7.14; with
 // lean appends 6.185 against 6.32; with the bins counted at the block end
@@ -1144,6 +1455,10 @@ inline cudaError_t launch_sm90_fused_mqa_topk(const void* q, const void* k, cons
     p.split_ctr = reinterpret_cast<int*>(static_cast<uint8_t*>(workspace) + kFusedHeaderBytes);
     p.split_keys = ws + size_t(Cfg::kSets) * size_t(num_sms) * kFusedWordsPerCap * size_t(Cfg::cap(topk));
     p.split_idx = p.split_keys + fused_split_words(topk, num_sms);
+    p.split_sctr = p.split_ctr + kFusedSplitRegionInts;
+    p.split_gready = p.split_sctr + kFusedSplitRegionInts;
+    p.split_aux = p.split_idx + fused_split_words(topk, num_sms);
+    p.split_gate = p.split_aux + fused_split_aux_words(num_sms);
   }
   kernel<<<num_sms, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(tm_q, tm_k, tm_s, tm_w, p);
   return cudaGetLastError();
