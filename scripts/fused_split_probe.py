@@ -7,7 +7,12 @@ per block shared by its pieces) and 9 (+ only the last partial wave's blocks
 split); every variant's sets checked against the unsplit kernel's and native's;
 which one the op's rule (fused_use_split) picks; variant 9's merged rows that
 failed the merge's check and were redone whole (development statistics).
-Usage: fused_split_probe.py [--dist NAME] [keys [rows ...]]."""
+With --breakdown, instead: where variant 7's time goes (the op's split
+kernel): native logits kernel alone, native dense total, variant 7, variant 7
+with appends off (MQA_TOPK_FUSED_PROBE=1: logits, sample and filter, empty
+selects and merges), and its in-kernel statistics (probe 2) per math warp in
+microseconds at 1.98 GHz: the warp's whole run, the sample + gate phase, the
+merges. Usage: fused_split_probe.py [--dist NAME] [--breakdown] [keys [rows ...]]."""
 import os
 import sys
 
@@ -23,6 +28,8 @@ if "--dist" in argv:
     i = argv.index("--dist")
     dist = argv[i + 1]
     del argv[i:i + 2]
+BREAKDOWN = "--breakdown" in argv
+argv = [a for a in argv if a != "--breakdown"]
 args = [int(a) for a in argv]
 keys = args[0] if args else 65536
 rows_list = args[1:] or [64, 256, 512, 1064, 1576, 2120, 2640]
@@ -42,6 +49,39 @@ def sets(t):
 
 
 print(f"dist {dist}, keys {keys}, {SMS} SMs", flush=True)
+
+
+def breakdown():
+    ghz = 1.98e3  # cycles per microsecond
+    print(f"{'rows':>6} {'topk':>5} {'logits':>8} {'native':>8} {'v7':>8} {'v7-noapp':>8} "
+          f"{'warp us':>8} {'gate us':>8} {'merge us':>8}  sets")
+    for rows in rows_list:
+        for topk in (512, 2048):
+            w = make_workload("causal", rows=rows, keys=keys, topk=topk, dist=dist, seed=3, device="cuda")
+            nat = torch.full((rows, topk), -3, dtype=torch.int32, device="cuda")
+            tl = time_fn(lambda: ops.mqa_logits(w.q, w.k, w.scales, w.weights, w.starts, w.ends))
+            tn = time_fn(lambda: ops.dense_mqa_topk_prefill(w.q, w.k, w.scales, w.weights, w.starts, w.ends, nat))
+            out = torch.full_like(nat, -5)
+            ws = torch.empty(ext.fused_mqa_topk_probe_workspace_bytes(7, topk, 0), dtype=torch.uint8, device="cuda")
+            run = lambda: ext.fused_mqa_topk_probe(7, w.q, w.k, w.scales, w.weights, w.starts, w.ends, out, ws)  # noqa: E731
+            t7 = time_fn(run)
+            same = torch.equal(sets(out), sets(nat))
+            os.environ["MQA_TOPK_FUSED_PROBE"] = "1"
+            t7n = time_fn(run)
+            os.environ["MQA_TOPK_FUSED_PROBE"] = "2"
+            run()
+            torch.cuda.synchronize()
+            del os.environ["MQA_TOPK_FUSED_PROBE"]
+            st = ws[8:128].view(torch.int64).tolist()
+            warps = SMS * 8
+            print(f"{rows:6d} {topk:5d} {tl.median_ms:8.3f} {tn.median_ms:8.3f} {t7.median_ms:8.3f} "
+                  f"{t7n.median_ms:8.3f} {st[6] / warps / ghz:8.1f} {st[7] / warps / ghz:8.1f} "
+                  f"{st[5] / warps / ghz:8.1f}  {'same' if same else 'DIFFER'}", flush=True)
+
+
+if BREAKDOWN:
+    breakdown()
+    sys.exit(0)
 print(f"{'rows':>6} {'topk':>5} {'native':>8} {'whole':>8} " + " ".join(f"{'v' + str(v):>8}" for v in VARIANTS)
       + f" {'v9/nat':>7} {'rule':>6} {'redone':>6}  sets")
 for rows in rows_list:

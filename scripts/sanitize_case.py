@@ -20,8 +20,8 @@ for rows, keys, layout in ((67, 1000, "causal"), (37, 3001, "random"), (5, 1, "r
         if hasattr(ops._native(), "fused_mqa_topk"):
             ops.fused_mqa_topk_prefill(q, k, scales, w, starts, ends, out)
 # The fused kernel on rows long enough to compact its candidate buffers; the
-# split kernel with whole blocks beside split ones (1064 rows: a 133rd block),
-# and with the gate target at k/2 (the merge's check fails: rows redone whole).
+# split kernel on 1064 rows (133 blocks on 132 SMs), and with the gate target
+# at k/2 (too few candidates pass the pieces' gates: rows redone).
 if hasattr(ops._native(), "fused_mqa_topk"):
     import os
     q, k, scales, w, starts, ends = make(16, 20000, 12, "causal")

@@ -307,20 +307,27 @@ def test_fused_op_split_dispatch(dev, monkeypatch, force):
     assert_exact(out, logits, w.starts, w.ends, 512, "unsplit-sized workspace")
 
 
+@pytest.mark.parametrize("variant", [8, 9])
 @pytest.mark.parametrize("topk", [512, 2048])
-def test_fused_split_merge_check_redoes_rows(dev, monkeypatch, topk):
-    """The op's split kernel with the gate target at k / 2: the shared gate
-    keeps about k / 2 of each row, so the merge's check (at least min(k, n) of
-    the union at or above the largest constraint) must fail and the row be
-    redone whole (counted in the development statistics), and still be exact.
-    A merge that accepted too few, or a lost redo, gives a wrong or unwritten row."""
-    monkeypatch.setenv("MQA_TOPK_FUSED_SPLIT", "1")
+def test_fused_split_merge_check_redoes_rows(dev, monkeypatch, topk, variant):
+    """Dev variants 8 and 9 (shared gate) with the gate target at k / 2: the
+    shared gate keeps about k / 2 of each row, so the merge's check (at least
+    min(k, n) of the union at or above the largest constraint) must fail and
+    the row be redone whole (counted in the development statistics), and still
+    be exact. A merge that accepted too few, or a lost redo, gives a wrong or
+    unwritten row."""
+    ext = ops._native()
+    if not hasattr(ext, "fused_mqa_topk_probe"):
+        pytest.skip("built without MQA_TOPK_DEV_PROBES=1")
     monkeypatch.setenv("MQA_TOPK_FUSED_TARGET", str(topk // 2))
     w = make_workload("causal", rows=48, keys=60_000, topk=topk, dist="gaussian", seed=23, device="cuda")
-    check_fused(w, topk, "split, target k/2")
+    ws = torch.empty(ext.fused_mqa_topk_probe_workspace_bytes(variant, topk, 0), dtype=torch.uint8, device="cuda")
+    out = torch.full((48, topk), -7, dtype=torch.int32, device="cuda")
+    ext.fused_mqa_topk_probe(variant, w.q, w.k, w.scales, w.weights, w.starts, w.ends, out, ws)
+    logits = ops.mqa_logits(w.q, w.k, w.scales, w.weights, w.starts, w.ends)
+    assert_exact(out, logits, w.starts, w.ends, topk, f"variant {variant}, target k/2")
     monkeypatch.setenv("MQA_TOPK_FUSED_PROBE", "2")
-    ws = ops.fused_mqa_topk_workspace("cuda", topk)
-    run_fused(w, topk, -1)
+    ext.fused_mqa_topk_probe(variant, w.q, w.k, w.scales, w.weights, w.starts, w.ends, out, ws)
     torch.cuda.synchronize()
     stats = ws[8:128].view(torch.int64).tolist()
     assert stats[8] > 0, f"expected merged rows redone, stats {stats}"
