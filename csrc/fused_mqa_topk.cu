@@ -15,7 +15,8 @@ bool valid_topk(int64_t t) { return t == 512 || t == 1024 || t == 2048; }
 // MQA_TOPK_FUSED_PROBE=1 skips every append (logits + filter alone; the output
 // is then all -1), MQA_TOPK_FUSED_CAP=N shrinks the candidate capacity,
 // MQA_TOPK_FUSED_TARGET=N sets the gate's candidate target (results stay exact),
-// MQA_TOPK_FUSED_SPLIT=0/1 never / always splits blocks across CTAs (unset: fused_use_split).
+// MQA_TOPK_FUSED_SPLIT=0/1 never / always splits blocks across CTAs (unset: fused_use_split),
+// MQA_TOPK_FUSED_GRID=N launches min(N, SMs) CTAs (fewer, longer pieces of split blocks).
 const char* env_str(const char* name) { return std::getenv(name); }
 int env_int(const char* name) {
   const char* v = std::getenv(name);
@@ -51,7 +52,8 @@ FusedLaunchArgs fused_mqa_topk_check(const at::Tensor& q, const at::Tensor& k, c
                 "workspace", "expected a contiguous 1-D uint8 tensor, got ", workspace.scalar_type(), " ",
                 workspace.sizes());
   mqa_topk::check_aligned(workspace, "workspace");
-  const int num_sms = mqa_topk::sm_count(dev.index());
+  const int grid = env_int("MQA_TOPK_FUSED_GRID");
+  const int num_sms = grid > 0 ? std::min(grid, mqa_topk::sm_count(dev.index())) : mqa_topk::sm_count(dev.index());
   // The development variants (csrc/dev/) check their own, larger, need.
   const int64_t need =
       static_cast<int64_t>(mqa_topk::fused_workspace_bytes<mqa_topk::Sm90FusedDefault>(static_cast<int>(topk), num_sms));

@@ -44,6 +44,7 @@ for s in "${stages[@]}"; do
     fused-probe) run fused-probe env MQA_TOPK_DEV_PROBES=1 python3 scripts/fused_probe.py ;;
     split-probe) run split-probe env MQA_TOPK_DEV_PROBES=1 python3 scripts/fused_split_probe.py ;;
     split-breakdown) run split-breakdown env MQA_TOPK_DEV_PROBES=1 python3 scripts/fused_split_probe.py --breakdown 65536 64 512 2120 ;;
+    split-grid) run split-grid env MQA_TOPK_DEV_PROBES=1 python3 scripts/fused_split_probe.py --grid 65536 64 256 512 1064 ;;
     split-probe-rising) run split-probe-rising env MQA_TOPK_DEV_PROBES=1 python3 scripts/fused_split_probe.py --dist rising 65536 64 512 1064 2120 ;;
     bench-adversarial) run bench-adversarial mqa-topk bench --config adversarial --paths fused,native --out "$OUT/bench-adversarial.csv" ;;
     fused-tests) run fused-tests python3 -m pytest -q -rf tests/test_gpu_fused.py ;;

@@ -12,7 +12,9 @@ kernel): native logits kernel alone, native dense total, variant 7, variant 7
 with appends off (MQA_TOPK_FUSED_PROBE=1: logits, sample and filter, empty
 selects and merges), and its in-kernel statistics (probe 2) per math warp in
 microseconds at 1.98 GHz: the warp's whole run, the sample + gate phase, the
-merges. Usage: fused_split_probe.py [--dist NAME] [--breakdown] [keys [rows ...]]."""
+merges. With --grid: variant 7 launched on fewer CTAs (MQA_TOPK_FUSED_GRID:
+fewer, longer pieces per block), against native. Usage:
+fused_split_probe.py [--dist NAME] [--breakdown | --grid] [keys [rows ...]]."""
 import os
 import sys
 
@@ -29,7 +31,8 @@ if "--dist" in argv:
     dist = argv[i + 1]
     del argv[i:i + 2]
 BREAKDOWN = "--breakdown" in argv
-argv = [a for a in argv if a != "--breakdown"]
+GRID = "--grid" in argv
+argv = [a for a in argv if a not in ("--breakdown", "--grid")]
 args = [int(a) for a in argv]
 keys = args[0] if args else 65536
 rows_list = args[1:] or [64, 256, 512, 1064, 1576, 2120, 2640]
@@ -79,8 +82,33 @@ def breakdown():
                   f"{st[5] / warps / ghz:8.1f}  {'same' if same else 'DIFFER'}", flush=True)
 
 
+def grid_sweep():
+    grids = [g for g in (SMS, 96, 64, 48, 32, 24, 16) if g <= SMS]
+    print(f"{'rows':>6} {'topk':>5} {'native':>8} " + " ".join(f"{'g' + str(g):>8}" for g in grids) + "  sets")
+    for rows in rows_list:
+        for topk in (512, 1024, 2048):
+            w = make_workload("causal", rows=rows, keys=keys, topk=topk, dist=dist, seed=3, device="cuda")
+            nat = torch.full((rows, topk), -3, dtype=torch.int32, device="cuda")
+            tn = time_fn(lambda: ops.dense_mqa_topk_prefill(w.q, w.k, w.scales, w.weights, w.starts, w.ends, nat))
+            ws = torch.empty(ext.fused_mqa_topk_probe_workspace_bytes(7, topk, 0), dtype=torch.uint8, device="cuda")
+            same, times = True, []
+            for g in grids:
+                os.environ["MQA_TOPK_FUSED_GRID"] = str(g)
+                out = torch.full_like(nat, -5)
+                t = time_fn(lambda: ext.fused_mqa_topk_probe(7, w.q, w.k, w.scales, w.weights, w.starts, w.ends,
+                                                             out, ws))
+                del os.environ["MQA_TOPK_FUSED_GRID"]
+                times.append(t.median_ms)
+                same = same and torch.equal(sets(out), sets(nat))
+            print(f"{rows:6d} {topk:5d} {tn.median_ms:8.3f} " + " ".join(f"{t:8.3f}" for t in times)
+                  + f"  {'same' if same else 'DIFFER'}", flush=True)
+
+
 if BREAKDOWN:
     breakdown()
+    sys.exit(0)
+if GRID:
+    grid_sweep()
     sys.exit(0)
 print(f"{'rows':>6} {'topk':>5} {'native':>8} {'whole':>8} " + " ".join(f"{'v' + str(v):>8}" for v in VARIANTS)
       + f" {'v9/nat':>7} {'rule':>6} {'redone':>6}  sets")
