@@ -112,7 +112,7 @@ struct FusedCtl {
   int merge_b;             // kSplit: the block this CTA merges after the piece it just finished (-1: none)
   int sh_b0, sh_t0;        // kSplit: this CTA's share of the tiles: first block, its first tile,
   long long sh_g0, sh_count, sh_total;  //   first global tile, tile count; all tiles of the call
-  int sh_gp;               //   CTAs with a share (min(grid, tiles))
+  int sh_gp;               //   CTAs with a share (min(grid, tiles, tiles / split_min_tiles))
   uint32_t g_raised;       // kSplitGate: rows whose threshold the shared gate raised (this piece)
   int g_last;              // kSplitGate: this piece published its block's last sample
   uint32_t merge_fail;     // kSplitGate: merged rows whose check failed (redone whole)
@@ -300,11 +300,20 @@ __device__ __forceinline__ int split_thin_blocks(int nblocks, int grid) {
   return nblocks >= grid ? nblocks % grid : nblocks;
 }
 
+// kSplit: the fewest 128-key tiles a piece gets (fewer CTAs when the tiles are
+// few: each piece pays a fixed cost, its sample, its select and k entries of the
+// merge). Measured on the H200 at 64 rows x 64K keys (variant 7 on 132 / 96 / 64
+// CTAs, BENCHMARKS.md 2026-12-02): top-512 0.210 / 0.185 / 0.208 ms, top-1024
+// 0.284 / 0.234 / 0.241, top-2048 0.539 / 0.342 / 0.315; from 256 rows on every
+// SM is best.
+__host__ __device__ constexpr int split_min_tiles(int topk) { return topk >= 2048 ? 64 : 40; }
+
 // This CTA's share, into ctl (every thread calls it: it synchronises the CTA):
-// of the tiles of blocks [0, nblocks) over at most max_cta CTAs.
+// of the tiles of blocks [0, nblocks) over at most max_cta CTAs, each share at
+// least min_tiles tiles (when there are that many).
 template <int kThreads>
 __device__ __forceinline__ void fused_split_share(const Sm90LogitsParams& lp, FusedCtl* ctl, int nblocks,
-                                                  long long max_cta) {
+                                                  long long max_cta, int min_tiles = 1) {
   __shared__ long long s_warp[kThreads / 32];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int per = (nblocks + kThreads - 1) / kThreads;
@@ -328,7 +337,8 @@ __device__ __forceinline__ void fused_split_share(const Sm90LogitsParams& lp, Fu
     before += w < warp ? s_warp[w] : 0;
     total += s_warp[w];
   }
-  const long long gp = min(min(static_cast<long long>(gridDim.x), max_cta), total);
+  const long long gp =
+      min(min(static_cast<long long>(gridDim.x), max_cta), min(total, max(1ll, total / max(1, min_tiles))));
   const long long c = blockIdx.x;
   const long long g0 = c < gp ? total * c / gp : total, g1 = c < gp ? total * (c + 1) / gp : total;
   const long long excl = before + incl - mine;
@@ -671,7 +681,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         Cfg::kSplitThin ? split_thin_blocks(nblocks, gridDim.x) : nblocks,
         Cfg::kSplitThin && nblocks >= static_cast<int>(gridDim.x)
             ? static_cast<long long>(split_thin_blocks(nblocks, gridDim.x)) * kThinPieces
-            : static_cast<long long>(gridDim.x));
+            : static_cast<long long>(gridDim.x),
+        Cfg::kSplitThin ? 1 : split_min_tiles(p.topk));
   const int k = p.topk;
   const size_t set_words = size_t(kFusedWordsPerCap) * size_t(p.cap);
   unsigned long long* stats = reinterpret_cast<unsigned long long*>(p.counter) + 1;
