@@ -3,8 +3,9 @@ causal, gaussian (or another workloads.DISTS name with --dist). For each row
 count and topk, timed in one process (cold L2, medians): native dense (logits +
 top-k), the fused kernel with whole blocks (MQA_TOPK_FUSED_SPLIT=0) and the
 split dev variants 7 (equal tile shares, each piece's own gate), 8 (+ one gate
-per block shared by its pieces) and 9 (+ only the last partial wave's blocks
-split); every variant's sets checked against the unsplit kernel's and native's;
+per block shared by its pieces), 9 (+ only the last partial wave's blocks
+split) and 10 (variant 7 with shares that follow the blocks, kSplitAlign);
+every variant's sets checked against the unsplit kernel's and native's;
 which one the op's rule (fused_use_split) picks; variant 9's merged rows that
 failed the merge's check and were redone whole (development statistics).
 With --breakdown, instead: where variant 7's time goes (the op's split
@@ -38,7 +39,7 @@ keys = args[0] if args else 65536
 rows_list = args[1:] or [64, 256, 512, 1064, 1576, 2120, 2640]
 ext = ops._native()
 SMS = torch.cuda.get_device_properties(0).multi_processor_count
-VARIANTS = (7, 8, 9)
+VARIANTS = (7, 8, 9, 10)
 
 
 def rule(rows):
@@ -111,7 +112,7 @@ if GRID:
     grid_sweep()
     sys.exit(0)
 print(f"{'rows':>6} {'topk':>5} {'native':>8} {'whole':>8} " + " ".join(f"{'v' + str(v):>8}" for v in VARIANTS)
-      + f" {'v9/nat':>7} {'rule':>6} {'redone':>6}  sets")
+      + f" {'v7/nat':>7} {'v10/nat':>7} {'rule':>6} {'redone':>6}  sets")
 for rows in rows_list:
     for topk in (512, 1024, 2048):
         w = make_workload("causal", rows=rows, keys=keys, topk=topk, dist=dist, seed=3, device="cuda")
@@ -138,5 +139,6 @@ for rows in rows_list:
         redone = ws[8:128].view(torch.int64)[8].item()
         print(f"{rows:6d} {topk:5d} {tn.median_ms:8.3f} {tf.median_ms:8.3f} "
               + " ".join(f"{t:8.3f}" for t in times)
-              + f" {times[-1] / tn.median_ms:7.2f} {'split' if rule(rows) else 'whole':>6} {redone:6d}  "
+              + f" {times[0] / tn.median_ms:7.2f} {times[-1] / tn.median_ms:7.2f} {'split' if rule(rows) else 'whole':>6}"
+              f" {redone:6d}  "
               f"{'same' if same else 'DIFFER'}", flush=True)

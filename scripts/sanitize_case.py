@@ -35,6 +35,14 @@ if hasattr(ops._native(), "fused_mqa_topk"):
     out = torch.empty((24, 512), dtype=torch.int32, device="cuda")
     ops.fused_mqa_topk_prefill(q, k, scales, w, starts, ends, out)
     del os.environ["MQA_TOPK_FUSED_TARGET"]
+    # Dev variant 10 (MQA_TOPK_DEV_PROBES=1 builds): shares that follow the blocks.
+    ext = ops._native()
+    if hasattr(ext, "fused_mqa_topk_probe"):
+        for rows, keys, topk in ((64, 40000, 512), (20, 30000, 2048)):
+            q, k, scales, w, starts, ends = make(rows, keys, 15, "causal")
+            out = torch.empty((rows, topk), dtype=torch.int32, device="cuda")
+            ws = torch.empty(ext.fused_mqa_topk_probe_workspace_bytes(10, topk, 0), dtype=torch.uint8, device="cuda")
+            ext.fused_mqa_topk_probe(10, q, k, scales, w, starts, ends, out, ws)
 g = torch.Generator(device="cuda").manual_seed(3)
 wide = torch.randn(9, 40003, device="cuda", generator=g)[:, 3:40001]  # row stride > width, unaligned rows
 starts = torch.tensor([0, 1, 5, 100, 0, 39990, 7, 0, 2], dtype=torch.int32, device="cuda")

@@ -248,7 +248,7 @@ SPLIT_CASES = [
 ]
 
 
-@pytest.mark.parametrize("variant", [7, 8, 9])
+@pytest.mark.parametrize("variant", [7, 8, 9, 10])
 @pytest.mark.parametrize("kw", SPLIT_CASES, ids=lambda kw: f"{kw['layout']}-{kw['rows']}x{kw['keys']}-{kw['dist']}")
 def test_fused_split_blocks_exact(dev, kw, variant):
     """Dev variants 7 (kSplit: blocks split across CTAs in equal tile shares,
@@ -256,7 +256,8 @@ def test_fused_split_blocks_exact(dev, kw, variant):
     piece), 8 (+ kSplitGate: one gate per block ranked from every piece's
     sample, published mid-launch and taken up by the pieces when it arrives;
     the merge checks the pieces' constraints) and 9 (+ kSplitThin: only the
-    last partial wave's blocks split). Exact against the reference, the same
+    last partial wave's blocks split) and 10 (7 with shares that follow the
+    blocks when they are few and equal: m pieces per block). Exact against the reference, the same
     sets as the default kernel, reruns bitwise equal (when the shared gate
     reaches a piece depends on timing; the result must not). Few rows and long
     rows make many pieces per block; ragged and short rows give pieces where a

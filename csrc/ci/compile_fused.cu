@@ -39,6 +39,23 @@ cudaError_t ci_launch_fused_split_thin() {
   return mqa_topk::launch_sm90_fused_mqa_topk<mqa_topk::Sm90FusedSplitThin>(
       nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 0, 2048, 132, nullptr);
 }
+cudaError_t ci_launch_fused_split_align() {
+  return mqa_topk::launch_sm90_fused_mqa_topk<mqa_topk::Sm90FusedSplitAlign>(
+      nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 0, 2048, 132, nullptr);
+}
+// kSplitAlign's rule, pinned at compile time: 64 rows x 64K keys (8 blocks of
+// 512 tiles) on 102 CTAs -> 12 pieces per block; 256 rows (32 blocks) on 132
+// -> 4; one block per CTA (m = 1), more blocks than CTAs, unequal blocks (one
+// 1.2x the mean), a block shorter than m, and m B under 90% of gp -> 0 (equal shares).
+static_assert(mqa_topk::split_align_pieces(8, 102, 8 * 512, 511, 513) == 12, "align: 64 rows");
+static_assert(mqa_topk::split_align_pieces(32, 132, 32 * 512, 500, 520) == 4, "align: 256 rows");
+static_assert(mqa_topk::split_align_pieces(100, 132, 100 * 512, 512, 512) == 0, "align: m = 1");
+static_assert(mqa_topk::split_align_pieces(133, 132, 133 * 512, 512, 512) == 0, "align: B > gp");
+static_assert(mqa_topk::split_align_pieces(8, 128, 8 * 500, 480, 600) == 0, "align: unequal blocks");
+static_assert(mqa_topk::split_align_pieces(8, 128, 8 * 500, 15, 520) == 0, "align: a block under m tiles");
+static_assert(mqa_topk::split_align_pieces(8, 128, 8 * 500, 16, 500) == 16, "align: every block m tiles or more");
+static_assert(mqa_topk::split_align_pieces(45, 132, 45 * 512, 512, 512) == 0, "align: 90 of 132 CTAs");
+static_assert(mqa_topk::split_align_pieces(0, 132, 0, 0, 0) == 0, "align: no blocks");
 cudaError_t ci_launch_fused_binned_end() {
   return mqa_topk::launch_sm90_fused_mqa_topk<mqa_topk::Sm90FusedBinnedEnd>(
       nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 0, 2048, 132, nullptr);

@@ -24,10 +24,10 @@ namespace {
 template <class F>
 auto with_variant(int64_t variant, F&& f) {
   using namespace mqa_topk;
-  TORCH_CHECK_VALUE(variant >= 0 && variant <= 9, "variant: must be 0 (default), 1 (selector warps), 2 (v1), ",
+  TORCH_CHECK_VALUE(variant >= 0 && variant <= 10, "variant: must be 0 (default), 1 (selector warps), 2 (v1), ",
                     "3 (plain appends, 8 stages), 4 (plain appends), 5 (binned select, bins counted by the appends), ",
-                    "6 (lean appends, general select), 7 (blocks split across CTAs), 8 (split, shared gate) or ",
-                    "9 (split last wave, shared gate), got ",
+                    "6 (lean appends, general select), 7 (blocks split across CTAs), 8 (split, shared gate), ",
+                    "9 (split last wave, shared gate) or 10 (split, shares that follow the blocks), got ",
                     variant);
   return variant == 0 ? f(Sm90FusedDefault{})
          : variant == 1 ? f(Sm90FusedSelectors{})
@@ -38,7 +38,8 @@ auto with_variant(int64_t variant, F&& f) {
          : variant == 6 ? f(Sm90FusedLeanAppend{})
          : variant == 7 ? f(Sm90FusedSplit{})
          : variant == 8 ? f(Sm90FusedSplitGate{})
-                        : f(Sm90FusedSplitThin{});
+         : variant == 9 ? f(Sm90FusedSplitThin{})
+                        : f(Sm90FusedSplitAlign{});
 }
 }  // namespace
 

@@ -113,6 +113,7 @@ struct FusedCtl {
   int sh_b0, sh_t0;        // kSplit: this CTA's share of the tiles: first block, its first tile,
   long long sh_g0, sh_count, sh_total;  //   first global tile, tile count; all tiles of the call
   int sh_gp;               //   CTAs with a share (min(grid, tiles, tiles / split_min_tiles))
+  int sh_m;                //   kSplitAlign: pieces per block when the shares follow the blocks (0: they do not)
   uint32_t g_raised;       // kSplitGate: rows whose threshold the shared gate raised (this piece)
   int g_last;              // kSplitGate: this piece published its block's last sample
   uint32_t merge_fail;     // kSplitGate: merged rows whose check failed (redone whole)
@@ -142,7 +143,7 @@ struct FusedCtl {
 // (split_thin_blocks), the rest run whole.
 template <int kNumStages_, bool kLeanSelect_ = false, bool kGate_ = false, bool kSelectors_ = false,
           bool kLeanAppend_ = false, int kBinned_ = 0, bool kSplit_ = false, bool kSplitGate_ = false,
-          bool kSplitThin_ = false>
+          bool kSplitThin_ = false, bool kSplitAlign_ = false>
 struct Sm90FusedConfig {
   static constexpr bool kLeanSelect = kLeanSelect_;
   static constexpr bool kGate = kGate_;
@@ -154,6 +155,8 @@ struct Sm90FusedConfig {
   static constexpr bool kSplit = kSplit_;
   static constexpr bool kSplitGate = kSplitGate_;
   static constexpr bool kSplitThin = kSplitThin_;
+  static constexpr bool kSplitAlign = kSplitAlign_;
+  static_assert(!kSplitAlign || (kSplit && !kSplitThin), "aligned pieces are for kSplit's shares");
   static_assert(!kSplitThin || kSplit, "thin splits are splits");
   static_assert(!kSplitGate || kSplit, "the shared gate is for split blocks");
   static_assert(!kSplit || (kGate && !kSelectors), "split blocks: gated scan, select on the math warps");
@@ -308,26 +311,57 @@ __device__ __forceinline__ int split_thin_blocks(int nblocks, int grid) {
 // SM is best.
 __host__ __device__ constexpr int split_min_tiles(int topk) { return topk >= 2048 ? 64 : 40; }
 
+// kSplitAlign: the shares follow the blocks (each of the B blocks cut into m
+// equal pieces, on m B CTAs) when there are no more blocks than CTAs with a
+// share (gp), every block has at least m tiles, no block has more than 1.15x
+// the mean, and m B uses at least 90% of gp. Equal shares over gp CTAs would
+// otherwise cut most blocks off their boundaries: a CTA whose share straddles
+// two blocks runs two pieces, each paying a piece's fixed cost (its sample,
+// select and k entries of the merge). Development variant 10, not yet measured.
+__host__ __device__ constexpr long long split_align_pieces(long long nblocks, long long gp, long long total,
+                                                        long long tmin, long long tmax) {
+  if (nblocks <= 0 || nblocks > gp) return 0;
+  const long long m = gp / nblocks;
+  if (m < 2 || tmin < m || tmax * nblocks * 100 > 115 * total || m * nblocks * 10 < 9 * gp) return 0;
+  return m;
+}
+
 // This CTA's share, into ctl (every thread calls it: it synchronises the CTA):
 // of the tiles of blocks [0, nblocks) over at most max_cta CTAs, each share at
-// least min_tiles tiles (when there are that many).
-template <int kThreads>
+// least min_tiles tiles (when there are that many); kAlign: split_align_pieces.
+template <int kThreads, bool kAlign = false>
 __device__ __forceinline__ void fused_split_share(const Sm90LogitsParams& lp, FusedCtl* ctl, int nblocks,
                                                   long long max_cta, int min_tiles = 1) {
   __shared__ long long s_warp[kThreads / 32];
+  __shared__ int s_min[kThreads / 32], s_max[kThreads / 32];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int per = (nblocks + kThreads - 1) / kThreads;
   const int b_beg = min(tid * per, nblocks), b_end = min(b_beg + per, nblocks);
   long long mine = 0;
+  int tmin = 0x7fffffff, tmax = 0;
   for (int b = b_beg; b < b_end; ++b) {
     int lo, hi;
-    mine += block_span<8, 128>(lp, b, lo, hi);
+    const int n = block_span<8, 128>(lp, b, lo, hi);
+    mine += n;
+    tmin = min(tmin, n);
+    tmax = max(tmax, n);
   }
   long long incl = mine;
 #pragma unroll
   for (int d = 1; d < 32; d <<= 1) {
     const long long v = __shfl_up_sync(0xffffffffu, incl, d);
     if (lane >= d) incl += v;
+  }
+  if constexpr (kAlign) {
+#pragma unroll
+    for (int d = 16; d > 0; d >>= 1) {
+      tmin = min(tmin, __shfl_xor_sync(0xffffffffu, tmin, d));
+      tmax = max(tmax, __shfl_xor_sync(0xffffffffu, tmax, d));
+    }
+    if (lane == 0) {
+      s_min[warp] = tmin;
+      s_max[warp] = tmax;
+    }
   }
   if (lane == 31) s_warp[warp] = incl;
   if (tid == 0) ctl->sh_b0 = -1;
@@ -337,9 +371,49 @@ __device__ __forceinline__ void fused_split_share(const Sm90LogitsParams& lp, Fu
     before += w < warp ? s_warp[w] : 0;
     total += s_warp[w];
   }
-  const long long gp =
+  long long gp =
       min(min(static_cast<long long>(gridDim.x), max_cta), min(total, max(1ll, total / max(1, min_tiles))));
   const long long c = blockIdx.x;
+  if constexpr (kAlign) {
+    int amin = 0x7fffffff, amax = 0;
+    for (int w = 0; w < kThreads / 32; ++w) {
+      amin = min(amin, s_min[w]);
+      amax = max(amax, s_max[w]);
+    }
+    const long long m = split_align_pieces(nblocks, gp, total, amin, amax);
+    if (m > 0) {
+      gp = m * nblocks;
+      // CTA c runs piece c mod m of block c / m; the thread holding that block writes the share.
+      const long long bc = c / m, ic = c % m;
+      if (c < gp && b_beg <= bc && bc < b_end) {
+        long long acc = before + incl - mine;
+        for (int b = b_beg; b < b_end; ++b) {
+          int lo, hi;
+          const long long n = block_span<8, 128>(lp, b, lo, hi);
+          if (b == bc) {
+            const long long t0 = n * ic / m, t1 = n * (ic + 1) / m;
+            ctl->sh_b0 = b;
+            ctl->sh_t0 = static_cast<int>(t0);
+            ctl->sh_g0 = acc + t0;
+            ctl->sh_count = t1 - t0;
+            break;
+          }
+          acc += n;
+        }
+      }
+      if (tid == 0) {
+        if (c >= gp) {
+          ctl->sh_g0 = total;
+          ctl->sh_count = 0;
+        }
+        ctl->sh_total = total;
+        ctl->sh_gp = static_cast<int>(gp);
+        ctl->sh_m = static_cast<int>(m);
+      }
+      __syncthreads();
+      return;
+    }
+  }
   const long long g0 = c < gp ? total * c / gp : total, g1 = c < gp ? total * (c + 1) / gp : total;
   const long long excl = before + incl - mine;
   if (g1 > g0 && mine > 0 && excl <= g0 && g0 < excl + mine) {
@@ -676,7 +750,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   const int nblocks = (p.rows + R - 1) / R;
   if constexpr (Cfg::kSplit)
-    fused_split_share<Cfg::kThreads>(
+    fused_split_share<Cfg::kThreads, Cfg::kSplitAlign>(
         Sm90LogitsParams{p.starts, p.ends, nullptr, 0, p.rows, p.keys}, ctl,
         Cfg::kSplitThin ? split_thin_blocks(nblocks, gridDim.x) : nblocks,
         Cfg::kSplitThin && nblocks >= static_cast<int>(gridDim.x)
@@ -745,6 +819,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // Blocks [0, nthin) are split (kSplitThin: those of the last partial wave; all, else).
       const int nthin = !Cfg::kSplit ? 0 : Cfg::kSplitThin ? split_thin_blocks(nblocks, gridDim.x) : nblocks;
       const int sgp = Cfg::kSplit ? ctl_v->sh_gp : 0;
+      const int sm_pieces = Cfg::kSplitAlign ? ctl_v->sh_m : 0;  // kSplitAlign: pieces per block, or 0
       for (int qi = 0;; ++qi) {
         const int qb = qi & 1;
         ptx::mbar_wait(q_empty + qb, ((qi >> 1) & 1) ^ 1);
@@ -763,7 +838,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
               const int ntb = block_span<R, Cfg::kBlockKeys>(lp, sb, blo, bhi);
               const int ntp = static_cast<int>(min(static_cast<long long>(ntb - sta), sleft));
               const long long tb = sg - sta;  // the block's first global tile
-              const int c0 = split_owner(tb, stotal, sgp), c1 = split_owner(tb + ntb - 1, stotal, sgp);
+              int c0, c1;
+              if (Cfg::kSplitAlign && sm_pieces > 0) {  // the shares follow the blocks
+                c0 = sb * sm_pieces;
+                c1 = c0 + sm_pieces - 1;
+              } else {
+                c0 = split_owner(tb, stotal, sgp);
+                c1 = split_owner(tb + ntb - 1, stotal, sgp);
+              }
               b = sb;
               plo = blo + sta * Cfg::kBlockKeys;
               pnt = ntp;
@@ -1410,6 +1492,8 @@ using Sm90FusedBinnedEnd = Sm90FusedConfig<7, true, true, false, true, 2>;  // +
 using Sm90FusedSplit = Sm90FusedConfig<7, true, true, false, true, 2, true>;  // + blocks split across CTAs
 using Sm90FusedSplitGate = Sm90FusedConfig<7, true, true, false, true, 2, true, true>;  // + a shared gate per split block
 using Sm90FusedSplitThin = Sm90FusedConfig<7, true, true, false, true, 2, true, true, true>;  // + only the last wave split
+using Sm90FusedSplitAlign =
+    Sm90FusedConfig<7, true, true, false, true, 2, true, false, false, true>;  // kSplit + shares that follow the blocks
 // Measured (BENCHMARKS.md, 2026-12-01, headline top-2048): select on the math
 // warps at 7 stages 6.59 ms, at 8 stages 6.76, on selector warps 7.14; with
 // lean appends 6.185 against 6.32; with the bins counted at the block end
