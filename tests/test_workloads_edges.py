@@ -369,3 +369,47 @@ def test_config_seed_and_ragged_sum_messages(tmp_path):
         make_workload("full", rows=0, keys=17, topk=512)
     one = make_workload("full", rows=1, keys=17, topk=512).describe()
     assert (one["rows_n_zero"], one["rows_n_lt_topk"], one["n_min"], one["n_mean"]) == (0, 1, 17, 17.0)
+
+
+# --------------------------------------------------------------------------- survivor classes of the seed-13 run
+
+def test_a_missing_topk_names_an_unnamed_case_by_number(tmp_path):
+    """Bug class: the "topk: missing" error naming no case (or the wrong one) in a long config."""
+    p = tmp_path / "c.toml"
+    ok = 'layout = "full"\nrows = 2\nkeys = 600\n'
+    p.write_text(f'[[case]]\n{ok}topk = 512\n\n[[case]]\n{ok}')
+    with pytest.raises(UsageError) as ei:
+        load_workload_config(p)
+    assert str(ei.value) == f"{p}: case #2: topk: missing"
+
+
+def test_ragged_length_lists_errors_say_what_is_wrong():
+    """Bug class: a ragged config error without its message (a bare UsageError)."""
+    with pytest.raises(UsageError) as ei:
+        make_workload("ragged", topk=512, key_lengths=[600])
+    assert str(ei.value) == "key_lengths/row_lengths: give both (one entry per request)"
+    with pytest.raises(UsageError) as ei:
+        make_workload("ragged", topk=512, key_lengths=[600, 700], row_lengths=[3])
+    assert str(ei.value) == "key_lengths/row_lengths: must be non-empty lists of equal length"
+
+
+def test_a_pickled_python_object_is_named(tmp_path):
+    """Bug class: the refusal to unpickle a non-tensor object not saying which
+    object (the GLOBAL that torch's weights-only loader rejected)."""
+    import argparse
+
+    p = tmp_path / "w.pt"
+    torch.save({"q": argparse.Namespace(a=1)}, p)
+    with pytest.raises(UsageError) as ei:
+        load_workload(p)
+    assert str(ei.value) == (f"{p}: holds Python objects other than tensors and plain values (argparse.Namespace); "
+                             f"refusing to unpickle it (workload files are loaded with weights_only=True)")
+
+
+def test_an_unnamed_config_case_gets_the_generated_name():
+    """Bug class: a case without a name given a placeholder instead of the generator's descriptive name."""
+    from mqa_topk_cli.workloads import workload_from_case
+
+    w = workload_from_case({"layout": "causal", "rows": 2, "keys": 600, "topk": 512}, "cpu")
+    assert w.name == make_workload("causal", rows=2, keys=600, topk=512).name == "causal-gaussian-r2-k600-t512-s0"
+    assert workload_from_case({"layout": "causal", "rows": 2, "keys": 600, "topk": 512, "name": "n"}, "cpu").name == "n"
