@@ -601,12 +601,22 @@ def test_a_case_that_cannot_be_built_keeps_its_shape_in_the_result():
 
 
 def test_errors_are_capped_at_max_errors():
-    """Bug class: an off-by-one in the cap on kept failure messages."""
+    """Bug class: an off-by-one in the cap on kept failure messages. The row
+    loops stop at the cap themselves; the messages of a failed rerun (a path
+    without identical reruns) come after them and go through the cap alone."""
     from mqa_topk_cli.verify import MAX_ERRORS
 
     w = make_workload("causal", rows=MAX_ERRORS + 3, keys=600, topk=512, seed=3)
-    r = verify_case(w, Edit(lambda w, out: out[:, 0].fill_(-7)), reruns=0)
-    assert r.invalid_rows == w.rows and MAX_ERRORS == 10
+    calls = []
+
+    def bad_first_entry(w, out):
+        calls.append(1)
+        out[:, 0].fill_(-6 - len(calls))  # -7 in run 0, -8 in run 1: the runs differ
+
+    p = Edit(bad_first_entry)
+    p.deterministic_output = False
+    r = verify_case(w, p, reruns=1)
+    assert r.invalid_rows == w.rows and r.rerun_failures == 1 and MAX_ERRORS == 10
     assert r.errors == [f"row {i}: invalid: index -7 outside [0, n={n})" for i, n in enumerate(_n(w))][:MAX_ERRORS]
 
 
