@@ -390,7 +390,10 @@ def _evaluate(w, runs: list[_Run], other_run: _Run | None, precision: str, ref_c
             else:
                 got = torch.full((nr, topk), float("-inf"), dtype=rl.dtype, device=dev)
             got = torch.sort(got, dim=1, descending=True).values
-            diff = torch.where(inneed, (got - ref_vals).abs(), torch.zeros((), dtype=rl.dtype, device=dev))
+            # Equal values differ by 0, equal infinities included (an fp32 logit can overflow: inf - inf
+            # is NaN); a NaN on either side, or unequal infinities, is an infinite difference.
+            diff = torch.where(inneed & (got != ref_vals), (got - ref_vals).abs(),
+                               torch.zeros((), dtype=rl.dtype, device=dev))
             diff = torch.nan_to_num(diff, nan=float("inf"), posinf=float("inf"))
             worst = diff.amax(1).to(torch.float64) if topk else torch.zeros(nr, dtype=torch.float64, device=dev)
             tol = res.tol_rel * bound

@@ -155,6 +155,27 @@ def test_key_limit_is_max_keys_inclusive(monkeypatch):
     assert MAX_KEYS == 1 << 22
 
 
+def test_row_limit_is_max_rows_inclusive(monkeypatch):
+    """Bug class: an off-by-one in the row limit, or its error naming the wrong argument."""
+    from mqa_topk_cli.contract import MAX_ROWS
+
+    def meta(rows):
+        return dict(q=torch.empty((rows, 32, 128), dtype=FP8, device="meta"),
+                    k=torch.empty((16, 128), dtype=FP8, device="meta"),
+                    scales=torch.empty((16,), device="meta"), weights=torch.empty((rows, 32), device="meta"),
+                    starts=torch.empty((rows,), dtype=torch.int32, device="meta"),
+                    ends=torch.empty((rows,), dtype=torch.int32, device="meta"))
+
+    # meta tensors hold no values: only the shape checks run here
+    import mqa_topk_cli.contract as contract_mod
+
+    monkeypatch.setattr(contract_mod, "check_ranges", lambda *a, **kw: None)
+    assert check_mqa_inputs(**meta(MAX_ROWS), check_values=False) == (MAX_ROWS, 16)
+    e = _raises("q", check_mqa_inputs, **meta(MAX_ROWS + 1), check_values=False)
+    assert str(e) == f"q: {MAX_ROWS + 1} rows exceeds the limit of {MAX_ROWS}"
+    assert MAX_ROWS == (1 << 31) // 32 - 1
+
+
 def test_cpu_ranges_are_checked_whatever_check_values_says():
     """Bug class: the capturable mode's skip (CUDA tensors: ranges checked on
     the device instead) applied to CPU tensors, whose check costs no sync.
@@ -288,7 +309,7 @@ def test_key_scales_reject_exponents_0_and_255(e):
 def test_key_scales_contract():
     """Bug class: converting malformed UE8M0 scales silently."""
     f = ops.fused_mqa_topk_key_scales
-    _raises("ue8m0_scales", f, [[127] * 4], match="torch.Tensor")
+    assert str(_raises("ue8m0_scales", f, [[127] * 4])) == "ue8m0_scales: expected a torch.Tensor, got list"
     _raises("ue8m0_scales", f, _ue8m0([127]).to(torch.int32), match="uint8 [keys, 4]")
     _raises("ue8m0_scales", f, torch.full((3, 3), 127, dtype=torch.uint8), match="uint8 [keys, 4]")
     _raises("ue8m0_scales", f, torch.full((3, 5), 127, dtype=torch.uint8), match="uint8 [keys, 4]")

@@ -552,3 +552,17 @@ def test_plot_message_without_matplotlib_is_exact(monkeypatch, tmp_path):
                                     calibration={})
     assert crossover.plot_crossover(rep, tmp_path / "p.png") == \
         "--plot: matplotlib is not installed (pip install 'mqa-topk[plot]'); no plot written"
+
+
+def test_load_sweep_reads_layout_dist_seed_and_rejects_empty_lists(tmp_path):
+    """Bug class: a sweep's dist/layout/seed read under the wrong key (the
+    defaults silently used), or an empty list accepted as a grid."""
+    p = tmp_path / "s.toml"
+    p.write_text('[sweep]\nkeys = [1000]\nlayout = "full"\ndist = "ties"\nseed = 3\n')
+    sw = crossover.load_sweep(p)
+    assert (sw["layout"], sw["dist"], sw["seed"]) == ("full", "ties", 3)
+    for field in ("rows", "topks"):
+        p.write_text(f'[sweep]\nkeys = [1000]\n{field} = []\n')
+        with pytest.raises(UsageError) as ei:
+            crossover.load_sweep(p)
+        assert str(ei.value) == f"--config {p}: [sweep] {field} must be a non-empty list of positive integers, got []"

@@ -213,3 +213,18 @@ def test_reference_topk_with_several_internal_row_chunks():
     want = reference_topk(logits, st, en, 512)
     assert torch.equal(reference_topk(logits, st, en, 512, max_bytes=24 * 600 * 2), want)  # 2 rows per chunk
     assert bool((want >= 0).all())
+
+
+@pytest.mark.parametrize("keys", [1, 30])
+@pytest.mark.parametrize("precision,esize", [("fp32", 4), ("fp64", 8)])
+def test_default_row_chunk_is_the_most_rows_whose_logits_fit_a_quarter_of_max_bytes(keys, precision, esize):
+    """Bug class: the default row chunk off its budget: a [chunk, keys] logits
+    block must fit in max_bytes / 4 and one more row must not (smaller chunks
+    waste passes, larger ones overshoot the memory bound); keys = 1 included."""
+    from mqa_topk_cli.reference import iter_reference_logits
+
+    w = make_workload("full", rows=9, keys=keys, topk=512, seed=1)
+    for rc in (1, 2, 4):
+        max_bytes = 4 * rc * keys * esize + 4 * esize * keys - 4  # room for rc rows, 1 byte short of rc + 1
+        spans = [c[:2] for c in iter_reference_logits(w, precision, max_bytes=max_bytes)]
+        assert spans == [(a, min(9, a + rc)) for a in range(0, 9, rc)], (rc, max_bytes)

@@ -366,3 +366,14 @@ def test_default_device_and_warmup():
     if not torch.cuda.is_available():
         assert timing.time_fn(lambda: None, reps=2, warmup=0).method == "cpu perf_counter (no L2 flush)"
     assert inspect.signature(timing.time_fn).parameters["warmup"].default == 25.0
+
+
+def test_the_default_timed_budget_is_400_ms(monkeypatch):
+    """Bug class: the default budget of timed work (docstring: ``budget_ms`` =
+    400 ms sizes ``reps`` from the warm-up) changed: 8 ms calls give exactly
+    ceil(400 / 8) = 50 samples, one more with any larger budget."""
+    clock = Clock()
+    monkeypatch.setattr(timing, "time", types.SimpleNamespace(perf_counter=lambda: clock.ms / 1e3))
+    fn = _op(clock, "f", lambda i: 8.0)
+    assert timing.time_fn(fn, device="cpu", warmup=16.0, reps=None).reps == 50
+    assert timing.time_fn(fn, device="cpu", warmup=16.0, reps=None, budget_ms=400.5).reps == 51

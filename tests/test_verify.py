@@ -389,6 +389,60 @@ def test_a_raising_path_is_a_labelled_failure(gauss):
     assert r.status.startswith("error")
 
 
+def _overflowing():
+    """Logits that overflow fp32 (SPEC inputs are finite; the sums are not):
+    every key shares one k row and every q head is a positive multiple of it
+    (all dots > 0); keys 10 and 600 have the scale 3e38, so their fp32
+    reference logit is +inf in rows with positive weights and -inf in row 2,
+    whose weights are negative. Row 0 sees every key (both +inf keys are in
+    its top-512), row 1 keys [0, 600) (only key 10 is +inf), row 2 keys
+    [5, 25) (n = 20 <= topk: all 20, -inf key 10 included, must be chosen)."""
+    rows, keys, topk = 3, 700, 512
+    g = torch.Generator().manual_seed(7)
+    t = (torch.randint(0, 2, (128,), generator=g) * 2 - 1).float()
+    q = ((0.5 + torch.rand(rows, 32, 1, generator=g)) * t).to(torch.float8_e4m3fn)
+    k = t.expand(keys, 128).contiguous().to(torch.float8_e4m3fn)
+    scales = 1 + torch.arange(keys, dtype=torch.float32) / 4096
+    scales[[10, 600]] = 3e38
+    weights = torch.rand(rows, 32, generator=g) / 32 + 1 / 64
+    weights[2] = -weights[2]
+    starts = torch.tensor([0, 0, 5], dtype=torch.int32)
+    ends = torch.tensor([700, 600, 25], dtype=torch.int32)
+    w = Workload(q, k, scales, weights, starts, ends, topk, name="overflow")
+    w.validate()
+    return w
+
+
+class MissesInfKey(Wrapped):
+    """Row 0 swaps its +inf key 600 for the best key outside its top-512."""
+
+    def corrupt(self, w, out):
+        logits = assemble_reference_logits(w)
+        nxt = int(reference_topk(logits, w.starts, w.ends, 1024)[0, w.topk])
+        row = out[0].tolist()
+        out[0, row.index(600)] = nxt
+
+
+def test_infinite_reference_logits_are_compared_as_values():
+    """Bug class: layer 2 subtracting equal infinities (inf - inf = NaN, read
+    as an infinite violation) rejected a correct selection whose chosen keys
+    have an infinite reference logit, while a selection that misses an
+    infinite key must still be rejected with an infinite violation."""
+    w = _overflowing()
+    rl = assemble_reference_logits(w)
+    assert rl[0, 10] == rl[0, 600] == rl[1, 10] == float("inf") and rl[2, 10] == float("-inf")
+    ref = reference_mqa_topk(w)
+    assert {10, 600} <= set(ref[0].tolist()) and 10 in ref[1].tolist() and 600 not in ref[1].tolist()
+    assert sorted(ref[2].tolist()[:20]) == list(range(20)) and 5 in ref[2].tolist()  # key 10 = index 5
+    for path in ("reference", Wrapped()):
+        r = verify_case(w, path, reruns=1)
+        assert r.passed, r.errors
+        assert r.tie_equivalent_rows == w.rows and r.max_violation == 0.0
+    bad = _rejects(w, MissesInfKey(), "row 0: not the top-k: sorted position 1", "|diff| = inf")
+    assert bad.invalid_rows == 0 and bad.tie_equivalent_rows == w.rows - 1
+    assert bad.max_violation == float("inf")
+
+
 def test_default_tolerance_is_the_documented_constant():
     assert DEFAULT_TOL_REL == 2.0 ** -12
     with pytest.raises(ValueError, match="tol_rel"):

@@ -533,3 +533,104 @@ def test_row_problem_counts_several_bad_entries_and_rerun_diffs_count_rows():
 
     r = verify_case(w, Shuffles(lambda w, out: None), reruns=2)
     assert not r.deterministic and "not deterministic: run 1 differs from run 0 in 2 rows (first: 0, 2)" in r.errors
+
+
+# --------------------------------------------------------------------------- survivor classes of the seed-13 run
+
+def test_a_replaced_input_tensor_is_named():
+    """Bug class: a path that swaps a workload tensor for another object (instead
+    of writing into it) not reported, or reported without a message."""
+    w = make_workload("causal", rows=4, keys=600, topk=512, seed=3)
+
+    def swap(w, out):
+        w.weights = w.weights.clone()
+
+    r = verify_case(w, Edit(swap), reruns=0)
+    assert not r.passed and not r.inputs_unchanged
+    assert "inputs modified by the path: weights (the workload's tensor was replaced)" in r.errors
+
+
+def test_every_differing_rerun_of_a_path_without_identical_reruns_is_checked():
+    """Bug class: the rerun check stopping at the first rerun equal to run 0
+    (``break`` for ``continue``), so a later wrong rerun goes unchecked."""
+    w = make_workload("causal", rows=4, keys=600, topk=512, seed=3)
+    calls = []
+
+    def third_run_drops_an_index(w, out):
+        calls.append(1)
+        if len(calls) == 3:
+            out[0, 3] = -1
+
+    p = Edit(third_run_drops_an_index)
+    p.deterministic_output = False
+    r = verify_case(w, p, reruns=2)
+    assert len(calls) == 3 and not r.passed and r.rerun_failures == 1
+    assert any(e.startswith("run 2: row 0: invalid: 511 valid entries") for e in r.errors), r.errors
+
+
+def test_a_chunk_whose_rows_see_no_keys_is_checked():
+    """Bug class: the branch for a row chunk with no visible key (every row
+    n = 0, width 0) crashing or accepting a non-empty row."""
+    w = make_workload("causal", rows=3, keys=8, topk=512, seed=0)
+    w.starts = torch.full((3,), 5, dtype=torch.int32)
+    w.ends = w.starts.clone()
+    w.validate()
+    assert verify_case(w, "reference", reruns=0).passed
+    bad = verify_case(w, Edit(lambda w, out: out[1].__setitem__(0, 0)), reruns=0)
+    assert not bad.passed and bad.invalid_rows == 1
+    assert bad.errors == ["row 1: invalid: index 0 outside [0, n=0)"]
+
+
+def test_an_unavailable_path_is_not_run():
+    """Bug class: a path whose unavailable_reason says it cannot run here is
+    run anyway (its result then judged as if it could)."""
+    w = make_workload("causal", rows=2, keys=600, topk=512, seed=3)
+    calls = []
+    p = Edit(lambda w, out: calls.append(1))
+    p.unavailable_reason = lambda device: "edit: needs a unicorn"
+    r = verify_case(w, p)
+    assert calls == [] and not r.passed
+    assert r.status == "unavailable: edit: needs a unicorn" and r.errors == ["edit: needs a unicorn"]
+
+
+def test_a_case_that_cannot_be_built_keeps_its_shape_in_the_result():
+    """Bug class: the labelled failure of an unbuildable case losing its rows/keys/topk."""
+    case = {"name": "bad", "layout": "causal", "rows": 4, "keys": 600, "topk": 1024, "dist": "no-such-dist"}
+    (r,) = verify_many([case], ["reference"])
+    assert not r.passed and (r.case, r.rows, r.keys, r.topk) == ("bad", 4, 600, 1024)
+
+
+def test_errors_are_capped_at_max_errors():
+    """Bug class: an off-by-one in the cap on kept failure messages. The row
+    loops stop at the cap themselves; the messages of a failed rerun (a path
+    without identical reruns) come after them and go through the cap alone."""
+    from mqa_topk_cli.verify import MAX_ERRORS
+
+    w = make_workload("causal", rows=MAX_ERRORS + 3, keys=600, topk=512, seed=3)
+    calls = []
+
+    def bad_first_entry(w, out):
+        calls.append(1)
+        out[:, 0].fill_(-6 - len(calls))  # -7 in run 0, -8 in run 1: the runs differ
+
+    p = Edit(bad_first_entry)
+    p.deterministic_output = False
+    r = verify_case(w, p, reruns=1)
+    assert r.invalid_rows == w.rows and r.rerun_failures == 1 and MAX_ERRORS == 10
+    assert r.errors == [f"row {i}: invalid: index -7 outside [0, n={n})" for i, n in enumerate(_n(w))][:MAX_ERRORS]
+
+
+@pytest.mark.parametrize("slack,kept", [(0, True), (-4, False)])
+def test_the_reference_cache_keeps_at_most_twice_chunk_bytes(monkeypatch, slack, kept):
+    """Bug class: the reference cache's memory bound (2 * CHUNK_BYTES of stored
+    logits) off, so a cache larger than documented is kept. One row per chunk
+    here: the stored logits are 4 bytes per visible key, in all 4 * sum(n)."""
+    import mqa_topk_cli.verify as verify_mod
+
+    w = make_workload("causal", rows=6, keys=600, topk=512, seed=3)
+    total = 4 * sum(_n(w))
+    monkeypatch.setattr(verify_mod, "CHUNK_BYTES", (total + slack) // 2)  # total == 2x, or 2 bytes over it
+    assert verify_mod._row_chunk(w.rows, w.keys) == 1
+    cache = {}
+    assert verify_case(w, "reference", reruns=0, ref_cache=cache).passed
+    assert (len(cache) == 1) is kept

@@ -369,3 +369,73 @@ def test_config_seed_and_ragged_sum_messages(tmp_path):
         make_workload("full", rows=0, keys=17, topk=512)
     one = make_workload("full", rows=1, keys=17, topk=512).describe()
     assert (one["rows_n_zero"], one["rows_n_lt_topk"], one["n_min"], one["n_mean"]) == (0, 1, 17, 17.0)
+
+
+# --------------------------------------------------------------------------- survivor classes of the seed-13 run
+
+def test_a_missing_topk_names_an_unnamed_case_by_number(tmp_path):
+    """Bug class: the "topk: missing" error naming no case (or the wrong one) in a long config."""
+    p = tmp_path / "c.toml"
+    ok = 'layout = "full"\nrows = 2\nkeys = 600\n'
+    p.write_text(f'[[case]]\n{ok}topk = 512\n\n[[case]]\n{ok}')
+    with pytest.raises(UsageError) as ei:
+        load_workload_config(p)
+    assert str(ei.value) == f"{p}: case #2: topk: missing"
+
+
+def test_ragged_length_lists_errors_say_what_is_wrong():
+    """Bug class: a ragged config error without its message (a bare UsageError)."""
+    with pytest.raises(UsageError) as ei:
+        make_workload("ragged", topk=512, key_lengths=[600])
+    assert str(ei.value) == "key_lengths/row_lengths: give both (one entry per request)"
+    with pytest.raises(UsageError) as ei:
+        make_workload("ragged", topk=512, key_lengths=[600, 700], row_lengths=[3])
+    assert str(ei.value) == "key_lengths/row_lengths: must be non-empty lists of equal length"
+
+
+def test_a_pickled_python_object_is_named(tmp_path):
+    """Bug class: the refusal to unpickle a non-tensor object not saying which
+    object (the GLOBAL that torch's weights-only loader rejected)."""
+    import argparse
+
+    p = tmp_path / "w.pt"
+    torch.save({"q": argparse.Namespace(a=1)}, p)
+    with pytest.raises(UsageError) as ei:
+        load_workload(p)
+    assert str(ei.value) == (f"{p}: holds Python objects other than tensors and plain values (argparse.Namespace); "
+                             f"refusing to unpickle it (workload files are loaded with weights_only=True)")
+
+
+def test_an_unnamed_config_case_gets_the_generated_name():
+    """Bug class: a case without a name given a placeholder instead of the generator's descriptive name."""
+    from mqa_topk_cli.workloads import workload_from_case
+
+    w = workload_from_case({"layout": "causal", "rows": 2, "keys": 600, "topk": 512}, "cpu")
+    assert w.name == make_workload("causal", rows=2, keys=600, topk=512).name == "causal-gaussian-r2-k600-t512-s0"
+    assert workload_from_case({"layout": "causal", "rows": 2, "keys": 600, "topk": 512, "name": "n"}, "cpu").name == "n"
+
+
+def test_rising_keys_carry_their_own_noise():
+    """Bug class: the rising generator's noise (0.1 N(0, 1) per key and
+    channel) drawn once and shared by every key: neighbouring keys, whose
+    positions differ by 1/keys, then come out (nearly) equal. With noise of
+    their own, two keys differ by 0.1 * sqrt(2) * sqrt(2 / pi) ~ 0.11 per
+    channel on average; the shared draw gives < 0.01."""
+    w = make_workload("full", rows=8, keys=2000, topk=512, dist="rising", seed=0)
+    k = w.k.float()
+    d = (k[1:] - k[:-1]).abs().mean(1)
+    assert float(d.min()) > 0.04 and 0.08 < float(d.mean()) < 0.15
+
+
+def test_dsa_locality_magnitude_is_drawn_per_row_and_head():
+    """Bug class: the dsa generator's locality magnitude (0.5 + U[0, 1) per
+    row and head on channels 0..15) drawn per head only and shared by all
+    rows: the head-1 / head-0 ratio on a row's largest locality channel is
+    then one value for every row instead of spreading over [1/3, 3]."""
+    w = make_workload("full", rows=64, keys=2000, topk=512, dist="dsa", seed=0)
+    q = w.q.float()[:, :, :16]
+    c = q.abs().sum(1).argmax(1)  # per row, its largest locality channel
+    v = q[torch.arange(w.rows), :, c]  # [rows, heads]
+    ratio = v[:, 1] / v[:, 0]
+    assert float(ratio.min()) > 0.3 and float(ratio.max()) < 3.3  # 1/3 .. 3, fp8 rounding aside
+    assert float(ratio.std()) > 0.2 and ratio.unique().numel() > 10
