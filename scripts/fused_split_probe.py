@@ -13,7 +13,7 @@ kernel): native logits kernel alone, native dense total, variant 7, variant 7
 with appends off (MQA_TOPK_FUSED_PROBE=1: logits, sample and filter, empty
 selects and merges), and its in-kernel statistics (probe 2) per math warp in
 microseconds at 1.98 GHz: the warp's whole run, the sample + gate phase, the
-merges. With --grid: variant 7 launched on fewer CTAs (MQA_TOPK_FUSED_GRID:
+block end (pieces' selects and the merges). With --grid: variant 7 launched on fewer CTAs (MQA_TOPK_FUSED_GRID:
 fewer, longer pieces per block), against native. Usage:
 fused_split_probe.py [--dist NAME] [--breakdown | --grid] [keys [rows ...]]."""
 import os
@@ -58,7 +58,7 @@ print(f"dist {dist}, keys {keys}, {SMS} SMs", flush=True)
 def breakdown():
     ghz = 1.98e3  # cycles per microsecond
     print(f"{'rows':>6} {'topk':>5} {'logits':>8} {'native':>8} {'v7':>8} {'v7-noapp':>8} "
-          f"{'warp us':>8} {'gate us':>8} {'merge us':>8}  sets")
+          f"{'warp us':>8} {'gate us':>8} {'end us':>8}  sets")
     for rows in rows_list:
         for topk in (512, 2048):
             w = make_workload("causal", rows=rows, keys=keys, topk=topk, dist=dist, seed=3, device="cuda")
