@@ -8,6 +8,11 @@ inline (no producer warpgroup), 5 the same without epilogue arithmetic.
 2-CTA clusters with the K tiles multicast (11, 12 without epilogue, 15 with
 direct stores; 13 the 8-row default so clustered); the 8-row default with direct
 stores (14); 4 rows x 4 math warpgroups without setmaxnreg (16).
+17-22: 8-row blocks on 4 math warpgroups at N = 128 (two row groups x two key
+groups, 128-key tiles; setmaxnreg 112): TMA store with the weights read per tile
+(17) or kept in registers per block (18), direct stores + register weights
+(19), 6 stages (22), no epilogue (21); 20 is the 4-row structure with register
+weights and direct stores (DeepGEMM's, point for point, with our epilogue).
 Every variant but the no-epilogue ones must write logits bitwise equal to
 variant 0 (same MMA per element, same epilogue order); that is checked first, on
 fresh random inputs with a NaN-poisoned output, including random ranges and
@@ -28,7 +33,7 @@ from mqa_topk_cli import ops  # noqa: E402
 ext = ops._native()
 # Optional arguments: the variants to check and time (0, the reference, always runs).
 ONLY = {int(a) for a in sys.argv[1:]}
-CHECKED = tuple(v for v in (3, 4, 6, 7, 8, 9, 16, 14, 11, 13, 15) if not ONLY or v in ONLY)
+CHECKED = tuple(v for v in (3, 4, 6, 7, 8, 9, 16, 14, 17, 18, 19, 20, 22, 11, 13, 15) if not ONLY or v in ONLY)
 ok = True
 for rows, keys, layout in ((67, 1000, "causal"), (1023, 20001, "random"), (300, 70000, "random"), (2048, 65536, "causal"),
                            (5, 1, "random"), (13, 3000, "random")):
@@ -59,6 +64,8 @@ for rows, keys, layout in ((67, 1000, "causal"), (1023, 20001, "random"), (300, 
 names = {0: "real", 1: "no-epilogue", 3: "stages=6", 4: "inline-3wg", 5: "inline-3wg-no-epi",
          6: "r4-4wg-reg112-s3", 7: "r4-4wg-reg112-s4", 8: "r4-4wg-reg112-s5", 9: "r4-4wg-s4-stg",
          10: "r4-4wg-s4-no-epi", 16: "r4-4wg-s4-noreg", 14: "r8-2wg-s8-stg",
+         17: "r8-4wg-s8", 18: "r8-4wg-s8-regw", 19: "r8-4wg-s8-regw-stg", 20: "r4-4wg-s4-regw-stg",
+         21: "r8-4wg-s8-no-epi", 22: "r8-4wg-s6-regw",
          11: "r4-cl2-mcast-s4", 12: "r4-cl2-s4-no-epi", 13: "r8-cl2-mcast-s8", 15: "r4-cl2-s4-stg"}
 names = {v: n for v, n in names.items() if not ONLY or v in ONLY or v == 0}
 for rows, keys in ((8192, 65536), (8192, 8192), (1024, 8192), (1024, 131072)):

@@ -30,7 +30,8 @@ void mqa_logits_probe(int64_t variant, const at::Tensor& q, const at::Tensor& k,
                                                ends.data_ptr<int>(), logits.data_ptr<float>(), logits.stride(0),
                                                q.size(0), k.size(0), sms, stream);
   };
-  // Sm90LogitsDevConfig<rows, math warpgroups, stages, probe, math registers (0: no setmaxnreg), cluster, direct store>
+  // Sm90LogitsDevConfig<rows, math warpgroups, stages, probe, math registers (0: no setmaxnreg), cluster, direct store,
+  //                     row groups, weights in registers>
   cudaError_t err;
   switch (variant) {
     case 0: err = go(Sm90LogitsConfig<8, 2, 8, 0>{}); break;
@@ -50,6 +51,13 @@ void mqa_logits_probe(int64_t variant, const at::Tensor& q, const at::Tensor& k,
     case 14: err = go_dev(Sm90LogitsDevConfig<8, 2, 8, 0, 0, 1, true>{}); break;
     case 15: err = go_dev(Sm90LogitsDevConfig<4, 4, 4, 0, 112, 2, true>{}); break;
     case 16: err = go_dev(Sm90LogitsDevConfig<4, 4, 4, 0, 0>{}); break;
+    // 8-row blocks on four math warpgroups at N = 128 (row groups), 128-key tiles.
+    case 17: err = go_dev(Sm90LogitsDevConfig<8, 4, 8, 0, 112, 1, false, 2, false>{}); break;
+    case 18: err = go_dev(Sm90LogitsDevConfig<8, 4, 8, 0, 112, 1, false, 2, true>{}); break;
+    case 19: err = go_dev(Sm90LogitsDevConfig<8, 4, 8, 0, 112, 1, true, 2, true>{}); break;
+    case 20: err = go_dev(Sm90LogitsDevConfig<4, 4, 4, 0, 112, 1, true, 1, true>{}); break;
+    case 21: err = go_dev(Sm90LogitsDevConfig<8, 4, 8, 1, 112, 1, false, 2, false>{}); break;
+    case 22: err = go_dev(Sm90LogitsDevConfig<8, 4, 6, 0, 112, 1, false, 2, true>{}); break;
     default: TORCH_CHECK_VALUE(false, "variant: unknown ", variant);
   }
   TORCH_CHECK(err == cudaSuccess, "probe launch failed: ", cudaGetErrorString(err));

@@ -18,9 +18,20 @@ namespace mqa_topk {
 // the union of their key spans and each load half of every K tile (and its
 // scales) by TMA multicast to both; kDirectStore_ writes the masked logits
 // with st.global from registers instead of the shared tile + TMA store.
+// kRowGroups_ = 2 splits the block's rows between the math warpgroups: warpgroup
+// wg takes rows [rg * R/2, (rg + 1) * R/2) (rg = wg / key groups) and 64 keys
+// (kg = wg % key groups) of a tile of 64 * key-groups keys, so four math
+// warpgroups run 8-row blocks at wgmma N = 128 (64 accumulators, 16 math warps
+// as in DeepGEMM) while the K bytes per FLOP stay those of the 8-row kernel.
+// Each thread's heads of a row and the reduction tree are those of the real
+// kernel, so the logits stay bitwise equal. kRegWeights_ keeps the block's
+// weights in registers (loaded once per block) instead of reading them from
+// shared memory every tile.
 template <int kBlockRows_, int kMathWarpgroups_, int kNumStages_, int kProbe_ = 0, int kMathRegs_ = 0,
-          int kCluster_ = 1, bool kDirectStore_ = false>
+          int kCluster_ = 1, bool kDirectStore_ = false, int kRowGroups_ = 1, bool kRegWeights_ = false>
 struct Sm90LogitsDevConfig {
+  static constexpr int kRowGroups = kRowGroups_;
+  static constexpr bool kRegWeights = kRegWeights_;
   static constexpr int kMathRegs = kMathRegs_;
   static constexpr int kProducerRegs = 32;
   static constexpr int kCluster = kCluster_;
@@ -31,16 +42,19 @@ struct Sm90LogitsDevConfig {
   static constexpr int kProbe = kProbe_;
   static constexpr int kHeads = 32;
   static constexpr int kHeadDim = 128;
-  static constexpr int kN = kBlockRows * kHeads;  // wgmma N
-  static constexpr int kAcc = kN / 2;              // fp32 accumulators per thread
-  static constexpr int kBlockKeys = 64 * kMathWarpgroups;
+  static constexpr int kWgRows = kBlockRows / kRowGroups;  // rows of one warpgroup's MMA
+  static constexpr int kKeyGroups = kMathWarpgroups / kRowGroups;
+  static constexpr int kN = kWgRows * kHeads;  // wgmma N
+  static constexpr int kAcc = kN / 2;          // fp32 accumulators per thread
+  static constexpr int kQRows = kBlockRows * kHeads;  // rows of the Q tile (its TMA box)
+  static constexpr int kBlockKeys = 64 * kKeyGroups;
   static constexpr int kThreads = 128 * (kMathWarpgroups + 1);
   static constexpr int kMathThreads = 128 * kMathWarpgroups;
   static constexpr int kKTileBytes = kBlockKeys * kHeadDim;
-  static constexpr int kQTileBytes = kN * kHeadDim;
+  static constexpr int kQTileBytes = kQRows * kHeadDim;
   static constexpr int kScaleBytes = kBlockKeys * 4;
   static constexpr int kWeightBytes = kBlockRows * kHeads * 4;
-  static constexpr int kOutBytes = kBlockRows * 64 * 4;  // one warpgroup's output tile
+  static constexpr int kOutBytes = kWgRows * 64 * 4;  // one warpgroup's output tile
   static constexpr int kOffK = 0;
   static constexpr int kOffQ = kOffK + kNumStages * kKTileBytes;
   static constexpr int kOffOut = kOffQ + 2 * kQTileBytes;
@@ -57,7 +71,11 @@ struct Sm90LogitsDevConfig {
   static_assert(kMathRegs == 0 ||
                     kMathRegs * kMathThreads + kProducerRegs * 128 <= ((65536 / kThreads) & ~7) * kThreads,
                 "setmaxnreg split exceeds the CTA's registers");
-  static_assert(kBlockRows == 4 || kBlockRows == 8, "wgmma N = 128 or 256");
+  static_assert(kBlockRows == 4 || kBlockRows == 8, "4 or 8 rows per block");
+  static_assert(kWgRows == 4 || kWgRows == 8, "wgmma N = 128 or 256");
+  static_assert(kRowGroups == 1 || (kRowGroups == 2 && kMathWarpgroups % 2 == 0 && kCluster == 1),
+                "row groups split an unclustered block between an even number of math warpgroups");
+  static_assert(kQRows <= 256, "one TMA box per Q tile");
   static_assert(kKTileBytes % 1024 == 0 && kQTileBytes % 1024 == 0, "swizzle atoms need 1 KB alignment");
   static_assert(kBlockKeys <= 256 && kN <= 256, "one TMA box per tile");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per CTA");
@@ -123,6 +141,49 @@ __device__ __forceinline__ WorkShare find_work_share_dev(const Sm90LogitsParams&
 
 // The pipeline's mbarriers (one thread): "full" ones complete on the
 // producer's arrival plus the TMA bytes, "empty" ones when every consumer warp
+
+// logits_epilogue_reduce's arithmetic, in its order, for W rows whose weights
+// this lane needs are given (w[r][jj] = weights[r * 32 + jj * 8 + 2 * quad],
+// +1), so the result is bitwise that of the real kernel.
+template <int W, int kAcc>
+__device__ __forceinline__ void logits_epilogue_reduce_w(const float (&acc)[kAcc], const float2 (&w)[W][4], int quad,
+                                                         float (&fin)[2][W / 4]) {
+  static_assert(kAcc == 16 * W, "2 keys x W rows x 8 heads per lane");
+  constexpr int RQ = W / 4;
+  const int hb = (quad >> 1) & 1, lb = quad & 1;
+  float part[2][W];
+#pragma unroll
+  for (int r = 0; r < W; ++r) {
+    float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj) {
+      const int j = 4 * r + jj;
+      s0 = fmaf(w[r][jj].x, acc[4 * j + 0] + fabsf(acc[4 * j + 0]), s0);
+      s0 = fmaf(w[r][jj].y, acc[4 * j + 1] + fabsf(acc[4 * j + 1]), s0);
+      s1 = fmaf(w[r][jj].x, acc[4 * j + 2] + fabsf(acc[4 * j + 2]), s1);
+      s1 = fmaf(w[r][jj].y, acc[4 * j + 3] + fabsf(acc[4 * j + 3]), s1);
+    }
+    part[0][r] = s0;
+    part[1][r] = s1;
+  }
+  float half[2][W / 2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int i = 0; i < W / 2; ++i) {
+      const float send = hb ? part[h][i] : part[h][W / 2 + i];
+      const float keep = hb ? part[h][W / 2 + i] : part[h][i];
+      half[h][i] = keep + __shfl_xor_sync(0xffffffffu, send, 2);
+    }
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int i = 0; i < RQ; ++i) {
+      const float send = lb ? half[h][i] : half[h][RQ + i];
+      const float keep = lb ? half[h][RQ + i] : half[h][i];
+      fin[h][i] = keep + __shfl_xor_sync(0xffffffffu, send, 1);
+    }
+}
 
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
@@ -233,8 +294,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   if constexpr (Cfg::kMathRegs > 0) ptx::setmaxnreg_inc<Cfg::kMathRegs>();
 
   // ---------------- math warpgroups ----------------
-  constexpr int R = Cfg::kBlockRows;
-  constexpr int RQ = R / 4;  // rows per lane after the reduce-scatter
+  constexpr int R = Cfg::kWgRows;  // rows of this warpgroup's MMA
+  constexpr int RQ = R / 4;        // rows per lane after the reduce-scatter
+  const int rg = wg / Cfg::kKeyGroups, kg = wg % Cfg::kKeyGroups;  // row group, key group
   const int lane = tid & 31;
   const int warp_in_wg = (tid >> 5) & 3;
   const int quad = lane & 3;
@@ -250,34 +312,43 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   bool new_block = true;
   int row_start[RQ], row_end[RQ];
   float acc[Cfg::kAcc];
+  float2 wreg[Cfg::kRegWeights ? R : 1][4];
 
   for (long long left = share.count; left > 0; --left) {
     const int qb = qi & 1;
     if (new_block) {
 #pragma unroll
       for (int i = 0; i < RQ; ++i) {
-        const int row = b * Cfg::kSpanRows + rank * R + row_local0 + i;
+        const int row = b * Cfg::kSpanRows + rank * Cfg::kBlockRows + rg * R + row_local0 + i;
         row_start[i] = row < p.rows ? __ldg(p.starts + row) : 0;
         row_end[i] = row < p.rows ? __ldg(p.ends + row) : 0;
       }
       ptx::mbar_wait(q_full + qb, (qi >> 1) & 1);
+      if constexpr (Cfg::kRegWeights) {
+        const float2* w2 = reinterpret_cast<const float2*>(smem + Cfg::kOffWeights + qb * Cfg::kWeightBytes) +
+                           rg * R * 16;
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+          for (int jj = 0; jj < 4; ++jj) wreg[r][jj] = w2[r * 16 + jj * 4 + quad];
+      }
       new_block = false;
     }
     const int stage = it % S;
     ptx::mbar_wait(full + stage, (it / S) & 1);
 
-    const uint8_t* k_tile = smem + Cfg::kOffK + stage * Cfg::kKTileBytes + wg * 64 * Cfg::kHeadDim;
-    const uint8_t* q_tile = smem + Cfg::kOffQ + qb * Cfg::kQTileBytes;
+    const uint8_t* k_tile = smem + Cfg::kOffK + stage * Cfg::kKTileBytes + kg * 64 * Cfg::kHeadDim;
+    const uint8_t* q_tile = smem + Cfg::kOffQ + qb * Cfg::kQTileBytes + rg * Cfg::kN * Cfg::kHeadDim;
     logits_tile_mma<Cfg, Cfg::kProbe != 2>(acc, k_tile, q_tile);
     float scale0, scale1;
     if constexpr (Cfg::kCluster > 1) {
       const float* sc = reinterpret_cast<const float*>(smem + Cfg::kOffScales + stage * Cfg::kScaleBytes);
-      scale0 = 0.5f * sc[wg * 64 + key_local];
-      scale1 = 0.5f * sc[wg * 64 + key_local + 8];
+      scale0 = 0.5f * sc[kg * 64 + key_local];
+      scale1 = 0.5f * sc[kg * 64 + key_local + 8];
       __syncwarp();
       if (lane < Cfg::kCluster) ptx::mbar_arrive_cluster(empty + stage, lane);  // lane c releases CTA c's stage
     } else {
-      tile_scales_and_release(smem + Cfg::kOffScales + stage * Cfg::kScaleBytes, wg * 64 + key_local, lane,
+      tile_scales_and_release(smem + Cfg::kOffScales + stage * Cfg::kScaleBytes, kg * 64 + key_local, lane,
                               empty + stage, scale0, scale1);
     }
 
@@ -286,6 +357,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     if constexpr (Cfg::kProbe == 1) {
 #pragma unroll
       for (int i = 0; i < RQ; ++i) fin[0][i] = acc[i], fin[1][i] = acc[Cfg::kAcc - 1 - i];
+    } else if constexpr (Cfg::kRegWeights) {
+      logits_epilogue_reduce_w<R>(acc, wreg, quad, fin);
+    } else if constexpr (Cfg::kRowGroups > 1) {
+      float2 w[R][4];
+      const float2* w2 = reinterpret_cast<const float2*>(smem + Cfg::kOffWeights + qb * Cfg::kWeightBytes) +
+                         rg * R * 16;
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) w[r][jj] = w2[r * 16 + jj * 4 + quad];
+      logits_epilogue_reduce_w<R>(acc, w, quad, fin);
     } else {
       logits_epilogue_reduce<Cfg>(acc, smem + Cfg::kOffWeights + qb * Cfg::kWeightBytes, quad, fin);
     }
@@ -297,8 +379,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
 
     // Masked logits -> this warpgroup's shared output tile -> one TMA store.
-    const int key_wg0 = lo + t * Cfg::kBlockKeys + wg * 64;
-    const int out_row0 = b * Cfg::kSpanRows + rank * R;
+    const int key_wg0 = lo + t * Cfg::kBlockKeys + kg * 64;
+    const int out_row0 = b * Cfg::kSpanRows + rank * Cfg::kBlockRows + rg * R;
     if constexpr (Cfg::kDirectStore) {
       // The same values and the same region as the TMA store (columns < keys,
       // rows < rows): per warp and row, two 32-byte segments.
@@ -369,7 +451,7 @@ inline cudaError_t launch_sm90_fp8_mqa_logits_dev(const void* q, const void* k, 
   // map's width is `keys`: a tile's columns past it are clipped.
   const int res[5] = {
       make_tensor_map_2d(&tm_q, q, CU_TENSOR_MAP_DATA_TYPE_UINT8, Cfg::kHeadDim, q_rows, Cfg::kHeadDim,
-                         Cfg::kHeadDim, Cfg::kN, CU_TENSOR_MAP_SWIZZLE_128B),
+                         Cfg::kHeadDim, Cfg::kQRows, CU_TENSOR_MAP_SWIZZLE_128B),
       make_tensor_map_2d(&tm_k, k, CU_TENSOR_MAP_DATA_TYPE_UINT8, Cfg::kHeadDim, keys, Cfg::kHeadDim, Cfg::kHeadDim,
                          Cfg::kKSliceKeys, CU_TENSOR_MAP_SWIZZLE_128B),
       make_tensor_map_2d(&tm_s, scales, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, keys, 1, (uint64_t(keys) * 4 + 15) / 16 * 16,
@@ -377,7 +459,7 @@ inline cudaError_t launch_sm90_fp8_mqa_logits_dev(const void* q, const void* k, 
       make_tensor_map_2d(&tm_w, weights, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, Cfg::kHeads, rows, Cfg::kHeads * 4,
                          Cfg::kHeads, Cfg::kBlockRows, CU_TENSOR_MAP_SWIZZLE_NONE),
       make_tensor_map_2d(&tm_o, logits, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, keys, rows, uint64_t(ld) * 4, 64,
-                         Cfg::kBlockRows, CU_TENSOR_MAP_SWIZZLE_NONE)};
+                         Cfg::kWgRows, CU_TENSOR_MAP_SWIZZLE_NONE)};
   if (const int e = first_map_error(res, 5)) {
     if (map_error) *map_error = e;
     return cudaErrorInvalidValue;
