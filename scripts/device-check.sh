@@ -62,6 +62,7 @@ for s in "${stages[@]}"; do
     bench-torch) run bench-torch mqa-topk bench --paths torch ;;
     crossover) run crossover mqa-topk crossover --out "$OUT/calibration.json" ;;
     ncu) run ncu ncu --clock-control none -k regex:sm90_fp8 -c 1 --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis python3 scripts/ncu_logits.py ;;
+    ncu-variant) run ncu-variant ncu --clock-control none -k regex:sm90_fp8 -c 1 --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis --section InstructionStats python3 scripts/ncu_logits.py ${NCU_VARIANT:-23} ;;
     sanitize) run sanitize compute-sanitizer --tool memcheck python3 scripts/sanitize_case.py ;;
     sanitize-ranges) run sanitize-ranges compute-sanitizer --tool memcheck --error-exitcode 3 python3 scripts/sanitize_ranges.py ;;
     graph) run graph-tests python3 -m pytest -q -m gpu tests/test_gpu_serving.py

@@ -58,6 +58,10 @@ void mqa_logits_probe(int64_t variant, const at::Tensor& q, const at::Tensor& k,
     case 20: err = go_dev(Sm90LogitsDevConfig<4, 4, 4, 0, 112, 1, true, 1, true>{}); break;
     case 21: err = go_dev(Sm90LogitsDevConfig<8, 4, 8, 1, 112, 1, false, 2, false>{}); break;
     case 22: err = go_dev(Sm90LogitsDevConfig<8, 4, 6, 0, 112, 1, false, 2, true>{}); break;
+    // The lean tile path (32-bit uniform descriptors, row pointer per block) on 19 / 4 rows / 9 stages.
+    case 23: err = go_dev(Sm90LogitsDevConfig<8, 4, 8, 0, 112, 1, true, 2, true, true>{}); break;
+    case 24: err = go_dev(Sm90LogitsDevConfig<4, 4, 4, 0, 112, 1, true, 1, true, true>{}); break;
+    case 25: err = go_dev(Sm90LogitsDevConfig<8, 4, 9, 0, 112, 1, true, 2, true, true>{}); break;
     default: TORCH_CHECK_VALUE(false, "variant: unknown ", variant);
   }
   TORCH_CHECK(err == cudaSuccess, "probe launch failed: ", cudaGetErrorString(err));

@@ -28,8 +28,10 @@ namespace mqa_topk {
 // weights in registers (loaded once per block) instead of reading them from
 // shared memory every tile.
 template <int kBlockRows_, int kMathWarpgroups_, int kNumStages_, int kProbe_ = 0, int kMathRegs_ = 0,
-          int kCluster_ = 1, bool kDirectStore_ = false, int kRowGroups_ = 1, bool kRegWeights_ = false>
+          int kCluster_ = 1, bool kDirectStore_ = false, int kRowGroups_ = 1, bool kRegWeights_ = false,
+          bool kLean_ = false>
 struct Sm90LogitsDevConfig {
+  static constexpr bool kLean = kLean_;
   static constexpr int kRowGroups = kRowGroups_;
   static constexpr bool kRegWeights = kRegWeights_;
   static constexpr int kMathRegs = kMathRegs_;
@@ -58,7 +60,7 @@ struct Sm90LogitsDevConfig {
   static constexpr int kOffK = 0;
   static constexpr int kOffQ = kOffK + kNumStages * kKTileBytes;
   static constexpr int kOffOut = kOffQ + 2 * kQTileBytes;
-  static constexpr int kOffScales = kOffOut + 2 * kMathWarpgroups * kOutBytes;
+  static constexpr int kOffScales = kOffOut + (kDirectStore ? 0 : 2 * kMathWarpgroups * kOutBytes);
   static constexpr int kOffWeights = kOffScales + kNumStages * kScaleBytes;
   static constexpr int kOffBars = kOffWeights + 2 * kWeightBytes;
   static constexpr int kNumBars = 2 * kNumStages + 4;
@@ -76,6 +78,7 @@ struct Sm90LogitsDevConfig {
   static_assert(kRowGroups == 1 || (kRowGroups == 2 && kMathWarpgroups % 2 == 0 && kCluster == 1),
                 "row groups split an unclustered block between an even number of math warpgroups");
   static_assert(kQRows <= 256, "one TMA box per Q tile");
+  static_assert(!kLean || (kDirectStore && kRegWeights && kCluster == 1), "the lean tile path stores directly");
   static_assert(kKTileBytes % 1024 == 0 && kQTileBytes % 1024 == 0, "swizzle atoms need 1 KB alignment");
   static_assert(kBlockKeys <= 256 && kN <= 256, "one TMA box per tile");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per CTA");
@@ -141,6 +144,27 @@ __device__ __forceinline__ WorkShare find_work_share_dev(const Sm90LogitsParams&
 
 // The pipeline's mbarriers (one thread): "full" ones complete on the
 // producer's arrival plus the TMA bytes, "empty" ones when every consumer warp
+
+// logits_tile_mma with the descriptors' low words given (the start address
+// field, in 16-byte units, plus the leading byte offset): the high word of a
+// K-major 128-byte-swizzle descriptor is the constant below, and the k32 steps
+// advance the start address by 32 bytes, so the per-tile work is 32-bit adds
+// of warp-uniform values instead of 64-bit descriptor arithmetic.
+template <class Cfg>
+__device__ __forceinline__ void logits_tile_mma_lo(float (&acc)[Cfg::kAcc], uint32_t a_lo, uint32_t b_lo) {
+  constexpr uint32_t kDescHi = (1024u >> 4) | (1u << 30);  // stride byte offset 1024 B; 128-byte swizzle
+  ptx::wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < Cfg::kHeadDim / 32; ++kk) {
+    uint64_t da, db;
+    asm("mov.b64 %0, {%1, %2};" : "=l"(da) : "r"(a_lo + 2 * kk), "r"(kDescHi));
+    asm("mov.b64 %0, {%1, %2};" : "=l"(db) : "r"(b_lo + 2 * kk), "r"(kDescHi));
+    ptx::wgmma_e4m3<Cfg::kN>(acc, da, db, kk);
+  }
+  ptx::wgmma_commit();
+  ptx::wgmma_wait<0>();
+  ptx::fence_regs(acc);
+}
 
 // logits_epilogue_reduce's arithmetic, in its order, for W rows whose weights
 // this lane needs are given (w[r][jj] = weights[r * 32 + jj * 8 + 2 * quad],
@@ -296,7 +320,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // ---------------- math warpgroups ----------------
   constexpr int R = Cfg::kWgRows;  // rows of this warpgroup's MMA
   constexpr int RQ = R / 4;        // rows per lane after the reduce-scatter
-  const int rg = wg / Cfg::kKeyGroups, kg = wg % Cfg::kKeyGroups;  // row group, key group
+  // The warpgroup index through a shuffle from lane 0, so the compiler knows it
+  // is warp-uniform and keeps what derives from it (descriptors) in uniform registers.
+  const int wg_u = Cfg::kLean ? __shfl_sync(0xffffffffu, wg, 0) : wg;
+  const int rg = wg_u / Cfg::kKeyGroups, kg = wg_u % Cfg::kKeyGroups;  // row group, key group
   const int lane = tid & 31;
   const int warp_in_wg = (tid >> 5) & 3;
   const int quad = lane & 3;
@@ -313,6 +340,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   int row_start[RQ], row_end[RQ];
   float acc[Cfg::kAcc];
   float2 wreg[Cfg::kRegWeights ? R : 1][4];
+  // Lean path: descriptor low words of this warpgroup's K slice (stage 0) and Q
+  // rows (buffer 0); this lane's output row pointer (null past the last row).
+  const uint32_t a_lo0 = ((ptx::smem_addr(smem + Cfg::kOffK + kg * 64 * Cfg::kHeadDim) & 0x3FFFFu) >> 4) | (1u << 16);
+  const uint32_t b_lo0 = ((ptx::smem_addr(smem + Cfg::kOffQ + rg * Cfg::kN * Cfg::kHeadDim) & 0x3FFFFu) >> 4) | (1u << 16);
+  float* row_out = nullptr;
 
   for (long long left = share.count; left > 0; --left) {
     const int qb = qi & 1;
@@ -322,6 +354,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         const int row = b * Cfg::kSpanRows + rank * Cfg::kBlockRows + rg * R + row_local0 + i;
         row_start[i] = row < p.rows ? __ldg(p.starts + row) : 0;
         row_end[i] = row < p.rows ? __ldg(p.ends + row) : 0;
+        if constexpr (Cfg::kLean) row_out = row < p.rows ? p.logits + static_cast<int64_t>(row) * p.ld : nullptr;
       }
       ptx::mbar_wait(q_full + qb, (qi >> 1) & 1);
       if constexpr (Cfg::kRegWeights) {
@@ -339,7 +372,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
     const uint8_t* k_tile = smem + Cfg::kOffK + stage * Cfg::kKTileBytes + kg * 64 * Cfg::kHeadDim;
     const uint8_t* q_tile = smem + Cfg::kOffQ + qb * Cfg::kQTileBytes + rg * Cfg::kN * Cfg::kHeadDim;
-    logits_tile_mma<Cfg, Cfg::kProbe != 2>(acc, k_tile, q_tile);
+    if constexpr (Cfg::kLean)
+      logits_tile_mma_lo<Cfg>(acc, a_lo0 + stage * (Cfg::kKTileBytes >> 4), b_lo0 + qb * (Cfg::kQTileBytes >> 4));
+    else
+      logits_tile_mma<Cfg, Cfg::kProbe != 2>(acc, k_tile, q_tile);
     float scale0, scale1;
     if constexpr (Cfg::kCluster > 1) {
       const float* sc = reinterpret_cast<const float*>(smem + Cfg::kOffScales + stage * Cfg::kScaleBytes);
@@ -381,7 +417,24 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // Masked logits -> this warpgroup's shared output tile -> one TMA store.
     const int key_wg0 = lo + t * Cfg::kBlockKeys + kg * 64;
     const int out_row0 = b * Cfg::kSpanRows + rank * Cfg::kBlockRows + rg * R;
-    if constexpr (Cfg::kDirectStore) {
+    if constexpr (Cfg::kLean) {
+      static_assert(RQ == 1, "one row per lane");
+      const float ninf = -__int_as_float(0x7f800000);
+      const int ka = key_wg0 + key_local, kb = ka + 8;
+      if (row_out != nullptr) {
+        float* o = row_out + ka;
+        if (ka < p.keys) o[0] = (ka >= row_start[0] && ka < row_end[0]) ? fin[0][0] * scale0 : ninf;
+        if (kb < p.keys) o[8] = (kb >= row_start[0] && kb < row_end[0]) ? fin[1][0] * scale1 : ninf;
+      }
+      ++it;
+      if (++t == nt && left > 1) {
+        nt = next_block<Cfg::kSpanRows, Cfg::kBlockKeys>(p, b, lo, hi);
+        t = 0;
+        ++qi;
+        new_block = true;
+      }
+      continue;
+    } else if constexpr (Cfg::kDirectStore) {
       // The same values and the same region as the TMA store (columns < keys,
       // rows < rows): per warp and row, two 32-byte segments.
       const float ninf = -__int_as_float(0x7f800000);
