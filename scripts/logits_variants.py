@@ -1,8 +1,10 @@
 """Times the development variants of the logits kernel (MQA_TOPK_DEV_PROBES=1):
-0 real (8 rows, 2 math warpgroups + producer, 8 stages), 1 no epilogue
+0 the v1 kernel, whose main loop the fused kernel shares (8 rows, 2 math
+warpgroups + producer, 8 stages; the dense op's kernel until 2026-12-02, now
+variant 23), 1 no epilogue
 arithmetic, 2 no MMA, 3 six stages, 4 three math warpgroups with the TMA issued
 inline (no producer warpgroup), 5 the same without epilogue arithmetic.
-6-16 are the issue-10 structures (sm90_fp8_mqa_logits_dev.cuh, docs/LOGITS.md):
+6-16 are the issue-10 structures (sm90_fp8_mqa_logits_v2.cuh, docs/LOGITS.md):
 4 rows x 4 math warpgroups + producer (640 threads) with setmaxnreg 112/32 at
 3/4/5 stages (6/7/8), with direct st.global stores (9), without epilogue (10);
 2-CTA clusters with the K tiles multicast (11, 12 without epilogue, 15 with
@@ -63,11 +65,11 @@ for rows, keys, layout in ((67, 1000, "causal"), (1023, 20001, "random"), (300, 
         extra = "" if same else f" (max |diff| {(a - b).abs().max().item():.3e}, {(a != b).sum().item()} of {a.numel()})"
         print(f"variant {v} vs 0, rows={rows} keys={keys} {layout}: bitwise {'equal' if same else 'DIFFERENT'}{extra}",
               flush=True)
-names = {0: "real", 1: "no-epilogue", 3: "stages=6", 4: "inline-3wg", 5: "inline-3wg-no-epi",
+names = {0: "v1", 1: "no-epilogue", 3: "stages=6", 4: "inline-3wg", 5: "inline-3wg-no-epi",
          6: "r4-4wg-reg112-s3", 7: "r4-4wg-reg112-s4", 8: "r4-4wg-reg112-s5", 9: "r4-4wg-s4-stg",
          10: "r4-4wg-s4-no-epi", 16: "r4-4wg-s4-noreg", 14: "r8-2wg-s8-stg",
          17: "r8-4wg-s8", 18: "r8-4wg-s8-regw", 19: "r8-4wg-s8-regw-stg", 20: "r4-4wg-s4-regw-stg",
-         21: "r8-4wg-s8-no-epi", 22: "r8-4wg-s6-regw", 23: "r8-4wg-s8-lean", 24: "r4-4wg-s4-lean",
+         21: "r8-4wg-s8-no-epi", 22: "r8-4wg-s6-regw", 23: "r8-4wg-s8-lean(op)", 24: "r4-4wg-s4-lean",
          25: "r8-4wg-s9-lean",
          11: "r4-cl2-mcast-s4", 12: "r4-cl2-s4-no-epi", 13: "r8-cl2-mcast-s8", 15: "r4-cl2-s4-stg"}
 names = {v: n for v, n in names.items() if not ONLY or v in ONLY or v == 0}

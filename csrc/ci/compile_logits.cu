@@ -2,7 +2,15 @@
 // its host launcher) so CI, a CPU machine with nvcc, catches a kernel that does
 // not compile for sm_90a. Nothing is launched.
 #include "mqa_topk/sm90_fp8_mqa_logits.cuh"
+#include "mqa_topk/sm90_fp8_mqa_logits_v2.cuh"
 
+// The op's kernel (v2: 8 rows on four N = 128 math warpgroups, lean tile path).
+cudaError_t ci_launch_logits_v2() {
+  return mqa_topk::launch_sm90_fp8_mqa_logits_v2(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 0,
+                                                 0, 132, nullptr);
+}
+
+// The v1 kernel: its main loop is the fused kernel's.
 cudaError_t ci_launch_logits() {
   return mqa_topk::launch_sm90_fp8_mqa_logits(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 0,
                                               0, 132, nullptr);

@@ -1,18 +1,31 @@
-// Development variants of the dense logits kernel (issue 10; docs/LOGITS.md),
-// built only into the dev probes (csrc/dev/logits_probes.cu). The same main
-// loop and epilogue arithmetic as sm90_fp8_mqa_logits.cuh (its helpers, so the
-// logits are bitwise those of the real kernel), plus three switches the real
-// kernel does not have: setmaxnreg, 2-CTA clusters with TMA multicast of the
-// K tiles, and direct st.global stores. A separate kernel, so the ops' kernel
-// and the fused kernel compile exactly as before. Torch-free.
+// sm90_fp8_mqa_logits_v2: the dense logits op's kernel since 2026-12-02
+// (issue 10; docs/LOGITS.md), and the configurable template its development
+// variants come from. Torch-free.
+//
+// The op's configuration (Sm90LogitsV2Default): 8-row blocks (the K bytes per
+// FLOP of the 8-row kernel) on FOUR math warpgroups at wgmma N = 128: warpgroup
+// wg takes rows [4 * (wg / 2), +4) x keys [64 * (wg % 2), +64) of a 128-key
+// tile, so each thread holds 64 accumulators and 16 math warps (4 per
+// scheduler, as in DeepGEMM's kernel) hide the epilogue by occupancy;
+// setmaxnreg 112 / 32; 8 K stages; the block's weights in registers; direct
+// st.global stores; the "lean" tile path: descriptor low words as warp-uniform
+// 32-bit values (the high word is constant), the lane's output row pointer
+// computed once per block. Its per-element arithmetic and reduction tree are
+// those of sm90_fp8_mqa_logits.cuh (the fused kernel's main loop), so the dense
+// and fused logits stay bitwise equal (scripts/logits_variants.py checks it).
+// Output contract: as sm90_fp8_mqa_logits.cuh (inside [start, end) the logit,
+// -inf in the rest of the block's computed tiles, columns < keys; nothing else written).
+//
+// The other switches are kept for the dev variants (csrc/dev/logits_probes.cu):
+// setmaxnreg off, 2-CTA clusters with TMA multicast of the K tiles, TMA stores
+// through shared memory, weights read per tile, one row group.
 #pragma once
 
 #include "sm90_fp8_mqa_logits.cuh"
 
 namespace mqa_topk {
 
-// Dev variants of issue 10 (docs/LOGITS.md; measured through the dev probes
-// only): kMathRegs_ > 0 moves registers from the producer warpgroup (down to
+// Switches (docs/LOGITS.md): kMathRegs_ > 0 moves registers from the producer warpgroup (down to
 // kProducerRegs) to the math warpgroups (up to kMathRegs_) with setmaxnreg;
 // kCluster_ = 2 runs 2-CTA clusters whose CTAs take adjacent row blocks, walk
 // the union of their key spans and each load half of every K tile (and its
@@ -30,7 +43,7 @@ namespace mqa_topk {
 template <int kBlockRows_, int kMathWarpgroups_, int kNumStages_, int kProbe_ = 0, int kMathRegs_ = 0,
           int kCluster_ = 1, bool kDirectStore_ = false, int kRowGroups_ = 1, bool kRegWeights_ = false,
           bool kLean_ = false>
-struct Sm90LogitsDevConfig {
+struct Sm90LogitsV2Config {
   static constexpr bool kLean = kLean_;
   static constexpr int kRowGroups = kRowGroups_;
   static constexpr bool kRegWeights = kRegWeights_;
@@ -86,7 +99,7 @@ struct Sm90LogitsDevConfig {
 
 
 template <class Cfg>
-__device__ __forceinline__ WorkShare find_work_share_dev(const Sm90LogitsParams& p) {
+__device__ __forceinline__ WorkShare find_work_share_v2(const Sm90LogitsParams& p) {
   __shared__ long long s_warp[Cfg::kThreads / 32];
   __shared__ int s_start[2];
   const int tid = threadIdx.x;
@@ -211,7 +224,7 @@ __device__ __forceinline__ void logits_epilogue_reduce_w(const float (&acc)[kAcc
 
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
-    sm90_fp8_mqa_logits_dev_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+    sm90_fp8_mqa_logits_v2_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                                const __grid_constant__ CUtensorMap tm_scales,
                                const __grid_constant__ CUtensorMap tm_weights,
                                const __grid_constant__ CUtensorMap tm_out, const Sm90LogitsParams p) {
@@ -226,7 +239,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   uint64_t* q_full = bars + 2 * S;
   uint64_t* q_empty = bars + 2 * S + 2;
 
-  const WorkShare share = find_work_share_dev<Cfg>(p);
+  const WorkShare share = find_work_share_v2<Cfg>(p);
   const int tid = threadIdx.x;
   const int wg = tid / 128;
   // Range errors (range_check.cuh) are checked by threads with nothing else to
@@ -489,8 +502,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   if constexpr (Cfg::kCluster > 1) ptx::cluster_sync();
 }
 
-template <class Cfg>
-inline cudaError_t launch_sm90_fp8_mqa_logits_dev(const void* q, const void* k, const float* scales,
+// The op's configuration (dev variant 23 of scripts/logits_variants.py).
+using Sm90LogitsV2Default = Sm90LogitsV2Config<8, 4, 8, 0, 112, 1, true, 2, true, true>;
+
+template <class Cfg = Sm90LogitsV2Default>
+inline const void* sm90_fp8_mqa_logits_v2_kernel_ptr() {
+  return reinterpret_cast<const void*>(&sm90_fp8_mqa_logits_v2_kernel<Cfg>);
+}
+
+// Launches the kernel: the arguments and error reporting of
+// launch_sm90_fp8_mqa_logits (sm90_fp8_mqa_logits.cuh).
+template <class Cfg = Sm90LogitsV2Default>
+inline cudaError_t launch_sm90_fp8_mqa_logits_v2(const void* q, const void* k, const float* scales,
                                               const float* weights, const int* starts, const int* ends,
                                               float* logits, int64_t ld, int rows, int keys, int num_sms,
                                               cudaStream_t stream, int* map_error = nullptr,
@@ -517,12 +540,12 @@ inline cudaError_t launch_sm90_fp8_mqa_logits_dev(const void* q, const void* k, 
     if (map_error) *map_error = e;
     return cudaErrorInvalidValue;
   }
-  auto kernel = &sm90_fp8_mqa_logits_dev_kernel<Cfg>;
+  auto kernel = &sm90_fp8_mqa_logits_v2_kernel<Cfg>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;
   Sm90LogitsParams p{starts, ends, logits, ld, rows, keys, range_err};
   if constexpr (Cfg::kCluster > 1) {
-    // Dev variants only: as many clusters as can be resident at once (the
+    // Clustered dev variants only: as many clusters as can be resident at once (the
     // persistent schedule assumes one wave), at most one CTA per SM.
     cudaLaunchConfig_t lc = {};
     cudaLaunchAttribute attr[1];
