@@ -27,3 +27,10 @@ cudaError_t ci_launch_logits_inline3() {
   return mqa_topk::launch_sm90_fp8_mqa_logits<mqa_topk::Sm90LogitsConfig<8, 3, 5, 0, true>>(
       nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 0, 0, 132, nullptr);
 }
+
+// Dev: the ping-pong structure (two math warpgroups, two accumulator sets each).
+cudaError_t ci_launch_logits_v2_pingpong() {
+  return mqa_topk::launch_sm90_fp8_mqa_logits_v2<
+      mqa_topk::Sm90LogitsV2Config<8, 2, 12, 0, 232, 1, true, 2, true, true, true>>(
+      nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 0, 0, 132, nullptr);
+}

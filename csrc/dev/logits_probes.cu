@@ -62,6 +62,9 @@ void mqa_logits_probe(int64_t variant, const at::Tensor& q, const at::Tensor& k,
     case 23: err = go_dev(Sm90LogitsV2Config<8, 4, 8, 0, 112, 1, true, 2, true, true>{}); break;
     case 24: err = go_dev(Sm90LogitsV2Config<4, 4, 4, 0, 112, 1, true, 1, true, true>{}); break;
     case 25: err = go_dev(Sm90LogitsV2Config<8, 4, 9, 0, 112, 1, true, 2, true, true>{}); break;
+    // Ping-pong: two math warpgroups (4 rows x 64-key tiles each), two accumulator sets, setmaxnreg 232.
+    case 26: err = go_dev(Sm90LogitsV2Config<8, 2, 12, 0, 232, 1, true, 2, true, true, true>{}); break;
+    case 27: err = go_dev(Sm90LogitsV2Config<8, 2, 16, 0, 232, 1, true, 2, true, true, true>{}); break;
     default: TORCH_CHECK_VALUE(false, "variant: unknown ", variant);
   }
   TORCH_CHECK(err == cudaSuccess, "probe launch failed: ", cudaGetErrorString(err));

@@ -42,9 +42,13 @@ namespace mqa_topk {
 // shared memory every tile.
 template <int kBlockRows_, int kMathWarpgroups_, int kNumStages_, int kProbe_ = 0, int kMathRegs_ = 0,
           int kCluster_ = 1, bool kDirectStore_ = false, int kRowGroups_ = 1, bool kRegWeights_ = false,
-          bool kLean_ = false>
+          bool kLean_ = false, bool kPingPong_ = false>
 struct Sm90LogitsV2Config {
   static constexpr bool kLean = kLean_;
+  // kPingPong (dev): each math warpgroup keeps two accumulator sets and issues
+  // the next tile's MMA before its epilogue of the current one (needs one key
+  // group: 64-key tiles, and the registers of two math warpgroups).
+  static constexpr bool kPingPong = kPingPong_;
   static constexpr int kRowGroups = kRowGroups_;
   static constexpr bool kRegWeights = kRegWeights_;
   static constexpr int kMathRegs = kMathRegs_;
@@ -92,6 +96,7 @@ struct Sm90LogitsV2Config {
                 "row groups split an unclustered block between an even number of math warpgroups");
   static_assert(kQRows <= 256, "one TMA box per Q tile");
   static_assert(!kLean || (kDirectStore && kRegWeights && kCluster == 1), "the lean tile path stores directly");
+  static_assert(!kPingPong || (kLean && kKeyGroups == 1 && kWgRows == 4), "ping-pong: lean, 4 rows x 64 keys per warpgroup");
   static_assert(kKTileBytes % 1024 == 0 && kQTileBytes % 1024 == 0, "swizzle atoms need 1 KB alignment");
   static_assert(kBlockKeys <= 256 && kN <= 256, "one TMA box per tile");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per CTA");
@@ -222,6 +227,165 @@ __device__ __forceinline__ void logits_epilogue_reduce_w(const float (&acc)[kAcc
     }
 }
 
+// ---- ping-pong math warpgroups (dev, kPingPong) -------------------------------
+// One cursor over the CTA's share of (block, tile) pairs, as the producer
+// walks it. The block sequence comes from the producer through blk_slot (one
+// {b, lo, nt} per Q buffer, written before the buffer's q_full arrive), so
+// advancing is branch-light: no block-span loops while an MMA is in flight.
+struct TileCursor {
+  int b, t, nt, lo, qi, it;
+  long long left;  // tiles left, this one included
+  bool new_block;
+  __device__ __forceinline__ void advance() {
+    ++it;
+    --left;
+    if (++t == nt) {
+      t = 0;
+      ++qi;
+      new_block = true;
+    }
+  }
+  // At a new block: its {b, lo, nt} from the slot of its Q buffer.
+  __device__ __forceinline__ void take_block(const volatile int (*blk_slot)[4]) {
+    const int qb = qi & 1;
+    b = blk_slot[qb][0];
+    lo = blk_slot[qb][1];
+    nt = blk_slot[qb][2];
+    new_block = false;
+  }
+};
+
+// Issues the MMA of cursor c's tile into acc (no wait) and advances c.
+template <class Cfg>
+__device__ __forceinline__ void pingpong_issue(TileCursor& c, float (&acc)[Cfg::kAcc], uint64_t* full,
+                                               uint64_t* q_full, uint32_t a_lo0, uint32_t b_lo0,
+                                               const volatile int (*blk_slot)[4]) {
+  constexpr int S = Cfg::kNumStages;
+  constexpr uint32_t kDescHi = (1024u >> 4) | (1u << 30);
+  if (c.new_block) {
+    ptx::mbar_wait(q_full + (c.qi & 1), (c.qi >> 1) & 1);
+    c.take_block(blk_slot);
+  }
+  const int stage = c.it % S;
+  ptx::mbar_wait(full + stage, (c.it / S) & 1);
+  const uint32_t a_lo = a_lo0 + stage * (Cfg::kKTileBytes >> 4);
+  const uint32_t b_lo = b_lo0 + (c.qi & 1) * (Cfg::kQTileBytes >> 4);
+  ptx::wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < Cfg::kHeadDim / 32; ++kk) {
+    uint64_t da, db;
+    asm("mov.b64 %0, {%1, %2};" : "=l"(da) : "r"(a_lo + 2 * kk), "r"(kDescHi));
+    asm("mov.b64 %0, {%1, %2};" : "=l"(db) : "r"(b_lo + 2 * kk), "r"(kDescHi));
+    ptx::wgmma_e4m3<Cfg::kN>(acc, da, db, kk);
+  }
+  ptx::wgmma_commit();
+  ptx::fence_regs(acc);
+  c.advance();
+}
+
+// The math warpgroups of the ping-pong variant: warpgroup rg takes rows
+// [4 rg, +4) of the 8-row block and every 64-key tile; while the tensor cores
+// run tile i + 1 into one accumulator set, the warpgroup runs the epilogue of
+// tile i from the other. The epilogue cursor trails the issue cursor by one
+// tile, so the Q/weights buffer of its block has been waited for.
+template <class Cfg>
+__device__ __forceinline__ void logits_v2_pingpong_math(const Sm90LogitsParams& p, uint8_t* smem,
+                                                        const WorkShare& share, uint64_t* full, uint64_t* empty,
+                                                        uint64_t* q_full, uint64_t* q_empty, int wg,
+                                                        const volatile int (*blk_slot)[4]) {
+  constexpr int S = Cfg::kNumStages;
+  const int tid = threadIdx.x;
+  const int rg = __shfl_sync(0xffffffffu, wg, 0);
+  const int lane = tid & 31;
+  const int warp_in_wg = (tid >> 5) & 3;
+  const int quad = lane & 3;
+  const int row_local0 = ((quad >> 1) & 1) * 2 + (quad & 1);
+  const int key_local = warp_in_wg * 16 + (lane >> 2);
+  const uint32_t a_lo0 = ((ptx::smem_addr(smem + Cfg::kOffK) & 0x3FFFFu) >> 4) | (1u << 16);
+  const uint32_t b_lo0 = ((ptx::smem_addr(smem + Cfg::kOffQ + rg * Cfg::kN * Cfg::kHeadDim) & 0x3FFFFu) >> 4) | (1u << 16);
+
+  TileCursor ci;
+  ci.t = share.t0;
+  ci.qi = 0;
+  ci.it = 0;
+  ci.left = share.count;
+  ci.new_block = true;
+  // The first block: wait for its Q buffer (and slot) here, outside the MMA pipeline.
+  ptx::mbar_wait(q_full, 0);
+  ci.take_block(blk_slot);
+  TileCursor ce = ci;
+  ce.new_block = true;  // the epilogue loads the first block's rows and weights
+
+  int row_start = 0, row_end = 0;
+  float* row_out = nullptr;
+  float2 wreg[4][4];
+  const float ninf = -__int_as_float(0x7f800000);
+
+  auto epilogue = [&](float (&acc)[Cfg::kAcc]) {
+    const int qb = ce.qi & 1;
+    if (ce.new_block) {
+      ce.take_block(blk_slot);
+      const int row = ce.b * Cfg::kBlockRows + rg * 4 + row_local0;
+      row_start = row < p.rows ? __ldg(p.starts + row) : 0;
+      row_end = row < p.rows ? __ldg(p.ends + row) : 0;
+      row_out = row < p.rows ? p.logits + static_cast<int64_t>(row) * p.ld : nullptr;
+      const float2* w2 = reinterpret_cast<const float2*>(smem + Cfg::kOffWeights + qb * Cfg::kWeightBytes) + rg * 64;
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) wreg[r][jj] = w2[r * 16 + jj * 4 + quad];
+    }
+    const int stage = ce.it % S;
+    const float* sc = reinterpret_cast<const float*>(smem + Cfg::kOffScales + stage * Cfg::kScaleBytes);
+    const float scale0 = 0.5f * sc[key_local];
+    const float scale1 = 0.5f * sc[key_local + 8];
+    __syncwarp();
+    if (lane == 0) ptx::mbar_arrive(empty + stage);
+    float fin[2][1];
+    logits_epilogue_reduce_w<4>(acc, wreg, quad, fin);
+    if (ce.t + 1 == ce.nt) {  // the block's last tile: its Q buffer is free (its MMAs are done)
+      __syncwarp();
+      if (lane == 0) ptx::mbar_arrive(q_empty + qb);
+    }
+    const int ka = ce.lo + ce.t * Cfg::kBlockKeys + key_local, kb = ka + 8;
+    if (row_out != nullptr) {
+      float* o = row_out + ka;
+      if (ka < p.keys) o[0] = (ka >= row_start && ka < row_end) ? fin[0][0] * scale0 : ninf;
+      if (kb < p.keys) o[8] = (kb >= row_start && kb < row_end) ? fin[1][0] * scale1 : ninf;
+    }
+    ce.advance();
+  };
+
+  float acc0[Cfg::kAcc], acc1[Cfg::kAcc];
+  pingpong_issue<Cfg>(ci, acc0, full, q_full, a_lo0, b_lo0, blk_slot);
+  // Each exit path waits for every MMA first, so ptxas sees no accumulator in
+  // flight at a merge it cannot prove safe (else it injects waits: C7517).
+  for (;;) {
+    if (ci.left > 0) {
+      pingpong_issue<Cfg>(ci, acc1, full, q_full, a_lo0, b_lo0, blk_slot);
+      ptx::wgmma_wait<1>();
+      ptx::fence_regs(acc0);
+      epilogue(acc0);
+    } else {
+      ptx::wgmma_wait<0>();
+      ptx::fence_regs(acc0);
+      epilogue(acc0);
+      break;
+    }
+    if (ci.left > 0) {
+      pingpong_issue<Cfg>(ci, acc0, full, q_full, a_lo0, b_lo0, blk_slot);
+      ptx::wgmma_wait<1>();
+      ptx::fence_regs(acc1);
+      epilogue(acc1);
+    } else {
+      ptx::wgmma_wait<0>();
+      ptx::fence_regs(acc1);
+      epilogue(acc1);
+      break;
+    }
+  }
+}
+
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     sm90_fp8_mqa_logits_v2_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
@@ -240,6 +404,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   uint64_t* q_empty = bars + 2 * S + 2;
 
   const WorkShare share = find_work_share_v2<Cfg>(p);
+  __shared__ int blk_slot[2][4];  // kPingPong: {b, lo, tiles} of the block in each Q buffer
   const int tid = threadIdx.x;
   const int wg = tid / 128;
   // Range errors (range_check.cuh) are checked by threads with nothing else to
@@ -295,6 +460,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         const int qb = qi & 1;
         const int row0 = b * Cfg::kSpanRows + rank * Cfg::kBlockRows;
         ptx::mbar_wait(q_empty + qb, ((qi >> 1) & 1) ^ 1);
+        if constexpr (Cfg::kPingPong) {  // the block for the math warps (read after q_full completes)
+          blk_slot[qb][0] = b;
+          blk_slot[qb][1] = lo;
+          blk_slot[qb][2] = nt;
+        }
         ptx::mbar_arrive_expect_tx(q_full + qb, Cfg::kQTileBytes + Cfg::kWeightBytes);
         ptx::tma_load_2d(smem + Cfg::kOffQ + qb * Cfg::kQTileBytes, &tm_q, q_full + qb, 0, row0 * Cfg::kHeads);
         ptx::tma_load_2d(smem + Cfg::kOffWeights + qb * Cfg::kWeightBytes, &tm_weights, q_full + qb, 0, row0);
@@ -329,6 +499,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   }
 
   if constexpr (Cfg::kMathRegs > 0) ptx::setmaxnreg_inc<Cfg::kMathRegs>();
+  if constexpr (Cfg::kPingPong) {
+    logits_v2_pingpong_math<Cfg>(p, smem, share, full, empty, q_full, q_empty, wg, blk_slot);
+    return;
+  }
 
   // ---------------- math warpgroups ----------------
   constexpr int R = Cfg::kWgRows;  // rows of this warpgroup's MMA
