@@ -143,13 +143,14 @@ def test_fused_workspace_contract(dev):
 
 
 @pytest.mark.parametrize("kw", [CASES[0], CASES[2], CASES[3], CASES[9]], ids=["gauss", "ties-whole", "near-ties", "rising"])
-@pytest.mark.parametrize("variant", [1, 2, 3, 4, 5, 6])
+@pytest.mark.parametrize("variant", [1, 2, 3, 4, 5, 6, 11])
 def test_dev_variant_matches_default(dev, kw, variant):
     """Dev probe variants (built with MQA_TOPK_DEV_PROBES=1): 1 the v2 gate with
     the block-end select on selector warps, 2 v1 (running threshold only), 3
     plain appends with 8 stages, 4 plain appends (the default before lean
     appends), 5 the bins counted by the appends (the default counts them at the
-    block end), 6 lean appends with the general select (the previous default):
+    block end), 6 lean appends with the general select (the previous default),
+    11 the default with lean wgmma descriptors (kLeanMma):
     the same sets as the default kernel, reruns bitwise equal."""
     ext = ops._native()
     if not hasattr(ext, "fused_mqa_topk_probe"):

@@ -23,6 +23,7 @@ template cudaError_t ci_launch<mqa_topk::Sm90FusedSplit>();
 template cudaError_t ci_launch<mqa_topk::Sm90FusedSplitGate>();
 template cudaError_t ci_launch<mqa_topk::Sm90FusedSplitThin>();
 template cudaError_t ci_launch<mqa_topk::Sm90FusedSplitAlign>();
+template cudaError_t ci_launch<mqa_topk::Sm90FusedLeanMma>();  // dev: lean wgmma descriptors
 
 // kSplitAlign's rule, pinned at compile time: 64 rows x 64K keys (8 blocks of
 // 512 tiles) on 102 CTAs -> 12 pieces per block; 256 rows (32 blocks) on 132

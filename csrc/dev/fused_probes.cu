@@ -24,10 +24,10 @@ namespace {
 template <class F>
 auto with_variant(int64_t variant, F&& f) {
   using namespace mqa_topk;
-  TORCH_CHECK_VALUE(variant >= 0 && variant <= 10, "variant: must be 0 (default), 1 (selector warps), 2 (v1), ",
+  TORCH_CHECK_VALUE(variant >= 0 && variant <= 11, "variant: must be 0 (default), 1 (selector warps), 2 (v1), ",
                     "3 (plain appends, 8 stages), 4 (plain appends), 5 (binned select, bins counted by the appends), ",
                     "6 (lean appends, general select), 7 (blocks split across CTAs), 8 (split, shared gate), ",
-                    "9 (split last wave, shared gate) or 10 (split, shares that follow the blocks), got ",
+                    "9 (split last wave, shared gate), 10 (split, shares that follow the blocks) or 11 (lean MMA descriptors), got ",
                     variant);
   return variant == 0 ? f(Sm90FusedDefault{})
          : variant == 1 ? f(Sm90FusedSelectors{})
@@ -39,7 +39,8 @@ auto with_variant(int64_t variant, F&& f) {
          : variant == 7 ? f(Sm90FusedSplit{})
          : variant == 8 ? f(Sm90FusedSplitGate{})
          : variant == 9 ? f(Sm90FusedSplitThin{})
-                        : f(Sm90FusedSplitAlign{});
+         : variant == 10 ? f(Sm90FusedSplitAlign{})
+                         : f(Sm90FusedLeanMma{});
 }
 }  // namespace
 

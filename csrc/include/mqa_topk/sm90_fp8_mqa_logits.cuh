@@ -222,6 +222,33 @@ __device__ __forceinline__ void logits_tile_mma(float (&acc)[Cfg::kAcc], const u
   ptx::fence_regs(acc);
 }
 
+// logits_tile_mma with the descriptors' low words given (the start address
+// field, in 16-byte units, plus the leading byte offset): the high word of a
+// K-major 128-byte-swizzle descriptor is the constant below, and the k32 steps
+// advance the start address by 32 bytes, so the per-tile work is 32-bit adds
+// of warp-uniform values instead of 64-bit descriptor arithmetic (used by the
+// v2 logits kernel and the fused kernel's kLeanMma variant).
+template <class Cfg>
+__device__ __forceinline__ void logits_tile_mma_lo(float (&acc)[Cfg::kAcc], uint32_t a_lo, uint32_t b_lo) {
+  constexpr uint32_t kDescHi = (1024u >> 4) | (1u << 30);  // stride byte offset 1024 B; 128-byte swizzle
+  ptx::wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < Cfg::kHeadDim / 32; ++kk) {
+    uint64_t da, db;
+    asm("mov.b64 %0, {%1, %2};" : "=l"(da) : "r"(a_lo + 2 * kk), "r"(kDescHi));
+    asm("mov.b64 %0, {%1, %2};" : "=l"(db) : "r"(b_lo + 2 * kk), "r"(kDescHi));
+    ptx::wgmma_e4m3<Cfg::kN>(acc, da, db, kk);
+  }
+  ptx::wgmma_commit();
+  ptx::wgmma_wait<0>();
+  ptx::fence_regs(acc);
+}
+
+// The low word of the K-major 128-byte-swizzle descriptor of a shared-memory tile.
+__device__ __forceinline__ uint32_t desc_lo_k128_sw128(const void* tile) {
+  return ((ptx::smem_addr(tile) & 0x3FFFFu) >> 4) | (1u << 16);
+}
+
 // The key scales of this lane's two keys (key, key + 8 of the stage's scale
 // row), halved (relu as x + |x|), then the warp's release of the stage.
 __device__ __forceinline__ void tile_scales_and_release(const uint8_t* scales_smem, int key, int lane,

@@ -163,27 +163,6 @@ __device__ __forceinline__ WorkShare find_work_share_v2(const Sm90LogitsParams& 
 // The pipeline's mbarriers (one thread): "full" ones complete on the
 // producer's arrival plus the TMA bytes, "empty" ones when every consumer warp
 
-// logits_tile_mma with the descriptors' low words given (the start address
-// field, in 16-byte units, plus the leading byte offset): the high word of a
-// K-major 128-byte-swizzle descriptor is the constant below, and the k32 steps
-// advance the start address by 32 bytes, so the per-tile work is 32-bit adds
-// of warp-uniform values instead of 64-bit descriptor arithmetic.
-template <class Cfg>
-__device__ __forceinline__ void logits_tile_mma_lo(float (&acc)[Cfg::kAcc], uint32_t a_lo, uint32_t b_lo) {
-  constexpr uint32_t kDescHi = (1024u >> 4) | (1u << 30);  // stride byte offset 1024 B; 128-byte swizzle
-  ptx::wgmma_fence();
-#pragma unroll
-  for (int kk = 0; kk < Cfg::kHeadDim / 32; ++kk) {
-    uint64_t da, db;
-    asm("mov.b64 %0, {%1, %2};" : "=l"(da) : "r"(a_lo + 2 * kk), "r"(kDescHi));
-    asm("mov.b64 %0, {%1, %2};" : "=l"(db) : "r"(b_lo + 2 * kk), "r"(kDescHi));
-    ptx::wgmma_e4m3<Cfg::kN>(acc, da, db, kk);
-  }
-  ptx::wgmma_commit();
-  ptx::wgmma_wait<0>();
-  ptx::fence_regs(acc);
-}
-
 // logits_epilogue_reduce's arithmetic, in its order, for W rows whose weights
 // this lane needs are given (w[r][jj] = weights[r * 32 + jj * 8 + 2 * quad],
 // +1), so the result is bitwise that of the real kernel.

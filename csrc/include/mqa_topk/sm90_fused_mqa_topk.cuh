@@ -143,8 +143,11 @@ struct FusedCtl {
 // (split_thin_blocks), the rest run whole.
 template <int kNumStages_, bool kLeanSelect_ = false, bool kGate_ = false, bool kSelectors_ = false,
           bool kLeanAppend_ = false, int kBinned_ = 0, bool kSplit_ = false, bool kSplitGate_ = false,
-          bool kSplitThin_ = false, bool kSplitAlign_ = false>
+          bool kSplitThin_ = false, bool kSplitAlign_ = false, bool kLeanMma_ = false>
 struct Sm90FusedConfig {
+  // kLeanMma (dev): the tile's wgmma descriptors as warp-uniform 32-bit low
+  // words (logits_tile_mma_lo), as the v2 logits kernel; same arithmetic.
+  static constexpr bool kLeanMma = kLeanMma_;
   static constexpr bool kLeanSelect = kLeanSelect_;
   static constexpr bool kGate = kGate_;
   static constexpr bool kSelectors = kSelectors_;
@@ -972,6 +975,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   // ---------------- math warpgroups ----------------
   constexpr int RQ = 2;
+  // kLeanMma: descriptor low words of this warpgroup's K slice (stage 0) and of
+  // Q (buffer 0), from a warp-uniform warpgroup index.
+  [[maybe_unused]] const uint32_t a_lo0 =
+      desc_lo_k128_sw128(smem + Cfg::kOffK + __shfl_sync(0xffffffffu, wg, 0) * 64 * L::kHeadDim);
+  [[maybe_unused]] const uint32_t b_lo0 = desc_lo_k128_sw128(smem + Cfg::kOffQ);
   const int warp_in_wg = (tid >> 5) & 3;
   const int quad = lane & 3;
   const int key_local = warp_in_wg * 16 + (lane >> 2);
@@ -1104,9 +1112,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const int stage = it % S;
       ptx::mbar_wait(full + stage, (it / S) & 1);
       float acc[L::kAcc];
-      const uint8_t* k_tile = smem + Cfg::kOffK + stage * L::kKTileBytes + wg * 64 * L::kHeadDim;
-      const uint8_t* q_tile = smem + Cfg::kOffQ + qb * L::kQTileBytes;
-      logits_tile_mma<L>(acc, k_tile, q_tile);
+      if constexpr (Cfg::kLeanMma) {
+        logits_tile_mma_lo<L>(acc, a_lo0 + stage * (L::kKTileBytes >> 4), b_lo0 + qb * (L::kQTileBytes >> 4));
+      } else {
+        const uint8_t* k_tile = smem + Cfg::kOffK + stage * L::kKTileBytes + wg * 64 * L::kHeadDim;
+        const uint8_t* q_tile = smem + Cfg::kOffQ + qb * L::kQTileBytes;
+        logits_tile_mma<L>(acc, k_tile, q_tile);
+      }
       float scale0, scale1;
       tile_scales_and_release(smem + Cfg::kOffScales + stage * L::kScaleBytes, wg * 64 + key_local, lane,
                               empty + stage, scale0, scale1);
@@ -1499,6 +1511,8 @@ using Sm90FusedSplitAlign =
 // lean appends 6.185 against 6.32; with the bins counted at the block end
 // 6.186 against 6.255 / 6.267 (bins counted by the appends: 6.69).
 using Sm90FusedDefault = Sm90FusedBinnedEnd;
+// Dev: the default with lean wgmma descriptors (kLeanMma).
+using Sm90FusedLeanMma = Sm90FusedConfig<7, true, true, false, true, 2, false, false, false, false, true>;
 
 // Launches the fused kernel. q [rows, 32, 128] fp8, k [keys, 128] fp8, scales
 // [keys] fp32, weights [rows, 32] fp32 (contiguous, 16-byte aligned), out
