@@ -65,6 +65,8 @@ void mqa_logits_probe(int64_t variant, const at::Tensor& q, const at::Tensor& k,
     // Ping-pong: two math warpgroups (4 rows x 64-key tiles each), two accumulator sets, setmaxnreg 232.
     case 26: err = go_dev(Sm90LogitsV2Config<8, 2, 12, 0, 232, 1, true, 2, true, true, true>{}); break;
     case 27: err = go_dev(Sm90LogitsV2Config<8, 2, 16, 0, 232, 1, true, 2, true, true, true>{}); break;
+    // Diagnostic: 26 without setmaxnreg (168 registers, some spills): does the hang follow setmaxnreg?
+    case 28: err = go_dev(Sm90LogitsV2Config<8, 2, 12, 0, 0, 1, true, 2, true, true, true>{}); break;
     default: TORCH_CHECK_VALUE(false, "variant: unknown ", variant);
   }
   TORCH_CHECK(err == cudaSuccess, "probe launch failed: ", cudaGetErrorString(err));
