@@ -21,6 +21,9 @@ output row pointer per block) on 19 (23), on 20 (24), and 23 with 9 stages (25).
 64-key tiles), each with two accumulator sets, issuing the next tile's MMA
 before the epilogue of the current one; 12 / 16 stages of 64 keys; 28 is 26
 without setmaxnreg (a diagnostic: 26 and 27 hung on the device, 2026-12-02).
+29-30: 23 with work shares that count every block as 2 / 4 extra tiles (its Q
+load and setup), so the CTAs whose shares cross many short causal blocks (R =
+8192 at 8K keys: up to 60 blocks in the first share) get fewer tiles.
 Every variant but the no-epilogue ones must write logits bitwise equal to
 variant 0 (same MMA per element, same epilogue order); that is checked first, on
 fresh random inputs with a NaN-poisoned output, including random ranges and
@@ -41,7 +44,7 @@ from mqa_topk_cli import ops  # noqa: E402
 ext = ops._native()
 # Optional arguments: the variants to check and time (0, the reference, always runs).
 ONLY = {int(a) for a in sys.argv[1:]}
-CHECKED = tuple(v for v in (3, 4, 6, 7, 8, 9, 16, 14, 17, 18, 19, 20, 22, 23, 24, 25, 26, 27, 28, 11, 13, 15) if not ONLY or v in ONLY)
+CHECKED = tuple(v for v in (3, 4, 6, 7, 8, 9, 16, 14, 17, 18, 19, 20, 22, 23, 24, 25, 29, 30, 26, 27, 28, 11, 13, 15) if not ONLY or v in ONLY)
 ok = True
 for rows, keys, layout in ((67, 1000, "causal"), (1023, 20001, "random"), (300, 70000, "random"), (2048, 65536, "causal"),
                            (5, 1, "random"), (13, 3000, "random")):
@@ -75,7 +78,7 @@ names = {0: "v1", 1: "no-epilogue", 3: "stages=6", 4: "inline-3wg", 5: "inline-3
          17: "r8-4wg-s8", 18: "r8-4wg-s8-regw", 19: "r8-4wg-s8-regw-stg", 20: "r4-4wg-s4-regw-stg",
          21: "r8-4wg-s8-no-epi", 22: "r8-4wg-s6-regw", 23: "r8-4wg-s8-lean(op)", 24: "r4-4wg-s4-lean",
          25: "r8-4wg-s9-lean", 26: "r8-2wg-pingpong-s12", 27: "r8-2wg-pingpong-s16",
-         28: "r8-2wg-pingpong-noreg",
+         28: "r8-2wg-pingpong-noreg", 29: "r8-4wg-lean-cost2", 30: "r8-4wg-lean-cost4",
          11: "r4-cl2-mcast-s4", 12: "r4-cl2-s4-no-epi", 13: "r8-cl2-mcast-s8", 15: "r4-cl2-s4-stg"}
 names = {v: n for v, n in names.items() if not ONLY or v in ONLY or v == 0}
 for rows, keys in ((8192, 65536), (8192, 8192), (1024, 8192), (1024, 131072)):

@@ -67,6 +67,9 @@ void mqa_logits_probe(int64_t variant, const at::Tensor& q, const at::Tensor& k,
     case 27: err = go_dev(Sm90LogitsV2Config<8, 2, 16, 0, 232, 1, true, 2, true, true, true>{}); break;
     // Diagnostic: 26 without setmaxnreg (168 registers, some spills): does the hang follow setmaxnreg?
     case 28: err = go_dev(Sm90LogitsV2Config<8, 2, 12, 0, 0, 1, true, 2, true, true, true>{}); break;
+    // The op's kernel (23) with work shares that count each block as 2 / 4 extra tiles.
+    case 29: err = go_dev(Sm90LogitsV2Config<8, 4, 8, 0, 112, 1, true, 2, true, true, false, 2>{}); break;
+    case 30: err = go_dev(Sm90LogitsV2Config<8, 4, 8, 0, 112, 1, true, 2, true, true, false, 4>{}); break;
     default: TORCH_CHECK_VALUE(false, "variant: unknown ", variant);
   }
   TORCH_CHECK(err == cudaSuccess, "probe launch failed: ", cudaGetErrorString(err));

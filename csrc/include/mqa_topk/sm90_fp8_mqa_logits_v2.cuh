@@ -42,8 +42,12 @@ namespace mqa_topk {
 // shared memory every tile.
 template <int kBlockRows_, int kMathWarpgroups_, int kNumStages_, int kProbe_ = 0, int kMathRegs_ = 0,
           int kCluster_ = 1, bool kDirectStore_ = false, int kRowGroups_ = 1, bool kRegWeights_ = false,
-          bool kLean_ = false, bool kPingPong_ = false>
+          bool kLean_ = false, bool kPingPong_ = false, int kBlockCost_ = 0>
 struct Sm90LogitsV2Config {
+  // kBlockCost (dev): the work shares count every block as kBlockCost extra
+  // tiles (its Q load from memory, its rows' setup), so a CTA whose share
+  // crosses many short blocks (causal rows at few keys) gets fewer tiles.
+  static constexpr int kBlockCost = kBlockCost_;
   static constexpr bool kLean = kLean_;
   // kPingPong (dev): each math warpgroup keeps two accumulator sets and issues
   // the next tile's MMA before its epilogue of the current one (needs one key
@@ -103,8 +107,83 @@ struct Sm90LogitsV2Config {
 };
 
 
+// kBlockCost > 0: the shares split the cost sum_b (tiles_b + C) evenly. A cost
+// position G inside block b (acc <= G < acc + tiles_b + C, acc the cost before
+// b) maps to tile max(0, G - acc - C) of b, i.e. to the global tile index
+// tiles_before_b + that; the CTA takes the tiles [index(G0), index(G1)). The
+// map is monotone with index(0) = 0 and index(total cost) = total tiles, so
+// every tile goes to exactly one CTA (a CTA may get none).
+template <class Cfg>
+__device__ __forceinline__ WorkShare find_work_share_cost(const Sm90LogitsParams& p) {
+  constexpr long long C = Cfg::kBlockCost;
+  __shared__ long long s_wc[Cfg::kThreads / 32], s_wt[Cfg::kThreads / 32];
+  __shared__ long long s_idx[2];
+  __shared__ int s_bt[2];
+  const int tid = threadIdx.x;
+  const int lane = tid & 31, warp = tid >> 5;
+  const int nblocks = (p.rows + Cfg::kSpanRows - 1) / Cfg::kSpanRows;
+  const int per = (nblocks + Cfg::kThreads - 1) / Cfg::kThreads;
+  const int b_beg = min(tid * per, nblocks), b_end = min(b_beg + per, nblocks);
+  long long mine_c = 0, mine_t = 0;
+  for (int b = b_beg; b < b_end; ++b) {
+    int lo, hi;
+    const int n = block_span<Cfg::kSpanRows, Cfg::kBlockKeys>(p, b, lo, hi);
+    mine_t += n;
+    mine_c += n > 0 ? n + C : 0;
+  }
+  long long inc_c = mine_c, inc_t = mine_t;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const long long vc = __shfl_up_sync(0xffffffffu, inc_c, d);
+    const long long vt = __shfl_up_sync(0xffffffffu, inc_t, d);
+    if (lane >= d) inc_c += vc, inc_t += vt;
+  }
+  if (lane == 31) s_wc[warp] = inc_c, s_wt[warp] = inc_t;
+  __syncthreads();
+  long long pre_c = 0, pre_t = 0, total_c = 0, total_t = 0;
+#pragma unroll 1
+  for (int w = 0; w < Cfg::kThreads / 32; ++w) {
+    if (w < warp) pre_c += s_wc[w], pre_t += s_wt[w];
+    total_c += s_wc[w];
+    total_t += s_wt[w];
+  }
+  if (tid == 0) {
+    s_bt[0] = s_bt[1] = 0;
+    s_idx[0] = 0;
+    s_idx[1] = total_t;  // index(total cost): the end of the last share
+  }
+  __syncthreads();
+  const long long excl_c = pre_c + inc_c - mine_c, excl_t = pre_t + inc_t - mine_t;
+  const long long G[2] = {total_c * blockIdx.x / gridDim.x, total_c * (blockIdx.x + 1) / gridDim.x};
+#pragma unroll 1
+  for (int e = 0; e < 2; ++e) {
+    if (mine_c > 0 && excl_c <= G[e] && G[e] < excl_c + mine_c) {
+      long long acc_c = excl_c, acc_t = excl_t;
+      for (int b = b_beg; b < b_end; ++b) {
+        int lo, hi;
+        const int n = block_span<Cfg::kSpanRows, Cfg::kBlockKeys>(p, b, lo, hi);
+        const long long c = n > 0 ? n + C : 0;
+        if (G[e] < acc_c + c) {
+          const long long t = max(0LL, G[e] - acc_c - C);
+          s_idx[e] = acc_t + t;
+          if (e == 0) {
+            s_bt[0] = b;
+            s_bt[1] = static_cast<int>(t);
+          }
+          break;
+        }
+        acc_c += c;
+        acc_t += n;
+      }
+    }
+  }
+  __syncthreads();
+  return WorkShare{s_bt[0], s_bt[1], s_idx[1] - s_idx[0]};
+}
+
 template <class Cfg>
 __device__ __forceinline__ WorkShare find_work_share_v2(const Sm90LogitsParams& p) {
+  if constexpr (Cfg::kBlockCost > 0) return find_work_share_cost<Cfg>(p);
   __shared__ long long s_warp[Cfg::kThreads / 32];
   __shared__ int s_start[2];
   const int tid = threadIdx.x;
