@@ -533,6 +533,49 @@ def test_gpu_native_logits_within_tolerance_and_bitwise_stable():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("kw", [
+    dict(layout="ragged", rows=77, keys=6007, unaligned_starts=True),
+    dict(layout="causal", rows=1029, keys=3001),
+    dict(layout="full", rows=13, keys=130),
+])
+def test_gpu_native_logits_write_only_their_contract_region(kw):
+    """The dense logits kernel's output contract on a poisoned buffer whose row
+    pitch runs 8 columns past the keys: inside each row's [start, end) the
+    logit (bitwise ops.mqa_logits'), in the rest of its 8-row block's span
+    [min start rounded down to 16, max end) -inf, and no column at or past
+    `keys` written (direct stores must clip exactly where the TMA store did)."""
+    _native_or_skip()
+    from mqa_topk_cli import ops
+
+    w = make_workload(topk=512, dist="gaussian", seed=4, device="cuda", **kw)
+    pitch = -(-(w.keys + 8) // 4) * 4
+    out = torch.full((w.rows, pitch), float("nan"), device="cuda")
+    ops._native().mqa_logits(w.q, w.k, w.scales, w.weights, w.starts, w.ends, out)
+    torch.cuda.synchronize()
+    assert torch.isnan(out[:, w.keys:]).all(), "a column at or past keys was written"
+    col = torch.arange(w.keys, device="cuda")
+    s, e = w.starts.long(), w.ends.long()
+    inside = (col >= s[:, None]) & (col < e[:, None])
+    ref = ops.mqa_logits(w.q, w.k, w.scales, w.weights, w.starts, w.ends)
+    assert torch.equal(out[:, :w.keys][inside], ref[inside])
+    assert torch.isfinite(out[:, :w.keys][inside]).all()
+    # The block span: rows of a block with an empty range do not widen it.
+    nb = -(-w.rows // 8)
+    pad = nb * 8 - w.rows
+    se = torch.cat([s, torch.zeros(pad, dtype=torch.long, device="cuda")]).view(nb, 8)
+    ee = torch.cat([e, torch.zeros(pad, dtype=torch.long, device="cuda")]).view(nb, 8)
+    nonempty = ee > se
+    big = torch.iinfo(torch.long).max
+    lo = torch.where(nonempty, se, torch.full_like(se, big)).amin(1)
+    hi = torch.where(nonempty, ee, torch.zeros_like(ee)).amax(1)
+    lo = torch.where(lo == big, torch.zeros_like(lo), (lo // 16) * 16)
+    lo_r, hi_r = lo.repeat_interleave(8)[:w.rows], hi.repeat_interleave(8)[:w.rows]
+    span = (col >= lo_r[:, None]) & (col < hi_r[:, None]) & ~inside
+    got = out[:, :w.keys][span]
+    assert bool((got == float("-inf")).all()), f"{int((got != float('-inf')).sum())} span entries are not -inf"
+
+
+@pytest.mark.gpu
 def test_gpu_fused_matches_native_when_built():
     reason = get_path("fused").unavailable_reason("cuda")
     if reason:
