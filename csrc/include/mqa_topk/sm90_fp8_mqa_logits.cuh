@@ -228,8 +228,10 @@ __device__ __forceinline__ void logits_tile_mma(float (&acc)[Cfg::kAcc], const u
 // advance the start address by 32 bytes, so the per-tile work is 32-bit adds
 // of warp-uniform values instead of 64-bit descriptor arithmetic (used by the
 // v2 logits kernel and the fused kernel's kLeanMma variant).
+// logits_tile_mma_issue_lo issues and commits the chain without waiting (the
+// ping-pong variant waits later).
 template <class Cfg>
-__device__ __forceinline__ void logits_tile_mma_lo(float (&acc)[Cfg::kAcc], uint32_t a_lo, uint32_t b_lo) {
+__device__ __forceinline__ void logits_tile_mma_issue_lo(float (&acc)[Cfg::kAcc], uint32_t a_lo, uint32_t b_lo) {
   constexpr uint32_t kDescHi = (1024u >> 4) | (1u << 30);  // stride byte offset 1024 B; 128-byte swizzle
   ptx::wgmma_fence();
 #pragma unroll
@@ -240,6 +242,12 @@ __device__ __forceinline__ void logits_tile_mma_lo(float (&acc)[Cfg::kAcc], uint
     ptx::wgmma_e4m3<Cfg::kN>(acc, da, db, kk);
   }
   ptx::wgmma_commit();
+  ptx::fence_regs(acc);
+}
+
+template <class Cfg>
+__device__ __forceinline__ void logits_tile_mma_lo(float (&acc)[Cfg::kAcc], uint32_t a_lo, uint32_t b_lo) {
+  logits_tile_mma_issue_lo<Cfg>(acc, a_lo, b_lo);
   ptx::wgmma_wait<0>();
   ptx::fence_regs(acc);
 }

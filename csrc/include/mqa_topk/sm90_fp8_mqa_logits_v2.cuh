@@ -319,25 +319,14 @@ __device__ __forceinline__ void pingpong_issue(TileCursor& c, float (&acc)[Cfg::
                                                uint64_t* q_full, uint32_t a_lo0, uint32_t b_lo0,
                                                const volatile int (*blk_slot)[4]) {
   constexpr int S = Cfg::kNumStages;
-  constexpr uint32_t kDescHi = (1024u >> 4) | (1u << 30);
   if (c.new_block) {
     ptx::mbar_wait(q_full + (c.qi & 1), (c.qi >> 1) & 1);
     c.take_block(blk_slot);
   }
   const int stage = c.it % S;
   ptx::mbar_wait(full + stage, (c.it / S) & 1);
-  const uint32_t a_lo = a_lo0 + stage * (Cfg::kKTileBytes >> 4);
-  const uint32_t b_lo = b_lo0 + (c.qi & 1) * (Cfg::kQTileBytes >> 4);
-  ptx::wgmma_fence();
-#pragma unroll
-  for (int kk = 0; kk < Cfg::kHeadDim / 32; ++kk) {
-    uint64_t da, db;
-    asm("mov.b64 %0, {%1, %2};" : "=l"(da) : "r"(a_lo + 2 * kk), "r"(kDescHi));
-    asm("mov.b64 %0, {%1, %2};" : "=l"(db) : "r"(b_lo + 2 * kk), "r"(kDescHi));
-    ptx::wgmma_e4m3<Cfg::kN>(acc, da, db, kk);
-  }
-  ptx::wgmma_commit();
-  ptx::fence_regs(acc);
+  logits_tile_mma_issue_lo<Cfg>(acc, a_lo0 + stage * (Cfg::kKTileBytes >> 4),
+                                b_lo0 + (c.qi & 1) * (Cfg::kQTileBytes >> 4));
   c.advance();
 }
 
@@ -359,8 +348,8 @@ __device__ __forceinline__ void logits_v2_pingpong_math(const Sm90LogitsParams& 
   const int quad = lane & 3;
   const int row_local0 = ((quad >> 1) & 1) * 2 + (quad & 1);
   const int key_local = warp_in_wg * 16 + (lane >> 2);
-  const uint32_t a_lo0 = ((ptx::smem_addr(smem + Cfg::kOffK) & 0x3FFFFu) >> 4) | (1u << 16);
-  const uint32_t b_lo0 = ((ptx::smem_addr(smem + Cfg::kOffQ + rg * Cfg::kN * Cfg::kHeadDim) & 0x3FFFFu) >> 4) | (1u << 16);
+  const uint32_t a_lo0 = desc_lo_k128_sw128(smem + Cfg::kOffK);
+  const uint32_t b_lo0 = desc_lo_k128_sw128(smem + Cfg::kOffQ + rg * Cfg::kN * Cfg::kHeadDim);
 
   TileCursor ci;
   ci.t = share.t0;
@@ -587,8 +576,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   float2 wreg[Cfg::kRegWeights ? R : 1][4];
   // Lean path: descriptor low words of this warpgroup's K slice (stage 0) and Q
   // rows (buffer 0); this lane's output row pointer (null past the last row).
-  const uint32_t a_lo0 = ((ptx::smem_addr(smem + Cfg::kOffK + kg * 64 * Cfg::kHeadDim) & 0x3FFFFu) >> 4) | (1u << 16);
-  const uint32_t b_lo0 = ((ptx::smem_addr(smem + Cfg::kOffQ + rg * Cfg::kN * Cfg::kHeadDim) & 0x3FFFFu) >> 4) | (1u << 16);
+  const uint32_t a_lo0 = desc_lo_k128_sw128(smem + Cfg::kOffK + kg * 64 * Cfg::kHeadDim);
+  const uint32_t b_lo0 = desc_lo_k128_sw128(smem + Cfg::kOffQ + rg * Cfg::kN * Cfg::kHeadDim);
   float* row_out = nullptr;
 
   for (long long left = share.count; left > 0; --left) {

@@ -978,8 +978,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // kLeanMma: descriptor low words of this warpgroup's K slice (stage 0) and of
   // Q (buffer 0), from a warp-uniform warpgroup index.
   [[maybe_unused]] const uint32_t a_lo0 =
-      desc_lo_k128_sw128(smem + Cfg::kOffK + __shfl_sync(0xffffffffu, wg, 0) * 64 * L::kHeadDim);
-  [[maybe_unused]] const uint32_t b_lo0 = desc_lo_k128_sw128(smem + Cfg::kOffQ);
+      Cfg::kLeanMma ? desc_lo_k128_sw128(smem + Cfg::kOffK + __shfl_sync(0xffffffffu, wg, 0) * 64 * L::kHeadDim)
+                    : 0u;
+  [[maybe_unused]] const uint32_t b_lo0 = Cfg::kLeanMma ? desc_lo_k128_sw128(smem + Cfg::kOffQ) : 0u;
   const int warp_in_wg = (tid >> 5) & 3;
   const int quad = lane & 3;
   const int key_local = warp_in_wg * 16 + (lane >> 2);
