@@ -566,6 +566,33 @@ inline const void* sm90_fp8_mqa_logits_kernel_ptr() {
   return reinterpret_cast<const void*>(&sm90_fp8_mqa_logits_kernel<Cfg>);
 }
 
+// The five tensor maps of the logits kernels (q, k, scales, weights, logits),
+// with the boxes of a configuration: q_box_rows rows of q (block rows x heads),
+// key_box keys of k and of the scales, weights of w_box_rows rows, and output
+// tiles of 64 keys x out_box_rows rows. Scales are a [1, keys] 2-D map so a box
+// past the last key reads zeros (the outer stride is never used; it only has to
+// be a multiple of 16). The output map's width is `keys`: a tile's columns past
+// it are clipped. Returns first_map_error's code (0: every map encoded).
+inline int make_logits_maps(CUtensorMap& tm_q, CUtensorMap& tm_k, CUtensorMap& tm_s, CUtensorMap& tm_w,
+                            CUtensorMap& tm_o, const void* q, const void* k, const float* scales,
+                            const float* weights, float* logits, int64_t ld, int rows, int keys, int q_box_rows,
+                            int key_box, int w_box_rows, int out_box_rows) {
+  constexpr int kHeads = 32, kHeadDim = 128;
+  const uint64_t q_rows = static_cast<uint64_t>(rows) * kHeads;
+  const int res[5] = {
+      make_tensor_map_2d(&tm_q, q, CU_TENSOR_MAP_DATA_TYPE_UINT8, kHeadDim, q_rows, kHeadDim, kHeadDim, q_box_rows,
+                         CU_TENSOR_MAP_SWIZZLE_128B),
+      make_tensor_map_2d(&tm_k, k, CU_TENSOR_MAP_DATA_TYPE_UINT8, kHeadDim, keys, kHeadDim, kHeadDim, key_box,
+                         CU_TENSOR_MAP_SWIZZLE_128B),
+      make_tensor_map_2d(&tm_s, scales, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, keys, 1, (uint64_t(keys) * 4 + 15) / 16 * 16,
+                         key_box, 1, CU_TENSOR_MAP_SWIZZLE_NONE),
+      make_tensor_map_2d(&tm_w, weights, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, kHeads, rows, kHeads * 4, kHeads,
+                         w_box_rows, CU_TENSOR_MAP_SWIZZLE_NONE),
+      make_tensor_map_2d(&tm_o, logits, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, keys, rows, uint64_t(ld) * 4, 64,
+                         out_box_rows, CU_TENSOR_MAP_SWIZZLE_NONE)};
+  return first_map_error(res, 5);
+}
+
 // Launches the kernel; q [rows, 32, 128] fp8, k [keys, 128] fp8, scales [keys]
 // fp32, weights [rows, 32] fp32 (all contiguous, 16-byte aligned), logits with
 // row pitch ld >= keys (elements, a multiple of 4; 16-byte aligned base).
@@ -583,22 +610,8 @@ inline cudaError_t launch_sm90_fp8_mqa_logits(const void* q, const void* k, cons
   if (rows <= 0) return cudaSuccess;
   if (keys <= 0) return launch_row_range_check<kKernelLogits>(range_err, starts, ends, rows, 0, stream);
   CUtensorMap tm_q, tm_k, tm_s, tm_w, tm_o;
-  const uint64_t q_rows = static_cast<uint64_t>(rows) * Cfg::kHeads;
-  // Scales as a [1, keys] 2-D map so a box past the last key reads zeros (the
-  // outer stride is never used; it only has to be a multiple of 16). The output
-  // map's width is `keys`: a tile's columns past it are clipped.
-  const int res[5] = {
-      make_tensor_map_2d(&tm_q, q, CU_TENSOR_MAP_DATA_TYPE_UINT8, Cfg::kHeadDim, q_rows, Cfg::kHeadDim,
-                         Cfg::kHeadDim, Cfg::kN, CU_TENSOR_MAP_SWIZZLE_128B),
-      make_tensor_map_2d(&tm_k, k, CU_TENSOR_MAP_DATA_TYPE_UINT8, Cfg::kHeadDim, keys, Cfg::kHeadDim, Cfg::kHeadDim,
-                         Cfg::kBlockKeys, CU_TENSOR_MAP_SWIZZLE_128B),
-      make_tensor_map_2d(&tm_s, scales, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, keys, 1, (uint64_t(keys) * 4 + 15) / 16 * 16,
-                         Cfg::kBlockKeys, 1, CU_TENSOR_MAP_SWIZZLE_NONE),
-      make_tensor_map_2d(&tm_w, weights, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, Cfg::kHeads, rows, Cfg::kHeads * 4,
-                         Cfg::kHeads, Cfg::kBlockRows, CU_TENSOR_MAP_SWIZZLE_NONE),
-      make_tensor_map_2d(&tm_o, logits, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, keys, rows, uint64_t(ld) * 4, 64,
-                         Cfg::kBlockRows, CU_TENSOR_MAP_SWIZZLE_NONE)};
-  if (const int e = first_map_error(res, 5)) {
+  if (const int e = make_logits_maps(tm_q, tm_k, tm_s, tm_w, tm_o, q, k, scales, weights, logits, ld, rows, keys,
+                                     Cfg::kN, Cfg::kBlockKeys, Cfg::kBlockRows, Cfg::kBlockRows)) {
     if (map_error) *map_error = e;
     return cudaErrorInvalidValue;
   }

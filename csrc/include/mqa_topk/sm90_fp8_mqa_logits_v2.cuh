@@ -726,11 +726,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 // The op's configuration (dev variant 23 of scripts/logits_variants.py).
 using Sm90LogitsV2Default = Sm90LogitsV2Config<8, 4, 8, 0, 112, 1, true, 2, true, true>;
 
-template <class Cfg = Sm90LogitsV2Default>
-inline const void* sm90_fp8_mqa_logits_v2_kernel_ptr() {
-  return reinterpret_cast<const void*>(&sm90_fp8_mqa_logits_v2_kernel<Cfg>);
-}
-
 // Launches the kernel: the arguments and error reporting of
 // launch_sm90_fp8_mqa_logits (sm90_fp8_mqa_logits.cuh).
 template <class Cfg = Sm90LogitsV2Default>
@@ -742,22 +737,8 @@ inline cudaError_t launch_sm90_fp8_mqa_logits_v2(const void* q, const void* k, c
   if (rows <= 0) return cudaSuccess;
   if (keys <= 0) return launch_row_range_check<kKernelLogits>(range_err, starts, ends, rows, 0, stream);
   CUtensorMap tm_q, tm_k, tm_s, tm_w, tm_o;
-  const uint64_t q_rows = static_cast<uint64_t>(rows) * Cfg::kHeads;
-  // Scales as a [1, keys] 2-D map so a box past the last key reads zeros (the
-  // outer stride is never used; it only has to be a multiple of 16). The output
-  // map's width is `keys`: a tile's columns past it are clipped.
-  const int res[5] = {
-      make_tensor_map_2d(&tm_q, q, CU_TENSOR_MAP_DATA_TYPE_UINT8, Cfg::kHeadDim, q_rows, Cfg::kHeadDim,
-                         Cfg::kHeadDim, Cfg::kQRows, CU_TENSOR_MAP_SWIZZLE_128B),
-      make_tensor_map_2d(&tm_k, k, CU_TENSOR_MAP_DATA_TYPE_UINT8, Cfg::kHeadDim, keys, Cfg::kHeadDim, Cfg::kHeadDim,
-                         Cfg::kKSliceKeys, CU_TENSOR_MAP_SWIZZLE_128B),
-      make_tensor_map_2d(&tm_s, scales, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, keys, 1, (uint64_t(keys) * 4 + 15) / 16 * 16,
-                         Cfg::kKSliceKeys, 1, CU_TENSOR_MAP_SWIZZLE_NONE),
-      make_tensor_map_2d(&tm_w, weights, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, Cfg::kHeads, rows, Cfg::kHeads * 4,
-                         Cfg::kHeads, Cfg::kBlockRows, CU_TENSOR_MAP_SWIZZLE_NONE),
-      make_tensor_map_2d(&tm_o, logits, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, keys, rows, uint64_t(ld) * 4, 64,
-                         Cfg::kWgRows, CU_TENSOR_MAP_SWIZZLE_NONE)};
-  if (const int e = first_map_error(res, 5)) {
+  if (const int e = make_logits_maps(tm_q, tm_k, tm_s, tm_w, tm_o, q, k, scales, weights, logits, ld, rows, keys,
+                                     Cfg::kQRows, Cfg::kKSliceKeys, Cfg::kBlockRows, Cfg::kWgRows)) {
     if (map_error) *map_error = e;
     return cudaErrorInvalidValue;
   }
