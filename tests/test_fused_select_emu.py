@@ -38,3 +38,18 @@ def test_fused_selection_on_the_warp_emulator(emu_binary, part, variant):
     res = subprocess.run([str(emu_binary), part, variant], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
     assert "checks passed" in res.stdout
+
+
+def test_fused_v3_segments_on_the_warp_emulator(tmp_path):
+    # The v3 kernel's multi-segment passes (SegLanes: 4 lanes per segment) and its
+    # round-robin in-place compaction, against a sorting reference (tests/emu/fused_v3_test.cpp).
+    if not CXX:
+        pytest.skip("no C++ compiler (g++) found")
+    out = tmp_path / "fused_v3_test"
+    cmd = [CXX, "-std=c++17", "-O2", "-Wall", "-Wno-unknown-pragmas", f"-I{ROOT / 'csrc' / 'include'}",
+           f"-I{ROOT / 'tests' / 'emu'}", "-o", str(out), str(ROOT / "tests" / "emu" / "fused_v3_test.cpp")]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-4000:]
+    res = subprocess.run([str(out)], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
+    assert "checks passed" in res.stdout

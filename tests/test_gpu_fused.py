@@ -342,3 +342,102 @@ def test_fused_workspace_is_per_stream(dev):
     with torch.cuda.stream(s):
         b = ops.fused_mqa_topk_workspace("cuda", 512)
     assert b is not a and b.numel() == a.numel()
+
+
+# ---- the v3 kernel (sm90_fused_mqa_topk_v3.cuh: the dense op's main loop) ----
+V3_VARIANTS = [12, 13, 15]
+
+
+def run_variant(ext, variant, w, topk, poison):
+    ws = torch.empty(ext.fused_mqa_topk_probe_workspace_bytes(variant, topk, 0), dtype=torch.uint8, device="cuda")
+    out = torch.full((w.rows, topk), poison, dtype=torch.int32, device="cuda")
+    ext.fused_mqa_topk_probe(variant, w.q, w.k, w.scales, w.weights, w.starts, w.ends, out, ws)
+    return out
+
+
+def check_variant(variant, w, topk, what):
+    ext = ops._native()
+    if not hasattr(ext, "fused_mqa_topk_probe"):
+        pytest.skip("built without MQA_TOPK_DEV_PROBES=1")
+    out1 = run_variant(ext, variant, w, topk, -7)
+    out2 = run_variant(ext, variant, w, topk, -3)
+    assert torch.equal(out1, out2), f"{what}: reruns differ"
+    logits = ops.mqa_logits(w.q, w.k, w.scales, w.weights, w.starts, w.ends)
+    assert_exact(out1, logits, w.starts, w.ends, topk, what)
+    return out1
+
+
+@pytest.mark.parametrize("variant", V3_VARIANTS)
+@pytest.mark.parametrize("topk", TOPKS)
+@pytest.mark.parametrize("kw", CASES, ids=lambda kw: f"{kw['layout']}-{kw['dist']}-{kw['keys']}")
+def test_v3_exact_on_workloads(dev, kw, topk, variant):
+    """The v3 kernel (dev variants 12-15) on every adversarial workload: the exact
+    set against the dense logits (bitwise the same logits), reruns bitwise equal."""
+    w = make_workload(device="cuda", seed=11, topk=topk, **kw)
+    check_variant(variant, w, topk, f"v3 variant {variant} {kw}")
+
+
+@pytest.mark.parametrize("variant", [12, 13])
+@pytest.mark.parametrize("dist,opts", [("gaussian", {}), ("rising", {}), ("ties", {"tie_mode": "whole"}),
+                                       ("ties", {}), ("relu_saturated", {}), ("zero_weights", {})])
+def test_v3_long_rows_compactions(dev, dist, opts, variant):
+    # 16 rows of 300K keys: ties at the gate and relu-saturated rows fill the
+    # segments, so the row-group compaction (round-robin re-emit) runs many times.
+    w = make_workload("full", rows=16, keys=300_000, topk=2048, dist=dist, seed=5, device="cuda", **opts)
+    check_variant(variant, w, 2048, f"v3 {variant} long {dist}")
+
+
+@pytest.mark.parametrize("variant", [12, 13])
+@pytest.mark.parametrize("topk", [512, 2048])
+def test_v3_unsafe_gate_is_redone(dev, topk, variant):
+    """Keys of the sample tiles scaled 1000x: every gate lands among them, fewer
+    than k logits reach it, and every row must be redone (no gate) and exact."""
+    keys = 40_000
+    w = make_workload("full", rows=20, keys=keys, topk=topk, dist="gaussian", seed=13, device="cuda")
+    nt = (keys + 127) // 128
+    for tp in _sample_tiles(nt, topk):
+        w.scales[tp * 128: (tp + 1) * 128] *= 1000.0
+    check_variant(variant, w, topk, f"v3 {variant} unsafe gate")
+
+
+@pytest.mark.parametrize("variant", [12, 13])
+def test_v3_low_gate_target_stays_exact(dev, monkeypatch, variant):
+    """MQA_TOPK_FUSED_TARGET below k: most gates keep fewer than k candidates and
+    those rows are redone; the result must stay exact."""
+    for topk in (512, 2048):
+        w = make_workload("causal", rows=40, keys=30_000, topk=topk, dist="gaussian", seed=21, device="cuda")
+        monkeypatch.setenv("MQA_TOPK_FUSED_TARGET", str(topk // 2))
+        ext = ops._native()
+        if not hasattr(ext, "fused_mqa_topk_probe"):
+            pytest.skip("built without MQA_TOPK_DEV_PROBES=1")
+        out = run_variant(ext, variant, w, topk, -7)
+        monkeypatch.delenv("MQA_TOPK_FUSED_TARGET")
+        logits = ops.mqa_logits(w.q, w.k, w.scales, w.weights, w.starts, w.ends)
+        assert_exact(out, logits, w.starts, w.ends, topk, f"v3 {variant} target {topk // 2}")
+
+
+@pytest.mark.parametrize("variant", [12, 13])
+def test_v3_matches_default_and_is_batch_invariant(dev, variant):
+    w = make_workload("ragged", rows=300, keys=50_000, topk=2048, dist="dsa", seed=7, device="cuda",
+                      unaligned_starts=True)
+    ref = run_fused(w, 2048, -5)
+    out = check_variant(variant, w, 2048, f"v3 {variant} ragged dsa")
+    assert torch.equal(out.sort(dim=1).values, ref.sort(dim=1).values)
+    ext = ops._native()
+    for a, b in ((3, 50), (17, 96)):
+        ws = torch.empty(ext.fused_mqa_topk_probe_workspace_bytes(variant, 2048, 0), dtype=torch.uint8, device="cuda")
+        part = torch.full((b - a, 2048), -4, dtype=torch.int32, device="cuda")
+        ext.fused_mqa_topk_probe(variant, w.q[a:b], w.k, w.scales, w.weights[a:b], w.starts[a:b].clone(),
+                                 w.ends[a:b].clone(), part, ws)
+        assert torch.equal(part.sort(dim=1).values, out[a:b].sort(dim=1).values), (a, b)
+
+
+def test_v3_op_switch(dev, monkeypatch):
+    """MQA_TOPK_FUSED_V3=1: the op runs the v3 kernel on whole blocks (rows past the
+    split rule): the same sets as the v2 kernel."""
+    w = make_workload("causal", rows=2048, keys=20_000, topk=1024, dist="gaussian", seed=3, device="cuda")
+    monkeypatch.setenv("MQA_TOPK_FUSED_SPLIT", "0")
+    ref = run_fused(w, 1024, -5)
+    monkeypatch.setenv("MQA_TOPK_FUSED_V3", "1")
+    out = check_fused(w, what="op on v3")
+    assert torch.equal(out.sort(dim=1).values, ref.sort(dim=1).values)

@@ -19,15 +19,20 @@
 
 #include "../fused_mqa_topk.h"
 #include "mqa_topk/sm90_fused_mqa_topk.cuh"
+#include "fused_v3_probes.h"
 
 namespace {
+// Variants 12-15: the v3 kernel (csrc/dev/fused_v3_probes.cu, its own
+// translation unit so ninja builds it beside this one).
+constexpr int kFirstV3 = 12, kLastV3 = 15;
 template <class F>
 auto with_variant(int64_t variant, F&& f) {
   using namespace mqa_topk;
-  TORCH_CHECK_VALUE(variant >= 0 && variant <= 11, "variant: must be 0 (default), 1 (selector warps), 2 (v1), ",
+  TORCH_CHECK_VALUE(variant >= 0 && variant <= kLastV3, "variant: must be 0 (default), 1 (selector warps), 2 (v1), ",
                     "3 (plain appends, 8 stages), 4 (plain appends), 5 (binned select, bins counted by the appends), ",
                     "6 (lean appends, general select), 7 (blocks split across CTAs), 8 (split, shared gate), ",
-                    "9 (split last wave, shared gate), 10 (split, shares that follow the blocks) or 11 (lean MMA descriptors), got ",
+                    "9 (split last wave, shared gate), 10 (split, shares that follow the blocks), 11 (lean MMA descriptors) ",
+                    "or 12, 13, 15 (the v3 kernel: 12 8 stages, 13 two candidate sets, 15 one producer warp; 14 reserved), got ",
                     variant);
   return variant == 0 ? f(Sm90FusedDefault{})
          : variant == 1 ? f(Sm90FusedSelectors{})
@@ -49,6 +54,8 @@ int64_t fused_mqa_topk_probe_workspace_bytes(int64_t variant, int64_t topk, int6
   // At least the default's need too: the shared contract check asks for it.
   const int64_t dflt = static_cast<int64_t>(
       mqa_topk::fused_workspace_bytes<mqa_topk::Sm90FusedDefault>(static_cast<int>(topk), sms));
+  if (variant >= kFirstV3 && variant <= kLastV3)
+    return std::max(dflt, fused_v3_probe_workspace_bytes(variant, topk, sms));
   return std::max(dflt, with_variant(variant, [&](auto cfg) {
     return static_cast<int64_t>(mqa_topk::fused_workspace_bytes<decltype(cfg)>(static_cast<int>(topk), sms));
   }));
@@ -66,6 +73,15 @@ void fused_mqa_topk_probe(int64_t variant, const at::Tensor& q, const at::Tensor
   const c10::cuda::CUDAGuard guard(q.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(q.device().index());
   int map_error = 0;
+  if (variant >= kFirstV3 && variant <= kLastV3) {
+    const cudaError_t err = fused_v3_probe_launch(variant, q.data_ptr(), a.keys ? k.data_ptr() : nullptr,
+                                                  a.keys ? scales.data_ptr<float>() : nullptr, weights.data_ptr<float>(),
+                                                  starts.data_ptr<int>(), ends.data_ptr<int>(), output.data_ptr<int>(),
+                                                  workspace.data_ptr(), a.rows, a.keys, a.topk, a.num_sms, stream,
+                                                  &map_error, a.probe, a.target);
+    fused_mqa_topk_report(err, map_error);
+    return;
+  }
   const cudaError_t err = with_variant(variant, [&](auto cfg) {
     using Cfg = decltype(cfg);
     return launch_sm90_fused_mqa_topk<Cfg>(q.data_ptr(), a.keys ? k.data_ptr() : nullptr,

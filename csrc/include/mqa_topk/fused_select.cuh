@@ -64,6 +64,62 @@ __device__ __forceinline__ uint32_t ld_u32(const uint32_t* p) {
   else return *p;
 }
 
+// A row's candidates in up to 8 segments (the v3 kernel keeps one per math
+// warp that holds the row), traversed with 4 lanes per segment: lane l reads
+// segment l / 4. Each lane carries its own segment and the largest count (the
+// warp-uniform loop bound), so a pass over 8 segments of ~n/8 entries has as
+// many loads in flight as a pass over one segment of n. Global buffers,
+// 16-byte aligned, capacity a multiple of 4 (the vector passes may read whole
+// uint4 groups past a count, masked). The visiting order (batch, step, lane)
+// is fixed, so everything derived from it is deterministic.
+struct SegLanes {
+  const uint32_t* key;  // this lane's segment: keys
+  const uint32_t* idx;  // and indices
+  int n;                // its count
+  int nmax;             // the largest count of the warp's segments
+};
+
+// The SegLanes of segments seg0 + i * stride (i < nseg <= 8; indices at +cap
+// words from the keys) with counts cnt[i]; lanes of absent segments get none.
+__device__ __forceinline__ SegLanes make_seg_lanes(const uint32_t* seg0, uint32_t stride, uint32_t cap,
+                                                   const uint32_t* cnt, int nseg, int lane) {
+  const int sg = lane >> 2;
+  const int n = sg < nseg ? static_cast<int>(cnt[sg]) : 0;
+  const uint32_t* kp = seg0 + static_cast<size_t>(sg < nseg ? sg : 0) * stride;
+  return SegLanes{kp, kp + cap, n, static_cast<int>(__reduce_max_sync(0xffffffffu, static_cast<uint32_t>(n)))};
+}
+
+// warp_hist_pass over per-lane segments (scalar loads).
+template <bool kGlobal>
+__device__ __forceinline__ void warp_hist_pass(const SegLanes& s, bool on_idx, uint32_t key_eq, uint32_t mask,
+                                               uint32_t prefix, int shift, uint32_t* hist, int lane) {
+  const int sub = lane & 3;
+#pragma unroll 1
+  for (int j0 = 0; j0 < s.nmax; j0 += 4 * 8) {
+    uint32_t v[8];
+    bool ok[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      const int j = j0 + u * 4 + sub;
+      ok[u] = j < s.n;
+      v[u] = 0;
+      if (ok[u]) {
+        const uint32_t kv = ld_u32<kGlobal>(s.key + j);
+        if (on_idx) {
+          ok[u] = kv == key_eq;
+          v[u] = ld_u32<kGlobal>(s.idx + j);
+        } else {
+          v[u] = kv;
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < 8; ++u)
+      if (ok[u] && (v[u] & mask) == prefix) atomicAdd(hist + ((v[u] >> shift) & 255u), 1u);
+  }
+  __syncwarp();
+}
+
 // Scalar radix pass by a warp (fallback paths and shared-memory scratch):
 // histogram of digit (v >> shift) & 255 over the entries whose masked bits
 // match; v is the key, or the index when on_idx (then only entries with key ==
@@ -158,8 +214,8 @@ __device__ __forceinline__ uint32_t warp_find_digit(uint32_t* hist, uint32_t nee
 // The need-th smallest index among the entries whose key is key_eq (heavy
 // ties), by three 8-bit radix passes over the indices (< 2^24: keys <= 2^22
 // by contract).
-template <bool kGlobal>
-__device__ __forceinline__ uint64_t warp_index_cut(const Segs& s, uint32_t key_eq, uint32_t need, uint32_t* hist,
+template <bool kGlobal, class SS>
+__device__ __forceinline__ uint64_t warp_index_cut(const SS& s, uint32_t key_eq, uint32_t need, uint32_t* hist,
                                                    int lane) {
   uint32_t iprefix = 0, imask = 0, before = 0, nb = 0;
 #pragma unroll 1
@@ -245,6 +301,37 @@ __device__ __forceinline__ void for_each_key4(const Segs& s, int lane, F&& f) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) f(kv[e], j + e < n);
         }
+      }
+    }
+  }
+}
+
+// for_each_key4 over per-lane segments (same loads in flight per lane).
+template <bool kWithIdx = false, class F>
+__device__ __forceinline__ void for_each_key4(const SegLanes& s, int lane, F&& f) {
+  constexpr int G = kWithIdx ? 4 : 8;
+  const int sub = lane & 3;
+#pragma unroll 1
+  for (int j0 = 0; j0 < s.nmax; j0 += 4 * 4 * G) {
+    uint4 v[G], w[G];
+#pragma unroll
+    for (int u = 0; u < G; ++u) {
+      const int j = j0 + (u * 4 + sub) * 4;
+      v[u] = j < s.n ? __ldcg(reinterpret_cast<const uint4*>(s.key + j)) : make_uint4(0, 0, 0, 0);
+      if constexpr (kWithIdx)
+        w[u] = j < s.n ? __ldcg(reinterpret_cast<const uint4*>(s.idx + j)) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < G; ++u) {
+      const int j = j0 + (u * 4 + sub) * 4;
+      const uint32_t kv[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
+      if constexpr (kWithIdx) {
+        const uint32_t iv[4] = {w[u].x, w[u].y, w[u].z, w[u].w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) f(kv[e], iv[e], j + e < s.n);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) f(kv[e], j + e < s.n);
       }
     }
   }
@@ -369,8 +456,8 @@ __device__ __forceinline__ uint64_t warp_select(const Segs& s, uint64_t thr, uin
 
 // Calls f(key) (kWithIdx: f(key, idx)) for every slot of the segments rounded
 // up to 4, padding slots as key 0 (the same loads as for_each_key4).
-template <bool kWithIdx = false, class F>
-__device__ __forceinline__ void for_each_key4_lean(const Segs& s, int lane, F&& f) {
+template <bool kWithIdx = false, class SS, class F>
+__device__ __forceinline__ void for_each_key4_lean(const SS& s, int lane, F&& f) {
   if constexpr (kWithIdx) {
     for_each_key4<true>(s, lane, [&](uint32_t key, uint32_t idx, bool valid) { f(valid ? key : 0u, idx); });
   } else {
@@ -380,7 +467,8 @@ __device__ __forceinline__ void for_each_key4_lean(const Segs& s, int lane, F&& 
 
 // kmax_out (optional): the largest key at or above the threshold's (0 if none);
 // count_out (optional): how many entries have a key at or above it.
-__device__ __forceinline__ uint64_t warp_select_lean(const Segs& s, uint64_t thr, uint32_t k, uint32_t* hist,
+template <class SS>
+__device__ __forceinline__ uint64_t warp_select_lean(const SS& s, uint64_t thr, uint32_t k, uint32_t* hist,
                                                      uint32_t* sk, uint32_t* si, int lane,
                                                      uint32_t* kmax_out = nullptr, uint32_t* count_out = nullptr) {
   const uint32_t tk1 = max(static_cast<uint32_t>(thr >> 32), 1u);
@@ -493,6 +581,49 @@ __device__ __forceinline__ int warp_emit(const Segs& s, uint64_t t, int lane, Em
           if (keep[e]) emit(at++, ks[e], is[e]);
         pos += __shfl_sync(0xffffffffu, incl, 31);
       }
+    }
+  }
+  __syncwarp();
+  return pos;
+}
+
+// warp_emit over per-lane segments: the kept entries in the traversal order
+// (batch, step, lane, entry), numbered from 0 through emit(pos, key, idx).
+// Batch j0 reads slots [j0, j0 + 64) of every segment before it writes, and
+// its kept entries are numbered below 8 (j0 + 64): emit may write entry p to
+// slot p / 8 of any of 8 segments (already read). Returns the count.
+template <class Emit>
+__device__ __forceinline__ int warp_emit(const SegLanes& s, uint64_t t, int lane, Emit&& emit) {
+  int pos = 0;
+  const int sub = lane & 3;
+#pragma unroll 1
+  for (int j0 = 0; j0 < s.nmax; j0 += 4 * 4 * 4) {
+    uint4 kv[4], iv[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int j = j0 + (u * 4 + sub) * 4;
+      kv[u] = j < s.n ? __ldcg(reinterpret_cast<const uint4*>(s.key + j)) : make_uint4(0, 0, 0, 0);
+      iv[u] = j < s.n ? __ldcg(reinterpret_cast<const uint4*>(s.idx + j)) : make_uint4(0, 0, 0, 0);
+    }
+    __syncwarp();  // every read of this step precedes any write below (see the v3 compaction)
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int j = j0 + (u * 4 + sub) * 4;
+      const uint32_t ks[4] = {kv[u].x, kv[u].y, kv[u].z, kv[u].w};
+      const uint32_t is[4] = {iv[u].x, iv[u].y, iv[u].z, iv[u].w};
+      bool keep[4];
+      int mine = 0;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        keep[e] = j + e < s.n && composite(ks[e], is[e]) >= t;
+        mine += keep[e];
+      }
+      const int incl = warp_inclusive_sum(mine, lane);
+      int at = pos + incl - mine;
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (keep[e]) emit(at++, ks[e], is[e]);
+      pos += __shfl_sync(0xffffffffu, incl, 31);
     }
   }
   __syncwarp();
@@ -691,14 +822,14 @@ __host__ __device__ constexpr uint64_t gate_threshold(uint32_t gate_key) {
 // `need` candidates is unsafe (its top-k may hold keys below the gate):
 // nothing is written and false returned (the caller rescans the row).
 // *cands: the candidates counted.
-template <bool kLean, class Out>
-__device__ __forceinline__ bool warp_finish_row(const Segs& s, uint64_t thr, uint32_t k, uint32_t need, bool gated,
+template <bool kLean, class SS, class Out>
+__device__ __forceinline__ bool warp_finish_row(const SS& s, uint64_t thr, uint32_t k, uint32_t need, bool gated,
                                                 int start, uint32_t* hist, uint32_t* sk, uint32_t* si, int lane,
                                                 uint32_t* cands, Out&& out) {
   uint32_t c = 0;
   uint64_t th;
   if constexpr (kLean) th = warp_select_lean(s, thr, k, hist, sk, si, lane, nullptr, &c);
-  else th = warp_select(s, thr, k, hist, sk, si, lane, &c);
+  else th = warp_select(s, thr, k, hist, sk, si, lane, &c);  // Segs only
   *cands = c;
   if (gated && c < need) return false;
   const int pos = warp_emit(s, th, lane, [&](int at, uint32_t key, uint32_t idx) {

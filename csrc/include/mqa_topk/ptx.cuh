@@ -15,6 +15,13 @@
 namespace mqa_topk {
 namespace ptx {
 
+// The lanes below this one (%lanemask_lt): a special register, no register kept live.
+__device__ __forceinline__ uint32_t lanemask_lt() {
+  uint32_t m;
+  asm volatile("mov.u32 %0, %%lanemask_lt;" : "=r"(m));
+  return m;
+}
+
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }

@@ -1,0 +1,21 @@
+// Torch-free translation unit: instantiates the v3 fused kernel (the dense
+// op's main loop; sm90_fused_mqa_topk_v3.cuh) through its host launcher, each
+// configuration the dev probes or the op build, so CI catches a kernel that
+// does not compile for sm_90a. Nothing is launched.
+#include "mqa_topk/sm90_fused_mqa_topk_v3.cuh"
+
+template <class Cfg>
+cudaError_t ci_launch_v3() {
+  return mqa_topk::launch_sm90_fused_mqa_topk_v3<Cfg>(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                                      nullptr, 0, 0, 2048, 132, nullptr);
+}
+template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3S8>();
+template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3S7Sets2>();
+
+// The segment capacity: the v2 kernel's bytes per row, a multiple of 4.
+static_assert(mqa_topk::Sm90FusedV3S8::cap(2048) == 992 && mqa_topk::Sm90FusedV3S8::cap(1024) == 736 &&
+                  mqa_topk::Sm90FusedV3S8::cap(512) == 608,
+              "v3 segment capacity");
+static_assert(8 * mqa_topk::Sm90FusedV3S8::cap(2048) == 2 * mqa_topk::Sm90FusedGated::cap(2048),
+              "v3 workspace per row = v2's");
+template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3Lean8>();

@@ -1,0 +1,728 @@
+// sm90_fused_mqa_topk_v3: the fused FP8 MQA logits + exact per-row top-k on
+// the dense op's main loop (issue 9 / 10: "the fused kernel on a v2 main
+// loop"). Hopper (sm_90a), torch-free.
+//
+// Logits: the structure of sm90_fp8_mqa_logits_v2.cuh (Sm90LogitsV2Default):
+// 8-row blocks on four math warpgroups at wgmma N = 128 ("row groups":
+// warpgroup wg = 2 rg + kg takes rows [4 rg, +4) x keys [64 kg, +64) of a
+// 128-key tile), setmaxnreg 112 / 32, the block's weights in registers, the
+// lean tile path (warp-uniform 32-bit descriptor words), the same per-element
+// arithmetic and reduction tree (logits_epilogue_reduce_w), so every logit is
+// bitwise equal to the dense op's and the index sets are identical.
+//
+// Selection (the v2 design of sm90_fused_mqa_topk.cuh: sample gate, fixed-gate
+// scan, one exact select per row at the block end, redo of unsafe rows),
+// rebuilt for this structure:
+// - Row groups are independent: every cross-warp step (gate, compaction
+//   check, block end) is a named barrier of the row group's 8 warps; the two
+//   row groups share only the producer, the K ring and the Q buffers.
+// - Per-warp candidate segments: after the reduce-scatter a lane holds one row
+//   (4 rg + quad) and two keys of a tile, so warp w of warpgroup (rg, kg)
+//   sees 16 keys of every tile for each of its 4 rows. It appends what passes
+//   its lane's threshold to its own segment of the row (segment kg * 4 + w of
+//   8), slots from its own ballot: no per-tile exchange, no barrier, and the
+//   contents are deterministic (tile order, then lane order).
+// - Compaction (rare: ties at the gate, relu-saturated rows, redone rows): every
+//   kCheckTiles tiles the row group compares its segment counts with
+//   cap - 16 kCheckTiles (what one segment can take before the next check);
+//   for a row past it, one warp selects the exact k-th composite over the
+//   row's 8 segments (a safe running threshold: the k-th largest of a subset
+//   of the row) and re-emits what is at or above it round-robin over the 8
+//   segments (entry p to segment p mod 8, slot p / 8: in place, since a slot
+//   is written only after the traversal has read it), so every segment ends
+//   far below the trigger whatever the distribution over warps.
+// - Gate: the sample tiles' candidates are appended with no threshold; each
+//   thread keeps its 4 largest keys of the row (64 threads x 4 = the row's
+//   256-key list) and the tile maxima go to shared memory; one warp per row
+//   ranks the gate (fused_select.cuh: gate_rank, warp_gate_key); each warp
+//   then drops its sample entries below it (in place, its own segments).
+// - Block end: one warp per row (warp r of the row group's first warpgroup)
+//   runs warp_finish_row over the row's 8 segments (fused_select.cuh,
+//   SegLanes: 4 lanes per segment, as many loads in flight as over one).
+//   kSets = 2 keeps two candidate sets, so the second warpgroup of each row
+//   group starts the next block while the first selects.
+// Work, tile walk, redo queue and workspace header as in sm90_fused_mqa_topk.cuh.
+// Workspace: 128-byte header + kSets x num_sms x 8 rows x 8 segments x
+// (keys, indices) x cap words, cap = (k + 1920) / 4 rounded to 4: the same
+// bytes as the v2 kernel's per row.
+#pragma once
+
+#include <type_traits>
+
+#include "fused_select.cuh"
+#include "sm90_fp8_mqa_logits_v2.cuh"
+#include "sm90_fused_mqa_topk.cuh"
+
+namespace mqa_topk {
+
+// kLeanProducer: one producer warp (544 threads) and no setmaxnreg, so every
+// thread gets 120 registers (65536 / 544) instead of the math warps' 112.
+// kSmemWeights: the epilogue reads the block's weights from shared memory
+// (8 x 16-byte loads per tile, each lane's 32 weights laid out contiguously at
+// the block start) instead of holding them in 32 registers: with the
+// selection's state the registers of the dense kernel's tile loop would spill.
+// Block-level control words in shared memory: the sample tiles' maxima (the
+// gate's position cap) and the redo queue (the producer pops entries in order).
+struct FusedV3Ctl {
+  uint32_t tile_max[8][32];
+  int rq_b[16];
+  uint32_t rq_mask[16];
+  int rq_valid[16];
+  int rq_reserve;
+  int halves_done;  // block halves (row groups) finished: rows written or queued for a redo
+};
+
+// Queues a redo of block b's rows `mask` (one thread; none when 0), then counts
+// one row group's half of the block as finished.
+__device__ __forceinline__ void fused_v3_half_finished(FusedV3Ctl* ctl, int b, uint32_t mask) {
+  volatile FusedV3Ctl* v = ctl;
+  if (mask) {
+    const int at = atomicAdd(&ctl->rq_reserve, 1) & 15;
+    v->rq_b[at] = b;
+    v->rq_mask[at] = mask;
+    __threadfence_block();
+    v->rq_valid[at] = 1;
+  }
+  __threadfence_block();
+  atomicAdd(&ctl->halves_done, 1);
+}
+
+template <int kNumStages_, int kSets_ = 1, int kCheckTiles_ = 8, bool kLeanProducer_ = false,
+          bool kSmemWeights_ = true>
+struct Sm90FusedV3Config {
+  static constexpr bool kLeanProducer = kLeanProducer_;
+  static constexpr bool kSmemWeights = kSmemWeights_;
+  // The dense op's configuration (constants and MMA shape only).
+  using Logits = Sm90LogitsV2Config<8, 4, 8, 0, 112, 1, true, 2, true, true>;
+  static constexpr int kNumStages = kNumStages_;
+  static constexpr int kSets = kSets_;
+  static constexpr int kCheckTiles = kCheckTiles_;
+  static constexpr int kBlockRows = 8;
+  static constexpr int kSegs = 8;             // candidate segments per row (its 8 warps)
+  static constexpr int kMathWarpgroups = 4;
+  static constexpr int kThreads = kLeanProducer ? 544 : 640;
+  static constexpr int kMathThreads = 512;
+  static constexpr int kMathRegs = 112;
+  static constexpr int kProducerRegs = 32;
+  static constexpr int kBlockKeys = 128;
+  static constexpr int kKTileBytes = Logits::kKTileBytes;    // 16 KB
+  static constexpr int kQTileBytes = Logits::kQTileBytes;    // 32 KB (8 rows x 32 heads)
+  static constexpr int kScaleBytes = Logits::kScaleBytes;    // 512 B
+  static constexpr int kWeightBytes = Logits::kWeightBytes;  // 1 KB
+  static constexpr int kOffK = 0;
+  static constexpr int kOffQ = kOffK + kNumStages * kKTileBytes;
+  static constexpr int kOffScales = kOffQ + 2 * kQTileBytes;
+  static constexpr int kOffWeights = kOffScales + kNumStages * kScaleBytes;
+  static constexpr int kOffHist = kOffWeights + 2 * kWeightBytes;                    // [row][256]
+  static constexpr int kOffScratch = kOffHist + 8 * 256 * 4;                          // [row][key|idx][kScratch]
+  static constexpr int kOffSegCnt = kOffScratch + 8 * 2 * fused_detail::kScratch * 4;  // [set][row][seg]
+  static constexpr int kOffThr = kOffSegCnt + kSets * 8 * kSegs * 4;                   // [set][row] u64
+  static constexpr int kOffSlot = kOffThr + kSets * 8 * 8;                             // [2][8] int
+  static constexpr int kOffRedo = kOffSlot + 2 * 8 * 4;                               // [set][rg] u32
+  // kSmemWeights: each lane's 32 weights of the block, contiguous ([qb][rg][quad][r][jj]: 8 x 16 B).
+  static constexpr int kOffWl = kOffRedo + 2 * 2 * 4 + 8;  // (16-byte aligned below)
+  static constexpr int kOffWlA = (kOffWl + 15) / 16 * 16;
+  static constexpr int kOffCtl = kOffWlA + (kSmemWeights ? 2 * 2 * 4 * 32 * 4 : 0);
+  static constexpr int kOffBars = kOffCtl + (static_cast<int>(sizeof(FusedV3Ctl)) + 7) / 8 * 8;
+  static constexpr int kNumBars = 2 * kNumStages + 4;
+  static constexpr int kSmemBytes = kOffBars + kNumBars * 8 + 1024;
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory per CTA");
+  static_assert(kSets == 1 || kSets == 2, "one or two candidate sets");
+  static_assert(kCheckTiles >= 1 && kCheckTiles <= 16, "compaction check interval");
+  static_assert(kLeanProducer ||
+                    kMathRegs * kMathThreads + kProducerRegs * 128 <= ((65536 / kThreads) & ~7) * kThreads,
+                "setmaxnreg split exceeds the CTA's registers");
+  // Candidates per (row, warp) segment: the v2 kernel's two (k + 1920) per row
+  // spread over 8 segments; the trigger (cap - 16 kCheckTiles) stays above a
+  // sample's 16 x kMaxSampleTiles entries and above k / 8 (a compacted row).
+  static constexpr int cap(int topk) { return ((topk + 1920) / 4 + 3) & ~3; }
+  static_assert(cap(512) - 16 * kCheckTiles > 16 * fused_detail::kMaxSampleTiles, "sample fits under the trigger");
+};
+
+template <class Cfg>
+inline size_t fused_v3_workspace_bytes(int topk, int num_sms) {
+  return kFusedHeaderBytes + size_t(Cfg::kSets) * size_t(num_sms) * 8 * Cfg::kSegs * 2 * size_t(Cfg::cap(topk)) * 4;
+}
+
+// The candidate set at word offset set_off of the workspace.
+__device__ __forceinline__ uint32_t* ws_cta_base(const Sm90FusedParams& p, uint32_t set_off) { return p.ws + set_off; }
+
+// The sample rank of a v3 row's gate: m sample entries (every in-range key of
+// the block's first ns tiles) of the row's n keys; 0 for no gate (the row is
+// short, or the sample is most of it). As gate_rank, without the 256-key list
+// limit: the v3 gate is the exact rank over the sample's entries.
+__host__ __device__ inline uint32_t gate_rank_v3(uint32_t m, uint32_t n, uint32_t target) {
+  if (m == 0 || n <= target) return 0;
+  uint64_t rho = (static_cast<uint64_t>(target) * m + n - 1) / n;
+  if (rho < static_cast<uint64_t>(fused_detail::kMinGateRank)) rho = fused_detail::kMinGateRank;
+  if (rho >= m) return 0;
+  return static_cast<uint32_t>(rho);
+}
+
+// The gate of row r (one warp, after the row group's sample counts are in
+// segcnt): the key of sample rank rho = gate_rank_v3 among the row's sample
+// entries (the exact select over its 8 segments), capped at the C-th largest
+// of the sample tiles' maxima (C = min(4, ns): scores correlated with position
+// make the keys of one tile alike, and a gate inside the top sampled tile
+// would keep too few; fused_select.cuh, warp_gate_key). Sets thr_s[r] and
+// clears the tile maxima; returns whether the row is gated.
+template <class Cfg>
+__device__ __forceinline__ bool fused_v3_gate(const Sm90FusedParams& p, const uint32_t* ws_set,
+                                              const uint32_t* segcnt, unsigned long long* thr_s, FusedV3Ctl* ctl,
+                                              uint32_t* hist_all, uint32_t* scratch_all, unsigned long long* stats,
+                                              int b, int r, uint32_t active, int ns) {
+  using namespace fused_detail;
+  constexpr int NS = Cfg::kSegs;
+  const int lane = threadIdx.x & 31;
+  const int row = b * 8 + r;
+  const uint32_t seg_stride = 2u * static_cast<uint32_t>(p.cap);
+  uint32_t* hist = hist_all + r * 256;
+  uint32_t* sk = scratch_all + r * 2 * kScratch;
+  uint32_t* si = sk + kScratch;
+  int start_unused;
+  const uint32_t n = row < p.rows ? static_cast<uint32_t>(row_length(p, row, &start_unused)) : 0u;
+  uint32_t m = lane < NS ? segcnt[r * NS + lane] : 0u;
+  m = __reduce_add_sync(0xffffffffu, m);
+  const uint32_t target = static_cast<uint32_t>(p.target > 0 ? p.target : fused_gate_target(p.topk));
+  const uint32_t rho = p.probe != 1 && ((active >> r) & 1u) ? gate_rank_v3(m, n, target) : 0u;
+  uint32_t gk = 0;
+  if (rho) {
+    const SegLanes sl = make_seg_lanes(ws_set + size_t(r * NS) * seg_stride, seg_stride,
+                                       static_cast<uint32_t>(p.cap), segcnt + r * NS, NS, lane);
+    const uint64_t th = warp_select_lean(sl, 0, rho, hist, sk, si, lane);
+    gk = static_cast<uint32_t>(th >> 32);
+    const uint32_t c = static_cast<uint32_t>(ns < kMinGateTiles ? ns : kMinGateTiles);
+    const uint32_t tcap = warp_rank_key<32>(ctl->tile_max[r], c, lane);
+    gk = gk < tcap ? gk : tcap;
+  }
+  __syncwarp();
+  ctl->tile_max[r][lane] = 0;
+  __syncwarp();
+  if (lane == 0 && gk) {
+    const unsigned long long g = gate_threshold(gk);
+    if (thr_s[r] < g) thr_s[r] = g;
+    if (p.probe == 2) atomicAdd(stats + 9, 1ull);
+  }
+  return gk != 0;
+}
+
+// The row group's compaction check (all 8 warps of row group rg, every
+// kCheckTiles tiles): each warp publishes its 4 rows' segment counts; for a
+// row with a segment past cap - 16 kCheckTiles, its selector warp finds the
+// exact k-th composite over the row's 8 segments (at or above the row's
+// threshold; a safe running threshold) and re-emits every entry at or above it
+// round-robin over the segments (entry p to segment p mod 8, slot p / 8; in
+// place, see warp_emit over SegLanes), so each segment then holds at most
+// ceil(k / 8). The lanes of a compacted row take the new count and threshold.
+template <class Cfg>
+__device__ __forceinline__ void fused_v3_check_compact(const Sm90FusedParams& p, uint32_t* ws_set, uint32_t* segcnt,
+                                                       unsigned long long* thr_s, uint32_t* hist_all,
+                                                       uint32_t* scratch_all, unsigned long long* stats, int rg,
+                                                       int warp_in_wg, int seg, bool selector, uint32_t& cnt,
+                                                       uint64_t& thr) {
+  using namespace fused_detail;
+  constexpr int NS = Cfg::kSegs;
+  const int lane = threadIdx.x & 31;
+  const uint32_t trigger = static_cast<uint32_t>(p.cap - 16 * Cfg::kCheckTiles);
+  if (lane < 4) segcnt[(4 * rg + lane) * NS + seg] = cnt;  // lane l holds row 4 rg + l's count
+  ptx::named_barrier_sync(5 + rg, 256);
+  // Lane l reads row 4 rg + (l & 3), segment l >> 2: the 32 counts of the group.
+  const uint32_t c = segcnt[(4 * rg + (lane & 3)) * NS + (lane >> 2)];
+  const uint32_t over = __ballot_sync(0xffffffffu, c > trigger);
+  if (over == 0) return;  // uniform over the row group (same counts)
+  const long long t_c = clock64();
+  const int sel_row = 4 * rg + warp_in_wg;
+  if (selector && (over & (0x11111111u << warp_in_wg))) {
+    const uint32_t seg_stride = 2u * static_cast<uint32_t>(p.cap);
+    uint32_t* seg0 = ws_set + size_t(sel_row * NS) * seg_stride;
+    uint32_t* hist = hist_all + sel_row * 256;
+    uint32_t* sk = scratch_all + sel_row * 2 * kScratch;
+    uint32_t* si = sk + kScratch;
+    const SegLanes sl = make_seg_lanes(seg0, seg_stride, static_cast<uint32_t>(p.cap), segcnt + sel_row * NS, NS,
+                                       lane);
+    uint32_t c_row = 0;
+    const uint64_t th =
+        warp_select_lean(sl, thr_s[sel_row], static_cast<uint32_t>(p.topk), hist, sk, si, lane, nullptr, &c_row);
+    const int kept = warp_emit(sl, th, lane, [&](int at, uint32_t key, uint32_t idx) {
+      uint32_t* d = seg0 + size_t(at & (NS - 1)) * seg_stride + (at >> 3);
+      __stcg(d, key);
+      __stcg(d + p.cap, idx);
+    });
+    __syncwarp();
+    if (lane < NS) segcnt[sel_row * NS + lane] = static_cast<uint32_t>((kept + NS - 1 - lane) / NS);
+    if (lane == 0) {
+      thr_s[sel_row] = th;
+      if (p.probe == 2) {
+        atomicAdd(stats + 0, 1ull);
+        atomicAdd(stats + 1, static_cast<unsigned long long>(c_row));
+      }
+    }
+    __threadfence_block();
+  }
+  ptx::named_barrier_sync(5 + rg, 256);
+  if (over & (0x11111111u << (lane & 3))) {  // this lane's row was compacted: new count and threshold
+    const int my_row = 4 * rg + (lane & 3);
+    cnt = segcnt[my_row * NS + seg];
+    thr = thr_s[my_row];
+  }
+  if (p.probe == 2 && lane == 0) atomicAdd(stats + 3, static_cast<unsigned long long>(clock64() - t_c));
+}
+
+// The call the tile loops make every kCheckTiles tiles: not inlined, so the
+// compaction's code and the values only it needs (shared-memory pointers, the
+// lane's role) stay out of the tile loop's registers, which are at their cap
+// (64 accumulators + 32 weights); everything is re-derived here from the
+// thread index, the kernel parameters and the candidate set. Returns the lane's
+// (count, threshold low, threshold high).
+template <class Cfg>
+__device__ __noinline__ uint4 fused_v3_check_call(const Sm90FusedParams* pp, int cs, uint32_t cnt, uint32_t thr_lo,
+                                                  uint32_t thr_hi) {
+  const Sm90FusedParams& p = *pp;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
+  const int tid = threadIdx.x;
+  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
+  const int rg = wg >> 1, kg = wg & 1, warp_in_wg = (tid >> 5) & 3;
+  const size_t set_words = size_t(8) * Cfg::kSegs * 2 * size_t(p.cap);
+  uint32_t* ws_set = p.ws + (size_t(blockIdx.x) * Cfg::kSets + cs) * set_words;
+  uint32_t* segcnt = reinterpret_cast<uint32_t*>(smem + Cfg::kOffSegCnt) + cs * 8 * Cfg::kSegs;
+  unsigned long long* thr_s = reinterpret_cast<unsigned long long*>(smem + Cfg::kOffThr) + cs * 8;
+  uint64_t thr = (static_cast<uint64_t>(thr_hi) << 32) | thr_lo;
+  fused_v3_check_compact<Cfg>(p, ws_set, segcnt, thr_s, reinterpret_cast<uint32_t*>(smem + Cfg::kOffHist),
+                              reinterpret_cast<uint32_t*>(smem + Cfg::kOffScratch),
+                              reinterpret_cast<unsigned long long*>(p.counter) + 1, rg, warp_in_wg,
+                              kg * 4 + warp_in_wg, kg == 0, cnt, thr);
+  return make_uint4(cnt, static_cast<uint32_t>(thr), static_cast<uint32_t>(thr >> 32), 0u);
+}
+
+template <class Cfg>
+__device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUtensorMap& tm_k,
+                                              const CUtensorMap& tm_scales, const CUtensorMap& tm_weights,
+                                              const Sm90FusedParams& p) {
+  using L = typename Cfg::Logits;
+  using namespace fused_detail;
+  constexpr int S = Cfg::kNumStages;
+  constexpr int R = 8;
+  constexpr int NS = Cfg::kSegs;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + Cfg::kOffBars);
+  uint64_t* full = bars;
+  uint64_t* empty = bars + S;
+  uint64_t* q_full = bars + 2 * S;
+  uint64_t* q_empty = bars + 2 * S + 2;
+  uint32_t* hist_all = reinterpret_cast<uint32_t*>(smem + Cfg::kOffHist);
+  uint32_t* scratch_all = reinterpret_cast<uint32_t*>(smem + Cfg::kOffScratch);
+  uint32_t* segcnt_all = reinterpret_cast<uint32_t*>(smem + Cfg::kOffSegCnt);
+  unsigned long long* thr_all = reinterpret_cast<unsigned long long*>(smem + Cfg::kOffThr);
+  volatile int* slot = reinterpret_cast<volatile int*>(smem + Cfg::kOffSlot);  // [2][8]
+  uint32_t* redo_rg = reinterpret_cast<uint32_t*>(smem + Cfg::kOffRedo);       // [set][rg]: rows found unsafe
+  FusedV3Ctl* ctl = reinterpret_cast<FusedV3Ctl*>(smem + Cfg::kOffCtl);
+  volatile FusedV3Ctl* ctl_v = ctl;
+
+  const int tid = threadIdx.x;
+  const int wg = tid / 128;
+  const int lane = tid & 31;
+  if (tid == 0) init_pipeline_barriers<S, Cfg::kMathThreads / 32>(full, empty, q_full, q_empty);
+  for (int i = tid; i < 8 * 256; i += Cfg::kThreads) hist_all[i] = 0;
+  for (int i = tid; i < Cfg::kSets * 8; i += Cfg::kThreads) thr_all[i] = 0;
+  if (tid < 4) redo_rg[tid] = 0;
+  for (int i = tid; i < static_cast<int>(sizeof(FusedV3Ctl) / 4); i += Cfg::kThreads)
+    reinterpret_cast<uint32_t*>(ctl)[i] = 0;
+  __syncthreads();
+
+  const int nblocks = (p.rows + R - 1) / R;
+  const int k = p.topk;
+  const int cap = p.cap;
+  const size_t set_words = size_t(8) * NS * 2 * size_t(cap);
+  unsigned long long* stats = reinterpret_cast<unsigned long long*>(p.counter) + 1;
+  uint32_t* ws_cta = p.ws + size_t(blockIdx.x) * Cfg::kSets * set_words;
+
+  if (wg == Cfg::kMathWarpgroups) {
+    // ---------------- producer warpgroup ----------------
+    if constexpr (!Cfg::kLeanProducer) ptx::setmaxnreg_dec<Cfg::kProducerRegs>();
+    if (tid != Cfg::kMathThreads) {
+      // The producer warpgroup's other threads check the row ranges (range_check.cuh) and leave.
+      constexpr int kCheckLo = Cfg::kLeanProducer ? Cfg::kMathThreads + 1 : Cfg::kMathThreads + 32;
+      constexpr int kCheckers = Cfg::kThreads - kCheckLo;
+      check_row_ranges(p.err, p.starts, p.ends, p.rows, p.keys, kKernelFused,
+                       range_checker_index(tid, kCheckLo, kCheckers), gridDim.x * kCheckers);
+      return;
+    }
+    ptx::prefetch_tensor_map(&tm_q);
+    ptx::prefetch_tensor_map(&tm_k);
+    ptx::prefetch_tensor_map(&tm_scales);
+    ptx::prefetch_tensor_map(&tm_weights);
+    int it = 0, issued = 0, head = 0;
+    const Sm90LogitsParams lp{p.starts, p.ends, nullptr, 0, p.rows, p.keys};
+    auto pop_redo = [&](int& b, uint32_t& mask) {
+      const int at = head & 15;
+      if (!ctl_v->rq_valid[at]) return false;
+      __threadfence_block();
+      b = ctl_v->rq_b[at];
+      mask = ctl_v->rq_mask[at];
+      ctl_v->rq_valid[at] = 0;
+      ++head;
+      return true;
+    };
+    for (int qi = 0;; ++qi) {
+      const int qb = qi & 1;
+      ptx::mbar_wait(q_empty + qb, ((qi >> 1) & 1) ^ 1);
+      // Claim the next block only once its Q buffer is free (one block ahead).
+      int b = -1;
+      uint32_t active = 0xffu;
+      // A redo is a rescan with no gate (a gated redo of a block whose rows all
+      // failed would fail again, forever).
+      bool redo = pop_redo(b, active);
+      bool have = redo;
+      if (!have) {
+        const int w = atomicAdd(p.counter, 1);
+        if (w < nblocks) {
+          b = nblocks - 1 - w;
+          have = true;
+        } else {
+          // No new block: a block still in flight may yet need a redo (each
+          // row group reports its half of a block).
+          while (ctl_v->halves_done < 2 * issued) __nanosleep(256);
+          redo = have = pop_redo(b, active);
+        }
+      }
+      if (!have) {
+        slot[8 * qb] = -1;
+        ptx::mbar_arrive(q_full + qb);
+        return;
+      }
+      ++issued;
+      int lo, hi;
+      const int nt = block_span<R, Cfg::kBlockKeys>(lp, b, lo, hi);
+      const int stride = tile_stride(nt);
+      slot[8 * qb + 0] = b;
+      slot[8 * qb + 1] = lo;
+      slot[8 * qb + 2] = nt;
+      slot[8 * qb + 3] = stride;
+      slot[8 * qb + 4] = !redo ? fused_sample_tiles(nt, k, p.target) : 0;
+      slot[8 * qb + 5] = static_cast<int>(active);
+      if (nt == 0) {  // every row empty: the consumers only write -1
+        ptx::mbar_arrive(q_full + qb);
+        continue;
+      }
+      ptx::mbar_arrive_expect_tx(q_full + qb, Cfg::kQTileBytes + Cfg::kWeightBytes);
+      ptx::tma_load_2d(smem + Cfg::kOffQ + qb * Cfg::kQTileBytes, &tm_q, q_full + qb, 0, b * R * 32);
+      ptx::tma_load_2d(smem + Cfg::kOffWeights + qb * Cfg::kWeightBytes, &tm_weights, q_full + qb, 0, b * R);
+      for (int t = 0, tp = nt - 1; t < nt; ++t, ++it, tp = next_tile(tp, nt, stride)) {
+        const int stage = it % S;
+        ptx::mbar_wait(empty + stage, ((it / S) & 1) ^ 1);
+        ptx::mbar_arrive_expect_tx(full + stage, Cfg::kKTileBytes + Cfg::kScaleBytes);
+        const int key0 = lo + tp * Cfg::kBlockKeys;
+        ptx::tma_load_2d(smem + Cfg::kOffK + stage * Cfg::kKTileBytes, &tm_k, full + stage, 0, key0);
+        ptx::tma_load_2d(smem + Cfg::kOffScales + stage * Cfg::kScaleBytes, &tm_scales, full + stage, key0, 0);
+      }
+    }
+  }
+
+  // ---------------- math warpgroups ----------------
+  if constexpr (!Cfg::kLeanProducer) ptx::setmaxnreg_inc<Cfg::kMathRegs>();
+  // The warpgroup index through a shuffle from lane 0: warp-uniform, so the
+  // descriptor words derived from it stay in uniform registers.
+  const int wg_u = __shfl_sync(0xffffffffu, wg, 0);
+  const int rg = wg_u >> 1, kg = wg_u & 1;  // row group, key group
+  const int warp_in_wg = (tid >> 5) & 3;
+  const int quad = lane & 3;
+  const int my_row = 4 * rg + quad;          // the block row this lane holds after the reduce-scatter
+  const int seg = kg * 4 + warp_in_wg;       // this warp's segment of each of its rows
+  const bool selector = kg == 0;             // warp warp_in_wg of the first warpgroup selects row 4 rg + warp_in_wg
+  const int sel_row = 4 * rg + warp_in_wg;
+  const int bar_rg = 5 + rg;                 // named barrier of the row group (8 warps)
+  const uint32_t a_lo0 = desc_lo_k128_sw128(smem + Cfg::kOffK + kg * 64 * 128);
+  const uint32_t b_lo0 = desc_lo_k128_sw128(smem + Cfg::kOffQ + rg * L::kN * 128);
+  const uint32_t seg_stride = 2u * static_cast<uint32_t>(p.cap);  // words from one segment of a row to the next
+
+  const long long t_start = clock64();
+  int it = 0;
+  for (int qi = 0;; ++qi) {
+    const int qb = qi & 1;
+    const int cs = Cfg::kSets == 2 ? qi & 1 : 0;
+    ptx::mbar_wait(q_full + qb, (qi >> 1) & 1);
+    const int b = slot[8 * qb];
+    if (b < 0) {
+      if (p.probe == 2 && lane == 0) atomicAdd(stats + 6, static_cast<unsigned long long>(clock64() - t_start));
+      break;
+    }
+    const int nt = slot[8 * qb + 2], stride = slot[8 * qb + 3];
+    const int ns = slot[8 * qb + 4];
+    const uint32_t active = static_cast<uint32_t>(slot[8 * qb + 5]);
+    // Row r's segment s (of set cs): keys at word (r * NS + s) * seg_stride of
+    // the set, indices + cap; this lane's own segment as a 32-bit word offset
+    // from p.ws (registers are at their cap in the tile loop).
+    const uint32_t set_off = (blockIdx.x * Cfg::kSets + cs) * static_cast<uint32_t>(set_words);
+    const uint32_t my_off = set_off + static_cast<uint32_t>(my_row * NS + seg) * seg_stride;
+    uint32_t* segcnt = segcnt_all + cs * 8 * NS;     // [row][seg]
+    unsigned long long* thr_s = thr_all + cs * 8;    // [row]
+
+    // This lane's row: the keys [rs, rs + len) (relative test: ka - rs < len, unsigned).
+    const int row_g = b * R + my_row;
+    int rs = 0, re = 0;
+    if (row_g < p.rows && ((active >> my_row) & 1u) && p.probe != 1) {
+      rs = __ldg(p.starts + row_g);
+      re = __ldg(p.ends + row_g);
+      clamp_row_range(rs, re, p.keys);
+    }
+    const uint32_t len = static_cast<uint32_t>(re - rs);
+    // ka of tile tp = key_base + tp * 128 (this lane's first key; the second is + 8).
+    const int key_base = slot[8 * qb + 1] + kg * 64 + warp_in_wg * 16 + (lane >> 2);
+    bool row_gated = false;  // selector warps: row sel_row has a gate in this block
+    uint32_t cnt = 0;        // entries of this lane's row in this warp's segment
+    uint64_t thr = 0;        // this lane's row threshold: candidates have composite > thr
+    float2 wreg[Cfg::kSmemWeights ? 1 : 4][4];
+    // kSmemWeights: this lane's copy of its 32 weights (the 64 lanes of a (row
+    // group, quad) write the same values to the same slot, and each reads back
+    // only its own writes: no barrier).
+    float4* wl = reinterpret_cast<float4*>(smem + Cfg::kOffWlA) + ((qb * 2 + rg) * 4 + quad) * 8;
+    if (nt > 0) {
+      const float2* w2 = reinterpret_cast<const float2*>(smem + Cfg::kOffWeights + qb * Cfg::kWeightBytes) + rg * 64;
+      if constexpr (Cfg::kSmemWeights) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+#pragma unroll
+          for (int jj = 0; jj < 4; jj += 2) {
+            const float2 a = w2[r * 16 + jj * 4 + quad], c = w2[r * 16 + (jj + 1) * 4 + quad];
+            wl[r * 2 + jj / 2] = make_float4(a.x, a.y, c.x, c.y);
+          }
+      } else {
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+#pragma unroll
+          for (int jj = 0; jj < 4; ++jj) wreg[r][jj] = w2[r * 16 + jj * 4 + quad];
+      }
+    }
+
+    // One key tile: MMA, epilogue, filter, appends to this warp's segments.
+    // kSample: also the tile's largest key per row (the gate's position cap).
+    auto tile = [&](auto sample_tag, int t, int tp) {
+      constexpr bool kSample = decltype(sample_tag)::value;
+      const int stage = it % S;
+      ptx::mbar_wait(full + stage, (it / S) & 1);
+      float acc[L::kAcc];
+      logits_tile_mma_lo<L>(acc, a_lo0 + stage * (Cfg::kKTileBytes >> 4), b_lo0 + qb * (Cfg::kQTileBytes >> 4));
+      float scale0, scale1;
+      tile_scales_and_release(smem + Cfg::kOffScales + stage * Cfg::kScaleBytes, (key_base & 127), lane,
+                              empty + stage, scale0, scale1);
+      float fin[2][1];
+      if constexpr (Cfg::kSmemWeights) {
+        float2 w[4][4];
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+#pragma unroll
+          for (int jj = 0; jj < 4; jj += 2) {
+            const float4 v = wl[r * 2 + jj / 2];
+            w[r][jj] = make_float2(v.x, v.y);
+            w[r][jj + 1] = make_float2(v.z, v.w);
+          }
+        logits_epilogue_reduce_w<4>(acc, w, quad, fin);
+      } else {
+        logits_epilogue_reduce_w<4>(acc, wreg, quad, fin);
+      }
+      if (t + 1 == nt) {  // the block's last MMA has read Q
+        __syncwarp();
+        if (lane == 0) ptx::mbar_arrive(q_empty + qb);
+      }
+      const int ka = key_base + tp * Cfg::kBlockKeys, kb = ka + 8;
+      const uint32_t k0 = order_key(fin[0][0] * scale0), k1 = order_key(fin[1][0] * scale1);
+      const bool in0 = static_cast<uint32_t>(ka - rs) < len, in1 = static_cast<uint32_t>(kb - rs) < len;
+      const bool pass0 = in0 && composite(k0, static_cast<uint32_t>(ka)) > thr;
+      const bool pass1 = in1 && composite(k1, static_cast<uint32_t>(kb)) > thr;
+      if constexpr (kSample) {
+        uint32_t mx = max(in0 ? k0 : 0u, in1 ? k1 : 0u);
+        mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+        mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+        mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+        if (lane < 4 && mx) atomicMax(&ctl->tile_max[4 * rg + lane][t], mx);
+      }
+      const uint32_t qmask = 0x11111111u << quad;
+      const uint32_t m0 = __ballot_sync(0xffffffffu, pass0) & qmask;
+      const uint32_t m1 = __ballot_sync(0xffffffffu, pass1) & qmask;
+      const uint32_t lt = ptx::lanemask_lt();
+      const uint32_t n0 = __popc(m0);
+      uint32_t* base = p.ws + my_off + cnt;
+      if (pass0) {
+        const uint32_t at = __popc(m0 & lt);
+        __stcg(base + at, k0);
+        __stcg(base + p.cap + at, static_cast<uint32_t>(ka));
+      }
+      if (pass1) {
+        const uint32_t at = n0 + __popc(m1 & lt);
+        __stcg(base + at, k1);
+        __stcg(base + p.cap + at, static_cast<uint32_t>(kb));
+      }
+      cnt += n0 + __popc(m1);
+      ++it;
+    };
+
+    auto check = [&]() {
+      const uint4 r = fused_v3_check_call<Cfg>(&p, cs, cnt, static_cast<uint32_t>(thr), static_cast<uint32_t>(thr >> 32));
+      cnt = r.x;
+      thr = (static_cast<uint64_t>(r.z) << 32) | r.y;
+    };
+    int t = 0, tp = nt - 1;
+#pragma unroll 1
+    for (; t < ns; ++t, tp = next_tile(tp, nt, stride)) {
+      tile(std::true_type{}, t, tp);
+      if ((t + 1) % Cfg::kCheckTiles == 0 && t + 1 < nt)
+        check();
+    }
+    if (ns > 0) {
+      // ---- the gate of each row from its sample (every in-range key of the first ns tiles) ----
+      const long long t_gate = clock64();
+      if (lane < 4) segcnt[(4 * rg + lane) * NS + seg] = cnt;
+      ptx::named_barrier_sync(bar_rg, 256);
+      if (selector) row_gated = fused_v3_gate<Cfg>(p, ws_cta_base(p, set_off), segcnt, thr_s, ctl, hist_all,
+                                                   scratch_all, stats, b, sel_row, active, ns);
+      ptx::named_barrier_sync(bar_rg, 256);
+      // Drop this warp's sample entries below the gate (its 4 rows' segments, in place).
+      thr = thr_s[my_row];
+      uint32_t* ws_set = ws_cta_base(p, set_off);
+#pragma unroll 1
+      for (int i = 0; i < 4; ++i) {
+        const int r = 4 * rg + i;
+        const uint64_t th = thr_s[r];
+        const uint32_t c = __shfl_sync(0xffffffffu, cnt, i);  // lane i holds row 4 rg + i
+        if (th != 0 && c != 0) {
+          uint32_t* kp = ws_set + size_t(r * NS + seg) * seg_stride;
+          uint32_t* ip = kp + p.cap;
+          const Segs sg{{kp, nullptr}, {ip, nullptr}, {static_cast<int>(c), 0}, 1};
+          const int left = warp_emit(sg, th, lane, [&](int at, uint32_t key, uint32_t idx) {
+            __stcg(kp + at, key);
+            __stcg(ip + at, idx);
+          });
+          if (quad == i) cnt = static_cast<uint32_t>(left);
+        }
+      }
+      if (p.probe == 2 && lane == 0) atomicAdd(stats + 7, static_cast<unsigned long long>(clock64() - t_gate));
+    }
+#pragma unroll 1
+    for (; t < nt; ++t, tp = next_tile(tp, nt, stride)) {
+      tile(std::false_type{}, t, tp);
+      if ((t + 1) % Cfg::kCheckTiles == 0 && t + 1 < nt)
+        check();
+    }
+
+    // ---- block end: one warp per row selects over the row's 8 segments ----
+    if (nt == 0) {  // no tile released the (unloaded) Q buffer
+      __syncwarp();
+      if (lane == 0) ptx::mbar_arrive(q_empty + qb);
+    }
+    if (lane < 4) segcnt[(4 * rg + lane) * NS + seg] = cnt;
+    ptx::named_barrier_sync(bar_rg, 256);  // every append and count of the row group visible
+    if (selector) {
+      const long long t_sel = clock64();
+      const int r = sel_row, row = b * R + r;
+      uint32_t* hist = hist_all + r * 256;
+      uint32_t* sk = scratch_all + r * 2 * kScratch;
+      uint32_t* si = sk + kScratch;
+      bool ok = true;
+      if (((active >> r) & 1u) && row < p.rows) {
+        const uint32_t* seg0 = ws_cta_base(p, set_off) + size_t(r * NS) * seg_stride;
+        const SegLanes sl = make_seg_lanes(seg0, seg_stride, static_cast<uint32_t>(p.cap), segcnt + r * NS, NS, lane);
+        int start;
+        const int n = row_length(p, row, &start);
+        const uint32_t need = min(static_cast<uint32_t>(k), static_cast<uint32_t>(n));
+        int* orow = p.out + size_t(row) * k;
+        uint32_t cands = 0;
+        ok = warp_finish_row<true>(sl, thr_s[r], static_cast<uint32_t>(k), need, row_gated, start, hist, sk, si, lane,
+                                   &cands, [&](int at, int v, uint32_t) { orow[at] = v; });
+        if (p.probe == 2 && lane == 0) {
+          atomicAdd(stats + 4, static_cast<unsigned long long>(cands));
+          atomicAdd(stats + 13, 1ull);
+          if (!ok) atomicAdd(stats + 8, 1ull);
+        }
+      }
+      if (lane == 0) {
+        thr_s[r] = 0;
+        if (!ok) atomicOr(&redo_rg[cs * 2 + rg], 1u << r);
+      }
+      ptx::named_barrier_sync(1 + wg_u, 128);  // the row group's 4 selects are done
+      if ((tid & 127) == 0) {
+        // Each row group reports its half of the block (its rows to redo, if
+        // any); the producer ends once every half it issued has reported.
+        volatile uint32_t* rr = redo_rg + cs * 2 + rg;
+        const uint32_t mask = *rr;
+        *rr = 0;
+        fused_v3_half_finished(ctl, b, mask);
+      }
+      if (p.probe == 2 && lane == 0) atomicAdd(stats + 5, static_cast<unsigned long long>(clock64() - t_sel));
+    }
+    // One candidate set: the next block reuses these segments only after the selects.
+    if constexpr (Cfg::kSets == 1) ptx::named_barrier_sync(bar_rg, 256);
+  }
+}
+
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    sm90_fused_mqa_topk_v3_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+                                  const __grid_constant__ CUtensorMap tm_scales,
+                                  const __grid_constant__ CUtensorMap tm_weights, const __grid_constant__ Sm90FusedParams p) {
+  fused_v3_body<Cfg>(tm_q, tm_k, tm_scales, tm_weights, p);
+}
+// kLeanProducer: a register cap instead of launch bounds (ptxas sizes a
+// 544-thread bound like 640 threads: 96 registers); 120 x 544 fits 64K.
+template <class Cfg>
+__global__ void __maxnreg__(120)
+    sm90_fused_mqa_topk_v3_lean_kernel(const __grid_constant__ CUtensorMap tm_q,
+                                       const __grid_constant__ CUtensorMap tm_k,
+                                       const __grid_constant__ CUtensorMap tm_scales,
+                                       const __grid_constant__ CUtensorMap tm_weights, const __grid_constant__ Sm90FusedParams p) {
+  fused_v3_body<Cfg>(tm_q, tm_k, tm_scales, tm_weights, p);
+}
+
+// The op's configuration candidates (dev variants 12-14 of csrc/dev/fused_probes.cu).
+using Sm90FusedV3S8 = Sm90FusedV3Config<8, 1>;                     // 8 stages, one set, smem weights
+using Sm90FusedV3S7Sets2 = Sm90FusedV3Config<7, 2>;                // 7 stages, two sets, smem weights
+using Sm90FusedV3S8RegW = Sm90FusedV3Config<8, 1, 8, false, false>;  // register weights (spills)
+using Sm90FusedV3Lean8 = Sm90FusedV3Config<8, 1, 8, true>;          // one producer warp, 120 registers
+// What the op runs with MQA_TOPK_FUSED_V3=1 (one set: the v2 kernel's workspace).
+using Sm90FusedV3Default = Sm90FusedV3S8;
+static_assert(8 * Sm90FusedV3Default::kSegs * Sm90FusedV3Default::cap(2048) == 2 * 8 * Sm90FusedGated::cap(2048) &&
+                  Sm90FusedV3Default::kSets == 1,
+              "the op's workspace (sized for the v2 kernel) holds the v3 kernel's");
+
+// Launches the v3 kernel: arguments and contract of launch_sm90_fused_mqa_topk
+// (workspace of fused_v3_workspace_bytes<Cfg>(topk, num_sms) bytes).
+template <class Cfg>
+inline cudaError_t launch_sm90_fused_mqa_topk_v3(const void* q, const void* k, const float* scales,
+                                                 const float* weights, const int* starts, const int* ends, int* out,
+                                                 void* workspace, int rows, int keys, int topk, int num_sms,
+                                                 cudaStream_t stream, int* map_error = nullptr, int probe = 0,
+                                                 RangeErrorSink range_err = {}, int target = 0) {
+  if (rows <= 0) return cudaSuccess;
+  CUtensorMap tm_q, tm_k, tm_s, tm_w;
+  const uint64_t q_rows = static_cast<uint64_t>(rows) * 32;
+  const int kk = keys > 0 ? keys : 1;  // keys == 0: maps stay valid, every row is empty
+  const int res[4] = {
+      make_tensor_map_2d(&tm_q, q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 128, q_rows, 128, 128, 256,
+                         CU_TENSOR_MAP_SWIZZLE_128B),
+      make_tensor_map_2d(&tm_k, keys > 0 ? k : q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 128, kk, 128, 128, Cfg::kBlockKeys,
+                         CU_TENSOR_MAP_SWIZZLE_128B),
+      make_tensor_map_2d(&tm_s, keys > 0 ? static_cast<const void*>(scales) : weights, CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+                         kk, 1, (uint64_t(kk) * 4 + 15) / 16 * 16, Cfg::kBlockKeys, 1, CU_TENSOR_MAP_SWIZZLE_NONE),
+      make_tensor_map_2d(&tm_w, weights, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 32, rows, 32 * 4, 32, 8,
+                         CU_TENSOR_MAP_SWIZZLE_NONE)};
+  if (const int e = first_map_error(res, 4)) {
+    if (map_error) *map_error = e;
+    return cudaErrorInvalidValue;
+  }
+  auto kernel = [] {
+    if constexpr (Cfg::kLeanProducer) return &sm90_fused_mqa_topk_v3_lean_kernel<Cfg>;
+    else return &sm90_fused_mqa_topk_v3_kernel<Cfg>;
+  }();
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+  if (err != cudaSuccess) return err;
+  int* counter = static_cast<int*>(workspace);
+  err = cudaMemsetAsync(counter, 0, kFusedHeaderBytes, stream);
+  if (err != cudaSuccess) return err;
+  uint32_t* ws = reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(workspace) + kFusedHeaderBytes);
+  Sm90FusedParams p{starts, ends, out, ws, counter, rows, keys, topk, Cfg::cap(topk), probe, range_err, target};
+  kernel<<<num_sms, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(tm_q, tm_k, tm_s, tm_w, p);
+  return cudaGetLastError();
+}
+
+}  // namespace mqa_topk

@@ -1,0 +1,274 @@
+// Off-GPU test of the v3 kernel's multi-segment selection (fused_select.cuh:
+// SegLanes, for_each_key4 / warp_hist_pass / warp_emit over per-lane
+// segments, warp_select_lean and warp_finish_row on them), compiled with g++
+// and run by tests/test_fused_select_emu.py on the warp emulator.
+//
+// 1. warp_select_lean over 8 segments (counts 0..cap, sizes around multiples of
+//    4/16/64; gaussian, all equal, ties at the k-th, threshold set) against a
+//    sorting reference: the kept set, the count, and the emitted list (in the
+//    traversal order the reference recomputes).
+// 2. The v3 compaction: the kept entries re-emitted round-robin into the same
+//    segments (entry p to segment p mod 8, slot p / 8) while the traversal
+//    reads them, against the reference list.
+// 3. warp_finish_row over 8 segments: the output row (relative indices, -1
+//    padding) and the unsafe-gate answer.
+// Exit status 0 when every check passes; the first failure is printed.
+#define MQA_TOPK_HOST_EMULATION 1
+#include "warp_emu.h"
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+
+#include "mqa_topk/fused_select.cuh"
+
+using namespace mqa_topk::fused_detail;
+
+namespace {
+
+int g_checks = 0;
+
+[[noreturn]] void die(const std::string& msg) {
+  std::fprintf(stderr, "FAIL: %s\n", msg.c_str());
+  std::exit(1);
+}
+void expect(bool ok, const std::string& msg) {
+  ++g_checks;
+  if (!ok) die(msg);
+}
+
+constexpr int NS = 8;
+
+// A row's 8 segments as the v3 kernel lays them out: segment s's keys at
+// s * stride words, its indices cap words after them; poison past the counts.
+struct Row {
+  int cap;
+  uint32_t stride;
+  std::vector<uint32_t> mem;
+  uint32_t cnt[NS] = {};
+  explicit Row(int cap_) : cap(cap_), stride(2u * cap_), mem(size_t(NS) * 2 * cap_ + 16, 0xdeadbeefu) {}
+  uint32_t* key(int s) { return mem.data() + size_t(s) * stride; }
+  uint32_t* idx(int s) { return key(s) + cap; }
+  void push(int s, uint32_t k, uint32_t i) {
+    key(s)[cnt[s]] = k;
+    idx(s)[cnt[s]] = i;
+    ++cnt[s];
+  }
+  std::vector<std::pair<uint32_t, uint32_t>> entries() {
+    std::vector<std::pair<uint32_t, uint32_t>> v;
+    for (int s = 0; s < NS; ++s)
+      for (uint32_t j = 0; j < cnt[s]; ++j) v.push_back({key(s)[j], idx(s)[j]});
+    return v;
+  }
+};
+
+struct Scratch {
+  uint32_t hist[256] = {};
+  uint32_t sk[kScratch], si[kScratch];
+};
+
+SegLanes lanes_of(Row& r, int lane) {
+  return make_seg_lanes(r.key(0), r.stride, static_cast<uint32_t>(r.cap), r.cnt, NS, lane);
+}
+
+uint64_t ref_threshold(const std::vector<std::pair<uint32_t, uint32_t>>& all, uint64_t thr, uint32_t k) {
+  const uint32_t tk = static_cast<uint32_t>(thr >> 32);
+  std::vector<uint64_t> c;
+  for (auto& e : all)
+    if (e.first >= tk) c.push_back(composite(e.first, e.second));
+  if (c.size() <= k) return thr;
+  std::nth_element(c.begin(), c.begin() + (k - 1), c.end(), std::greater<uint64_t>());
+  return c[k - 1];
+}
+
+// The traversal order of for_each / warp_emit over SegLanes: batch j0 (step
+// 64), step u (4), lane (32: segment lane / 4, sub-lane lane % 4), entry e (4):
+// position j0 + (u * 4 + sub) * 4 + e of segment lane / 4.
+std::vector<std::pair<uint32_t, uint32_t>> traversal(Row& r) {
+  uint32_t nmax = 0;
+  for (int s = 0; s < NS; ++s) nmax = std::max(nmax, r.cnt[s]);
+  std::vector<std::pair<uint32_t, uint32_t>> v;
+  for (uint32_t j0 = 0; j0 < nmax; j0 += 64)
+    for (int u = 0; u < 4; ++u)
+      for (int lane = 0; lane < 32; ++lane)
+        for (int e = 0; e < 4; ++e) {
+          const int s = lane >> 2, sub = lane & 3;
+          const uint32_t j = j0 + (u * 4 + sub) * 4 + e;
+          if (j < r.cnt[s]) v.push_back({r.key(s)[j], r.idx(s)[j]});
+        }
+  return v;
+}
+
+void check_case(const std::string& name, Row row, uint64_t thr, uint32_t k) {
+  const auto all = row.entries();
+  const uint64_t want = ref_threshold(all, thr, k);
+  Scratch sc;
+  uint64_t got[32];
+  uint32_t cnt[32];
+  warp_emu::run([&](int lane) {
+    const SegLanes sl = lanes_of(row, lane);
+    got[lane] = warp_select_lean(sl, thr, k, sc.hist, sc.sk, sc.si, lane, nullptr, &cnt[lane]);
+  });
+  for (int l = 1; l < 32; ++l) expect(got[l] == got[0] && cnt[l] == cnt[0], name + ": lanes disagree");
+  for (int i = 0; i < 256; ++i) expect(sc.hist[i] == 0, name + ": histogram not left zeroed");
+  uint32_t elig = 0;
+  for (auto& e : all) elig += e.first >= std::max(static_cast<uint32_t>(thr >> 32), 1u);
+  expect(cnt[0] == elig, name + ": eligible count");
+  std::vector<std::pair<uint32_t, uint32_t>> kept_ref;
+  for (auto& e : traversal(row))
+    if (composite(e.first, e.second) >= want) kept_ref.push_back(e);
+  // The emitted list: the entries at or above the returned threshold, in traversal order.
+  std::vector<std::pair<uint32_t, uint32_t>> out(all.size(), {0, 0});
+  int n[32];
+  warp_emu::run([&](int lane) {
+    const SegLanes sl = lanes_of(row, lane);
+    n[lane] = warp_emit(sl, got[0], lane, [&](int at, uint32_t key, uint32_t idx) { out[at] = {key, idx}; });
+  });
+  out.resize(n[0]);
+  expect(out == kept_ref, name + ": emitted list (order or content) differs from the reference");
+  size_t at_or_above = 0;
+  for (auto& e : all) at_or_above += composite(e.first, e.second) >= thr;
+  if (at_or_above >= k) expect(out.size() == k, name + ": not exactly k kept");
+  // The v3 compaction: re-emit in place, round-robin over the segments.
+  Row c = row;
+  warp_emu::run([&](int lane) {
+    const SegLanes sl = lanes_of(c, lane);
+    const int kept = warp_emit(sl, got[0], lane, [&](int at, uint32_t key, uint32_t idx) {
+      uint32_t* d = c.key(at & (NS - 1)) + (at >> 3);
+      d[0] = key;
+      d[c.cap] = idx;
+    });
+    if (lane < NS) c.cnt[lane] = static_cast<uint32_t>((kept + NS - 1 - lane) / NS);
+  });
+  for (size_t p = 0; p < kept_ref.size(); ++p) {
+    const int s = static_cast<int>(p % NS);
+    const uint32_t j = static_cast<uint32_t>(p / NS);
+    expect(j < c.cnt[s] && c.key(s)[j] == kept_ref[p].first && c.idx(s)[j] == kept_ref[p].second,
+           name + ": in-place round-robin compaction, entry " + std::to_string(p));
+  }
+  uint32_t total = 0;
+  for (int s = 0; s < NS; ++s) total += c.cnt[s];
+  expect(total == kept_ref.size(), name + ": compacted counts");
+}
+
+uint32_t okey(float v) { return order_key(v); }
+
+void select_cases() {
+  std::mt19937 rng(77);
+  std::normal_distribution<float> gauss(0.f, 1.f);
+  for (uint32_t k : {512u, 2048u}) {
+    const int cap = static_cast<int>(((k + 1920) / 4 + 3) & ~3u);
+    for (int trial = 0; trial < 12; ++trial) {
+      Row r(cap);
+      for (int s = 0; s < NS; ++s) {
+        // counts: 0, small, around multiples of 4 / 16 / 64, up to the capacity
+        const int pick = static_cast<int>(rng() % 8);
+        const int n = pick == 0 ? 0 : pick == 1 ? static_cast<int>(rng() % 5) : pick == 2 ? 64 * (1 + rng() % 4) - 1
+                      : pick == 3 ? 16 * (1 + rng() % 8) + 1 : pick == 4 ? cap : static_cast<int>(rng() % cap);
+        for (int j = 0; j < n; ++j) r.push(s, okey(gauss(rng)), static_cast<uint32_t>(rng() % (1u << 22)));
+      }
+      check_case("gauss trial " + std::to_string(trial) + " k=" + std::to_string(k), r, 0, k);
+    }
+    {  // every key equal, more than kScratch of them: the index cut (warp_hist_pass over SegLanes)
+      Row r(cap);
+      uint32_t i = 0;
+      for (int s = 0; s < NS; ++s)
+        for (int j = 0; j < cap - 3 * s; ++j) r.push(s, okey(0.25f), (i++ * 7919u) % (1u << 22));
+      check_case("all equal k=" + std::to_string(k), r, 0, k);
+    }
+    {  // thousands tied at the k-th value, some above
+      Row r(cap);
+      uint32_t i = 0;
+      for (int s = 0; s < NS; ++s)
+        for (int j = 0; j < cap / 2 + s; ++j, ++i) r.push(s, okey(i % 5 == 0 ? 3.f + gauss(rng) * 0.001f : 1.5f), i * 3u);
+      check_case("boundary ties k=" + std::to_string(k), r, 0, k);
+    }
+    {  // a threshold set (a compacted row), ties at its key on both sides of its index
+      Row r(cap);
+      const uint32_t tk = okey(1.0f);
+      uint32_t i = 0;
+      for (int s = 0; s < NS; ++s)
+        for (int j = 0; j < cap - 40; ++j, ++i)
+          r.push(s, j % 3 == 0 ? tk : okey(1.0f + float(rng() % 1000) / 100.f), i * 2u);
+      for (uint32_t ti : {0u, 100u, 5000u}) {
+        const uint64_t thr = (uint64_t(tk) << 32) | (0xffffffffu - ti);
+        check_case("threshold set ti=" + std::to_string(ti), r, thr, k);
+      }
+    }
+    {  // fewer than k in all: nothing to cut
+      Row r(cap);
+      for (int s = 0; s < NS; ++s)
+        for (int j = 0; j < 7 * s; ++j) r.push(s, okey(gauss(rng)), static_cast<uint32_t>(s * 1000 + j));
+      check_case("few k=" + std::to_string(k), r, 0, k);
+    }
+    {  // one segment holds everything (a concentrated row)
+      Row r(cap);
+      for (int j = 0; j < cap; ++j) r.push(5, okey(gauss(rng)), static_cast<uint32_t>(j));
+      check_case("one segment k=" + std::to_string(k), r, 0, k);
+    }
+  }
+}
+
+// warp_finish_row over 8 segments: the output row against the reference set
+// (relative to start, -1 padding), and a gated row with too few candidates
+// reported unsafe with nothing written.
+void finish_cases() {
+  std::mt19937 rng(99);
+  std::normal_distribution<float> gauss(0.f, 1.f);
+  for (uint32_t k : {512u, 2048u}) {
+    const int cap = static_cast<int>(((k + 1920) / 4 + 3) & ~3u);
+    for (int trial = 0; trial < 6; ++trial) {
+      Row r(cap);
+      const int start = 1000 * trial;
+      for (int s = 0; s < NS; ++s) {
+        const int n = trial == 5 ? 30 : static_cast<int>(rng() % cap);
+        for (int j = 0; j < n; ++j)
+          r.push(s, okey(trial == 3 ? 0.f : gauss(rng)), static_cast<uint32_t>(start + s + 8 * j));
+      }
+      const auto all = r.entries();
+      const uint32_t need = std::min<uint32_t>(k, static_cast<uint32_t>(all.size()));
+      for (bool gated : {false, true}) {
+        std::vector<int> row(k, -7);
+        Scratch sc;
+        bool ok[32];
+        uint32_t cands[32];
+        // A gated row must deliver `need` = k candidates (its row is long).
+        const uint32_t need_g = gated ? k : need;
+        warp_emu::run([&](int lane) {
+          const SegLanes sl = lanes_of(r, lane);
+          ok[lane] = warp_finish_row<true>(sl, 0, k, need_g, gated, start, sc.hist, sc.sk, sc.si, lane, &cands[lane],
+                                           [&](int at, int v, uint32_t) { row[at] = v; });
+        });
+        const std::string name = "finish trial " + std::to_string(trial) + " k=" + std::to_string(k) +
+                                 (gated ? " gated" : "");
+        if (gated && all.size() < k) {
+          expect(!ok[0], name + ": too few candidates must be unsafe");
+          for (int v : row) expect(v == -7, name + ": an unsafe row writes nothing");
+          continue;
+        }
+        expect(ok[0], name + ": safe row");
+        std::vector<uint64_t> comp;
+        for (auto& e : all) comp.push_back(composite(e.first, e.second));
+        std::sort(comp.begin(), comp.end(), std::greater<uint64_t>());
+        std::vector<int> want;
+        for (uint32_t i = 0; i < need; ++i) want.push_back(static_cast<int>(0xffffffffu - static_cast<uint32_t>(comp[i])) - start);
+        std::vector<int> got(row.begin(), row.begin() + need);
+        std::sort(want.begin(), want.end());
+        std::sort(got.begin(), got.end());
+        expect(got == want, name + ": the row's top-k set");
+        for (uint32_t j = need; j < k; ++j) expect(row[j] == -1, name + ": -1 padding");
+      }
+    }
+  }
+}
+
+}  // namespace
+
+int main() {
+  select_cases();
+  finish_cases();
+  std::printf("fused_v3 emulation: %d checks passed (%ld warp exchanges)\n", g_checks, warp_emu::st().exchanges);
+  return 0;
+}
