@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 
 namespace {
 bool valid_topk(int64_t t) { return t == 512 || t == 1024 || t == 2048; }
@@ -18,8 +19,8 @@ bool valid_topk(int64_t t) { return t == 512 || t == 1024 || t == 2048; }
 // MQA_TOPK_FUSED_TARGET=N sets the gate's candidate target (results stay exact),
 // MQA_TOPK_FUSED_SPLIT=0/1 never / always splits blocks across CTAs (unset: fused_use_split),
 // MQA_TOPK_FUSED_GRID=N launches min(N, SMs) CTAs (fewer, longer pieces of split blocks),
-// MQA_TOPK_FUSED_V3=0/1 runs the whole-block calls on the v2 / v3 kernel
-// (sm90_fused_mqa_topk_v3.cuh, the dense op's main loop; unset: the v2 kernel).
+// MQA_TOPK_FUSED_KERNEL=v2/v3 runs the whole-block calls on the v2 / v3 kernel
+// (sm90_fused_mqa_topk_v3.cuh, the dense op's main loop; unset: v2).
 const char* env_str(const char* name) { return std::getenv(name); }
 int env_int(const char* name) {
   const char* v = std::getenv(name);
@@ -90,8 +91,8 @@ void fused_mqa_topk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
   const bool split = want && workspace.numel() >= static_cast<int64_t>(fused_split_workspace_bytes(a.topk, a.num_sms));
   const void* kp = a.keys ? k.data_ptr() : nullptr;
   const float* sp = a.keys ? scales.data_ptr<float>() : nullptr;
-  const char* v3 = env_str("MQA_TOPK_FUSED_V3");
-  const bool use_v3 = !split && v3 && *v3 && std::atoi(v3) != 0;
+  const char* kern = env_str("MQA_TOPK_FUSED_KERNEL");
+  const bool use_v3 = !split && kern && std::strcmp(kern, "v3") == 0;
   const cudaError_t err =
       use_v3 ? mqa_topk::launch_sm90_fused_mqa_topk_v3<mqa_topk::Sm90FusedV3Default>(
                    q.data_ptr(), kp, sp, weights.data_ptr<float>(), starts.data_ptr<int>(), ends.data_ptr<int>(),

@@ -45,6 +45,7 @@ for s in "${stages[@]}"; do
     logits-one) run logits-one env MQA_TOPK_DEV_PROBES=1 python3 scripts/logits_one.py ${LOGITS_ONE:-26} ;;
     fused-ab) run fused-ab env MQA_TOPK_DEV_PROBES=1 python3 scripts/fused_ab.py ${FUSED_AB:-11} ;;
     v3-ab) run v3-ab env MQA_TOPK_DEV_PROBES=1 python3 scripts/fused_v3_ab.py ${V3_AB:-} ;;
+    v3-debug) run v3-debug env MQA_TOPK_DEV_PROBES=1 python3 scripts/fused_v3_debug.py ${V3_DEBUG:-} ;;
     v3-tests) run v3-tests env MQA_TOPK_DEV_PROBES=1 python3 -m pytest -q -x -rf tests/test_gpu_fused.py -k "v3" ;;
     fused-probe) run fused-probe env MQA_TOPK_DEV_PROBES=1 python3 scripts/fused_probe.py ;;
     split-probe) run split-probe env MQA_TOPK_DEV_PROBES=1 python3 scripts/fused_split_probe.py ;;

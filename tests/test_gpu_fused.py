@@ -345,7 +345,7 @@ def test_fused_workspace_is_per_stream(dev):
 
 
 # ---- the v3 kernel (sm90_fused_mqa_topk_v3.cuh: the dense op's main loop) ----
-V3_VARIANTS = [12, 13, 15]
+V3_VARIANTS = [12, 13, 14, 15]
 
 
 def run_variant(ext, variant, w, topk, poison):
@@ -433,11 +433,11 @@ def test_v3_matches_default_and_is_batch_invariant(dev, variant):
 
 
 def test_v3_op_switch(dev, monkeypatch):
-    """MQA_TOPK_FUSED_V3=1: the op runs the v3 kernel on whole blocks (rows past the
+    """MQA_TOPK_FUSED_KERNEL=v3: the op runs the v3 kernel on whole blocks (rows past the
     split rule): the same sets as the v2 kernel."""
     w = make_workload("causal", rows=2048, keys=20_000, topk=1024, dist="gaussian", seed=3, device="cuda")
     monkeypatch.setenv("MQA_TOPK_FUSED_SPLIT", "0")
     ref = run_fused(w, 1024, -5)
-    monkeypatch.setenv("MQA_TOPK_FUSED_V3", "1")
+    monkeypatch.setenv("MQA_TOPK_FUSED_KERNEL", "v3")
     out = check_fused(w, what="op on v3")
     assert torch.equal(out.sort(dim=1).values, ref.sort(dim=1).values)

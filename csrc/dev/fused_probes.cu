@@ -32,7 +32,7 @@ auto with_variant(int64_t variant, F&& f) {
                     "3 (plain appends, 8 stages), 4 (plain appends), 5 (binned select, bins counted by the appends), ",
                     "6 (lean appends, general select), 7 (blocks split across CTAs), 8 (split, shared gate), ",
                     "9 (split last wave, shared gate), 10 (split, shares that follow the blocks), 11 (lean MMA descriptors) ",
-                    "or 12, 13, 15 (the v3 kernel: 12 8 stages, 13 two candidate sets, 15 one producer warp; 14 reserved), got ",
+                    "or 12-15 (the v3 kernel: 12 8 stages, 13 two candidate sets, 14 inline check, 15 one producer warp), got ",
                     variant);
   return variant == 0 ? f(Sm90FusedDefault{})
          : variant == 1 ? f(Sm90FusedSelectors{})

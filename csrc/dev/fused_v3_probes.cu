@@ -2,7 +2,8 @@
 // 12 the op's v3 configuration (8 stages, one candidate set, the weights read
 // from shared memory), 13 7 stages with two candidate sets (the second
 // warpgroup of a row group starts the next block while the first selects),
-// 15 12 with one producer warp (544 threads) and 120 registers a thread.
+// 14 12 with the compaction check inlined into the tile loops, 15 12 with one
+// producer warp (544 threads) and 120 registers a thread.
 // Torch-free: fused_probes.cu checks the contract and calls these.
 #include "fused_v3_probes.h"
 
@@ -12,7 +13,10 @@ namespace {
 template <class F>
 auto with_v3_variant(int64_t variant, F&& f) {
   using namespace mqa_topk;
-  return variant == 13 ? f(Sm90FusedV3S7Sets2{}) : variant == 15 ? f(Sm90FusedV3Lean8{}) : f(Sm90FusedV3S8{});
+  return variant == 13   ? f(Sm90FusedV3S7Sets2{})
+         : variant == 14 ? f(Sm90FusedV3Inline{})
+         : variant == 15 ? f(Sm90FusedV3Lean8{})
+                         : f(Sm90FusedV3S8{});
 }
 }  // namespace
 
@@ -26,7 +30,6 @@ cudaError_t fused_v3_probe_launch(int64_t variant, const void* q, const void* k,
                                   const float* weights, const int* starts, const int* ends, int* out,
                                   void* workspace, int rows, int keys, int topk, int num_sms, cudaStream_t stream,
                                   int* map_error, int probe, int target) {
-  if (variant == 14) return cudaErrorInvalidValue;  // reserved (register weights: they spill)
   return with_v3_variant(variant, [&](auto cfg) {
     return mqa_topk::launch_sm90_fused_mqa_topk_v3<decltype(cfg)>(q, k, scales, weights, starts, ends, out, workspace,
                                                                   rows, keys, topk, num_sms, stream, map_error, probe,

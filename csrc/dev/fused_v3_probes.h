@@ -1,6 +1,6 @@
 // Development variants 12-15 of the fused kernel: the v3 kernel
 // (sm90_fused_mqa_topk_v3.cuh) in its configurations; torch-free entry points
-// called by fused_probes.cu (fused_mqa_topk_probe). Variant 14 is reserved.
+// called by fused_probes.cu (fused_mqa_topk_probe).
 #pragma once
 #include <cuda_runtime.h>
 

@@ -88,8 +88,10 @@ __device__ __forceinline__ void fused_v3_half_finished(FusedV3Ctl* ctl, int b, u
 }
 
 template <int kNumStages_, int kSets_ = 1, int kCheckTiles_ = 8, bool kLeanProducer_ = false,
-          bool kSmemWeights_ = true>
+          bool kSmemWeights_ = true, bool kInlineCheck_ = false>
 struct Sm90FusedV3Config {
+  // kInlineCheck (dev): the compaction check inlined into the tile loops instead of called.
+  static constexpr bool kInlineCheck = kInlineCheck_;
   static constexpr bool kLeanProducer = kLeanProducer_;
   static constexpr bool kSmemWeights = kSmemWeights_;
   // The dense op's configuration (constants and MMA shape only).
@@ -115,12 +117,15 @@ struct Sm90FusedV3Config {
   static constexpr int kOffWeights = kOffScales + kNumStages * kScaleBytes;
   static constexpr int kOffHist = kOffWeights + 2 * kWeightBytes;                    // [row][256]
   static constexpr int kOffScratch = kOffHist + 8 * 256 * 4;                          // [row][key|idx][kScratch]
-  static constexpr int kOffSegCnt = kOffScratch + 8 * 2 * fused_detail::kScratch * 4;  // [set][row][seg]
-  static constexpr int kOffThr = kOffSegCnt + kSets * 8 * kSegs * 4;                   // [set][row] u64
+  // [set][parity][row][seg]: consecutive publications (compaction checks, gate,
+  // block end) alternate, since a warp may publish the next while a slower one
+  // of its row group still reads this one (at most one ahead: the next barrier).
+  static constexpr int kOffSegCnt = kOffScratch + 8 * 2 * fused_detail::kScratch * 4;
+  static constexpr int kOffThr = kOffSegCnt + kSets * 2 * 8 * kSegs * 4;               // [set][row] u64
   static constexpr int kOffSlot = kOffThr + kSets * 8 * 8;                             // [2][8] int
   static constexpr int kOffRedo = kOffSlot + 2 * 8 * 4;                               // [set][rg] u32
   // kSmemWeights: each lane's 32 weights of the block, contiguous ([qb][rg][quad][r][jj]: 8 x 16 B).
-  static constexpr int kOffWl = kOffRedo + 2 * 2 * 4 + 8;  // (16-byte aligned below)
+  static constexpr int kOffWl = kOffRedo + 2 * 2 * 4;  // (16-byte aligned below)
   static constexpr int kOffWlA = (kOffWl + 15) / 16 * 16;
   static constexpr int kOffCtl = kOffWlA + (kSmemWeights ? 2 * 2 * 4 * 32 * 4 : 0);
   static constexpr int kOffBars = kOffCtl + (static_cast<int>(sizeof(FusedV3Ctl)) + 7) / 8 * 8;
@@ -275,8 +280,8 @@ __device__ __forceinline__ void fused_v3_check_compact(const Sm90FusedParams& p,
 // thread index, the kernel parameters and the candidate set. Returns the lane's
 // (count, threshold low, threshold high).
 template <class Cfg>
-__device__ __noinline__ uint4 fused_v3_check_call(const Sm90FusedParams* pp, int cs, uint32_t cnt, uint32_t thr_lo,
-                                                  uint32_t thr_hi) {
+__device__ __noinline__ uint4 fused_v3_check_call(const Sm90FusedParams* pp, int cs, int parity, uint32_t cnt,
+                                                  uint32_t thr_lo, uint32_t thr_hi) {
   const Sm90FusedParams& p = *pp;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
@@ -285,7 +290,7 @@ __device__ __noinline__ uint4 fused_v3_check_call(const Sm90FusedParams* pp, int
   const int rg = wg >> 1, kg = wg & 1, warp_in_wg = (tid >> 5) & 3;
   const size_t set_words = size_t(8) * Cfg::kSegs * 2 * size_t(p.cap);
   uint32_t* ws_set = p.ws + (size_t(blockIdx.x) * Cfg::kSets + cs) * set_words;
-  uint32_t* segcnt = reinterpret_cast<uint32_t*>(smem + Cfg::kOffSegCnt) + cs * 8 * Cfg::kSegs;
+  uint32_t* segcnt = reinterpret_cast<uint32_t*>(smem + Cfg::kOffSegCnt) + (cs * 2 + parity) * 8 * Cfg::kSegs;
   unsigned long long* thr_s = reinterpret_cast<unsigned long long*>(smem + Cfg::kOffThr) + cs * 8;
   uint64_t thr = (static_cast<uint64_t>(thr_hi) << 32) | thr_lo;
   fused_v3_check_compact<Cfg>(p, ws_set, segcnt, thr_s, reinterpret_cast<uint32_t*>(smem + Cfg::kOffHist),
@@ -436,6 +441,7 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
   const uint32_t a_lo0 = desc_lo_k128_sw128(smem + Cfg::kOffK + kg * 64 * 128);
   const uint32_t b_lo0 = desc_lo_k128_sw128(smem + Cfg::kOffQ + rg * L::kN * 128);
   const uint32_t seg_stride = 2u * static_cast<uint32_t>(p.cap);  // words from one segment of a row to the next
+  const int key_in_tile = kg * 64 + warp_in_wg * 16 + (lane >> 2);  // this lane's first key of a tile (and + 8)
 
   const long long t_start = clock64();
   int it = 0;
@@ -456,7 +462,8 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
     // from p.ws (registers are at their cap in the tile loop).
     const uint32_t set_off = (blockIdx.x * Cfg::kSets + cs) * static_cast<uint32_t>(set_words);
     const uint32_t my_off = set_off + static_cast<uint32_t>(my_row * NS + seg) * seg_stride;
-    uint32_t* segcnt = segcnt_all + cs * 8 * NS;     // [row][seg]
+    int pub = 0;  // segment-count publications of this block (compaction checks, gate, block end)
+    auto segcnt_of = [&](int pb) { return segcnt_all + (cs * 2 + (pb & 1)) * 8 * NS; };  // [row][seg]
     unsigned long long* thr_s = thr_all + cs * 8;    // [row]
 
     // This lane's row: the keys [rs, rs + len) (relative test: ka - rs < len, unsigned).
@@ -505,8 +512,8 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       float acc[L::kAcc];
       logits_tile_mma_lo<L>(acc, a_lo0 + stage * (Cfg::kKTileBytes >> 4), b_lo0 + qb * (Cfg::kQTileBytes >> 4));
       float scale0, scale1;
-      tile_scales_and_release(smem + Cfg::kOffScales + stage * Cfg::kScaleBytes, (key_base & 127), lane,
-                              empty + stage, scale0, scale1);
+      tile_scales_and_release(smem + Cfg::kOffScales + stage * Cfg::kScaleBytes, key_in_tile, lane, empty + stage,
+                              scale0, scale1);
       float fin[2][1];
       if constexpr (Cfg::kSmemWeights) {
         float2 w[4][4];
@@ -559,7 +566,14 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
     };
 
     auto check = [&]() {
-      const uint4 r = fused_v3_check_call<Cfg>(&p, cs, cnt, static_cast<uint32_t>(thr), static_cast<uint32_t>(thr >> 32));
+      if constexpr (Cfg::kInlineCheck) {
+        fused_v3_check_compact<Cfg>(p, ws_cta_base(p, set_off), segcnt_of(pub++), thr_s, hist_all, scratch_all, stats,
+                                    rg, warp_in_wg, seg, selector, cnt, thr);
+        return;
+      }
+      const uint4 r = fused_v3_check_call<Cfg>(&p, cs, pub & 1, cnt, static_cast<uint32_t>(thr),
+                                               static_cast<uint32_t>(thr >> 32));
+      ++pub;
       cnt = r.x;
       thr = (static_cast<uint64_t>(r.z) << 32) | r.y;
     };
@@ -573,6 +587,7 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
     if (ns > 0) {
       // ---- the gate of each row from its sample (every in-range key of the first ns tiles) ----
       const long long t_gate = clock64();
+      uint32_t* segcnt = segcnt_of(pub++);
       if (lane < 4) segcnt[(4 * rg + lane) * NS + seg] = cnt;
       ptx::named_barrier_sync(bar_rg, 256);
       if (selector) row_gated = fused_v3_gate<Cfg>(p, ws_cta_base(p, set_off), segcnt, thr_s, ctl, hist_all,
@@ -611,6 +626,7 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       __syncwarp();
       if (lane == 0) ptx::mbar_arrive(q_empty + qb);
     }
+    uint32_t* segcnt = segcnt_of(pub);
     if (lane < 4) segcnt[(4 * rg + lane) * NS + seg] = cnt;
     ptx::named_barrier_sync(bar_rg, 256);  // every append and count of the row group visible
     if (selector) {
@@ -679,7 +695,8 @@ using Sm90FusedV3S8 = Sm90FusedV3Config<8, 1>;                     // 8 stages, 
 using Sm90FusedV3S7Sets2 = Sm90FusedV3Config<7, 2>;                // 7 stages, two sets, smem weights
 using Sm90FusedV3S8RegW = Sm90FusedV3Config<8, 1, 8, false, false>;  // register weights (spills)
 using Sm90FusedV3Lean8 = Sm90FusedV3Config<8, 1, 8, true>;          // one producer warp, 120 registers
-// What the op runs with MQA_TOPK_FUSED_V3=1 (one set: the v2 kernel's workspace).
+using Sm90FusedV3Inline = Sm90FusedV3Config<8, 1, 8, false, true, true>;  // the check inlined (dev)
+// What the op runs with MQA_TOPK_FUSED_KERNEL=v3 (one set: the v2 kernel's workspace).
 using Sm90FusedV3Default = Sm90FusedV3S8;
 static_assert(8 * Sm90FusedV3Default::kSegs * Sm90FusedV3Default::cap(2048) == 2 * 8 * Sm90FusedGated::cap(2048) &&
                   Sm90FusedV3Default::kSets == 1,
