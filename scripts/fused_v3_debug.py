@@ -15,7 +15,8 @@ from mqa_topk_cli import ops  # noqa: E402
 from mqa_topk_cli.workloads import make_workload  # noqa: E402
 
 ext = ops._native()
-variants = [int(v) for v in sys.argv[1:]] or [12, 13, 14, 15]
+variants = [int(v) for v in sys.argv[1:] if not v.startswith("--")] or [12, 13, 14, 15]
+DUMP_ONLY = "--dump-only" in sys.argv
 cases = [dict(layout="causal", rows=67, keys=5001, dist="gaussian"),
          dict(layout="ragged", rows=100, keys=9001, dist="dsa", unaligned_starts=True),
          dict(layout="full", rows=24, keys=30000, dist="relu_saturated")]
@@ -31,7 +32,7 @@ def run(variant, w, topk, poison):
     return out
 
 
-for kw in cases:
+for kw in ([] if DUMP_ONLY else cases):
     for topk in (512, 2048):
         w = make_workload(device="cuda", seed=11, topk=topk, **kw)
         logits = ops.mqa_logits(w.q, w.k, w.scales, w.weights, w.starts, w.ends)
@@ -54,3 +55,60 @@ for kw in cases:
                         wrong += 1
                 print(f"{kw['layout']}-{kw['dist']} topk={topk} v{variant} {name:8s}: rows {w.rows}, "
                       f"wrong sets {wrong}, reruns differing in order {order_diff}, in set {set_diff}", flush=True)
+
+# ---- the segments of one block, entry by entry (MQA_TOPK_FUSED_PROBE=3: the
+# selectors dump each row's segment counts instead of selecting) ----
+import numpy as np  # noqa: E402
+
+
+def okey_to_float(kk):
+    k = np.asarray(kk, dtype=np.uint32)
+    neg = (k & 0x80000000) == 0
+    u = np.where(neg, ~k, k & 0x7fffffff).astype(np.uint32)
+    return u.view(np.float32)
+
+
+for variant in variants:
+    for name, env in (("default", {}),):
+        w = make_workload("causal", rows=8, keys=5001, topk=512, dist="gaussian", seed=11, device="cuda")
+        logits = ops.mqa_logits(w.q, w.k, w.scales, w.weights, w.starts, w.ends).cpu()
+        os.environ.update({"MQA_TOPK_FUSED_PROBE": "3", "MQA_TOPK_FUSED_GRID": "1", **env})
+        ws = torch.empty(ext.fused_mqa_topk_probe_workspace_bytes(variant, 512, 0), dtype=torch.uint8, device="cuda")
+        ws.random_(0, 255)
+        out = torch.full((8, 512), -7, dtype=torch.int32, device="cuda")
+        ext.fused_mqa_topk_probe(variant, w.q, w.k, w.scales, w.weights, w.starts, w.ends, out, ws)
+        torch.cuda.synchronize()
+        for kk in ("MQA_TOPK_FUSED_PROBE", "MQA_TOPK_FUSED_GRID", *env):
+            os.environ.pop(kk, None)
+        o = out.cpu().numpy()
+        words = ws[128:].view(torch.int32).cpu().numpy().view(np.uint32)
+        cap = ((512 + 1920) // 4 + 3) & ~3
+        for r in range(8):
+            cnts = o[r, :8]
+            set_off = int(o[r, 10])
+            bad_val = bad_idx = total = 0
+            seen = []
+            for sg in range(8):
+                base = set_off + (r * 8 + sg) * 2 * cap
+                keys_ = words[base: base + cnts[sg]]
+                idx = words[base + cap: base + cap + cnts[sg]].astype(np.int64)
+                total += int(cnts[sg])
+                ok_idx = (idx >= int(w.starts[r])) & (idx < int(w.ends[r]))
+                bad_idx += int((~ok_idx).sum())
+                vals = okey_to_float(keys_)
+                ref = logits[r].numpy()[np.clip(idx, 0, logits.shape[1] - 1)]
+                bad = (vals != ref) & ok_idx
+                bad_val += int(bad.sum())
+                if bad.any() and r == 0 and sg < 2:
+                    ii = idx[bad][:3]
+                    vv = vals[bad][:3]
+                    # the bad value as some other row's logit at the same key, or this row's at another key
+                    rowmatch = [[int(rr) for rr in range(8) if logits[rr, int(i)].item() == float(v)] for i, v in zip(ii, vv)]
+                    keymatch = [np.nonzero(logits[r].numpy() == float(v))[0][:3].tolist() for v in vv]
+                    print(f"  bad r0 seg{sg}: idx {ii.tolist()} vals {vv.tolist()} dense {ref[bad][:3].tolist()} "
+                          f"same key in rows {rowmatch}, same value at keys {keymatch}", flush=True)
+                # which warp's keys: (idx mod 128) // 16 should be the segment's (kg * 4 + w)
+                seen.append(sorted(set(((idx % 128) // 16).tolist()))[:4])
+            print(f"probe-3 {name} v{variant} row {r}: counts {cnts.tolist()} total {total}, gate key {o[r, 8]:#x} "
+                  f"ns {o[r, 11]} pubs {o[r, 12]}: entries with a bad index {bad_idx}, with a value unlike the dense "
+                  f"logit {bad_val}; key slices per segment {seen}", flush=True)

@@ -2,8 +2,9 @@
 // 12 the op's v3 configuration (8 stages, one candidate set, the weights read
 // from shared memory), 13 7 stages with two candidate sets (the second
 // warpgroup of a row group starts the next block while the first selects),
-// 14 12 with the compaction check inlined into the tile loops, 15 12 with one
-// producer warp (544 threads) and 120 registers a thread.
+// 14 12 with the compaction check inlined into the tile loops, 15 12 with the
+// weights in registers (they spill; the one-producer-warp configuration
+// Sm90FusedV3Lean8 failed to launch: too many resources).
 // Torch-free: fused_probes.cu checks the contract and calls these.
 #include "fused_v3_probes.h"
 
@@ -15,7 +16,7 @@ auto with_v3_variant(int64_t variant, F&& f) {
   using namespace mqa_topk;
   return variant == 13   ? f(Sm90FusedV3S7Sets2{})
          : variant == 14 ? f(Sm90FusedV3Inline{})
-         : variant == 15 ? f(Sm90FusedV3Lean8{})
+         : variant == 15 ? f(Sm90FusedV3S8RegW{})
                          : f(Sm90FusedV3S8{});
 }
 }  // namespace

@@ -636,7 +636,17 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       uint32_t* sk = scratch_all + r * 2 * kScratch;
       uint32_t* si = sk + kScratch;
       bool ok = true;
-      if (((active >> r) & 1u) && row < p.rows) {
+      if (p.probe == 3 && row < p.rows) {
+        // Development dump (scripts/fused_v3_debug.py): the row's 8 segment
+        // counts, its threshold and the CTA's set offset instead of the select.
+        int* orow = p.out + size_t(row) * k;
+        if (lane < NS) orow[lane] = static_cast<int>(segcnt[r * NS + lane]);
+        if (lane == 8) orow[8] = static_cast<int>(thr_s[r] >> 32);
+        if (lane == 9) orow[9] = static_cast<int>(static_cast<uint32_t>(thr_s[r]));
+        if (lane == 10) orow[10] = static_cast<int>(set_off);
+        if (lane == 11) orow[11] = ns;
+        if (lane == 12) orow[12] = pub;
+      } else if (((active >> r) & 1u) && row < p.rows) {
         const uint32_t* seg0 = ws_cta_base(p, set_off) + size_t(r * NS) * seg_stride;
         const SegLanes sl = make_seg_lanes(seg0, seg_stride, static_cast<uint32_t>(p.cap), segcnt + r * NS, NS, lane);
         int start;
