@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole GPU round in one call (device time is scarce: build once, then
 # test, verify and bench). Usage: scripts/device-check.sh [stage ...]
-#   stages: build probe logits-variants (LOGITS_VARIANTS="17 18" picks some) logits-one (LOGITS_ONE="26 67 1000") fused-ab (FUSED_AB=11) v3-ab (V3_AB="8192 65536 --variants 12,13") v3-tests fused-variants fused-probe split-probe split-breakdown split-grid split-probe-rising fused-tests verify-fused bench-fused bench-fused-grid bench-adversarial gpu-tests verify verify-ref bench bench-torch bench-split bench-logits bench-topk crossover ncu sanitize sanitize-ranges graph deepgemm  (default: all but crossover/sanitize/sanitize-ranges/graph/deepgemm)
+#   stages: build probe logits-variants (LOGITS_VARIANTS="17 18" picks some) logits-one (LOGITS_ONE="26 67 1000") fused-ab (FUSED_AB=11) v3-ab (V3_AB="8192 65536 --variants 12,13") v3-debug v3-dump (V3_DUMP="12 15") v3-tests fused-variants fused-probe split-probe split-breakdown split-grid split-probe-rising fused-tests verify-fused bench-fused bench-fused-grid bench-adversarial gpu-tests verify verify-ref bench bench-torch bench-split bench-logits bench-topk crossover ncu sanitize sanitize-ranges graph deepgemm  (default: all but crossover/sanitize/sanitize-ranges/graph/deepgemm)
 # Set MQA_TOPK_DEV_PROBES=1 for the whole call when a stage needs the dev
 # variants (fused-variants, fused-probe, probe): the extension is built once.
 # deepgemm: builds DeepGEMM from the ignored .peers/ folder (carry it: ../shared/peers/README.md),
@@ -46,6 +46,9 @@ for s in "${stages[@]}"; do
     fused-ab) run fused-ab env MQA_TOPK_DEV_PROBES=1 python3 scripts/fused_ab.py ${FUSED_AB:-11} ;;
     v3-ab) run v3-ab env MQA_TOPK_DEV_PROBES=1 python3 scripts/fused_v3_ab.py ${V3_AB:-} ;;
     v3-debug) run v3-debug env MQA_TOPK_DEV_PROBES=1 python3 scripts/fused_v3_debug.py ${V3_DEBUG:-} ;;
+    v3-dump) for v in ${V3_DUMP:-12 15 14 13}; do  # one variant per process, each under its own limit (a hang names itself)
+               run v3-dump-$v env MQA_TOPK_DEV_PROBES=1 timeout ${V3_DUMP_TIMEOUT:-40} python3 scripts/fused_v3_debug.py $v --dump-only
+             done ;;
     v3-tests) run v3-tests env MQA_TOPK_DEV_PROBES=1 python3 -m pytest -q -x -rf tests/test_gpu_fused.py -k "v3" ;;
     fused-probe) run fused-probe env MQA_TOPK_DEV_PROBES=1 python3 scripts/fused_probe.py ;;
     split-probe) run split-probe env MQA_TOPK_DEV_PROBES=1 python3 scripts/fused_split_probe.py ;;

@@ -62,9 +62,11 @@ import numpy as np  # noqa: E402
 
 
 def okey_to_float(kk):
+    """The inverse of fused_select.cuh's order_key: a key >= 2^31 is a value >= 0
+    (sign bit flipped), a smaller one the two's complement of a negative value's bits."""
     k = np.asarray(kk, dtype=np.uint32)
     neg = (k & 0x80000000) == 0
-    u = np.where(neg, ~k, k & 0x7fffffff).astype(np.uint32)
+    u = np.where(neg, (~k + np.uint32(1)).astype(np.uint32), k & np.uint32(0x7fffffff)).astype(np.uint32)
     return u.view(np.float32)
 
 
@@ -99,14 +101,16 @@ for variant in variants:
                 ref = logits[r].numpy()[np.clip(idx, 0, logits.shape[1] - 1)]
                 bad = (vals != ref) & ok_idx
                 bad_val += int(bad.sum())
-                if bad.any() and r == 0 and sg < 2:
-                    ii = idx[bad][:3]
-                    vv = vals[bad][:3]
-                    # the bad value as some other row's logit at the same key, or this row's at another key
-                    rowmatch = [[int(rr) for rr in range(8) if logits[rr, int(i)].item() == float(v)] for i, v in zip(ii, vv)]
-                    keymatch = [np.nonzero(logits[r].numpy() == float(v))[0][:3].tolist() for v in vv]
-                    print(f"  bad r0 seg{sg}: idx {ii.tolist()} vals {vv.tolist()} dense {ref[bad][:3].tolist()} "
-                          f"same key in rows {rowmatch}, same value at keys {keymatch}", flush=True)
+                if bad.any() and r in (0, 4) and sg < 3:
+                    pos = np.nonzero(bad)[0][:4]
+                    lg = logits.numpy()
+                    for j in pos:
+                        i, v = int(idx[j]), float(vals[j])
+                        rows_same = [int(rr) for rr in range(8) if lg[rr, i] == v]
+                        keys_same = np.nonzero(lg[r] == v)[0][:3].tolist()
+                        print(f"  bad row {r} seg {sg} slot {int(j)}: key {i} (tile {i // 128}), fused {v!r} "
+                              f"dense {float(ref[j])!r}; that value is the dense logit of rows {rows_same} at this key, "
+                              f"of this row at keys {keys_same}", flush=True)
                 # which warp's keys: (idx mod 128) // 16 should be the segment's (kg * 4 + w)
                 seen.append(sorted(set(((idx % 128) // 16).tolist()))[:4])
             print(f"probe-3 {name} v{variant} row {r}: counts {cnts.tolist()} total {total}, gate key {o[r, 8]:#x} "
