@@ -90,6 +90,7 @@ for variant in variants:
             set_off = int(o[r, 10])
             bad_val = bad_idx = total = 0
             seen = []
+            bad_per_seg = []
             for sg in range(8):
                 base = set_off + (r * 8 + sg) * 2 * cap
                 keys_ = words[base: base + cnts[sg]]
@@ -101,6 +102,8 @@ for variant in variants:
                 ref = logits[r].numpy()[np.clip(idx, 0, logits.shape[1] - 1)]
                 bad = (vals != ref) & ok_idx
                 bad_val += int(bad.sum())
+                bad_tiles = sorted(set((idx[bad] // 128).tolist()))
+                bad_per_seg.append((int(bad.sum()), bad_tiles[:6]))
                 if bad.any() and r in (0, 4) and sg < 3:
                     pos = np.nonzero(bad)[0][:4]
                     lg = logits.numpy()
@@ -115,4 +118,5 @@ for variant in variants:
                 seen.append(sorted(set(((idx % 128) // 16).tolist()))[:4])
             print(f"probe-3 {name} v{variant} row {r}: counts {cnts.tolist()} total {total}, gate key {o[r, 8]:#x} "
                   f"ns {o[r, 11]} pubs {o[r, 12]}: entries with a bad index {bad_idx}, with a value unlike the dense "
-                  f"logit {bad_val}; key slices per segment {seen}", flush=True)
+                  f"logit {bad_val}; key slices per segment {seen}; bad (count, tiles) per segment "
+                  f"(segment = 4 kg + warp: 0-3 the selector warpgroup) {bad_per_seg}", flush=True)
