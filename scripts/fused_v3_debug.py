@@ -17,7 +17,8 @@ from mqa_topk_cli.workloads import make_workload  # noqa: E402
 ext = ops._native()
 variants = [int(v) for v in sys.argv[1:] if not v.startswith("--")] or [12, 13, 14, 15]
 DUMP_ONLY = "--dump-only" in sys.argv
-cases = [dict(layout="causal", rows=67, keys=5001, dist="gaussian"),
+cases = [dict(layout="causal", rows=67, keys=1000, dist="gaussian"),  # 8 tiles: no gate, no check, no compaction
+         dict(layout="causal", rows=67, keys=5001, dist="gaussian"),
          dict(layout="ragged", rows=100, keys=9001, dist="dsa", unaligned_starts=True),
          dict(layout="full", rows=24, keys=30000, dist="relu_saturated")]
 settings = [("default", {}), ("no gate", {"MQA_TOPK_FUSED_TARGET": "100000000"}), ("one CTA", {"MQA_TOPK_FUSED_GRID": "1"})]
@@ -71,8 +72,8 @@ def okey_to_float(kk):
 
 
 for variant in variants:
-    for name, env in (("default", {}),):
-        w = make_workload("causal", rows=8, keys=5001, topk=512, dist="gaussian", seed=11, device="cuda")
+    for name, env, nkeys in (("default", {}, 5001), ("8 tiles (no gate, no check)", {}, 1000)):
+        w = make_workload("causal", rows=8, keys=nkeys, topk=512, dist="gaussian", seed=11, device="cuda")
         logits = ops.mqa_logits(w.q, w.k, w.scales, w.weights, w.starts, w.ends).cpu()
         os.environ.update({"MQA_TOPK_FUSED_PROBE": "3", "MQA_TOPK_FUSED_GRID": "1", **env})
         ws = torch.empty(ext.fused_mqa_topk_probe_workspace_bytes(variant, 512, 0), dtype=torch.uint8, device="cuda")
