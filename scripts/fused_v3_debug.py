@@ -121,3 +121,21 @@ for variant in variants:
                   f"ns {o[r, 11]} pubs {o[r, 12]}: entries with a bad index {bad_idx}, with a value unlike the dense "
                   f"logit {bad_val}; key slices per segment {seen}; bad (count, tiles) per segment "
                   f"(segment = 4 kg + warp: 0-3 the selector warpgroup) {bad_per_seg}", flush=True)
+
+# ---- probe 4: does every stage a warp reads hold the tile the warp expects? ----
+# (the producer records each fill's first key in the workspace header; every
+# consumer warp compares it with its own walk; mismatches counted per row group)
+for variant in variants:
+    for kw in (dict(layout="causal", rows=8, keys=5001, dist="gaussian"),
+               dict(layout="causal", rows=67, keys=5001, dist="gaussian"),
+               dict(layout="causal", rows=1024, keys=20000, dist="gaussian")):
+        w = make_workload(device="cuda", seed=11, topk=512, **kw)
+        os.environ["MQA_TOPK_FUSED_PROBE"] = "4"
+        ws = torch.empty(ext.fused_mqa_topk_probe_workspace_bytes(variant, 512, 0), dtype=torch.uint8, device="cuda")
+        out = torch.full((w.rows, 512), -7, dtype=torch.int32, device="cuda")
+        ext.fused_mqa_topk_probe(variant, w.q, w.k, w.scales, w.weights, w.starts, w.ends, out, ws)
+        torch.cuda.synchronize()
+        os.environ.pop("MQA_TOPK_FUSED_PROBE")
+        hdr = ws[:128].view(torch.int32).cpu().tolist()
+        print(f"probe-4 v{variant} {kw['rows']}x{kw['keys']}: stage/tile mismatches seen by warps, row group 0 "
+              f"{hdr[24]}, row group 1 {hdr[25]}", flush=True)

@@ -417,8 +417,10 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       for (int t = 0, tp = nt - 1; t < nt; ++t, ++it, tp = next_tile(tp, nt, stride)) {
         const int stage = it % S;
         ptx::mbar_wait(empty + stage, ((it / S) & 1) ^ 1);
-        ptx::mbar_arrive_expect_tx(full + stage, Cfg::kKTileBytes + Cfg::kScaleBytes);
         const int key0 = lo + tp * Cfg::kBlockKeys;
+        // Development check (probe 4): the stage's first key, for the consumers to compare.
+        if (p.probe == 4) reinterpret_cast<volatile int*>(p.counter)[16 + stage] = key0;
+        ptx::mbar_arrive_expect_tx(full + stage, Cfg::kKTileBytes + Cfg::kScaleBytes);
         ptx::tma_load_2d(smem + Cfg::kOffK + stage * Cfg::kKTileBytes, &tm_k, full + stage, 0, key0);
         ptx::tma_load_2d(smem + Cfg::kOffScales + stage * Cfg::kScaleBytes, &tm_scales, full + stage, key0, 0);
       }
@@ -509,6 +511,10 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       constexpr bool kSample = decltype(sample_tag)::value;
       const int stage = it % S;
       ptx::mbar_wait(full + stage, (it / S) & 1);
+      if (p.probe == 4) {  // development: does this stage hold the tile this warp expects?
+        const int k0s = reinterpret_cast<const volatile int*>(p.counter)[16 + stage];
+        if (lane == 0 && k0s != key_base - key_in_tile + tp * Cfg::kBlockKeys) atomicAdd(p.counter + 24 + rg, 1);
+      }
       float acc[L::kAcc];
       logits_tile_mma_lo<L>(acc, a_lo0 + stage * (Cfg::kKTileBytes >> 4), b_lo0 + qb * (Cfg::kQTileBytes >> 4));
       float scale0, scale1;
