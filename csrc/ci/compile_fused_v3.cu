@@ -18,5 +18,4 @@ static_assert(mqa_topk::Sm90FusedV3S8::cap(2048) == 992 && mqa_topk::Sm90FusedV3
               "v3 segment capacity");
 static_assert(8 * mqa_topk::Sm90FusedV3S8::cap(2048) == 2 * mqa_topk::Sm90FusedGated::cap(2048),
               "v3 workspace per row = v2's");
-template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3Lean8>();
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3Inline>();

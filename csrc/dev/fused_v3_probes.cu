@@ -3,8 +3,8 @@
 // from shared memory), 13 7 stages with two candidate sets (the second
 // warpgroup of a row group starts the next block while the first selects),
 // 14 12 with the compaction check inlined into the tile loops, 15 12 with the
-// weights in registers (they spill; the one-producer-warp configuration
-// Sm90FusedV3Lean8 failed to launch: too many resources).
+// weights in registers (they spill; a one-producer-warp configuration failed
+// to launch: too many resources).
 // Torch-free: fused_probes.cu checks the contract and calls these.
 #include "fused_v3_probes.h"
 

@@ -21,6 +21,7 @@
 #include <string>
 
 #include "mqa_topk/fused_select.cuh"
+#include "select_ref.h"
 
 using namespace mqa_topk::fused_detail;
 
@@ -101,17 +102,6 @@ std::vector<std::pair<uint32_t, uint32_t>> run_emit_out(Buf* a, Buf* b, uint64_t
   });
   out.resize(res[0]);
   return out;
-}
-
-// Reference: the threshold warp_select must return, and the kept list.
-uint64_t ref_threshold(const std::vector<std::pair<uint32_t, uint32_t>>& all, uint64_t thr, uint32_t k) {
-  const uint32_t tk = static_cast<uint32_t>(thr >> 32);
-  std::vector<uint64_t> c;
-  for (auto& e : all)
-    if (e.first >= tk) c.push_back(composite(e.first, e.second));
-  if (c.size() <= k) return thr;
-  std::nth_element(c.begin(), c.begin() + (k - 1), c.end(), std::greater<uint64_t>());
-  return c[k - 1];
 }
 
 std::vector<std::pair<uint32_t, uint32_t>> entries(const Buf& a, const Buf* b) {

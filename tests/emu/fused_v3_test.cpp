@@ -23,6 +23,7 @@
 #include <string>
 
 #include "mqa_topk/fused_select.cuh"
+#include "select_ref.h"
 
 using namespace mqa_topk::fused_detail;
 
@@ -71,16 +72,6 @@ struct Scratch {
 
 SegLanes lanes_of(Row& r, int lane) {
   return make_seg_lanes(r.key(0), r.stride, static_cast<uint32_t>(r.cap), r.cnt, NS, lane);
-}
-
-uint64_t ref_threshold(const std::vector<std::pair<uint32_t, uint32_t>>& all, uint64_t thr, uint32_t k) {
-  const uint32_t tk = static_cast<uint32_t>(thr >> 32);
-  std::vector<uint64_t> c;
-  for (auto& e : all)
-    if (e.first >= tk) c.push_back(composite(e.first, e.second));
-  if (c.size() <= k) return thr;
-  std::nth_element(c.begin(), c.begin() + (k - 1), c.end(), std::greater<uint64_t>());
-  return c[k - 1];
 }
 
 // The traversal order of for_each / warp_emit over SegLanes: batch j0 (step

@@ -55,8 +55,6 @@
 
 namespace mqa_topk {
 
-// kLeanProducer: one producer warp (544 threads) and no setmaxnreg, so every
-// thread gets 120 registers (65536 / 544) instead of the math warps' 112.
 // kSmemWeights: the epilogue reads the block's weights from shared memory
 // (8 x 16-byte loads per tile, each lane's 32 weights laid out contiguously at
 // the block start) instead of holding them in 32 registers: with the
@@ -87,12 +85,11 @@ __device__ __forceinline__ void fused_v3_half_finished(FusedV3Ctl* ctl, int b, u
   atomicAdd(&ctl->halves_done, 1);
 }
 
-template <int kNumStages_, int kSets_ = 1, int kCheckTiles_ = 8, bool kLeanProducer_ = false,
-          bool kSmemWeights_ = true, bool kInlineCheck_ = false>
+template <int kNumStages_, int kSets_ = 1, int kCheckTiles_ = 8, bool kSmemWeights_ = true,
+          bool kInlineCheck_ = false>
 struct Sm90FusedV3Config {
   // kInlineCheck (dev): the compaction check inlined into the tile loops instead of called.
   static constexpr bool kInlineCheck = kInlineCheck_;
-  static constexpr bool kLeanProducer = kLeanProducer_;
   static constexpr bool kSmemWeights = kSmemWeights_;
   // The dense op's configuration (constants and MMA shape only).
   using Logits = Sm90LogitsV2Config<8, 4, 8, 0, 112, 1, true, 2, true, true>;
@@ -102,7 +99,7 @@ struct Sm90FusedV3Config {
   static constexpr int kBlockRows = 8;
   static constexpr int kSegs = 8;             // candidate segments per row (its 8 warps)
   static constexpr int kMathWarpgroups = 4;
-  static constexpr int kThreads = kLeanProducer ? 544 : 640;
+  static constexpr int kThreads = 640;
   static constexpr int kMathThreads = 512;
   static constexpr int kMathRegs = 112;
   static constexpr int kProducerRegs = 32;
@@ -134,8 +131,7 @@ struct Sm90FusedV3Config {
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per CTA");
   static_assert(kSets == 1 || kSets == 2, "one or two candidate sets");
   static_assert(kCheckTiles >= 1 && kCheckTiles <= 16, "compaction check interval");
-  static_assert(kLeanProducer ||
-                    kMathRegs * kMathThreads + kProducerRegs * 128 <= ((65536 / kThreads) & ~7) * kThreads,
+  static_assert(kMathRegs * kMathThreads + kProducerRegs * 128 <= ((65536 / kThreads) & ~7) * kThreads,
                 "setmaxnreg split exceeds the CTA's registers");
   // Candidates per (row, warp) segment: the v2 kernel's two (k + 1920) per row
   // spread over 8 segments; the trigger (cap - 16 kCheckTiles) stays above a
@@ -152,20 +148,8 @@ inline size_t fused_v3_workspace_bytes(int topk, int num_sms) {
 // The candidate set at word offset set_off of the workspace.
 __device__ __forceinline__ uint32_t* ws_cta_base(const Sm90FusedParams& p, uint32_t set_off) { return p.ws + set_off; }
 
-// The sample rank of a v3 row's gate: m sample entries (every in-range key of
-// the block's first ns tiles) of the row's n keys; 0 for no gate (the row is
-// short, or the sample is most of it). As gate_rank, without the 256-key list
-// limit: the v3 gate is the exact rank over the sample's entries.
-__host__ __device__ inline uint32_t gate_rank_v3(uint32_t m, uint32_t n, uint32_t target) {
-  if (m == 0 || n <= target) return 0;
-  uint64_t rho = (static_cast<uint64_t>(target) * m + n - 1) / n;
-  if (rho < static_cast<uint64_t>(fused_detail::kMinGateRank)) rho = fused_detail::kMinGateRank;
-  if (rho >= m) return 0;
-  return static_cast<uint32_t>(rho);
-}
-
 // The gate of row r (one warp, after the row group's sample counts are in
-// segcnt): the key of sample rank rho = gate_rank_v3 among the row's sample
+// segcnt): the key of sample rank rho among the row's sample
 // entries (the exact select over its 8 segments), capped at the C-th largest
 // of the sample tiles' maxima (C = min(4, ns): scores correlated with position
 // make the keys of one tile alike, and a gate inside the top sampled tile
@@ -189,7 +173,9 @@ __device__ __forceinline__ bool fused_v3_gate(const Sm90FusedParams& p, const ui
   uint32_t m = lane < NS ? segcnt[r * NS + lane] : 0u;
   m = __reduce_add_sync(0xffffffffu, m);
   const uint32_t target = static_cast<uint32_t>(p.target > 0 ? p.target : fused_gate_target(p.topk));
-  const uint32_t rho = p.probe != 1 && ((active >> r) & 1u) ? gate_rank_v3(m, n, target) : 0u;
+  // gate_rank's rule without its 256-key list limit (the rank is exact over the
+  // sample's entries): split_gate_rank with no cap on rho.
+  const uint32_t rho = p.probe != 1 && ((active >> r) & 1u) ? split_gate_rank(m, n, target, 0xffffffffu) : 0u;
   uint32_t gk = 0;
   if (rho) {
     const SegLanes sl = make_seg_lanes(ws_set + size_t(r * NS) * seg_stride, seg_stride,
@@ -338,17 +324,15 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
 
   const int nblocks = (p.rows + R - 1) / R;
   const int k = p.topk;
-  const int cap = p.cap;
-  const size_t set_words = size_t(8) * NS * 2 * size_t(cap);
+  const size_t set_words = size_t(8) * NS * 2 * size_t(p.cap);
   unsigned long long* stats = reinterpret_cast<unsigned long long*>(p.counter) + 1;
-  uint32_t* ws_cta = p.ws + size_t(blockIdx.x) * Cfg::kSets * set_words;
 
   if (wg == Cfg::kMathWarpgroups) {
     // ---------------- producer warpgroup ----------------
-    if constexpr (!Cfg::kLeanProducer) ptx::setmaxnreg_dec<Cfg::kProducerRegs>();
+    ptx::setmaxnreg_dec<Cfg::kProducerRegs>();
     if (tid != Cfg::kMathThreads) {
       // The producer warpgroup's other threads check the row ranges (range_check.cuh) and leave.
-      constexpr int kCheckLo = Cfg::kLeanProducer ? Cfg::kMathThreads + 1 : Cfg::kMathThreads + 32;
+      constexpr int kCheckLo = Cfg::kMathThreads + 32;
       constexpr int kCheckers = Cfg::kThreads - kCheckLo;
       check_row_ranges(p.err, p.starts, p.ends, p.rows, p.keys, kKernelFused,
                        range_checker_index(tid, kCheckLo, kCheckers), gridDim.x * kCheckers);
@@ -428,7 +412,7 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
   }
 
   // ---------------- math warpgroups ----------------
-  if constexpr (!Cfg::kLeanProducer) ptx::setmaxnreg_inc<Cfg::kMathRegs>();
+  ptx::setmaxnreg_inc<Cfg::kMathRegs>();
   // The warpgroup index through a shuffle from lane 0: warp-uniform, so the
   // descriptor words derived from it stay in uniform registers.
   const int wg_u = __shfl_sync(0xffffffffu, wg, 0);
@@ -695,23 +679,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                                   const __grid_constant__ CUtensorMap tm_weights, const __grid_constant__ Sm90FusedParams p) {
   fused_v3_body<Cfg>(tm_q, tm_k, tm_scales, tm_weights, p);
 }
-// kLeanProducer: a register cap instead of launch bounds (ptxas sizes a
-// 544-thread bound like 640 threads: 96 registers); 120 x 544 fits 64K.
-template <class Cfg>
-__global__ void __maxnreg__(120)
-    sm90_fused_mqa_topk_v3_lean_kernel(const __grid_constant__ CUtensorMap tm_q,
-                                       const __grid_constant__ CUtensorMap tm_k,
-                                       const __grid_constant__ CUtensorMap tm_scales,
-                                       const __grid_constant__ CUtensorMap tm_weights, const __grid_constant__ Sm90FusedParams p) {
-  fused_v3_body<Cfg>(tm_q, tm_k, tm_scales, tm_weights, p);
-}
-
 // The op's configuration candidates (dev variants 12-14 of csrc/dev/fused_probes.cu).
 using Sm90FusedV3S8 = Sm90FusedV3Config<8, 1>;                     // 8 stages, one set, smem weights
 using Sm90FusedV3S7Sets2 = Sm90FusedV3Config<7, 2>;                // 7 stages, two sets, smem weights
-using Sm90FusedV3S8RegW = Sm90FusedV3Config<8, 1, 8, false, false>;  // register weights (spills)
-using Sm90FusedV3Lean8 = Sm90FusedV3Config<8, 1, 8, true>;          // one producer warp, 120 registers
-using Sm90FusedV3Inline = Sm90FusedV3Config<8, 1, 8, false, true, true>;  // the check inlined (dev)
+using Sm90FusedV3S8RegW = Sm90FusedV3Config<8, 1, 8, false>;       // register weights (spills)
+using Sm90FusedV3Inline = Sm90FusedV3Config<8, 1, 8, true, true>;  // the check inlined (dev)
+// (A 544-thread configuration with one producer warp and __maxnreg__(120) was
+// tried on 2026-12-02 and failed to launch: "too many resources"; removed.)
 // What the op runs with MQA_TOPK_FUSED_KERNEL=v3 (one set: the v2 kernel's workspace).
 using Sm90FusedV3Default = Sm90FusedV3S8;
 static_assert(8 * Sm90FusedV3Default::kSegs * Sm90FusedV3Default::cap(2048) == 2 * 8 * Sm90FusedGated::cap(2048) &&
@@ -743,10 +717,7 @@ inline cudaError_t launch_sm90_fused_mqa_topk_v3(const void* q, const void* k, c
     if (map_error) *map_error = e;
     return cudaErrorInvalidValue;
   }
-  auto kernel = [] {
-    if constexpr (Cfg::kLeanProducer) return &sm90_fused_mqa_topk_v3_lean_kernel<Cfg>;
-    else return &sm90_fused_mqa_topk_v3_kernel<Cfg>;
-  }();
+  auto kernel = &sm90_fused_mqa_topk_v3_kernel<Cfg>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;
   int* counter = static_cast<int*>(workspace);
