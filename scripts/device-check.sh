@@ -19,6 +19,11 @@ export PYTHONUNBUFFERED=1
 [ -x /usr/bin/g++ ] && export CC=/usr/bin/gcc CXX=/usr/bin/g++
 export MQA_TOPK_CACHE_DIR=${MQA_TOPK_CACHE_DIR:-/tmp/mqa_topk_cache}
 export MAX_JOBS=${MAX_JOBS:-16}
+# The build key hashes the compiler flags, and MQA_TOPK_VERBOSE_BUILD adds
+# ptxas -v: set it for the whole call, or every stage after `build` rebuilds
+# the extension from scratch (2.5 minutes of device time, silently; a stage
+# under a short timeout then dies in the rebuild with no output).
+export MQA_TOPK_VERBOSE_BUILD=${MQA_TOPK_VERBOSE_BUILD:-1}
 stages=("$@")
 [ ${#stages[@]} -eq 0 ] && stages=(build probe gpu-tests verify bench-logits bench-topk bench)
 summary=()
@@ -37,7 +42,7 @@ run() {  # run NAME CMD...  (each stage under its own time limit, STAGE_TIMEOUT_
 python3 -m pip install -q --no-build-isolation --no-deps -e . >> "$OUT/device.log" 2>&1 || { echo "install failed"; tail "$OUT/device.log"; exit 1; }
 for s in "${stages[@]}"; do
   case $s in
-    build) run build env MQA_TOPK_VERBOSE_BUILD=1 mqa-topk build || break ;;
+    build) run build mqa-topk build || break ;;
     probe) run probe python3 scripts/logits_probe.py ;;
     gpu-tests) run gpu-tests python3 -m pytest -q -m gpu -x tests ;;
     fused-variants) run fused-variants env MQA_TOPK_DEV_PROBES=1 sh -c 'python3 -m pytest -q -x tests/test_gpu_fused.py -k dev_variant && python3 scripts/fused_probe.py' ;;
