@@ -85,12 +85,17 @@ __device__ __forceinline__ void fused_v3_half_finished(FusedV3Ctl* ctl, int b, u
   atomicAdd(&ctl->halves_done, 1);
 }
 
-template <int kNumStages_, int kSets_ = 1, int kCheckTiles_ = 8, bool kSmemWeights_ = true,
+template <int kNumStages_, int kSets_ = 1, int kCheckTiles_ = 8, int kWeightsMode_ = 1,
           bool kInlineCheck_ = false>
 struct Sm90FusedV3Config {
   // kInlineCheck (dev): the compaction check inlined into the tile loops instead of called.
   static constexpr bool kInlineCheck = kInlineCheck_;
-  static constexpr bool kSmemWeights = kSmemWeights_;
+  // kWeightsMode: 0 the block's weights in registers, 1 a per-lane copy in
+  // shared memory (wl, 8 x 16-byte loads per tile), 2 (dev) read each tile from
+  // the TMA-loaded weights buffer (16 x 8-byte loads), 3 (dev) 1 with a row
+  // group barrier after the copy.
+  static constexpr int kWeightsMode = kWeightsMode_;
+  static constexpr bool kSmemWeights = kWeightsMode_ != 0;
   // The dense op's configuration (constants and MMA shape only).
   using Logits = Sm90LogitsV2Config<8, 4, 8, 0, 112, 1, true, 2, true, true>;
   static constexpr int kNumStages = kNumStages_;
@@ -124,7 +129,7 @@ struct Sm90FusedV3Config {
   // kSmemWeights: each lane's 32 weights of the block, contiguous ([qb][rg][quad][r][jj]: 8 x 16 B).
   static constexpr int kOffWl = kOffRedo + 2 * 2 * 4;  // (16-byte aligned below)
   static constexpr int kOffWlA = (kOffWl + 15) / 16 * 16;
-  static constexpr int kOffCtl = kOffWlA + (kSmemWeights ? 2 * 2 * 4 * 32 * 4 : 0);
+  static constexpr int kOffCtl = kOffWlA + (kWeightsMode == 1 || kWeightsMode == 3 ? 2 * 2 * 4 * 32 * 4 : 0);
   static constexpr int kOffBars = kOffCtl + (static_cast<int>(sizeof(FusedV3Ctl)) + 7) / 8 * 8;
   static constexpr int kNumBars = 2 * kNumStages + 4;
   static constexpr int kSmemBytes = kOffBars + kNumBars * 8 + 1024;
@@ -221,6 +226,10 @@ __device__ __forceinline__ void fused_v3_check_compact(const Sm90FusedParams& p,
   const uint32_t c = segcnt[(4 * rg + (lane & 3)) * NS + (lane >> 2)];
   const uint32_t over = __ballot_sync(0xffffffffu, c > trigger);
   if (over == 0) return;  // uniform over the row group (same counts)
+  // Every warp has read the counts before a selector rewrites them below (a
+  // warp reading a compacted count would take over == 0, skip the barrier
+  // after the compaction and pair its later barriers with the wrong ones).
+  ptx::named_barrier_sync(5 + rg, 256);
   const long long t_c = clock64();
   const int sel_row = 4 * rg + warp_in_wg;
   if (selector && (over & (0x11111111u << warp_in_wg))) {
@@ -473,7 +482,7 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
     float4* wl = reinterpret_cast<float4*>(smem + Cfg::kOffWlA) + ((qb * 2 + rg) * 4 + quad) * 8;
     if (nt > 0) {
       const float2* w2 = reinterpret_cast<const float2*>(smem + Cfg::kOffWeights + qb * Cfg::kWeightBytes) + rg * 64;
-      if constexpr (Cfg::kSmemWeights) {
+      if constexpr (Cfg::kWeightsMode == 1 || Cfg::kWeightsMode == 3) {
 #pragma unroll
         for (int r = 0; r < 4; ++r)
 #pragma unroll
@@ -481,7 +490,11 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
             const float2 a = w2[r * 16 + jj * 4 + quad], c = w2[r * 16 + (jj + 1) * 4 + quad];
             wl[r * 2 + jj / 2] = make_float4(a.x, a.y, c.x, c.y);
           }
-      } else {
+        if constexpr (Cfg::kWeightsMode == 3) {
+          __syncwarp();
+          ptx::named_barrier_sync(bar_rg, 256);
+        }
+      } else if constexpr (Cfg::kWeightsMode == 0) {
 #pragma unroll
         for (int r = 0; r < 4; ++r)
 #pragma unroll
@@ -505,7 +518,15 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       tile_scales_and_release(smem + Cfg::kOffScales + stage * Cfg::kScaleBytes, key_in_tile, lane, empty + stage,
                               scale0, scale1);
       float fin[2][1];
-      if constexpr (Cfg::kSmemWeights) {
+      if constexpr (Cfg::kWeightsMode == 2) {
+        float2 w[4][4];
+        const float2* w2 = reinterpret_cast<const float2*>(smem + Cfg::kOffWeights + qb * Cfg::kWeightBytes) + rg * 64;
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+#pragma unroll
+          for (int jj = 0; jj < 4; ++jj) w[r][jj] = w2[r * 16 + jj * 4 + quad];
+        logits_epilogue_reduce_w<4>(acc, w, quad, fin);
+      } else if constexpr (Cfg::kSmemWeights) {
         float2 w[4][4];
 #pragma unroll
         for (int r = 0; r < 4; ++r)
@@ -515,6 +536,33 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
             w[r][jj] = make_float2(v.x, v.y);
             w[r][jj + 1] = make_float2(v.z, v.w);
           }
+        if (p.probe == 5) {  // development: does the copy still hold the block's weights?
+          const float2* wd = reinterpret_cast<const float2*>(smem + Cfg::kOffWeights + qb * Cfg::kWeightBytes) + rg * 64;
+          volatile int* h = reinterpret_cast<volatile int*>(p.counter);
+#pragma unroll 1
+          for (int r = 0; r < 4; ++r)
+#pragma unroll 1
+            for (int jj = 0; jj < 4; ++jj) {
+              const float2 d = wd[r * 16 + jj * 4 + quad];
+              if (__float_as_uint(d.x) != __float_as_uint(w[r][jj].x) || __float_as_uint(d.y) != __float_as_uint(w[r][jj].y)) {
+                atomicAdd(p.counter + 16 + rg, 1);
+                if (atomicCAS(p.counter + 18, 0, 1) == 0) {
+                  h[19] = b;
+                  h[20] = t;
+                  h[21] = ns;
+                  h[22] = static_cast<int>(__float_as_uint(w[r][jj].x));
+                  h[23] = static_cast<int>(__float_as_uint(d.x));
+                  h[24] = r * 4 + jj;
+                  h[25] = tid >> 5;
+                  h[26] = pub;
+                  h[27] = static_cast<int>(blockIdx.x);
+                  h[28] = static_cast<int>(__float_as_uint(w[r][jj].y));
+                  h[29] = it;
+                  h[30] = lane;
+                }
+              }
+            }
+        }
         logits_epilogue_reduce_w<4>(acc, w, quad, fin);
       } else {
         logits_epilogue_reduce_w<4>(acc, wreg, quad, fin);
@@ -684,6 +732,10 @@ using Sm90FusedV3S8 = Sm90FusedV3Config<8, 1>;                     // 8 stages, 
 using Sm90FusedV3S7Sets2 = Sm90FusedV3Config<7, 2>;                // 7 stages, two sets, smem weights
 using Sm90FusedV3S8RegW = Sm90FusedV3Config<8, 1, 8, false>;       // register weights (spills)
 using Sm90FusedV3Inline = Sm90FusedV3Config<8, 1, 8, true, true>;  // the check inlined (dev)
+using Sm90FusedV3Direct = Sm90FusedV3Config<8, 1, 8, 2>;           // weights from the TMA buffer (dev)
+using Sm90FusedV3CopySync = Sm90FusedV3Config<8, 1, 8, 3>;         // copy + row group barrier (dev)
+using Sm90FusedV3RegWInline = Sm90FusedV3Config<8, 1, 8, 0, true>; // register weights, check inlined (dev)
+using Sm90FusedV3DirectSets2 = Sm90FusedV3Config<7, 2, 8, 2>;      // direct weights, two sets (dev)
 // (A 544-thread configuration with one producer warp and __maxnreg__(120) was
 // tried on 2026-12-02 and failed to launch: "too many resources"; removed.)
 // What the op runs with MQA_TOPK_FUSED_KERNEL=v3 (one set: the v2 kernel's workspace).

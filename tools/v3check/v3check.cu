@@ -1,0 +1,540 @@
+// v3check: a torch-free device harness for the v3 fused kernel
+// (sm90_fused_mqa_topk_v3.cuh). Built on the CPU machine with nvcc alone
+// (tools/v3check/build.sh -> build/v3check), carried to the GPU machine and
+// run there with no extension build: a debugging round then costs the machine
+// start and the run, not 2.5 minutes of JIT build.
+//
+// It generates inputs on the host (gaussian / relu-saturated / rising /
+// all-equal / zero-weights), computes the dense logits with the op's logits
+// kernel (sm90_fp8_mqa_logits_v2.cuh), the exact reference sets on the host
+// from them ((value desc, index asc), the fused kernels' logits are bitwise
+// equal to the dense ones, so the sets must be identical), and runs:
+//   check  VARIANTS ROWS KEYS TOPK LAYOUT DIST [grid=G] [target=T]
+//          three runs per variant with poisoned outputs: wrong rows, reruns
+//          differing (set / order)
+//   dump   VARIANTS KEYS  (probe 3: 8 rows, one CTA, every appended entry
+//          compared with the dense logit at its index)
+//   stages VARIANTS ROWS KEYS (probe 4: K stages a warp read that did not
+//          hold the tile its walk expected, per row group)
+//   time   VARIANTS ROWS KEYS TOPK LAYOUT DIST (cold-L2 medians: dense logits
+//          alone, native dense = logits + top-k, fused v2 (the op's kernel),
+//          fused v3 variants; and each path's wrong rows)
+// VARIANTS: comma list of 12 (op candidate: 8 stages, smem weights), 13 (7
+// stages, two sets), 14 (check inlined), 15 (register weights), 2 (the op's v2
+// fused kernel). Development only: never part of the extension or the op.
+#include <cuda_fp8.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "mqa_topk/sm90_fp8_mqa_logits_v2.cuh"
+#include "mqa_topk/sm90_fused_mqa_topk_v3.cuh"
+#include "mqa_topk/sm90_topk_per_row.cuh"
+
+#define CK(x)                                                                                   \
+  do {                                                                                          \
+    cudaError_t e_ = (x);                                                                       \
+    if (e_ != cudaSuccess) {                                                                    \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(2);                                                                             \
+    }                                                                                           \
+  } while (0)
+
+namespace {
+using namespace mqa_topk;
+
+struct Rng {
+  uint64_t s;
+  explicit Rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 1) {}
+  uint64_t next() {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    return s;
+  }
+  double uni() { return (next() >> 11) * (1.0 / 9007199254740992.0); }
+  double gauss() {
+    double u = uni(), v = uni();
+    if (u < 1e-300) u = 1e-300;
+    return std::sqrt(-2 * std::log(u)) * std::cos(6.283185307179586 * v);
+  }
+};
+
+uint8_t fp8(double x) { return __nv_fp8_e4m3(static_cast<float>(x)).__x; }
+
+struct Work {
+  int rows = 0, keys = 0, topk = 0;
+  std::vector<uint8_t> q, k;
+  std::vector<float> scales, weights;
+  std::vector<int> starts, ends;
+};
+
+Work make_work(int rows, int keys, int topk, const std::string& layout, const std::string& dist, uint64_t seed) {
+  Work w;
+  w.rows = rows, w.keys = keys, w.topk = topk;
+  Rng rng(seed);
+  w.starts.resize(rows), w.ends.resize(rows);
+  for (int i = 0; i < rows; ++i) {
+    if (layout == "causal") {
+      w.starts[i] = 0, w.ends[i] = std::max(0, std::min(keys, keys - rows + i + 1));
+    } else if (layout == "full") {
+      w.starts[i] = 0, w.ends[i] = keys;
+    } else {  // ragged: random ranges, unaligned starts, some short or empty rows
+      const int s = static_cast<int>(rng.next() % std::max(1, keys / 2));
+      const int mode = static_cast<int>(rng.next() % 8);
+      int len = mode == 0 ? 0 : mode == 1 ? static_cast<int>(rng.next() % (topk + 1)) : static_cast<int>(rng.next() % (keys - s + 1));
+      w.starts[i] = s, w.ends[i] = std::min(keys, s + len);
+    }
+  }
+  w.q.resize(size_t(rows) * 32 * 128), w.k.resize(size_t(keys) * 128);
+  w.scales.resize(keys), w.weights.resize(size_t(rows) * 32);
+  if (dist == "relu_saturated") {
+    for (auto& x : w.k) x = fp8(1.0 + 0.3 * rng.gauss());
+    for (int r = 0; r < rows; ++r) {
+      const double b = -0.06 - 0.06 * rng.uni();
+      for (int j = 0; j < 32 * 128; ++j) w.q[size_t(r) * 4096 + j] = fp8(b + 0.3 * rng.gauss());
+    }
+  } else if (dist == "rising") {
+    std::vector<double> t(128);
+    for (auto& x : t) x = rng.uni() < 0.5 ? -1.0 / std::sqrt(128.0) : 1.0 / std::sqrt(128.0);
+    for (int r = 0; r < rows; ++r)
+      for (int h = 0; h < 32; ++h) {
+        const double a = 0.5 + rng.uni();
+        for (int d = 0; d < 128; ++d) w.q[(size_t(r) * 32 + h) * 128 + d] = fp8(a * t[d] * 8 + 0.25 * rng.gauss());
+      }
+    for (int j = 0; j < keys; ++j) {
+      const double pos = double(j) / std::max(keys, 1);
+      for (int d = 0; d < 128; ++d) w.k[size_t(j) * 128 + d] = fp8((0.25 + 1.75 * pos) * t[d] * 8 + 0.1 * rng.gauss());
+    }
+  } else if (dist == "equal") {  // every logit equal: pure tie-break
+    for (auto& x : w.q) x = fp8(0.5);
+    for (auto& x : w.k) x = fp8(0.5);
+  } else {
+    for (auto& x : w.q) x = fp8(rng.gauss());
+    for (auto& x : w.k) x = fp8(rng.gauss());
+  }
+  for (int j = 0; j < keys; ++j)
+    w.scales[j] = dist == "equal" ? 1.0f
+                  : dist == "rising" ? static_cast<float>(std::exp2(-1.0 + 2.0 * j / std::max(keys, 1)))
+                                     : static_cast<float>(0.5 + 1.5 * rng.uni());
+  for (auto& x : w.weights)
+    x = dist == "zero_weights" ? 0.f : dist == "equal" ? 1.f / 32 : static_cast<float>(std::fabs(rng.gauss()) / 32 + 1.0 / 1024);
+  return w;
+}
+
+struct Dev {
+  const Work* w = nullptr;
+  void *q = nullptr, *k = nullptr;
+  float *scales = nullptr, *weights = nullptr, *logits = nullptr;
+  int *starts = nullptr, *ends = nullptr, *out = nullptr;
+  void* ws = nullptr;
+  size_t ws_bytes = 0;
+  int64_t ld = 0;
+};
+
+template <class T>
+T* upload(const std::vector<T>& v) {
+  T* p = nullptr;
+  CK(cudaMalloc(&p, std::max<size_t>(16, v.size() * sizeof(T))));
+  if (!v.empty()) CK(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return p;
+}
+
+Dev upload_work(const Work& w) {
+  Dev d;
+  d.w = &w;
+  d.q = upload(w.q), d.k = upload(w.k), d.scales = upload(w.scales), d.weights = upload(w.weights);
+  d.starts = upload(w.starts), d.ends = upload(w.ends);
+  d.ld = (w.keys + 3) / 4 * 4;
+  CK(cudaMalloc(&d.logits, std::max<size_t>(16, size_t(w.rows) * d.ld * 4)));
+  CK(cudaMalloc(&d.out, size_t(w.rows) * w.topk * 4));
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  d.ws_bytes = std::max({fused_v3_workspace_bytes<Sm90FusedV3S7Sets2>(w.topk, sms),
+                         fused_v3_workspace_bytes<Sm90FusedV3S8>(w.topk, sms),
+                         fused_workspace_bytes<Sm90FusedDefault>(w.topk, sms)});
+  CK(cudaMalloc(&d.ws, d.ws_bytes));
+  return d;
+}
+
+void free_dev(Dev& d) {
+  for (void* p : {d.q, d.k, static_cast<void*>(d.scales), static_cast<void*>(d.weights), static_cast<void*>(d.logits),
+                  static_cast<void*>(d.starts), static_cast<void*>(d.ends), static_cast<void*>(d.out), d.ws})
+    cudaFree(p);
+}
+
+int g_sms = 132;
+
+cudaError_t launch_dense_logits(const Dev& d, cudaStream_t st = 0) {
+  const Work& w = *d.w;
+  int me = 0;
+  return launch_sm90_fp8_mqa_logits_v2(d.q, d.k, d.scales, d.weights, d.starts, d.ends, d.logits, d.ld, w.rows, w.keys,
+                                       g_sms, st, &me);
+}
+
+// Runs one fused variant into d.out (2 = the op's v2 kernel).
+cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int target, cudaStream_t st = 0) {
+  const Work& w = *d.w;
+  const int sms = grid > 0 ? std::min(grid, g_sms) : g_sms;
+  int me = 0;
+  auto v3 = [&](auto cfg) {
+    return launch_sm90_fused_mqa_topk_v3<decltype(cfg)>(d.q, d.k, d.scales, d.weights, d.starts, d.ends, d.out, d.ws,
+                                                         w.rows, w.keys, w.topk, sms, st, &me, probe, {}, target);
+  };
+  switch (variant) {
+    case 2:
+      return launch_sm90_fused_mqa_topk<Sm90FusedDefault>(d.q, d.k, d.scales, d.weights, d.starts, d.ends, d.out, d.ws,
+                                                          w.rows, w.keys, w.topk, sms, st, &me, probe, 0, {}, target);
+    case 13: return v3(Sm90FusedV3S7Sets2{});
+    case 14: return v3(Sm90FusedV3Inline{});
+    case 15: return v3(Sm90FusedV3S8RegW{});
+    case 16: return v3(Sm90FusedV3Direct{});
+    case 17: return v3(Sm90FusedV3CopySync{});
+    case 18: return v3(Sm90FusedV3RegWInline{});
+    case 19: return v3(Sm90FusedV3DirectSets2{});
+    default: return v3(Sm90FusedV3S8{});
+  }
+}
+
+uint32_t okey(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  const uint32_t m = 0u - (u >> 31);
+  return ((u ^ m) - m) ^ (~m & 0x80000000u);
+}
+float okey_to_float(uint32_t k) {
+  const uint32_t u = (k & 0x80000000u) ? (k & 0x7fffffffu) : (0u - k);
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+std::vector<float> host_logits(const Dev& d) {
+  const Work& w = *d.w;
+  std::vector<float> h(size_t(w.rows) * d.ld);
+  if (!h.empty()) CK(cudaMemcpy(h.data(), d.logits, h.size() * 4, cudaMemcpyDeviceToHost));
+  return h;
+}
+
+// Per row: the sorted relative indices of the exact top min(k, n) ((value desc, index asc)).
+std::vector<std::vector<int>> reference_sets(const Work& w, const std::vector<float>& lg, int64_t ld) {
+  std::vector<std::vector<int>> ref(w.rows);
+  const int nth = std::max(1u, std::min(32u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> th;
+  for (int t = 0; t < nth; ++t)
+    th.emplace_back([&, t] {
+      std::vector<uint64_t> c;
+      for (int r = t; r < w.rows; r += nth) {
+        const int s = w.starts[r], e = w.ends[r];
+        c.clear();
+        for (int j = s; j < e; ++j)
+          c.push_back((uint64_t(okey(lg[size_t(r) * ld + j])) << 32) | (0xffffffffu - uint32_t(j - s)));
+        const size_t m = std::min<size_t>(w.topk, c.size());
+        std::nth_element(c.begin(), c.begin() + m, c.end(), std::greater<uint64_t>());
+        for (size_t i = 0; i < m; ++i) ref[r].push_back(static_cast<int>(0xffffffffu - uint32_t(c[i])));
+        std::sort(ref[r].begin(), ref[r].end());
+      }
+    });
+  for (auto& x : th) x.join();
+  return ref;
+}
+
+std::vector<int> host_out(const Dev& d) {
+  std::vector<int> h(size_t(d.w->rows) * d.w->topk);
+  CK(cudaMemcpy(h.data(), d.out, h.size() * 4, cudaMemcpyDeviceToHost));
+  return h;
+}
+
+// Rows whose output (indices >= 0, -1 padding after them) is not the reference set.
+int wrong_rows(const Work& w, const std::vector<int>& out, const std::vector<std::vector<int>>& ref, int show = 0) {
+  int bad = 0;
+  for (int r = 0; r < w.rows; ++r) {
+    std::vector<int> got;
+    bool pad_ok = true;
+    for (int i = 0; i < w.topk; ++i) {
+      const int v = out[size_t(r) * w.topk + i];
+      if (v >= 0) got.push_back(v);
+      if (i >= static_cast<int>(ref[r].size()) && v != -1) pad_ok = false;
+    }
+    std::sort(got.begin(), got.end());
+    if (got != ref[r] || !pad_ok) {
+      if (bad < show) {
+        std::vector<int> miss, extra;
+        std::set_difference(ref[r].begin(), ref[r].end(), got.begin(), got.end(), std::back_inserter(miss));
+        std::set_difference(got.begin(), got.end(), ref[r].begin(), ref[r].end(), std::back_inserter(extra));
+        std::printf("    row %d [%d,%d): got %zu want %zu, missing %zu (first %d) extra %zu (first %d)%s\n", r,
+                    w.starts[r], w.ends[r], got.size(), ref[r].size(), miss.size(), miss.empty() ? -1 : miss[0],
+                    extra.size(), extra.empty() ? -1 : extra[0], pad_ok ? "" : " bad padding");
+      }
+      ++bad;
+    }
+  }
+  return bad;
+}
+
+std::vector<int> parse_variants(const char* s) {
+  std::vector<int> v;
+  for (const char* p = s; *p;) {
+    v.push_back(std::atoi(p));
+    while (*p && *p != ',') ++p;
+    if (*p == ',') ++p;
+  }
+  return v;
+}
+
+int opt_int(int argc, char** argv, const char* name, int dflt) {
+  const size_t n = std::strlen(name);
+  for (int i = 1; i < argc; ++i)
+    if (!std::strncmp(argv[i], name, n) && argv[i][n] == '=') return std::atoi(argv[i] + n + 1);
+  return dflt;
+}
+
+void poison(const Dev& d, int v) { CK(cudaMemset(d.out, v & 0xff, size_t(d.w->rows) * d.w->topk * 4)); }
+void scramble_ws(const Dev& d, int v) { CK(cudaMemset(d.ws, v, d.ws_bytes)); }
+
+int sync_or_report(const char* what) {
+  const cudaError_t e = cudaDeviceSynchronize();
+  if (e != cudaSuccess) {
+    std::printf("%s: %s\n", what, cudaGetErrorString(e));
+    std::fflush(stdout);
+    std::exit(3);
+  }
+  return 0;
+}
+
+int cmd_check(int argc, char** argv) {
+  if (argc < 8) return std::fprintf(stderr, "check VARIANTS ROWS KEYS TOPK LAYOUT DIST [grid=G] [target=T]\n"), 1;
+  const auto vars = parse_variants(argv[2]);
+  const int rows = std::atoi(argv[3]), keys = std::atoi(argv[4]), topk = std::atoi(argv[5]);
+  const std::string layout = argv[6], dist = argv[7];
+  const int grid = opt_int(argc, argv, "grid", 0), target = opt_int(argc, argv, "target", 0);
+  const int seed = opt_int(argc, argv, "seed", 11);
+  Work w = make_work(rows, keys, topk, layout, dist, seed);
+  Dev d = upload_work(w);
+  CK(launch_dense_logits(d));
+  sync_or_report("dense logits");
+  const auto ref = reference_sets(w, host_logits(d), d.ld);
+  for (int v : vars) {
+    std::vector<std::vector<int>> outs;
+    int wrong = 0;
+    for (int run = 0; run < 3; ++run) {
+      poison(d, run == 0 ? 0x7f : run == 1 ? 0x80 : 0xff);
+      scramble_ws(d, 0x5a + run);
+      CK(launch_fused(v, d, grid, 0, target));
+      sync_or_report("fused");
+      outs.push_back(host_out(d));
+      if (run == 0) wrong = wrong_rows(w, outs[0], ref, 3);
+    }
+    int order_diff = 0, set_diff = 0;
+    for (int i = 1; i < 3; ++i)
+      for (int r = 0; r < rows; ++r) {
+        auto a = std::vector<int>(outs[0].begin() + size_t(r) * topk, outs[0].begin() + size_t(r + 1) * topk);
+        auto b = std::vector<int>(outs[i].begin() + size_t(r) * topk, outs[i].begin() + size_t(r + 1) * topk);
+        if (a != b) ++order_diff;
+        std::sort(a.begin(), a.end()), std::sort(b.begin(), b.end());
+        if (a != b) ++set_diff;
+      }
+    std::printf("check %s-%s %dx%d top-%d v%d grid=%d target=%d: wrong rows %d, reruns differing in order %d, in set %d\n",
+                layout.c_str(), dist.c_str(), rows, keys, topk, v, grid, target, wrong, order_diff, set_diff);
+    std::fflush(stdout);
+  }
+  free_dev(d);
+  return 0;
+}
+
+int cmd_dump(int argc, char** argv) {
+  if (argc < 4) return std::fprintf(stderr, "dump VARIANTS KEYS\n"), 1;
+  const auto vars = parse_variants(argv[2]);
+  const int keys = std::atoi(argv[3]);
+  const int topk = 512;
+  Work w = make_work(8, keys, topk, "causal", "gaussian", 11);
+  Dev d = upload_work(w);
+  CK(launch_dense_logits(d));
+  sync_or_report("dense logits");
+  const auto lg = host_logits(d);
+  const int cap = Sm90FusedV3S8::cap(topk);
+  for (int v : vars) {
+    if (v == 2) continue;
+    poison(d, 0xff);
+    scramble_ws(d, 0x5a);
+    CK(launch_fused(v, d, 1, 3, 0));
+    sync_or_report("fused probe 3");
+    const auto o = host_out(d);
+    std::vector<uint32_t> words((d.ws_bytes - kFusedHeaderBytes) / 4);
+    CK(cudaMemcpy(words.data(), static_cast<uint8_t*>(d.ws) + kFusedHeaderBytes, words.size() * 4,
+                  cudaMemcpyDeviceToHost));
+    for (int r = 0; r < 8; ++r) {
+      const int* orow = &o[size_t(r) * topk];
+      const uint32_t set_off = static_cast<uint32_t>(orow[10]);
+      int total = 0, bad_val = 0, bad_idx = 0, bad_seg = 0;
+      std::string per_seg;
+      for (int sg = 0; sg < 8; ++sg) {
+        const int n = orow[sg];
+        const size_t base = set_off + size_t(r * 8 + sg) * 2 * cap;
+        int bad_here = 0, wrong_warp = 0;
+        std::string tiles;
+        for (int j = 0; j < n && j < cap; ++j) {
+          const uint32_t key = words[base + j], idx = words[base + cap + j];
+          ++total;
+          if (static_cast<int>(idx) < w.starts[r] || static_cast<int>(idx) >= w.ends[r]) {
+            ++bad_idx;
+            continue;
+          }
+          if (((idx % 128) / 16) != static_cast<uint32_t>(sg)) ++wrong_warp;
+          const float ref = lg[size_t(r) * d.ld + idx];
+          if (okey(ref) != key) {
+            ++bad_val, ++bad_here;
+            if (bad_here <= 3) {
+              const float fv = okey_to_float(key);
+              int other_row = -1, other_key = -1;
+              for (int rr = 0; rr < 8; ++rr)
+                if (okey(lg[size_t(rr) * d.ld + idx]) == key) other_row = rr;
+              for (int kk = w.starts[r]; kk < w.ends[r] && other_key < 0; ++kk)
+                if (okey(lg[size_t(r) * d.ld + kk]) == key) other_key = kk;
+              char buf[256];
+              std::snprintf(buf, sizeof buf, "\n      seg %d slot %d key %u (tile %u): fused %.7g dense %.7g; = row %d's at this key, = this row's at key %d",
+                            sg, j, idx, idx / 128, fv, ref, other_row, other_key);
+              tiles += buf;
+            }
+          }
+        }
+        bad_seg += wrong_warp;
+        per_seg += " " + std::to_string(n) + "/" + std::to_string(bad_here);
+        if (!tiles.empty()) per_seg += tiles;
+      }
+      std::printf("dump v%d keys %d row %d: total %d, gate key %#x ns %d pubs %d; bad index %d, entry in the wrong warp's segment %d, bad value %d; per segment count/bad:%s\n",
+                  v, keys, r, total, static_cast<unsigned>(orow[8]), orow[11], orow[12], bad_idx, bad_seg, bad_val,
+                  per_seg.c_str());
+    }
+    std::fflush(stdout);
+  }
+  free_dev(d);
+  return 0;
+}
+
+int cmd_stages(int argc, char** argv) {
+  if (argc < 5) return std::fprintf(stderr, "stages VARIANTS ROWS KEYS\n"), 1;
+  const auto vars = parse_variants(argv[2]);
+  Work w = make_work(std::atoi(argv[3]), std::atoi(argv[4]), 512, "causal", "gaussian", 11);
+  Dev d = upload_work(w);
+  for (int v : vars) {
+    if (v == 2) continue;
+    CK(launch_fused(v, d, 0, 4, 0));
+    sync_or_report("fused probe 4");
+    int hdr[32];
+    CK(cudaMemcpy(hdr, d.ws, 128, cudaMemcpyDeviceToHost));
+    std::printf("stages v%d %dx%d: stage/tile mismatches, row group 0 %d, row group 1 %d\n", v, w.rows, w.keys,
+                hdr[24], hdr[25]);
+  }
+  free_dev(d);
+  return 0;
+}
+
+int cmd_wcheck(int argc, char** argv) {
+  if (argc < 8) return std::fprintf(stderr, "wcheck VARIANTS ROWS KEYS TOPK LAYOUT DIST\n"), 1;
+  const auto vars = parse_variants(argv[2]);
+  Work w = make_work(std::atoi(argv[3]), std::atoi(argv[4]), std::atoi(argv[5]), argv[6], argv[7], 11);
+  Dev d = upload_work(w);
+  for (int v : vars) {
+    for (int rep = 0; rep < 3; ++rep) {
+      CK(launch_fused(v, d, 0, 5, 0));
+      sync_or_report("fused probe 5");
+      int h[32];
+      CK(cudaMemcpy(h, d.ws, 128, cudaMemcpyDeviceToHost));
+      std::printf("wcheck v%d %s-%s %dx%d top-%d: weight copy mismatches rg0 %d rg1 %d; first: cta %d warp %d lane %d block %d tile t=%d (it %d) ns %d pubs %d w[%d]: copy %#x,%#x tma %#x\n",
+                  v, argv[6], argv[7], w.rows, w.keys, w.topk, h[16], h[17], h[27], h[25], h[30], h[19], h[20], h[29], h[21], h[26],
+                  h[24], static_cast<unsigned>(h[22]), static_cast<unsigned>(h[28]), static_cast<unsigned>(h[23]));
+    }
+    std::fflush(stdout);
+  }
+  free_dev(d);
+  return 0;
+}
+
+int cmd_time(int argc, char** argv) {
+  if (argc < 8) return std::fprintf(stderr, "time VARIANTS ROWS KEYS TOPK LAYOUT DIST [reps=N]\n"), 1;
+  const auto vars = parse_variants(argv[2]);
+  const int rows = std::atoi(argv[3]), keys = std::atoi(argv[4]), topk = std::atoi(argv[5]);
+  const std::string layout = argv[6], dist = argv[7];
+  const int reps = opt_int(argc, argv, "reps", 10);
+  Work w = make_work(rows, keys, topk, layout, dist, 11);
+  Dev d = upload_work(w);
+  void* flush = nullptr;
+  const size_t flush_bytes = size_t(256) << 20;
+  CK(cudaMalloc(&flush, flush_bytes));
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  auto timed = [&](auto&& launch) {
+    std::vector<float> ms;
+    for (int i = 0; i < reps + 1; ++i) {
+      CK(cudaMemsetAsync(flush, i & 0xff, flush_bytes));
+      CK(cudaEventRecord(e0));
+      CK(launch());
+      CK(cudaEventRecord(e1));
+      CK(cudaEventSynchronize(e1));
+      float t = 0;
+      CK(cudaEventElapsedTime(&t, e0, e1));
+      if (i) ms.push_back(t);  // the first run warms up
+    }
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+  };
+  const double flops = [&] {
+    double s = 0;
+    for (int r = 0; r < rows; ++r) s += double(w.ends[r] - w.starts[r]);
+    return s * 32 * 128 * 2;
+  }();
+  const float t_logits = timed([&] { return launch_dense_logits(d); });
+  CK(launch_dense_logits(d));
+  sync_or_report("dense logits");
+  const auto ref = reference_sets(w, host_logits(d), d.ld);
+  const float t_native = timed([&] {
+    cudaError_t e = launch_dense_logits(d);
+    if (e != cudaSuccess) return e;
+    return topk::launch_topk_per_row(d.logits, d.ld, d.starts, d.ends, d.out, rows, keys, topk, 0);
+  });
+  sync_or_report("native");
+  const int wrong_native = wrong_rows(w, host_out(d), ref);
+  std::printf("time %s-%s %dx%d top-%d: logits alone %.3f ms (%.3f PF/s), native dense %.3f ms (wrong rows %d)\n",
+              layout.c_str(), dist.c_str(), rows, keys, topk, t_logits, flops / t_logits * 1e-12, t_native, wrong_native);
+  for (int v : vars) {
+    poison(d, 0xff);
+    const float t = timed([&] { return launch_fused(v, d, 0, 0, 0); });
+    sync_or_report("fused");
+    const int wrong = wrong_rows(w, host_out(d), ref, 2);
+    std::printf("  fused v%d: %.3f ms = %.3fx logits alone, %.3fx faster than native dense; wrong rows %d\n", v, t,
+                t / t_logits, t_native / t, wrong);
+    std::fflush(stdout);
+  }
+  cudaFree(flush);
+  free_dev(d);
+  return 0;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: v3check check|dump|stages|time ...\n");
+    return 1;
+  }
+  CK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, 0));
+  const std::string cmd = argv[1];
+  const auto t0 = std::chrono::steady_clock::now();
+  int rc = cmd == "check" ? cmd_check(argc, argv)
+           : cmd == "dump"  ? cmd_dump(argc, argv)
+           : cmd == "stages" ? cmd_stages(argc, argv)
+           : cmd == "time"  ? cmd_time(argc, argv)
+           : cmd == "wcheck" ? cmd_wcheck(argc, argv)
+                            : (std::fprintf(stderr, "unknown command %s\n", cmd.c_str()), 1);
+  std::printf("[%s: %.1f s]\n", cmd.c_str(),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return rc;
+}
