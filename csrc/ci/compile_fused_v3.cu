@@ -19,3 +19,6 @@ static_assert(mqa_topk::Sm90FusedV3S8::cap(2048) == 992 && mqa_topk::Sm90FusedV3
 static_assert(8 * mqa_topk::Sm90FusedV3S8::cap(2048) == 2 * mqa_topk::Sm90FusedGated::cap(2048),
               "v3 workspace per row = v2's");
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3Inline>();
+template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3Direct>();
+template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3DirectSets2>();
+template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3S8RegW>();

@@ -727,19 +727,27 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                                   const __grid_constant__ CUtensorMap tm_weights, const __grid_constant__ Sm90FusedParams p) {
   fused_v3_body<Cfg>(tm_q, tm_k, tm_scales, tm_weights, p);
 }
-// The op's configuration candidates (dev variants 12-14 of csrc/dev/fused_probes.cu).
-using Sm90FusedV3S8 = Sm90FusedV3Config<8, 1>;                     // 8 stages, one set, smem weights
-using Sm90FusedV3S7Sets2 = Sm90FusedV3Config<7, 2>;                // 7 stages, two sets, smem weights
-using Sm90FusedV3S8RegW = Sm90FusedV3Config<8, 1, 8, false>;       // register weights (spills)
-using Sm90FusedV3Inline = Sm90FusedV3Config<8, 1, 8, true, true>;  // the check inlined (dev)
-using Sm90FusedV3Direct = Sm90FusedV3Config<8, 1, 8, 2>;           // weights from the TMA buffer (dev)
-using Sm90FusedV3CopySync = Sm90FusedV3Config<8, 1, 8, 3>;         // copy + row group barrier (dev)
-using Sm90FusedV3RegWInline = Sm90FusedV3Config<8, 1, 8, 0, true>; // register weights, check inlined (dev)
-using Sm90FusedV3DirectSets2 = Sm90FusedV3Config<7, 2, 8, 2>;      // direct weights, two sets (dev)
+// The configurations (dev variants 12-19 of csrc/dev/fused_v3_probes.cu).
+// Measured 2026-12-02 (tools/v3check, H200; BENCHMARKS.md): every variant
+// that reads the weights from the per-lane shared-memory copy (kWeightsMode 1
+// or 3: 12, 13, 14, 17) returns wrong sets (12: 35 of 67 rows; 14 only at the
+// headline, 20 of 8192), while the register (15, 18) and direct (16, 19)
+// variants are exact on every case run; probe 5 found the copy equal to the
+// TMA buffer at every tile read, so the cause is not yet known (docs/FUSED.md).
+using Sm90FusedV3S8 = Sm90FusedV3Config<8, 1>;                     // 12: 8 stages, one set, smem copy (WRONG)
+using Sm90FusedV3S7Sets2 = Sm90FusedV3Config<7, 2>;                // 13: 7 stages, two sets, smem copy (WRONG)
+using Sm90FusedV3Inline = Sm90FusedV3Config<8, 1, 8, true, true>;  // 14: the check inlined, smem copy (WRONG)
+using Sm90FusedV3S8RegW = Sm90FusedV3Config<8, 1, 8, false>;       // 15: register weights (spills)
+using Sm90FusedV3Direct = Sm90FusedV3Config<8, 1, 8, 2>;           // 16: weights from the TMA buffer
+using Sm90FusedV3CopySync = Sm90FusedV3Config<8, 1, 8, 3>;         // 17: copy + row group barrier (WRONG)
+using Sm90FusedV3RegWInline = Sm90FusedV3Config<8, 1, 8, 0, true>; // 18: register weights, check inlined
+using Sm90FusedV3DirectSets2 = Sm90FusedV3Config<7, 2, 8, 2>;      // 19: direct weights, two sets
 // (A 544-thread configuration with one producer warp and __maxnreg__(120) was
 // tried on 2026-12-02 and failed to launch: "too many resources"; removed.)
-// What the op runs with MQA_TOPK_FUSED_KERNEL=v3 (one set: the v2 kernel's workspace).
-using Sm90FusedV3Default = Sm90FusedV3S8;
+// What the op runs with MQA_TOPK_FUSED_KERNEL=v3 (one set: the v2 kernel's
+// workspace): the fastest exact one, 5.31 ms at the headline top-2048 against
+// the v2 kernel's 6.03 and native dense 5.19 (tools/v3check, 2026-12-02).
+using Sm90FusedV3Default = Sm90FusedV3Direct;
 static_assert(8 * Sm90FusedV3Default::kSegs * Sm90FusedV3Default::cap(2048) == 2 * 8 * Sm90FusedGated::cap(2048) &&
                   Sm90FusedV3Default::kSets == 1,
               "the op's workspace (sized for the v2 kernel) holds the v3 kernel's");
