@@ -17,5 +17,12 @@ for tu in csrc/ci/*.cu; do
   fi
   grep -E "Compiling entry|registers|spill" "$out/log" | sed -E 's/^ptxas info *: //' || true
 done
+# The torch-free device harness (tools/v3check, a development tool): compiled
+# and linked here so it cannot rot.
+echo "== tools/v3check/v3check.cu"
+if ! "$NVCC" -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -Icsrc/include \
+    tools/v3check/v3check.cu -o "$out/v3check" 2> "$out/log"; then
+  cat "$out/log"; status=1
+fi
 [ $status -eq 0 ] && echo "compile-check: every kernel compiles for sm_90a"
 exit $status

@@ -1,4 +1,4 @@
-"""Diagnostics of the v3 fused kernel (dev variants 12, 13, 15) on small shapes:
+"""Diagnostics of the v3 fused kernel (dev variants 12-19; tools/v3check does the same without torch) on small shapes:
 per variant and setting, three runs compared with each other (as sets and in
 order) and with the exact reference sets (from the dense logits). Settings:
 default, no gate (MQA_TOPK_FUSED_TARGET past every row's length), one CTA
@@ -15,7 +15,7 @@ from mqa_topk_cli import ops  # noqa: E402
 from mqa_topk_cli.workloads import make_workload  # noqa: E402
 
 ext = ops._native()
-variants = [int(v) for v in sys.argv[1:] if not v.startswith("--")] or [12, 13, 14, 15]
+variants = [int(v) for v in sys.argv[1:] if not v.startswith("--")] or [16, 19, 15, 12]
 DUMP_ONLY = "--dump-only" in sys.argv
 cases = [dict(layout="causal", rows=67, keys=1000, dist="gaussian"),  # 8 tiles: no gate, no check, no compaction
          dict(layout="causal", rows=67, keys=5001, dist="gaussian"),
