@@ -16,6 +16,10 @@
 //          compared with the dense logit at its index)
 //   stages VARIANTS ROWS KEYS (probe 4: K stages a warp read that did not
 //          hold the tile its walk expected, per row group)
+//   stats  VARIANTS ROWS KEYS TOPK LAYOUT DIST (probe 2: gated / redone rows,
+//          candidates and cycles of the gate, selects and compactions)
+//   wcheck VARIANTS ROWS KEYS TOPK LAYOUT DIST (probe 5: the weight copy
+//          compared with the TMA buffer at every tile; copy variants only)
 //   time   VARIANTS ROWS KEYS TOPK LAYOUT DIST (cold-L2 medians: dense logits
 //          alone, native dense = logits + top-k, fused v2 (the op's kernel),
 //          fused v3 variants; and each path's wrong rows)
@@ -458,6 +462,33 @@ int cmd_wcheck(int argc, char** argv) {
   return 0;
 }
 
+// Probe 2: the kernel's statistics in the workspace header (sm90_fused_mqa_topk_v3.cuh:
+// u64 words from byte 8: 0 compactions, 1 their candidates, 3 check cycles (checks
+// that compacted), 4 candidates at the block-end selects, 5 select cycles, 6 math
+// warps' total cycles, 7 gate + drop cycles, 8 rows redone, 9 rows gated, 13 selects).
+int cmd_stats(int argc, char** argv) {
+  if (argc < 8) return std::fprintf(stderr, "stats VARIANTS ROWS KEYS TOPK LAYOUT DIST\n"), 1;
+  const auto vars = parse_variants(argv[2]);
+  Work w = make_work(std::atoi(argv[3]), std::atoi(argv[4]), std::atoi(argv[5]), argv[6], argv[7], 11);
+  Dev d = upload_work(w);
+  for (int v : vars) {
+    if (v == 2) continue;
+    CK(launch_fused(v, d, 0, 2, 0));
+    sync_or_report("fused probe 2");
+    unsigned long long h[16];
+    CK(cudaMemcpy(h, static_cast<uint8_t*>(d.ws) + 8, sizeof h, cudaMemcpyDeviceToHost));
+    const double warps = double(g_sms) * 16, sel = h[13] ? double(h[13]) : 1.0;
+    std::printf("stats v%d %s-%s %dx%d top-%d: rows gated %llu, redone %llu; selects %llu, candidates per select %.0f, "
+                "select cycles per select %.0f; gate+drop cycles per math warp %.0f; compactions %llu (candidates %.0f "
+                "each, check cycles %llu); total cycles per math warp %.0f\n",
+                v, argv[6], argv[7], w.rows, w.keys, w.topk, h[9], h[8], h[13], h[4] / sel, h[5] / sel, h[7] / warps,
+                h[0], h[0] ? double(h[1]) / h[0] : 0.0, h[3], h[6] / warps);
+    std::fflush(stdout);
+  }
+  free_dev(d);
+  return 0;
+}
+
 int cmd_time(int argc, char** argv) {
   if (argc < 8) return std::fprintf(stderr, "time VARIANTS ROWS KEYS TOPK LAYOUT DIST [reps=N]\n"), 1;
   const auto vars = parse_variants(argv[2]);
@@ -541,6 +572,7 @@ int main(int argc, char** argv) {
            : cmd == "stages" ? cmd_stages(argc, argv)
            : cmd == "time"  ? cmd_time(argc, argv)
            : cmd == "wcheck" ? cmd_wcheck(argc, argv)
+           : cmd == "stats" ? cmd_stats(argc, argv)
                             : (std::fprintf(stderr, "unknown command %s\n", cmd.c_str()), 1);
   std::printf("[%s: %.1f s]\n", cmd.c_str(),
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
