@@ -676,24 +676,49 @@ __device__ __forceinline__ bool fused_merge_row_gated(const Sm90FusedParams& p, 
                                lane, &cands, [&](int at, int v, uint32_t) { orow[at] = v; });
 }
 
+// The redo queue of a control block Ctl (members rq_b, rq_mask, rq_valid [16],
+// rq_reserve; FusedCtl, FusedV3Ctl): a ring of 16 entries, pushed by the
+// threads that find unsafe rows, popped in order by the producer.
+// Push (one thread): block b, rows mask; extra(v, at) stores any further fields
+// of entry `at` before it is published.
+template <class Ctl, class Extra>
+__device__ __forceinline__ void redo_queue_push(Ctl* ctl, int b, uint32_t mask, Extra&& extra) {
+  volatile Ctl* v = ctl;
+  const int at = atomicAdd(&ctl->rq_reserve, 1) & 15;
+  v->rq_b[at] = b;
+  v->rq_mask[at] = mask;
+  extra(v, at);
+  __threadfence_block();
+  v->rq_valid[at] = 1;
+}
+// Pop (the producer; `head` its position): false when the next entry is not
+// published yet; extra(v, at) reads any further fields before the slot is freed.
+template <class Ctl, class Extra>
+__device__ __forceinline__ bool redo_queue_pop(volatile Ctl* v, int& head, int& b, uint32_t& mask, Extra&& extra) {
+  const int at = head & 15;
+  if (!v->rq_valid[at]) return false;
+  __threadfence_block();
+  b = v->rq_b[at];
+  mask = v->rq_mask[at];
+  extra(v, at);
+  v->rq_valid[at] = 0;
+  ++head;
+  return true;
+}
+
 // Queues a redo of block b's rows `mask` (one thread), then counts the block as
 // finished. The producer pops entries in order.
 // kSplit: the piece's first key, tiles, region (-1: a whole block) and piece
 // word go with the redo.
 __device__ __forceinline__ void fused_block_finished(FusedCtl* ctl, int b, uint32_t mask, int lo = 0, int nt = 0,
                                                      int c0 = -1, int piece = 0) {
-  volatile FusedCtl* v = ctl;
-  if (mask) {
-    const int at = atomicAdd(&ctl->rq_reserve, 1) & 15;
-    v->rq_b[at] = b;
-    v->rq_mask[at] = mask;
-    v->rq_lo[at] = lo;
-    v->rq_nt[at] = nt;
-    v->rq_c0[at] = c0;
-    v->rq_piece[at] = piece;
-    __threadfence_block();
-    v->rq_valid[at] = 1;
-  }
+  if (mask)
+    redo_queue_push(ctl, b, mask, [&](volatile FusedCtl* v, int at) {
+      v->rq_lo[at] = lo;
+      v->rq_nt[at] = nt;
+      v->rq_c0[at] = c0;
+      v->rq_piece[at] = piece;
+    });
   __threadfence_block();
   atomicAdd(&ctl->blocks_done, 1);
 }
@@ -796,18 +821,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       int plo = 0, pnt = 0, pc0 = -1, ppiece = 0;
       auto pop_redo = [&](int& b, uint32_t& mask) {
         if constexpr (!Cfg::kGate) return false;
-        const int at = head & 15;
-        if (!ctl_v->rq_valid[at]) return false;
-        __threadfence_block();
-        b = ctl_v->rq_b[at];
-        mask = ctl_v->rq_mask[at];
-        plo = ctl_v->rq_lo[at];
-        pnt = ctl_v->rq_nt[at];
-        pc0 = ctl_v->rq_c0[at];
-        ppiece = ctl_v->rq_piece[at];
-        ctl_v->rq_valid[at] = 0;
-        ++head;
-        return true;
+        return redo_queue_pop(ctl_v, head, b, mask, [&](volatile FusedCtl* v, int at) {
+          plo = v->rq_lo[at];
+          pnt = v->rq_nt[at];
+          pc0 = v->rq_c0[at];
+          ppiece = v->rq_piece[at];
+        });
       };
       // kSplit: the walk over this CTA's share.
       long long sg = 0, sleft = 0;

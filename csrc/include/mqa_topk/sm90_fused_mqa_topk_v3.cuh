@@ -73,14 +73,7 @@ struct FusedV3Ctl {
 // Queues a redo of block b's rows `mask` (one thread; none when 0), then counts
 // one row group's half of the block as finished.
 __device__ __forceinline__ void fused_v3_half_finished(FusedV3Ctl* ctl, int b, uint32_t mask) {
-  volatile FusedV3Ctl* v = ctl;
-  if (mask) {
-    const int at = atomicAdd(&ctl->rq_reserve, 1) & 15;
-    v->rq_b[at] = b;
-    v->rq_mask[at] = mask;
-    __threadfence_block();
-    v->rq_valid[at] = 1;
-  }
+  if (mask) redo_queue_push(ctl, b, mask, [](volatile FusedV3Ctl*, int) {});
   __threadfence_block();
   atomicAdd(&ctl->halves_done, 1);
 }
@@ -354,14 +347,7 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
     int it = 0, issued = 0, head = 0;
     const Sm90LogitsParams lp{p.starts, p.ends, nullptr, 0, p.rows, p.keys};
     auto pop_redo = [&](int& b, uint32_t& mask) {
-      const int at = head & 15;
-      if (!ctl_v->rq_valid[at]) return false;
-      __threadfence_block();
-      b = ctl_v->rq_b[at];
-      mask = ctl_v->rq_mask[at];
-      ctl_v->rq_valid[at] = 0;
-      ++head;
-      return true;
+      return redo_queue_pop(ctl_v, head, b, mask, [](volatile FusedV3Ctl*, int) {});
     };
     for (int qi = 0;; ++qi) {
       const int qb = qi & 1;
