@@ -16,7 +16,7 @@ import sys
 import torch
 
 sys.path.insert(0, "scripts")
-from logits_probe import make  # noqa: E402
+from logits_probe import make_causal  # noqa: E402
 
 from mqa_topk_cli import ops  # noqa: E402
 from mqa_topk_cli.timing import time_fn  # noqa: E402
@@ -26,12 +26,7 @@ rows, keys = (int(a) for a in (ARGS[0:2] if len(ARGS) > 1 else (8192, 65536)))
 DIST = ARGS[2] if len(ARGS) > 2 else None  # a workloads.DISTS name; default: logits_probe's gaussian
 STATS_ONLY = "--stats-only" in sys.argv
 ALL = "--all" in sys.argv  # also the older, slower variants 1-3
-if DIST:
-    from mqa_topk_cli.workloads import make_workload  # noqa: E402
-    wl = make_workload("causal", rows=rows, keys=keys, topk=2048, dist=DIST, seed=5, device="cuda")
-    q, k, scales, w, starts, ends = wl.q, wl.k, wl.scales, wl.weights, wl.starts, wl.ends
-else:
-    q, k, scales, w, starts, ends = make(rows, keys, 5, "causal")
+q, k, scales, w, starts, ends = make_causal(rows, keys, DIST)
 flop = 8192.0 * float((ends - starts).sum())
 base = {}
 

@@ -14,7 +14,7 @@ import torch
 
 sys.path.insert(0, "scripts")
 sys.path.insert(0, "tests")
-from logits_probe import make  # noqa: E402
+from logits_probe import make_causal  # noqa: E402
 
 from mqa_topk_cli import ops  # noqa: E402
 from mqa_topk_cli.timing import time_fn  # noqa: E402
@@ -78,11 +78,7 @@ for variant in VARIANTS:
                     raise
     print(f"variant {variant}: quick shapes checked", flush=True)
 
-if DIST:
-    wl = make_workload("causal", rows=rows, keys=keys, topk=2048, dist=DIST, seed=5, device="cuda")
-    q, k, scales, w, starts, ends = wl.q, wl.k, wl.scales, wl.weights, wl.starts, wl.ends
-else:
-    q, k, scales, w, starts, ends = make(rows, keys, 5, "causal")
+q, k, scales, w, starts, ends = make_causal(rows, keys, DIST)
 flop = 8192.0 * float((ends - starts).sum())
 
 

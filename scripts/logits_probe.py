@@ -27,6 +27,17 @@ def make(rows, keys, seed, layout="causal", device="cuda"):
     return [t.to(device) for t in (q, k, scales, w, starts, ends)]
 
 
+def make_causal(rows, keys, dist=None, seed=5):
+    """Causal inputs of the fused scripts: a workloads.DISTS distribution when
+    `dist` is given (top-2048 generator), else make's gaussian."""
+    if dist:
+        from mqa_topk_cli.workloads import make_workload
+
+        wl = make_workload("causal", rows=rows, keys=keys, topk=2048, dist=dist, seed=seed, device="cuda")
+        return [wl.q, wl.k, wl.scales, wl.weights, wl.starts, wl.ends]
+    return make(rows, keys, seed, "causal")
+
+
 def ref64(q, k, scales, w, starts, ends):
     qf = q.to(torch.float64)
     kf = k.to(torch.float64)

@@ -27,7 +27,6 @@ using namespace mqa_topk::fused_detail;
 
 namespace {
 
-int g_checks = 0;
 bool g_lean = false;  // test warp_select_lean instead of warp_select
 bool g_gate = false;  // protocol: the v2 sample gate (and redo) before the scan
 bool g_binned = false;  // protocol: also the scan-time bins and warp_finish_row_binned (kBinned)
@@ -36,14 +35,6 @@ long g_binned_rows = 0;  // rows finished by warp_finish_row_binned
 long g_gated_rows = 0, g_redo_rows = 0, g_rows = 0;
 std::string g_row_name;  // the protocol case being simulated
 
-[[noreturn]] void die(const std::string& msg) {
-  std::fprintf(stderr, "FAIL: %s\n", msg.c_str());
-  std::exit(1);
-}
-void expect(bool ok, const std::string& msg) {
-  ++g_checks;
-  if (!ok) die(msg);
-}
 
 // A candidate buffer as the kernel keeps it: capacity a multiple of 4 (and
 // slack past the count, read by the vector passes and masked).

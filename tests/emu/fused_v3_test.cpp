@@ -29,16 +29,6 @@ using namespace mqa_topk::fused_detail;
 
 namespace {
 
-int g_checks = 0;
-
-[[noreturn]] void die(const std::string& msg) {
-  std::fprintf(stderr, "FAIL: %s\n", msg.c_str());
-  std::exit(1);
-}
-void expect(bool ok, const std::string& msg) {
-  ++g_checks;
-  if (!ok) die(msg);
-}
 
 constexpr int NS = 8;
 

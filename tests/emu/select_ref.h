@@ -1,14 +1,29 @@
-// Sorting reference shared by the emulator tests (fused_select_test.cpp,
-// fused_v3_test.cpp): the threshold a select over these entries must return.
+// Shared by the emulator tests (fused_select_test.cpp, fused_v3_test.cpp): the
+// checks and their count, and the sorting reference of the threshold a select
+// over a set of entries must return.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "mqa_topk/fused_select.cuh"
+
+inline int g_checks = 0;  // checks run (printed by each test's main)
+
+[[noreturn]] inline void die(const std::string& msg) {
+  std::fprintf(stderr, "FAIL: %s\n", msg.c_str());
+  std::exit(1);
+}
+inline void expect(bool ok, const std::string& msg) {
+  ++g_checks;
+  if (!ok) die(msg);
+}
 
 // The k-th largest composite among the entries whose key is at or above thr's
 // key, or thr itself when at most k are.

@@ -29,6 +29,7 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -313,14 +314,28 @@ int sync_or_report(const char* what) {
   return 0;
 }
 
+// Runs variant v once with `probe` on `grid` CTAs (0: all) and returns the workspace header.
+std::array<int, 32> run_probe(int v, const Dev& d, int grid, int probe) {
+  CK(launch_fused(v, d, grid, probe, 0));
+  const std::string what = "fused probe " + std::to_string(probe);
+  sync_or_report(what.c_str());
+  std::array<int, 32> h{};
+  CK(cudaMemcpy(h.data(), d.ws, sizeof h, cudaMemcpyDeviceToHost));
+  return h;
+}
+
+// The workload of "ROWS KEYS TOPK LAYOUT DIST" at argv[3..7].
+Work work_from_args(char** argv, int seed) {
+  return make_work(std::atoi(argv[3]), std::atoi(argv[4]), std::atoi(argv[5]), argv[6], argv[7], seed);
+}
+
 int cmd_check(int argc, char** argv) {
   if (argc < 8) return std::fprintf(stderr, "check VARIANTS ROWS KEYS TOPK LAYOUT DIST [grid=G] [target=T]\n"), 1;
   const auto vars = parse_variants(argv[2]);
-  const int rows = std::atoi(argv[3]), keys = std::atoi(argv[4]), topk = std::atoi(argv[5]);
-  const std::string layout = argv[6], dist = argv[7];
   const int grid = opt_int(argc, argv, "grid", 0), target = opt_int(argc, argv, "target", 0);
-  const int seed = opt_int(argc, argv, "seed", 11);
-  Work w = make_work(rows, keys, topk, layout, dist, seed);
+  Work w = work_from_args(argv, opt_int(argc, argv, "seed", 11));
+  const int rows = w.rows, keys = w.keys, topk = w.topk;
+  const std::string layout = argv[6], dist = argv[7];
   Dev d = upload_work(w);
   CK(launch_dense_logits(d));
   sync_or_report("dense logits");
@@ -430,10 +445,7 @@ int cmd_stages(int argc, char** argv) {
   Dev d = upload_work(w);
   for (int v : vars) {
     if (v == 2) continue;
-    CK(launch_fused(v, d, 0, 4, 0));
-    sync_or_report("fused probe 4");
-    int hdr[32];
-    CK(cudaMemcpy(hdr, d.ws, 128, cudaMemcpyDeviceToHost));
+    const auto hdr = run_probe(v, d, 0, 4);
     std::printf("stages v%d %dx%d: stage/tile mismatches, row group 0 %d, row group 1 %d\n", v, w.rows, w.keys,
                 hdr[24], hdr[25]);
   }
@@ -444,14 +456,11 @@ int cmd_stages(int argc, char** argv) {
 int cmd_wcheck(int argc, char** argv) {
   if (argc < 8) return std::fprintf(stderr, "wcheck VARIANTS ROWS KEYS TOPK LAYOUT DIST\n"), 1;
   const auto vars = parse_variants(argv[2]);
-  Work w = make_work(std::atoi(argv[3]), std::atoi(argv[4]), std::atoi(argv[5]), argv[6], argv[7], 11);
+  Work w = work_from_args(argv, 11);
   Dev d = upload_work(w);
   for (int v : vars) {
     for (int rep = 0; rep < 3; ++rep) {
-      CK(launch_fused(v, d, 0, 5, 0));
-      sync_or_report("fused probe 5");
-      int h[32];
-      CK(cudaMemcpy(h, d.ws, 128, cudaMemcpyDeviceToHost));
+      const auto h = run_probe(v, d, 0, 5);
       std::printf("wcheck v%d %s-%s %dx%d top-%d: weight copy mismatches rg0 %d rg1 %d; first: cta %d warp %d lane %d block %d tile t=%d (it %d) ns %d pubs %d w[%d]: copy %#x,%#x tma %#x\n",
                   v, argv[6], argv[7], w.rows, w.keys, w.topk, h[16], h[17], h[27], h[25], h[30], h[19], h[20], h[29], h[21], h[26],
                   h[24], static_cast<unsigned>(h[22]), static_cast<unsigned>(h[28]), static_cast<unsigned>(h[23]));
@@ -469,14 +478,13 @@ int cmd_wcheck(int argc, char** argv) {
 int cmd_stats(int argc, char** argv) {
   if (argc < 8) return std::fprintf(stderr, "stats VARIANTS ROWS KEYS TOPK LAYOUT DIST\n"), 1;
   const auto vars = parse_variants(argv[2]);
-  Work w = make_work(std::atoi(argv[3]), std::atoi(argv[4]), std::atoi(argv[5]), argv[6], argv[7], 11);
+  Work w = work_from_args(argv, 11);
   Dev d = upload_work(w);
   for (int v : vars) {
     if (v == 2) continue;
-    CK(launch_fused(v, d, 0, 2, 0));
-    sync_or_report("fused probe 2");
-    unsigned long long h[16];
-    CK(cudaMemcpy(h, static_cast<uint8_t*>(d.ws) + 8, sizeof h, cudaMemcpyDeviceToHost));
+    const auto hdr = run_probe(v, d, 0, 2);
+    unsigned long long h[15];  // the u64 statistics words from byte 8
+    std::memcpy(h, hdr.data() + 2, sizeof h);
     const double warps = double(g_sms) * 16, sel = h[13] ? double(h[13]) : 1.0;
     std::printf("stats v%d %s-%s %dx%d top-%d: rows gated %llu, redone %llu; selects %llu, candidates per select %.0f, "
                 "select cycles per select %.0f; gate+drop cycles per math warp %.0f; compactions %llu (candidates %.0f "
@@ -492,10 +500,10 @@ int cmd_stats(int argc, char** argv) {
 int cmd_time(int argc, char** argv) {
   if (argc < 8) return std::fprintf(stderr, "time VARIANTS ROWS KEYS TOPK LAYOUT DIST [reps=N]\n"), 1;
   const auto vars = parse_variants(argv[2]);
-  const int rows = std::atoi(argv[3]), keys = std::atoi(argv[4]), topk = std::atoi(argv[5]);
-  const std::string layout = argv[6], dist = argv[7];
   const int reps = opt_int(argc, argv, "reps", 30);
-  Work w = make_work(rows, keys, topk, layout, dist, 11);
+  Work w = work_from_args(argv, 11);
+  const int rows = w.rows, keys = w.keys, topk = w.topk;
+  const std::string layout = argv[6], dist = argv[7];
   Dev d = upload_work(w);
   void* flush = nullptr;
   const size_t flush_bytes = size_t(128) << 20;  // >= 2x the H200's 60 MiB L2
