@@ -330,9 +330,10 @@ Work work_from_args(char** argv, int seed) {
 }
 
 int cmd_check(int argc, char** argv) {
-  if (argc < 8) return std::fprintf(stderr, "check VARIANTS ROWS KEYS TOPK LAYOUT DIST [grid=G] [target=T]\n"), 1;
+  if (argc < 8) return std::fprintf(stderr, "check VARIANTS ROWS KEYS TOPK LAYOUT DIST [grid=G] [target=T] [probe=P] [seed=S]\n"), 1;
   const auto vars = parse_variants(argv[2]);
   const int grid = opt_int(argc, argv, "grid", 0), target = opt_int(argc, argv, "target", 0);
+  const int probe = opt_int(argc, argv, "probe", 0);  // e.g. 5: the sets with the weight-copy check compiled in
   Work w = work_from_args(argv, opt_int(argc, argv, "seed", 11));
   const int rows = w.rows, keys = w.keys, topk = w.topk;
   const std::string layout = argv[6], dist = argv[7];
@@ -346,7 +347,7 @@ int cmd_check(int argc, char** argv) {
     for (int run = 0; run < 3; ++run) {
       poison(d, run == 0 ? 0x7f : run == 1 ? 0x80 : 0xff);
       scramble_ws(d, 0x5a + run);
-      CK(launch_fused(v, d, grid, 0, target));
+      CK(launch_fused(v, d, grid, probe, target));
       sync_or_report("fused");
       outs.push_back(host_out(d));
       if (run == 0) wrong = wrong_rows(w, outs[0], ref, 3);
@@ -360,8 +361,8 @@ int cmd_check(int argc, char** argv) {
         std::sort(a.begin(), a.end()), std::sort(b.begin(), b.end());
         if (a != b) ++set_diff;
       }
-    std::printf("check %s-%s %dx%d top-%d v%d grid=%d target=%d: wrong rows %d, reruns differing in order %d, in set %d\n",
-                layout.c_str(), dist.c_str(), rows, keys, topk, v, grid, target, wrong, order_diff, set_diff);
+    std::printf("check %s-%s %dx%d top-%d v%d grid=%d target=%d probe=%d: wrong rows %d, reruns differing in order %d, in set %d\n",
+                layout.c_str(), dist.c_str(), rows, keys, topk, v, grid, target, probe, wrong, order_diff, set_diff);
     std::fflush(stdout);
   }
   free_dev(d);
