@@ -5,7 +5,8 @@
 // selects); 14 12 with the compaction check inlined; 15 12 with the weights in
 // registers (they spill); 16 the weights read from the TMA buffer each tile
 // (the op's v3 configuration); 17 12 with a barrier after the copy; 18 15
-// inlined; 19 16 with two sets. 12, 13, 14 and 17 return wrong sets
+// inlined; 19 16 with two sets; 20 19 with the block-end selects on the
+// producer warpgroup's spare warps (kAsyncSelect). 12, 13, 14 and 17 return wrong sets
 // (2026-12-02, not yet understood): kept to find out why, never tested as exact.
 // Torch-free: fused_probes.cu checks the contract and calls these.
 #include "fused_v3_probes.h"
@@ -23,6 +24,7 @@ auto with_v3_variant(int64_t variant, F&& f) {
          : variant == 17 ? f(Sm90FusedV3CopySync{})
          : variant == 18 ? f(Sm90FusedV3RegWInline{})
          : variant == 19 ? f(Sm90FusedV3DirectSets2{})
+         : variant == 20 ? f(Sm90FusedV3Async{})
                          : f(Sm90FusedV3S8{});
 }
 }  // namespace

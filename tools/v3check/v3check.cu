@@ -204,6 +204,7 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
     case 17: return v3(Sm90FusedV3CopySync{});
     case 18: return v3(Sm90FusedV3RegWInline{});
     case 19: return v3(Sm90FusedV3DirectSets2{});
+    case 20: return v3(Sm90FusedV3Async{});
     default: return v3(Sm90FusedV3S8{});
   }
 }

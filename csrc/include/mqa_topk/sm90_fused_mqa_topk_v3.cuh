@@ -79,8 +79,12 @@ __device__ __forceinline__ void fused_v3_half_finished(FusedV3Ctl* ctl, int b, u
 }
 
 template <int kNumStages_, int kSets_ = 1, int kCheckTiles_ = 8, int kWeightsMode_ = 1,
-          bool kInlineCheck_ = false>
+          bool kInlineCheck_ = false, bool kAsyncSelect_ = false>
 struct Sm90FusedV3Config {
+  // kAsyncSelect: the block-end selects run on the producer warpgroup's three
+  // spare warps (fused_v3_select_loop) while the math warps scan the next
+  // block into the other candidate set (needs kSets = 2).
+  static constexpr bool kAsyncSelect = kAsyncSelect_;
   // kInlineCheck (dev): the compaction check inlined into the tile loops instead of called.
   static constexpr bool kInlineCheck = kInlineCheck_;
   // kWeightsMode: 0 the block's weights in registers, 1 a per-lane copy in
@@ -123,11 +127,23 @@ struct Sm90FusedV3Config {
   static constexpr int kOffWl = kOffRedo + 2 * 2 * 4;  // (16-byte aligned below)
   static constexpr int kOffWlA = (kOffWl + 15) / 16 * 16;
   static constexpr int kOffCtl = kOffWlA + (kWeightsMode == 1 || kWeightsMode == 3 ? 2 * 2 * 4 * 32 * 4 : 0);
-  static constexpr int kOffBars = kOffCtl + (static_cast<int>(sizeof(FusedV3Ctl)) + 7) / 8 * 8;
-  static constexpr int kNumBars = 2 * kNumStages + 4;
+  // kAsyncSelect: the selector warps' hist + scratch ([warp][256 + 2 kScratch]),
+  // the handed-over block ([set][b, active, -, -]), its final segment counts
+  // ([set][row][seg]), whether each row was gated ([set][row]), rows to redo ([set]).
+  static constexpr int kSelWarps = 3;
+  static constexpr int kSelWords = 256 + 2 * fused_detail::kScratch;
+  static constexpr int kOffSelHist = kOffCtl + (static_cast<int>(sizeof(FusedV3Ctl)) + 15) / 16 * 16;
+  static constexpr int kOffSelInfo = kOffSelHist + (kAsyncSelect ? kSelWarps * kSelWords * 4 : 0);
+  static constexpr int kOffFinCnt = kOffSelInfo + (kAsyncSelect ? 2 * 4 * 4 : 0);
+  static constexpr int kOffGated = kOffFinCnt + (kAsyncSelect ? 2 * 8 * kSegs * 4 : 0);
+  static constexpr int kOffSelRedo = kOffGated + (kAsyncSelect ? 2 * 8 * 4 : 0);
+  static constexpr int kOffBars = (kOffSelRedo + (kAsyncSelect ? 2 * 4 : 0) + 7) / 8 * 8;
+  // K full / empty, Q full / empty, and (kAsyncSelect) set handed over / set free.
+  static constexpr int kNumBars = 2 * kNumStages + 4 + (kAsyncSelect ? 4 : 0);
   static constexpr int kSmemBytes = kOffBars + kNumBars * 8 + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per CTA");
   static_assert(kSets == 1 || kSets == 2, "one or two candidate sets");
+  static_assert(!kAsyncSelect || kSets == 2, "asynchronous selects need two candidate sets");
   static_assert(kCheckTiles >= 1 && kCheckTiles <= 16, "compaction check interval");
   static_assert(kMathRegs * kMathThreads + kProducerRegs * 128 <= ((65536 / kThreads) & ~7) * kThreads,
                 "setmaxnreg split exceeds the CTA's registers");
@@ -288,6 +304,88 @@ __device__ __noinline__ uint4 fused_v3_check_call(const Sm90FusedParams* pp, int
   return make_uint4(cnt, static_cast<uint32_t>(thr), static_cast<uint32_t>(thr >> 32), 0u);
 }
 
+// kAsyncSelect: the block-end selects on the producer warpgroup's three spare
+// warps (32 registers each). The math warps hand a block over (its candidate
+// set cs = qi & 1: final segment counts, gate flags, thresholds in shared
+// memory, then sel_full[cs], one arrival per math warp) and scan the next
+// block into the other set; warp sw selects rows sw, sw + 3, sw + 6 with the
+// same warp_finish_row as the synchronous block end, the three queue the
+// block's unsafe rows for a redo, report both halves of the block and free the
+// set (sel_empty[cs], waited on by the math warps before they reuse it).
+// A handed-over block b < 0 ends the loop.
+template <class Cfg>
+__device__ __forceinline__ void fused_v3_select_loop(const Sm90FusedParams& p, uint8_t* smem) {
+  using namespace fused_detail;
+  constexpr int NS = Cfg::kSegs;
+  constexpr int S = Cfg::kNumStages;
+  const int lane = threadIdx.x & 31;
+  const int sw = (static_cast<int>(threadIdx.x) - Cfg::kMathThreads) / 32 - 1;  // 0 .. kSelWarps - 1
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + Cfg::kOffBars);
+  uint64_t* sel_full = bars + 2 * S + 4;
+  uint64_t* sel_empty = sel_full + 2;
+  uint32_t* hist = reinterpret_cast<uint32_t*>(smem + Cfg::kOffSelHist) + sw * Cfg::kSelWords;
+  uint32_t* sk = hist + 256;
+  uint32_t* si = sk + kScratch;
+  const volatile int* info = reinterpret_cast<const volatile int*>(smem + Cfg::kOffSelInfo);  // [set][4]
+  const uint32_t* fin_all = reinterpret_cast<const uint32_t*>(smem + Cfg::kOffFinCnt);      // [set][row][seg]
+  const volatile uint32_t* gated = reinterpret_cast<const volatile uint32_t*>(smem + Cfg::kOffGated);  // [set][row]
+  uint32_t* sel_redo = reinterpret_cast<uint32_t*>(smem + Cfg::kOffSelRedo);                 // [set]
+  unsigned long long* thr_all = reinterpret_cast<unsigned long long*>(smem + Cfg::kOffThr);  // [set][row]
+  FusedV3Ctl* ctl = reinterpret_cast<FusedV3Ctl*>(smem + Cfg::kOffCtl);
+  unsigned long long* stats = reinterpret_cast<unsigned long long*>(p.counter) + 1;
+  const size_t set_words = size_t(8) * NS * 2 * size_t(p.cap);
+  const uint32_t seg_stride = 2u * static_cast<uint32_t>(p.cap);
+  const int k = p.topk;
+#pragma unroll 1
+  for (int qi = 0;; ++qi) {
+    const int cs = qi & 1;
+    ptx::mbar_wait(sel_full + cs, (qi >> 1) & 1);
+    const int b = info[cs * 4 + 0];
+    if (b < 0) return;
+    const uint32_t active = static_cast<uint32_t>(info[cs * 4 + 1]);
+    const uint32_t* ws_set = p.ws + (size_t(blockIdx.x) * Cfg::kSets + cs) * set_words;
+    uint32_t redo = 0;
+#pragma unroll 1
+    for (int r = sw; r < 8; r += Cfg::kSelWarps) {
+      const long long t_sel = clock64();
+      const int row = b * 8 + r;
+      bool ok = true;
+      if (((active >> r) & 1u) && row < p.rows) {
+        const SegLanes sl = make_seg_lanes(ws_set + size_t(r * NS) * seg_stride, seg_stride,
+                                           static_cast<uint32_t>(p.cap), fin_all + (cs * 8 + r) * NS, NS, lane);
+        int start;
+        const int n = row_length(p, row, &start);
+        const uint32_t need = min(static_cast<uint32_t>(k), static_cast<uint32_t>(n));
+        int* orow = p.out + size_t(row) * k;
+        uint32_t cands = 0;
+        ok = warp_finish_row<true>(sl, thr_all[cs * 8 + r], static_cast<uint32_t>(k), need, gated[cs * 8 + r] != 0,
+                                   start, hist, sk, si, lane, &cands, [&](int at, int v, uint32_t) { orow[at] = v; });
+        if (p.probe == 2 && lane == 0) {
+          atomicAdd(stats + 4, static_cast<unsigned long long>(cands));
+          atomicAdd(stats + 13, 1ull);
+          if (!ok) atomicAdd(stats + 8, 1ull);
+          atomicAdd(stats + 5, static_cast<unsigned long long>(clock64() - t_sel));
+        }
+      }
+      __syncwarp();
+      if (lane == 0) thr_all[cs * 8 + r] = 0;
+      if (!ok) redo |= 1u << r;
+    }
+    if (lane == 0 && redo) atomicOr(sel_redo + cs, redo);
+    __threadfence_block();
+    ptx::named_barrier_sync(7, 32 * Cfg::kSelWarps);  // the block's 8 selects are done
+    if (sw == 0 && lane == 0) {
+      volatile uint32_t* rr = sel_redo + cs;
+      const uint32_t mask = *rr;
+      *rr = 0;
+      if (mask) redo_queue_push(ctl, b, mask, [](volatile FusedV3Ctl*, int) {});
+      __threadfence_block();
+      atomicAdd(&ctl->halves_done, 2);
+      ptx::mbar_arrive(sel_empty + cs);
+    }
+  }
+}
+
 template <class Cfg>
 __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUtensorMap& tm_k,
                                               const CUtensorMap& tm_scales, const CUtensorMap& tm_weights,
@@ -316,7 +414,23 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
   const int tid = threadIdx.x;
   const int wg = tid / 128;
   const int lane = tid & 31;
-  if (tid == 0) init_pipeline_barriers<S, Cfg::kMathThreads / 32>(full, empty, q_full, q_empty);
+  // kAsyncSelect: a block handed to the selector warps (sel_full[set], one
+  // arrival per math warp) and its set free again (sel_empty[set]).
+  uint64_t* sel_full = bars + 2 * S + 4;
+  uint64_t* sel_empty = sel_full + 2;
+  volatile int* sel_info = reinterpret_cast<volatile int*>(smem + Cfg::kOffSelInfo);  // [set][4]
+  if (tid == 0) {
+    init_pipeline_barriers<S, Cfg::kMathThreads / 32>(full, empty, q_full, q_empty);
+    if constexpr (Cfg::kAsyncSelect) {
+      for (int i = 0; i < 2; ++i) {
+        ptx::mbar_init(sel_full + i, Cfg::kMathThreads / 32);
+        ptx::mbar_init(sel_empty + i, 1);
+      }
+      ptx::fence_barrier_init();
+    }
+  }
+  if constexpr (Cfg::kAsyncSelect)
+    if (tid < 2) reinterpret_cast<uint32_t*>(smem + Cfg::kOffSelRedo)[tid] = 0;
   for (int i = tid; i < 8 * 256; i += Cfg::kThreads) hist_all[i] = 0;
   for (int i = tid; i < Cfg::kSets * 8; i += Cfg::kThreads) thr_all[i] = 0;
   if (tid < 4) redo_rg[tid] = 0;
@@ -338,6 +452,8 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       constexpr int kCheckers = Cfg::kThreads - kCheckLo;
       check_row_ranges(p.err, p.starts, p.ends, p.rows, p.keys, kKernelFused,
                        range_checker_index(tid, kCheckLo, kCheckers), gridDim.x * kCheckers);
+      if constexpr (Cfg::kAsyncSelect)
+        if (tid >= kCheckLo) fused_v3_select_loop<Cfg>(p, smem);
       return;
     }
     ptx::prefetch_tensor_map(&tm_q);
@@ -431,6 +547,15 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
     const int cs = Cfg::kSets == 2 ? qi & 1 : 0;
     ptx::mbar_wait(q_full + qb, (qi >> 1) & 1);
     const int b = slot[8 * qb];
+    if constexpr (Cfg::kAsyncSelect) {
+      // Set cs is free once the selects of the block that last used it are done.
+      ptx::mbar_wait(sel_empty + cs, ((qi >> 1) & 1) ^ 1);
+      if (b < 0) {  // tell the selector warps to end
+        if (tid == 0) sel_info[cs * 4] = -1;
+        __syncwarp();
+        if (lane == 0) ptx::mbar_arrive(sel_full + cs);
+      }
+    }
     if (b < 0) {
       if (p.probe == 2 && lane == 0) atomicAdd(stats + 6, static_cast<unsigned long long>(clock64() - t_start));
       break;
@@ -650,6 +775,22 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       __syncwarp();
       if (lane == 0) ptx::mbar_arrive(q_empty + qb);
     }
+    if constexpr (Cfg::kAsyncSelect) {
+      // Hand the block over to the selector warps (fused_v3_select_loop): the
+      // final counts, whether each row is gated, the block; its thresholds are
+      // in thr_s. Every lane's appends are ordered before its warp's arrival.
+      uint32_t* fin = reinterpret_cast<uint32_t*>(smem + Cfg::kOffFinCnt) + cs * 8 * NS;
+      if (lane < 4) fin[(4 * rg + lane) * NS + seg] = cnt;
+      if (selector && lane == 0) reinterpret_cast<volatile uint32_t*>(smem + Cfg::kOffGated)[cs * 8 + sel_row] = row_gated;
+      if (tid == 0) {
+        sel_info[cs * 4 + 0] = b;
+        sel_info[cs * 4 + 1] = static_cast<int>(active);
+      }
+      __threadfence_block();
+      __syncwarp();
+      if (lane == 0) ptx::mbar_arrive(sel_full + cs);
+      continue;
+    }
     uint32_t* segcnt = segcnt_of(pub);
     if (lane < 4) segcnt[(4 * rg + lane) * NS + seg] = cnt;
     ptx::named_barrier_sync(bar_rg, 256);  // every append and count of the row group visible
@@ -728,6 +869,7 @@ using Sm90FusedV3Direct = Sm90FusedV3Config<8, 1, 8, 2>;           // 16: weight
 using Sm90FusedV3CopySync = Sm90FusedV3Config<8, 1, 8, 3>;         // 17: copy + row group barrier (WRONG)
 using Sm90FusedV3RegWInline = Sm90FusedV3Config<8, 1, 8, 0, true>; // 18: register weights, check inlined
 using Sm90FusedV3DirectSets2 = Sm90FusedV3Config<7, 2, 8, 2>;      // 19: direct weights, two sets
+using Sm90FusedV3Async = Sm90FusedV3Config<7, 2, 8, 2, false, true>;  // 20: 19 with the selects on the producer warpgroup
 // (A 544-thread configuration with one producer warp and __maxnreg__(120) was
 // tried on 2026-12-02 and failed to launch: "too many resources"; removed.)
 // What the op runs with MQA_TOPK_FUSED_KERNEL=v3 (one set: the v2 kernel's
