@@ -79,8 +79,13 @@ __device__ __forceinline__ void fused_v3_half_finished(FusedV3Ctl* ctl, int b, u
 }
 
 template <int kNumStages_, int kSets_ = 1, int kCheckTiles_ = 8, int kWeightsMode_ = 1,
-          bool kInlineCheck_ = false, bool kAsyncSelect_ = false>
+          bool kInlineCheck_ = false, bool kAsyncSelect_ = false, int kMathRegs_ = 112, bool kEarlyScales_ = false>
 struct Sm90FusedV3Config {
+  // kEarlyScales: each tile's two key scales are read from the stage before
+  // its MMAs are issued (not after them, just before the warp releases the
+  // stage), so the shared-memory reads are long done when the stage's empty
+  // barrier lets the producer refill it.
+  static constexpr bool kEarlyScales = kEarlyScales_;
   // kAsyncSelect: the block-end selects run on the producer warpgroup's three
   // spare warps (fused_v3_select_loop) while the math warps scan the next
   // block into the other candidate set (needs kSets = 2).
@@ -103,8 +108,11 @@ struct Sm90FusedV3Config {
   static constexpr int kMathWarpgroups = 4;
   static constexpr int kThreads = 640;
   static constexpr int kMathThreads = 512;
-  static constexpr int kMathRegs = 112;
-  static constexpr int kProducerRegs = 32;
+  // setmaxnreg: the math warps' registers; the producer warpgroup takes what
+  // is left of the CTA's 640 x 96 (112 / 32, or 104 / 64 for kAsyncSelect's
+  // selector warps).
+  static constexpr int kMathRegs = kMathRegs_;
+  static constexpr int kProducerRegs = (((65536 / kThreads) & ~7) * kThreads - kMathRegs * kMathThreads) / 128 / 8 * 8;
   static constexpr int kBlockKeys = 128;
   static constexpr int kKTileBytes = Logits::kKTileBytes;    // 16 KB
   static constexpr int kQTileBytes = Logits::kQTileBytes;    // 32 KB (8 rows x 32 heads)
@@ -145,7 +153,7 @@ struct Sm90FusedV3Config {
   static_assert(kSets == 1 || kSets == 2, "one or two candidate sets");
   static_assert(!kAsyncSelect || kSets == 2, "asynchronous selects need two candidate sets");
   static_assert(kCheckTiles >= 1 && kCheckTiles <= 16, "compaction check interval");
-  static_assert(kMathRegs * kMathThreads + kProducerRegs * 128 <= ((65536 / kThreads) & ~7) * kThreads,
+  static_assert(kProducerRegs >= 24 && kMathRegs * kMathThreads + kProducerRegs * 128 <= ((65536 / kThreads) & ~7) * kThreads,
                 "setmaxnreg split exceeds the CTA's registers");
   // Candidates per (row, warp) segment: the v2 kernel's two (k + 1920) per row
   // spread over 8 segments; the trigger (cap - 16 kCheckTiles) stays above a
@@ -432,6 +440,9 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
   if constexpr (Cfg::kAsyncSelect)
     if (tid < 2) reinterpret_cast<uint32_t*>(smem + Cfg::kOffSelRedo)[tid] = 0;
   for (int i = tid; i < 8 * 256; i += Cfg::kThreads) hist_all[i] = 0;
+  if constexpr (Cfg::kAsyncSelect)  // the selector warps' histograms start cleared (each select clears its own)
+    for (int i = tid; i < Cfg::kSelWarps * Cfg::kSelWords; i += Cfg::kThreads)
+      reinterpret_cast<uint32_t*>(smem + Cfg::kOffSelHist)[i] = 0;
   for (int i = tid; i < Cfg::kSets * 8; i += Cfg::kThreads) thr_all[i] = 0;
   if (tid < 4) redo_rg[tid] = 0;
   for (int i = tid; i < static_cast<int>(sizeof(FusedV3Ctl) / 4); i += Cfg::kThreads)
@@ -624,10 +635,20 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
         if (lane == 0 && k0s != key_base - key_in_tile + tp * Cfg::kBlockKeys) atomicAdd(p.counter + 24 + rg, 1);
       }
       float acc[L::kAcc];
-      logits_tile_mma_lo<L>(acc, a_lo0 + stage * (Cfg::kKTileBytes >> 4), b_lo0 + qb * (Cfg::kQTileBytes >> 4));
       float scale0, scale1;
-      tile_scales_and_release(smem + Cfg::kOffScales + stage * Cfg::kScaleBytes, key_in_tile, lane, empty + stage,
-                              scale0, scale1);
+      if constexpr (Cfg::kEarlyScales) {
+        const float* sc = reinterpret_cast<const float*>(smem + Cfg::kOffScales + stage * Cfg::kScaleBytes);
+        scale0 = 0.5f * sc[key_in_tile];
+        scale1 = 0.5f * sc[key_in_tile + 8];
+      }
+      logits_tile_mma_lo<L>(acc, a_lo0 + stage * (Cfg::kKTileBytes >> 4), b_lo0 + qb * (Cfg::kQTileBytes >> 4));
+      if constexpr (Cfg::kEarlyScales) {
+        __syncwarp();
+        if (lane == 0) ptx::mbar_arrive(empty + stage);
+      } else {
+        tile_scales_and_release(smem + Cfg::kOffScales + stage * Cfg::kScaleBytes, key_in_tile, lane, empty + stage,
+                                scale0, scale1);
+      }
       float fin[2][1];
       if constexpr (Cfg::kWeightsMode == 2) {
         float2 w[4][4];
@@ -870,6 +891,10 @@ using Sm90FusedV3CopySync = Sm90FusedV3Config<8, 1, 8, 3>;         // 17: copy +
 using Sm90FusedV3RegWInline = Sm90FusedV3Config<8, 1, 8, 0, true>; // 18: register weights, check inlined
 using Sm90FusedV3DirectSets2 = Sm90FusedV3Config<7, 2, 8, 2>;      // 19: direct weights, two sets
 using Sm90FusedV3Async = Sm90FusedV3Config<7, 2, 8, 2, false, true>;  // 20: 19 with the selects on the producer warpgroup
+using Sm90FusedV3Async104 = Sm90FusedV3Config<7, 2, 8, 2, false, true, 104>;  // 21: 20 with 104 / 64 registers
+using Sm90FusedV3S8Early = Sm90FusedV3Config<8, 1, 8, 1, false, false, 112, true>;  // 22: 12 with kEarlyScales
+using Sm90FusedV3AsyncEarly = Sm90FusedV3Config<7, 2, 8, 2, false, true, 112, true>;  // 23: 20 with kEarlyScales
+using Sm90FusedV3DirectEarly = Sm90FusedV3Config<8, 1, 8, 2, false, false, 112, true>;  // 24: 16 with kEarlyScales
 // (A 544-thread configuration with one producer warp and __maxnreg__(120) was
 // tried on 2026-12-02 and failed to launch: "too many resources"; removed.)
 // What the op runs with MQA_TOPK_FUSED_KERNEL=v3 (one set: the v2 kernel's
