@@ -19,8 +19,9 @@ bool valid_topk(int64_t t) { return t == 512 || t == 1024 || t == 2048; }
 // MQA_TOPK_FUSED_TARGET=N sets the gate's candidate target (results stay exact),
 // MQA_TOPK_FUSED_SPLIT=0/1 never / always splits blocks across CTAs (unset: fused_use_split),
 // MQA_TOPK_FUSED_GRID=N launches min(N, SMs) CTAs (fewer, longer pieces of split blocks),
-// MQA_TOPK_FUSED_KERNEL=v2/v3 runs the whole-block calls on the v2 / v3 kernel
-// (sm90_fused_mqa_topk_v3.cuh, the dense op's main loop; unset: v2).
+// MQA_TOPK_FUSED_KERNEL=v2 runs the whole-block calls on the v2 kernel instead
+// of the v3 one (sm90_fused_mqa_topk_v3.cuh, the dense op's main loop; the
+// default since 2026-12-02; MQA_TOPK_FUSED_CAP, a v2 knob, also selects v2).
 const char* env_str(const char* name) { return std::getenv(name); }
 int env_int(const char* name) {
   const char* v = std::getenv(name);
@@ -92,7 +93,7 @@ void fused_mqa_topk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
   const void* kp = a.keys ? k.data_ptr() : nullptr;
   const float* sp = a.keys ? scales.data_ptr<float>() : nullptr;
   const char* kern = env_str("MQA_TOPK_FUSED_KERNEL");
-  const bool use_v3 = !split && kern && std::strcmp(kern, "v3") == 0;
+  const bool use_v3 = !split && a.cap == 0 && !(kern && std::strcmp(kern, "v2") == 0);
   const cudaError_t err =
       use_v3 ? mqa_topk::launch_sm90_fused_mqa_topk_v3<mqa_topk::Sm90FusedV3Default>(
                    q.data_ptr(), kp, sp, weights.data_ptr<float>(), starts.data_ptr<int>(), ends.data_ptr<int>(),
@@ -112,6 +113,9 @@ void fused_mqa_topk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
 
 std::vector<mqa_topk::KernelInfo> fused_mqa_topk_kernel_info() {
   using Cfg = mqa_topk::Sm90FusedDefault;
-  return {mqa_topk::kernel_info("sm90_fused_mqa_topk<rows=8,wg=2,stages=7,gate>",
+  using V3 = mqa_topk::Sm90FusedV3Default;
+  return {mqa_topk::kernel_info("sm90_fused_mqa_topk_v3<rows=8,wg=4,stages=8,gate>",
+                                &mqa_topk::sm90_fused_mqa_topk_v3_kernel<V3>, V3::kSmemBytes),
+          mqa_topk::kernel_info("sm90_fused_mqa_topk<rows=8,wg=2,stages=7,gate>",
                                 &mqa_topk::sm90_fused_mqa_topk_kernel<Cfg>, Cfg::kSmemBytes)};
 }

@@ -35,6 +35,18 @@ if hasattr(ops._native(), "fused_mqa_topk"):
     out = torch.empty((24, 512), dtype=torch.int32, device="cuda")
     ops.fused_mqa_topk_prefill(q, k, scales, w, starts, ends, out)
     del os.environ["MQA_TOPK_FUSED_TARGET"]
+    # Whole blocks (the v3 kernel, the op's kernel at large row counts): causal
+    # and random ranges, a row compacted many times, and a low gate target (redos).
+    os.environ["MQA_TOPK_FUSED_SPLIT"] = "0"
+    for rows, keys, layout, topk, target in ((67, 5001, "causal", 512, None), (37, 3001, "random", 2048, None),
+                                             (16, 40000, "causal", 2048, None), (24, 30000, "causal", 512, "256")):
+        if target:
+            os.environ["MQA_TOPK_FUSED_TARGET"] = target
+        q, k, scales, w, starts, ends = make(rows, keys, 16, layout)
+        out = torch.empty((rows, topk), dtype=torch.int32, device="cuda")
+        ops.fused_mqa_topk_prefill(q, k, scales, w, starts, ends, out)
+        os.environ.pop("MQA_TOPK_FUSED_TARGET", None)
+    del os.environ["MQA_TOPK_FUSED_SPLIT"]
     # Dev variant 10 (MQA_TOPK_DEV_PROBES=1 builds): shares that follow the blocks.
     ext = ops._native()
     if hasattr(ext, "fused_mqa_topk_probe"):

@@ -6,9 +6,9 @@
 // registers (they spill); 16 the weights read from the TMA buffer each tile
 // (the op's v3 configuration); 17 12 with a barrier after the copy; 18 15
 // inlined; 19 16 with two sets; 20 19 with the block-end selects on the
-// producer warpgroup's spare warps (kAsyncSelect); 21 20 at 104 / 64 registers;
-// 22, 23, 24: 12, 20, 16 with the tile's key scales read before its MMAs (kEarlyScales). 12, 13, 14 and 17 return wrong sets
-// (2026-12-02, not yet understood): kept to find out why, never tested as exact.
+// producer warpgroup's spare warps (kAsyncSelect); 21 20 at 104 / 64 registers.
+// (12, 13, 14, 17 and 20 returned wrong sets until the key scales were read
+// before the MMAs: tile_scales in sm90_fp8_mqa_logits.cuh.)
 // Torch-free: fused_probes.cu checks the contract and calls these.
 #include "fused_v3_probes.h"
 
@@ -27,9 +27,6 @@ auto with_v3_variant(int64_t variant, F&& f) {
          : variant == 19 ? f(Sm90FusedV3DirectSets2{})
          : variant == 20 ? f(Sm90FusedV3Async{})
          : variant == 21 ? f(Sm90FusedV3Async104{})
-         : variant == 22 ? f(Sm90FusedV3S8Early{})
-         : variant == 23 ? f(Sm90FusedV3AsyncEarly{})
-         : variant == 24 ? f(Sm90FusedV3DirectEarly{})
                          : f(Sm90FusedV3S8{});
 }
 }  // namespace

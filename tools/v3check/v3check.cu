@@ -206,9 +206,6 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
     case 19: return v3(Sm90FusedV3DirectSets2{});
     case 20: return v3(Sm90FusedV3Async{});
     case 21: return v3(Sm90FusedV3Async104{});
-    case 22: return v3(Sm90FusedV3S8Early{});
-    case 23: return v3(Sm90FusedV3AsyncEarly{});
-    case 24: return v3(Sm90FusedV3DirectEarly{});
     default: return v3(Sm90FusedV3S8{});
   }
 }

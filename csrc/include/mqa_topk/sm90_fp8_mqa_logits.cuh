@@ -258,12 +258,21 @@ __device__ __forceinline__ uint32_t desc_lo_k128_sw128(const void* tile) {
 }
 
 // The key scales of this lane's two keys (key, key + 8 of the stage's scale
-// row), halved (relu as x + |x|), then the warp's release of the stage.
-__device__ __forceinline__ void tile_scales_and_release(const uint8_t* scales_smem, int key, int lane,
-                                                        uint64_t* empty_bar, float& scale0, float& scale1) {
+// row), halved (relu as x + |x|), and the warp's release of the stage.
+// Read the scales BEFORE the tile's MMAs are issued (tile_scales), release the
+// stage after them (release_stage): the empty barrier's arrival does not wait
+// for a shared-memory load still in flight, and under load (spills, other
+// warps' memory traffic) a scale read issued just before the release was
+// served after the producer had refilled the stage: the next fill's scale,
+// wrong logits for that lane's keys (session 8, 2026-12-02: the fused v3
+// kernel's weight-copy and asynchronous-select variants lost 1-3 keys in up
+// to 1693 of 8192 rows; with the scales read before the MMAs, 0; BENCHMARKS.md).
+__device__ __forceinline__ void tile_scales(const uint8_t* scales_smem, int key, float& scale0, float& scale1) {
   const float* sc = reinterpret_cast<const float*>(scales_smem);
   scale0 = 0.5f * sc[key];
   scale1 = 0.5f * sc[key + 8];
+}
+__device__ __forceinline__ void release_stage(uint64_t* empty_bar, int lane) {
   __syncwarp();
   if (lane == 0) ptx::mbar_arrive(empty_bar);
 }
@@ -506,10 +515,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
     const uint8_t* k_tile = smem + Cfg::kOffK + stage * Cfg::kKTileBytes + wg * 64 * Cfg::kHeadDim;
     const uint8_t* q_tile = smem + Cfg::kOffQ + qb * Cfg::kQTileBytes;
-    logits_tile_mma<Cfg, Cfg::kProbe != 2>(acc, k_tile, q_tile);
     float scale0, scale1;
-    tile_scales_and_release(smem + Cfg::kOffScales + stage * Cfg::kScaleBytes, wg * 64 + key_local, lane,
-                            empty + stage, scale0, scale1);
+    tile_scales(smem + Cfg::kOffScales + stage * Cfg::kScaleBytes, wg * 64 + key_local, scale0, scale1);
+    logits_tile_mma<Cfg, Cfg::kProbe != 2>(acc, k_tile, q_tile);
+    release_stage(empty + stage, lane);
 
     // Epilogue: 8 head-partials per (key half, row), then a reduce-scatter over the quad.
     float fin[2][RQ];

@@ -315,9 +315,9 @@ struct TileCursor {
 
 // Issues the MMA of cursor c's tile into acc (no wait) and advances c.
 template <class Cfg>
-__device__ __forceinline__ void pingpong_issue(TileCursor& c, float (&acc)[Cfg::kAcc], uint64_t* full,
-                                               uint64_t* q_full, uint32_t a_lo0, uint32_t b_lo0,
-                                               const volatile int (*blk_slot)[4]) {
+__device__ __forceinline__ void pingpong_issue(TileCursor& c, float (&acc)[Cfg::kAcc], float2& sc, int key_local,
+                                               const uint8_t* scales0, uint64_t* full, uint64_t* q_full,
+                                               uint32_t a_lo0, uint32_t b_lo0, const volatile int (*blk_slot)[4]) {
   constexpr int S = Cfg::kNumStages;
   if (c.new_block) {
     ptx::mbar_wait(q_full + (c.qi & 1), (c.qi >> 1) & 1);
@@ -325,6 +325,8 @@ __device__ __forceinline__ void pingpong_issue(TileCursor& c, float (&acc)[Cfg::
   }
   const int stage = c.it % S;
   ptx::mbar_wait(full + stage, (c.it / S) & 1);
+  // The tile's scales now, long before its epilogue releases the stage (tile_scales).
+  tile_scales(scales0 + stage * Cfg::kScaleBytes, key_local, sc.x, sc.y);
   logits_tile_mma_issue_lo<Cfg>(acc, a_lo0 + stage * (Cfg::kKTileBytes >> 4),
                                 b_lo0 + (c.qi & 1) * (Cfg::kQTileBytes >> 4));
   c.advance();
@@ -368,7 +370,7 @@ __device__ __forceinline__ void logits_v2_pingpong_math(const Sm90LogitsParams& 
   float2 wreg[4][4];
   const float ninf = -__int_as_float(0x7f800000);
 
-  auto epilogue = [&](float (&acc)[Cfg::kAcc]) {
+  auto epilogue = [&](float (&acc)[Cfg::kAcc], const float2 sc) {
     const int qb = ce.qi & 1;
     if (ce.new_block) {
       ce.take_block(blk_slot);
@@ -383,11 +385,8 @@ __device__ __forceinline__ void logits_v2_pingpong_math(const Sm90LogitsParams& 
         for (int jj = 0; jj < 4; ++jj) wreg[r][jj] = w2[r * 16 + jj * 4 + quad];
     }
     const int stage = ce.it % S;
-    const float* sc = reinterpret_cast<const float*>(smem + Cfg::kOffScales + stage * Cfg::kScaleBytes);
-    const float scale0 = 0.5f * sc[key_local];
-    const float scale1 = 0.5f * sc[key_local + 8];
-    __syncwarp();
-    if (lane == 0) ptx::mbar_arrive(empty + stage);
+    const float scale0 = sc.x, scale1 = sc.y;  // read at the MMA's issue
+    release_stage(empty + stage, lane);
     float fin[2][1];
     logits_epilogue_reduce_w<4>(acc, wreg, quad, fin);
     if (ce.t + 1 == ce.nt) {  // the block's last tile: its Q buffer is free (its MMAs are done)
@@ -404,30 +403,32 @@ __device__ __forceinline__ void logits_v2_pingpong_math(const Sm90LogitsParams& 
   };
 
   float acc0[Cfg::kAcc], acc1[Cfg::kAcc];
-  pingpong_issue<Cfg>(ci, acc0, full, q_full, a_lo0, b_lo0, blk_slot);
+  float2 sc0, sc1;
+  const uint8_t* scales0 = smem + Cfg::kOffScales;
+  pingpong_issue<Cfg>(ci, acc0, sc0, key_local, scales0, full, q_full, a_lo0, b_lo0, blk_slot);
   // Each exit path waits for every MMA first, so ptxas sees no accumulator in
   // flight at a merge it cannot prove safe (else it injects waits: C7517).
   for (;;) {
     if (ci.left > 0) {
-      pingpong_issue<Cfg>(ci, acc1, full, q_full, a_lo0, b_lo0, blk_slot);
+      pingpong_issue<Cfg>(ci, acc1, sc1, key_local, scales0, full, q_full, a_lo0, b_lo0, blk_slot);
       ptx::wgmma_wait<1>();
       ptx::fence_regs(acc0);
-      epilogue(acc0);
+      epilogue(acc0, sc0);
     } else {
       ptx::wgmma_wait<0>();
       ptx::fence_regs(acc0);
-      epilogue(acc0);
+      epilogue(acc0, sc0);
       break;
     }
     if (ci.left > 0) {
-      pingpong_issue<Cfg>(ci, acc0, full, q_full, a_lo0, b_lo0, blk_slot);
+      pingpong_issue<Cfg>(ci, acc0, sc0, key_local, scales0, full, q_full, a_lo0, b_lo0, blk_slot);
       ptx::wgmma_wait<1>();
       ptx::fence_regs(acc1);
-      epilogue(acc1);
+      epilogue(acc1, sc1);
     } else {
       ptx::wgmma_wait<0>();
       ptx::fence_regs(acc1);
-      epilogue(acc1);
+      epilogue(acc1, sc1);
       break;
     }
   }
@@ -606,20 +607,25 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
     const uint8_t* k_tile = smem + Cfg::kOffK + stage * Cfg::kKTileBytes + kg * 64 * Cfg::kHeadDim;
     const uint8_t* q_tile = smem + Cfg::kOffQ + qb * Cfg::kQTileBytes + rg * Cfg::kN * Cfg::kHeadDim;
-    if constexpr (Cfg::kLean)
-      logits_tile_mma_lo<Cfg>(acc, a_lo0 + stage * (Cfg::kKTileBytes >> 4), b_lo0 + qb * (Cfg::kQTileBytes >> 4));
-    else
-      logits_tile_mma<Cfg, Cfg::kProbe != 2>(acc, k_tile, q_tile);
+    // The stage's release must follow the scale reads' completion
+    // (tile_scales, sm90_fp8_mqa_logits.cuh). The lean path (the op's) reads
+    // them after the MMAs (two more registers across them spill) and releases
+    // the stage after the stores that use them: a store issues only once its
+    // value, hence the scale, has arrived. The other paths read them before
+    // the MMAs and release right after them.
     float scale0, scale1;
-    if constexpr (Cfg::kCluster > 1) {
-      const float* sc = reinterpret_cast<const float*>(smem + Cfg::kOffScales + stage * Cfg::kScaleBytes);
-      scale0 = 0.5f * sc[kg * 64 + key_local];
-      scale1 = 0.5f * sc[kg * 64 + key_local + 8];
-      __syncwarp();
-      if (lane < Cfg::kCluster) ptx::mbar_arrive_cluster(empty + stage, lane);  // lane c releases CTA c's stage
+    if constexpr (Cfg::kLean) {
+      logits_tile_mma_lo<Cfg>(acc, a_lo0 + stage * (Cfg::kKTileBytes >> 4), b_lo0 + qb * (Cfg::kQTileBytes >> 4));
+      tile_scales(smem + Cfg::kOffScales + stage * Cfg::kScaleBytes, kg * 64 + key_local, scale0, scale1);
     } else {
-      tile_scales_and_release(smem + Cfg::kOffScales + stage * Cfg::kScaleBytes, kg * 64 + key_local, lane,
-                              empty + stage, scale0, scale1);
+      tile_scales(smem + Cfg::kOffScales + stage * Cfg::kScaleBytes, kg * 64 + key_local, scale0, scale1);
+      logits_tile_mma<Cfg, Cfg::kProbe != 2>(acc, k_tile, q_tile);
+      if constexpr (Cfg::kCluster > 1) {
+        __syncwarp();
+        if (lane < Cfg::kCluster) ptx::mbar_arrive_cluster(empty + stage, lane);  // lane c releases CTA c's stage
+      } else {
+        release_stage(empty + stage, lane);
+      }
     }
 
     // Epilogue: 8 head-partials per (key half, row), then a reduce-scatter over the quad.
@@ -660,6 +666,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         if (ka < p.keys) o[0] = (ka >= row_start[0] && ka < row_end[0]) ? fin[0][0] * scale0 : ninf;
         if (kb < p.keys) o[8] = (kb >= row_start[0] && kb < row_end[0]) ? fin[1][0] * scale1 : ninf;
       }
+      static_assert(Cfg::kCluster == 1, "the lean path releases its own stage only");
+      release_stage(empty + stage, lane);  // after the stores (see above)
       ++it;
       if (++t == nt && left > 1) {
         nt = next_block<Cfg::kSpanRows, Cfg::kBlockKeys>(p, b, lo, hi);

@@ -1132,6 +1132,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const int stage = it % S;
       ptx::mbar_wait(full + stage, (it / S) & 1);
       float acc[L::kAcc];
+      float scale0, scale1;  // before the MMAs, the release after them (tile_scales)
+      tile_scales(smem + Cfg::kOffScales + stage * L::kScaleBytes, wg * 64 + key_local, scale0, scale1);
       if constexpr (Cfg::kLeanMma) {
         logits_tile_mma_lo<L>(acc, a_lo0 + stage * (L::kKTileBytes >> 4), b_lo0 + qb * (L::kQTileBytes >> 4));
       } else {
@@ -1139,9 +1141,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         const uint8_t* q_tile = smem + Cfg::kOffQ + qb * L::kQTileBytes;
         logits_tile_mma<L>(acc, k_tile, q_tile);
       }
-      float scale0, scale1;
-      tile_scales_and_release(smem + Cfg::kOffScales + stage * L::kScaleBytes, wg * 64 + key_local, lane,
-                              empty + stage, scale0, scale1);
+      release_stage(empty + stage, lane);
 
       float fin[2][RQ];
       logits_epilogue_reduce<L>(acc, smem + Cfg::kOffWeights + qb * L::kWeightBytes, quad, fin);

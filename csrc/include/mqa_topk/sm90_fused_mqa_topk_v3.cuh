@@ -79,13 +79,8 @@ __device__ __forceinline__ void fused_v3_half_finished(FusedV3Ctl* ctl, int b, u
 }
 
 template <int kNumStages_, int kSets_ = 1, int kCheckTiles_ = 8, int kWeightsMode_ = 1,
-          bool kInlineCheck_ = false, bool kAsyncSelect_ = false, int kMathRegs_ = 112, bool kEarlyScales_ = false>
+          bool kInlineCheck_ = false, bool kAsyncSelect_ = false, int kMathRegs_ = 112>
 struct Sm90FusedV3Config {
-  // kEarlyScales: each tile's two key scales are read from the stage before
-  // its MMAs are issued (not after them, just before the warp releases the
-  // stage), so the shared-memory reads are long done when the stage's empty
-  // barrier lets the producer refill it.
-  static constexpr bool kEarlyScales = kEarlyScales_;
   // kAsyncSelect: the block-end selects run on the producer warpgroup's three
   // spare warps (fused_v3_select_loop) while the math warps scan the next
   // block into the other candidate set (needs kSets = 2).
@@ -635,20 +630,13 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
         if (lane == 0 && k0s != key_base - key_in_tile + tp * Cfg::kBlockKeys) atomicAdd(p.counter + 24 + rg, 1);
       }
       float acc[L::kAcc];
+      // The scales before the MMAs, the release after them (tile_scales,
+      // sm90_fp8_mqa_logits.cuh: read just before the release, they were the
+      // cause of the weight-copy variants' wrong sets).
       float scale0, scale1;
-      if constexpr (Cfg::kEarlyScales) {
-        const float* sc = reinterpret_cast<const float*>(smem + Cfg::kOffScales + stage * Cfg::kScaleBytes);
-        scale0 = 0.5f * sc[key_in_tile];
-        scale1 = 0.5f * sc[key_in_tile + 8];
-      }
+      tile_scales(smem + Cfg::kOffScales + stage * Cfg::kScaleBytes, key_in_tile, scale0, scale1);
       logits_tile_mma_lo<L>(acc, a_lo0 + stage * (Cfg::kKTileBytes >> 4), b_lo0 + qb * (Cfg::kQTileBytes >> 4));
-      if constexpr (Cfg::kEarlyScales) {
-        __syncwarp();
-        if (lane == 0) ptx::mbar_arrive(empty + stage);
-      } else {
-        tile_scales_and_release(smem + Cfg::kOffScales + stage * Cfg::kScaleBytes, key_in_tile, lane, empty + stage,
-                                scale0, scale1);
-      }
+      release_stage(empty + stage, lane);
       float fin[2][1];
       if constexpr (Cfg::kWeightsMode == 2) {
         float2 w[4][4];
@@ -875,26 +863,24 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                                   const __grid_constant__ CUtensorMap tm_weights, const __grid_constant__ Sm90FusedParams p) {
   fused_v3_body<Cfg>(tm_q, tm_k, tm_scales, tm_weights, p);
 }
-// The configurations (dev variants 12-19 of csrc/dev/fused_v3_probes.cu).
-// Measured 2026-12-02 (tools/v3check, H200; BENCHMARKS.md): every variant
-// that reads the weights from the per-lane shared-memory copy (kWeightsMode 1
-// or 3: 12, 13, 14, 17) returns wrong sets (12: 35 of 67 rows; 14 only at the
-// headline, 20 of 8192), while the register (15, 18) and direct (16, 19)
-// variants are exact on every case run; probe 5 found the copy equal to the
-// TMA buffer at every tile read, so the cause is not yet known (docs/FUSED.md).
-using Sm90FusedV3S8 = Sm90FusedV3Config<8, 1>;                     // 12: 8 stages, one set, smem copy (WRONG)
-using Sm90FusedV3S7Sets2 = Sm90FusedV3Config<7, 2>;                // 13: 7 stages, two sets, smem copy (WRONG)
-using Sm90FusedV3Inline = Sm90FusedV3Config<8, 1, 8, true, true>;  // 14: the check inlined, smem copy (WRONG)
+// The configurations (dev variants 12-21 of csrc/dev/fused_v3_probes.cu).
+// Until 2026-12-02 (session 8) the weight-copy variants (kWeightsMode 1 or 3:
+// 12, 13, 14, 17) and the asynchronous select at 32 registers (20) returned
+// wrong sets (12: up to 1693 of 8192 rows at the headline): their tile loops
+// spill (or their selector warps do), and under that memory traffic the key
+// scales, read just before the stage's release, were served after the refill.
+// With the scales read before the MMAs (tile_scales) every variant is exact
+// (tools/v3check; BENCHMARKS.md, session 8).
+using Sm90FusedV3S8 = Sm90FusedV3Config<8, 1>;                     // 12: 8 stages, one set, smem copy (spills)
+using Sm90FusedV3S7Sets2 = Sm90FusedV3Config<7, 2>;                // 13: 7 stages, two sets, smem copy
+using Sm90FusedV3Inline = Sm90FusedV3Config<8, 1, 8, true, true>;  // 14: the check inlined, smem copy
 using Sm90FusedV3S8RegW = Sm90FusedV3Config<8, 1, 8, false>;       // 15: register weights (spills)
 using Sm90FusedV3Direct = Sm90FusedV3Config<8, 1, 8, 2>;           // 16: weights from the TMA buffer
-using Sm90FusedV3CopySync = Sm90FusedV3Config<8, 1, 8, 3>;         // 17: copy + row group barrier (WRONG)
+using Sm90FusedV3CopySync = Sm90FusedV3Config<8, 1, 8, 3>;         // 17: copy + row group barrier
 using Sm90FusedV3RegWInline = Sm90FusedV3Config<8, 1, 8, 0, true>; // 18: register weights, check inlined
 using Sm90FusedV3DirectSets2 = Sm90FusedV3Config<7, 2, 8, 2>;      // 19: direct weights, two sets
 using Sm90FusedV3Async = Sm90FusedV3Config<7, 2, 8, 2, false, true>;  // 20: 19 with the selects on the producer warpgroup
 using Sm90FusedV3Async104 = Sm90FusedV3Config<7, 2, 8, 2, false, true, 104>;  // 21: 20 with 104 / 64 registers
-using Sm90FusedV3S8Early = Sm90FusedV3Config<8, 1, 8, 1, false, false, 112, true>;  // 22: 12 with kEarlyScales
-using Sm90FusedV3AsyncEarly = Sm90FusedV3Config<7, 2, 8, 2, false, true, 112, true>;  // 23: 20 with kEarlyScales
-using Sm90FusedV3DirectEarly = Sm90FusedV3Config<8, 1, 8, 2, false, false, 112, true>;  // 24: 16 with kEarlyScales
 // (A 544-thread configuration with one producer warp and __maxnreg__(120) was
 // tried on 2026-12-02 and failed to launch: "too many resources"; removed.)
 // What the op runs with MQA_TOPK_FUSED_KERNEL=v3 (one set: the v2 kernel's
