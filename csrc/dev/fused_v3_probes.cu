@@ -6,7 +6,8 @@
 // registers (they spill); 16 the weights read from the TMA buffer each tile
 // (the op's v3 configuration); 17 12 with a barrier after the copy; 18 15
 // inlined; 19 16 with two sets; 20 19 with the block-end selects on the
-// producer warpgroup's spare warps (kAsyncSelect); 21 20 at 104 / 64 registers.
+// producer warpgroup's spare warps (kAsyncSelect); 21 20 at 104 / 64 registers;
+// 22 16 with the compaction check every 12 tiles instead of 8.
 // (12, 13, 14, 17 and 20 returned wrong sets until the key scales were read
 // before the MMAs: tile_scales in sm90_fp8_mqa_logits.cuh.)
 // Torch-free: fused_probes.cu checks the contract and calls these.
@@ -27,6 +28,7 @@ auto with_v3_variant(int64_t variant, F&& f) {
          : variant == 19 ? f(Sm90FusedV3DirectSets2{})
          : variant == 20 ? f(Sm90FusedV3Async{})
          : variant == 21 ? f(Sm90FusedV3Async104{})
+         : variant == 22 ? f(Sm90FusedV3Check12{})
                          : f(Sm90FusedV3S8{});
 }
 }  // namespace

@@ -206,6 +206,7 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
     case 19: return v3(Sm90FusedV3DirectSets2{});
     case 20: return v3(Sm90FusedV3Async{});
     case 21: return v3(Sm90FusedV3Async104{});
+    case 22: return v3(Sm90FusedV3Check12{});
     default: return v3(Sm90FusedV3S8{});
   }
 }

@@ -881,6 +881,7 @@ using Sm90FusedV3RegWInline = Sm90FusedV3Config<8, 1, 8, 0, true>; // 18: regist
 using Sm90FusedV3DirectSets2 = Sm90FusedV3Config<7, 2, 8, 2>;      // 19: direct weights, two sets
 using Sm90FusedV3Async = Sm90FusedV3Config<7, 2, 8, 2, false, true>;  // 20: 19 with the selects on the producer warpgroup
 using Sm90FusedV3Async104 = Sm90FusedV3Config<7, 2, 8, 2, false, true, 104>;  // 21: 20 with 104 / 64 registers
+using Sm90FusedV3Check12 = Sm90FusedV3Config<8, 1, 12, 2>;         // 22: 16 with a compaction check every 12 tiles
 // (A 544-thread configuration with one producer warp and __maxnreg__(120) was
 // tried on 2026-12-02 and failed to launch: "too many resources"; removed.)
 // What the op runs with MQA_TOPK_FUSED_KERNEL=v3 (one set: the v2 kernel's
