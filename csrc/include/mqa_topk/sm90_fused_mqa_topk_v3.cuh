@@ -884,10 +884,11 @@ using Sm90FusedV3Async104 = Sm90FusedV3Config<7, 2, 8, 2, false, true, 104>;  //
 using Sm90FusedV3Check12 = Sm90FusedV3Config<8, 1, 12, 2>;         // 22: 16 with a compaction check every 12 tiles
 // (A 544-thread configuration with one producer warp and __maxnreg__(120) was
 // tried on 2026-12-02 and failed to launch: "too many resources"; removed.)
-// What the op runs with MQA_TOPK_FUSED_KERNEL=v3 (one set: the v2 kernel's
-// workspace): the fastest exact one, 5.31 ms at the headline top-2048 against
-// the v2 kernel's 6.03 and native dense 5.19 (tools/v3check, 2026-12-02).
-using Sm90FusedV3Default = Sm90FusedV3Direct;
+// The op's fused kernel on whole blocks (one set: the v2 kernel's workspace):
+// variant 22, 16 with the compaction check every 12 tiles, 5.331 ms at the
+// headline top-2048 against 16's 5.467 in the same call, equal at 16K keys
+// (tools/v3check, 2026-12-02, session 8; BENCHMARKS.md).
+using Sm90FusedV3Default = Sm90FusedV3Check12;
 static_assert(8 * Sm90FusedV3Default::kSegs * Sm90FusedV3Default::cap(2048) == 2 * 8 * Sm90FusedGated::cap(2048) &&
                   Sm90FusedV3Default::kSets == 1,
               "the op's workspace (sized for the v2 kernel) holds the v3 kernel's");
