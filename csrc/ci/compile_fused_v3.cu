@@ -22,3 +22,5 @@ template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3Inline>();
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3Direct>();
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3DirectSets2>();
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3S8RegW>();
+template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3Default>();  // the op's configuration
+template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3Async104>();

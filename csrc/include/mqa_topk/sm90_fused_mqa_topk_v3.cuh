@@ -71,11 +71,11 @@ struct FusedV3Ctl {
 };
 
 // Queues a redo of block b's rows `mask` (one thread; none when 0), then counts
-// one row group's half of the block as finished.
-__device__ __forceinline__ void fused_v3_half_finished(FusedV3Ctl* ctl, int b, uint32_t mask) {
+// `halves` of the block's halves (row groups) as finished.
+__device__ __forceinline__ void fused_v3_half_finished(FusedV3Ctl* ctl, int b, uint32_t mask, int halves = 1) {
   if (mask) redo_queue_push(ctl, b, mask, [](volatile FusedV3Ctl*, int) {});
   __threadfence_block();
-  atomicAdd(&ctl->halves_done, 1);
+  atomicAdd(&ctl->halves_done, halves);
 }
 
 template <int kNumStages_, int kSets_ = 1, int kCheckTiles_ = 8, int kWeightsMode_ = 1,
@@ -307,8 +307,36 @@ __device__ __noinline__ uint4 fused_v3_check_call(const Sm90FusedParams* pp, int
   return make_uint4(cnt, static_cast<uint32_t>(thr), static_cast<uint32_t>(thr >> 32), 0u);
 }
 
+// The block-end select of block row `row` (one warp; the caller checks that
+// the row is active and in range): the exact top-k over its NS segments from
+// seg0 (counts cnt[0 .. NS), threshold thr) written to the output; false when
+// a gated row has fewer than min(k, n) candidates (the block is redone). Counts
+// the candidates and selects (probe 2).
+template <class Cfg>
+__device__ __forceinline__ bool fused_v3_finish_row(const Sm90FusedParams& p, const uint32_t* seg0, const uint32_t* cnt,
+                                                    uint64_t thr, bool gated, int row, uint32_t* hist, uint32_t* sk,
+                                                    uint32_t* si, unsigned long long* stats, int lane) {
+  using namespace fused_detail;
+  const uint32_t seg_stride = 2u * static_cast<uint32_t>(p.cap);
+  const SegLanes sl = make_seg_lanes(seg0, seg_stride, static_cast<uint32_t>(p.cap), cnt, Cfg::kSegs, lane);
+  int start;
+  const int n = row_length(p, row, &start);
+  const uint32_t k = static_cast<uint32_t>(p.topk);
+  const uint32_t need = min(k, static_cast<uint32_t>(n));
+  int* orow = p.out + size_t(row) * k;
+  uint32_t cands = 0;
+  const bool ok = warp_finish_row<true>(sl, thr, k, need, gated, start, hist, sk, si, lane, &cands,
+                                        [&](int at, int v, uint32_t) { orow[at] = v; });
+  if (p.probe == 2 && lane == 0) {
+    atomicAdd(stats + 4, static_cast<unsigned long long>(cands));
+    atomicAdd(stats + 13, 1ull);
+    if (!ok) atomicAdd(stats + 8, 1ull);
+  }
+  return ok;
+}
+
 // kAsyncSelect: the block-end selects on the producer warpgroup's three spare
-// warps (32 registers each). The math warps hand a block over (its candidate
+// warps (kProducerRegs registers each: 32, or 64 with kMathRegs = 104). The math warps hand a block over (its candidate
 // set cs = qi & 1: final segment counts, gate flags, thresholds in shared
 // memory, then sel_full[cs], one arrival per math warp) and scan the next
 // block into the other set; warp sw selects rows sw, sw + 3, sw + 6 with the
@@ -338,7 +366,6 @@ __device__ __forceinline__ void fused_v3_select_loop(const Sm90FusedParams& p, u
   unsigned long long* stats = reinterpret_cast<unsigned long long*>(p.counter) + 1;
   const size_t set_words = size_t(8) * NS * 2 * size_t(p.cap);
   const uint32_t seg_stride = 2u * static_cast<uint32_t>(p.cap);
-  const int k = p.topk;
 #pragma unroll 1
   for (int qi = 0;; ++qi) {
     const int cs = qi & 1;
@@ -354,21 +381,9 @@ __device__ __forceinline__ void fused_v3_select_loop(const Sm90FusedParams& p, u
       const int row = b * 8 + r;
       bool ok = true;
       if (((active >> r) & 1u) && row < p.rows) {
-        const SegLanes sl = make_seg_lanes(ws_set + size_t(r * NS) * seg_stride, seg_stride,
-                                           static_cast<uint32_t>(p.cap), fin_all + (cs * 8 + r) * NS, NS, lane);
-        int start;
-        const int n = row_length(p, row, &start);
-        const uint32_t need = min(static_cast<uint32_t>(k), static_cast<uint32_t>(n));
-        int* orow = p.out + size_t(row) * k;
-        uint32_t cands = 0;
-        ok = warp_finish_row<true>(sl, thr_all[cs * 8 + r], static_cast<uint32_t>(k), need, gated[cs * 8 + r] != 0,
-                                   start, hist, sk, si, lane, &cands, [&](int at, int v, uint32_t) { orow[at] = v; });
-        if (p.probe == 2 && lane == 0) {
-          atomicAdd(stats + 4, static_cast<unsigned long long>(cands));
-          atomicAdd(stats + 13, 1ull);
-          if (!ok) atomicAdd(stats + 8, 1ull);
-          atomicAdd(stats + 5, static_cast<unsigned long long>(clock64() - t_sel));
-        }
+        ok = fused_v3_finish_row<Cfg>(p, ws_set + size_t(r * NS) * seg_stride, fin_all + (cs * 8 + r) * NS,
+                                      thr_all[cs * 8 + r], gated[cs * 8 + r] != 0, row, hist, sk, si, stats, lane);
+        if (p.probe == 2 && lane == 0) atomicAdd(stats + 5, static_cast<unsigned long long>(clock64() - t_sel));
       }
       __syncwarp();
       if (lane == 0) thr_all[cs * 8 + r] = 0;
@@ -381,9 +396,7 @@ __device__ __forceinline__ void fused_v3_select_loop(const Sm90FusedParams& p, u
       volatile uint32_t* rr = sel_redo + cs;
       const uint32_t mask = *rr;
       *rr = 0;
-      if (mask) redo_queue_push(ctl, b, mask, [](volatile FusedV3Ctl*, int) {});
-      __threadfence_block();
-      atomicAdd(&ctl->halves_done, 2);
+      fused_v3_half_finished(ctl, b, mask, 2);  // both halves of the block
       ptx::mbar_arrive(sel_empty + cs);
     }
   }
@@ -821,6 +834,9 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
         if (lane == 11) orow[11] = ns;
         if (lane == 12) orow[12] = pub;
       } else if (((active >> r) & 1u) && row < p.rows) {
+        // (The same steps as fused_v3_finish_row, kept inline: the op's kernel
+        // was validated and timed in this form; moving it into the helper
+        // changes its SASS, so that needs a GPU timing round.)
         const uint32_t* seg0 = ws_cta_base(p, set_off) + size_t(r * NS) * seg_stride;
         const SegLanes sl = make_seg_lanes(seg0, seg_stride, static_cast<uint32_t>(p.cap), segcnt + r * NS, NS, lane);
         int start;
