@@ -24,3 +24,5 @@ template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3DirectSets2>();
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3S8RegW>();
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3Default>();  // the op's configuration
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3Async104>();
+template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3Pair>();  // dev variant 23 (pair selects)
+template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3PairGate>();  // dev variant 24 (pair selects and gate)

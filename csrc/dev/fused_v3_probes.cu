@@ -29,6 +29,8 @@ auto with_v3_variant(int64_t variant, F&& f) {
          : variant == 20 ? f(Sm90FusedV3Async{})
          : variant == 21 ? f(Sm90FusedV3Async104{})
          : variant == 22 ? f(Sm90FusedV3Check12{})
+         : variant == 23 ? f(Sm90FusedV3Pair{})
+         : variant == 24 ? f(Sm90FusedV3PairGate{})
                          : f(Sm90FusedV3S8{});
 }
 }  // namespace

@@ -245,11 +245,211 @@ void finish_cases() {
   }
 }
 
+
+// pair_finish_row (two warps, 4 segments each) against warp_finish_row on one
+// warp: the same answer (written / unsafe), the same set, every position of
+// the row written exactly once, deterministic, the histogram left clear; -1
+// (the single-warp path applies) only where documented, with nothing written.
+int g_pair_fallbacks = 0;
+// want: 1 the pair must finish the row itself, -1 it must hand it to one warp, 0 either.
+void pair_case(const std::string& name, Row r, uint64_t thr, uint32_t k, bool gated, int start, int want = 0) {
+  const auto all = r.entries();
+  const uint32_t need = gated ? k : std::min<uint32_t>(k, static_cast<uint32_t>(all.size()));
+  // The single-warp reference.
+  std::vector<int> ref(k, -7);
+  bool ok1[32];
+  uint32_t c1[32];
+  {
+    Scratch sc;
+    warp_emu::run([&](int lane) {
+      const SegLanes sl = lanes_of(r, lane);
+      ok1[lane] = warp_finish_row<true>(sl, thr, k, need, gated, start, sc.hist, sc.sk, sc.si, lane, &c1[lane],
+                                        [&](int at, int v, uint32_t) { ref[at] = v; });
+    });
+  }
+  // pair_select (the gate's threshold) against warp_select_lean, for k and for a small rank.
+  for (uint32_t kk : {k, 128u}) {
+    uint64_t want_t[32];
+    uint32_t want_c[32];
+    {
+      Scratch sc;
+      warp_emu::run([&](int lane) {
+        const SegLanes sl = lanes_of(r, lane);
+        want_t[lane] = warp_select_lean(sl, thr, kk, sc.hist, sc.sk, sc.si, lane, nullptr, &want_c[lane]);
+      });
+    }
+    Scratch sc;
+    uint32_t xch[16] = {};
+    uint64_t t[64];
+    uint32_t cnt[64];
+    bool okp[64];
+    warp_emu::run2([&](int w, int lane) {
+      const PairSegs ps = make_pair_segs(r.key(4 * w), r.stride, static_cast<uint32_t>(r.cap), r.cnt + 4 * w, lane);
+      PairCtx pc{xch, 9, w, 0};
+      okp[w * 32 + lane] = pair_select(ps, pc, thr, kk, sc.hist, sc.sk, sc.si, lane, &t[w * 32 + lane], &cnt[w * 32 + lane]);
+    });
+    const std::string nm = name + " pair_select k=" + std::to_string(kk);
+    for (int l = 1; l < 64; ++l) expect(okp[l] == okp[0], nm + ": lanes disagree");
+    for (int i = 0; i < 256; ++i) expect(sc.hist[i] == 0, nm + ": histogram not left zeroed");
+    expect(cnt[0] == want_c[0], nm + ": eligible count");
+    if (okp[0]) {
+      for (int l = 0; l < 64; ++l) expect(t[l] == want_t[0], nm + ": threshold differs from warp_select_lean's");
+    } else {
+      ++g_pair_fallbacks;
+      expect(want_c[0] > static_cast<uint32_t>(kScratch), nm + ": fallback where none is documented");
+    }
+  }
+  std::vector<int> first;
+  for (int rep = 0; rep < 2; ++rep) {
+    std::vector<int> row(k, -7), writes(k, 0);
+    Scratch sc;
+    uint32_t xch[16] = {};
+    int res[64];
+    uint32_t cands[64];
+    bool bad_at = false;
+    warp_emu::run2([&](int w, int lane) {
+      const PairSegs ps = make_pair_segs(r.key(4 * w), r.stride, static_cast<uint32_t>(r.cap), r.cnt + 4 * w, lane);
+      PairCtx pc{xch, 9, w, 0};
+      res[w * 32 + lane] = pair_finish_row(ps, pc, thr, k, need, w == 0 ? gated : false, start, sc.hist, sc.sk, sc.si,
+                                           lane, &cands[w * 32 + lane], [&](int at, int v, uint32_t) {
+                                             if (at < 0 || at >= static_cast<int>(k)) {
+                                               bad_at = true;
+                                               return;
+                                             }
+                                             row[at] = v;
+                                             ++writes[at];
+                                           });
+    });
+    expect(!bad_at, name + ": pair wrote out of range");
+    for (int l = 1; l < 64; ++l) expect(res[l] == res[0], name + ": the pair's lanes disagree");
+    for (int i = 0; i < 256; ++i) expect(sc.hist[i] == 0, name + ": pair histogram not left zeroed");
+    if (want) expect((res[0] < 0) == (want < 0), name + ": pair path taken (finished / handed to one warp)");
+    if (res[0] < 0) {
+      ++g_pair_fallbacks;
+      for (int v : row) expect(v == -7, name + ": a pair fallback writes nothing");
+      const bool compacted_few = static_cast<uint32_t>(thr) != 0u && c1[0] <= k;
+      expect(compacted_few || c1[0] > static_cast<uint32_t>(kScratch), name + ": pair fallback where none is documented");
+      return;
+    }
+    expect(cands[0] == c1[0], name + ": candidate count");
+    expect((res[0] == 1) == ok1[0], name + ": safe / unsafe answer differs from one warp's");
+    if (res[0] == 0) {
+      for (int v : row) expect(v == -7, name + ": an unsafe row writes nothing");
+      return;
+    }
+    for (uint32_t j = 0; j < k; ++j) expect(writes[j] == 1, name + ": position " + std::to_string(j) + " written " + std::to_string(writes[j]) + " times");
+    std::vector<int> a = row, b = ref;
+    std::sort(a.begin(), a.end());
+    std::sort(b.begin(), b.end());
+    expect(a == b, name + ": the pair's set differs from one warp's");
+    if (rep == 0) first = row;
+    else expect(row == first, name + ": pair output not deterministic");
+  }
+}
+
+void pair_cases() {
+  std::mt19937 rng(4242);
+  std::normal_distribution<float> gauss(0.f, 1.f);
+  for (uint32_t k : {512u, 1024u, 2048u}) {
+    const int cap = static_cast<int>(((k + 1920) / 4 + 3) & ~3u);
+    const std::string ks = " k=" + std::to_string(k);
+    for (int trial = 0; trial < 16; ++trial) {
+      Row r(cap);
+      for (int s = 0; s < NS; ++s) {
+        const int pick = static_cast<int>(rng() % 8);
+        const int n = pick == 0 ? 0 : pick == 1 ? static_cast<int>(rng() % 5) : pick == 2 ? 64 * (1 + rng() % 4) - 1
+                      : pick == 3 ? 16 * (1 + rng() % 8) + 1 : pick == 4 ? cap : static_cast<int>(rng() % cap);
+        for (int j = 0; j < n; ++j) r.push(s, okey(gauss(rng)), static_cast<uint32_t>(s + 8 * j + 5));
+      }
+      pair_case("pair gauss " + std::to_string(trial) + ks, r, 0, k, false, 5, 1);
+      pair_case("pair gauss gated " + std::to_string(trial) + ks, r, 0, k, true, 5);
+    }
+    {  // a gated row's candidates: every key at or above the gate, crowded near it
+      Row r(cap);
+      const float gate = 1.2f;
+      const uint32_t gk = okey(gate);
+      for (int s = 0; s < NS; ++s)
+        for (int j = 0; j < cap * 3 / 5; ++j) {
+          float v = gate + std::fabs(gauss(rng)) * 0.3f;
+          r.push(s, okey(v), static_cast<uint32_t>(100 + s + 8 * j));
+        }
+      pair_case("pair gated crowd" + ks, r, uint64_t(gk) << 32, k, true, 100);
+    }
+    {  // every key equal, thousands: heavy ties (fallback)
+      Row r(cap);
+      uint32_t i = 0;
+      for (int s = 0; s < NS; ++s)
+        for (int j = 0; j < cap - 3 * s; ++j) r.push(s, okey(0.25f), (i++ * 7919u) % (1u << 22));
+      pair_case("pair all equal" + ks, r, 0, k, false, 0, -1);
+    }
+    {  // thousands tied at the k-th value, some above
+      Row r(cap);
+      uint32_t i = 0;
+      for (int s = 0; s < NS; ++s)
+        for (int j = 0; j < cap / 2 + s; ++j, ++i) r.push(s, okey(i % 5 == 0 ? 3.f + gauss(rng) * 0.001f : 1.5f), i * 3u);
+      pair_case("pair boundary ties" + ks, r, 0, k, false, 0);
+    }
+    {  // exactly need_k tied at the k-th key: all of them in (no gather)
+      Row r(cap);
+      uint32_t i = 0;
+      const uint32_t above = k - 300;  // 300 tied entries are all in: 300 > kScratch
+      for (uint32_t j = 0; j < above; ++j, ++i) r.push(static_cast<int>(j % NS), okey(5.f + float(i % 97)), i * 2u + 1u);
+      for (int j = 0; j < 300; ++j, ++i) r.push(j % NS, okey(1.f), i * 2u + 1u);
+      for (int j = 0; j < 200; ++j, ++i) r.push(j % NS, okey(0.5f + 0.001f * j), i * 2u + 1u);
+      pair_case("pair exact ties all in" + ks, r, 0, k, false, 1, 1);
+    }
+    {  // a compacted row's threshold with ties at its key on both sides
+      Row r(cap);
+      const uint32_t tk = okey(1.0f);
+      uint32_t i = 0;
+      for (int s = 0; s < NS; ++s)
+        for (int j = 0; j < cap - 40; ++j, ++i)
+          r.push(s, j % 3 == 0 ? tk : okey(1.0f + float(rng() % 1000) / 100.f), i * 2u);
+      for (uint32_t ti : {0u, 100u, 5000u}) {
+        const uint64_t thr = (uint64_t(tk) << 32) | (0xffffffffu - ti);
+        pair_case("pair threshold set ti=" + std::to_string(ti) + ks, r, thr, k, false, 0);
+      }
+    }
+    {  // at most k under a compacted row's threshold, ties at its key below it: one warp
+      Row r(cap);
+      const uint32_t tk = okey(0.75f);
+      for (int s = 0; s < NS; ++s)
+        for (int j = 0; j < 20; ++j) r.push(s, j % 2 ? tk : okey(2.f + gauss(rng)), static_cast<uint32_t>(s + 8 * j));
+      pair_case("pair few compacted" + ks, r, (uint64_t(tk) << 32) | (0xffffffffu - 60u), k, false, 0, -1);
+    }
+    for (int few : {0, 1, 7, 63}) {  // at most k in all (padding), gated or not
+      Row r(cap);
+      for (int s = 0; s < NS; ++s)
+        for (int j = 0; j < few * (s % 3); ++j) r.push(s, okey(gauss(rng)), static_cast<uint32_t>(s * 1000 + j));
+      pair_case("pair few " + std::to_string(few) + ks, r, 0, k, false, 0);
+      pair_case("pair few gated " + std::to_string(few) + ks, r, uint64_t(okey(-3.f)) << 32, k, true, 0);
+    }
+    {  // one segment of each warp holds everything; the other warp's empty
+      Row r(cap);
+      for (int j = 0; j < cap; ++j) r.push(1, okey(gauss(rng)), static_cast<uint32_t>(8 * j + 1));
+      for (int j = 0; j < cap; ++j) r.push(2, okey(gauss(rng)), static_cast<uint32_t>(8 * j + 2));
+      pair_case("pair one warp" + ks, r, 0, k, false, 0);
+    }
+    {  // many levels: keys spread over a wide range with a dense cluster at the k-th
+      Row r(cap);
+      uint32_t i = 0;
+      for (int s = 0; s < NS; ++s)
+        for (int j = 0; j < cap - 8; ++j, ++i) {
+          const float v = (i % 4 == 0) ? 1e6f * (1.f + gauss(rng)) : 1.f + 1e-5f * float(i % 1000);
+          r.push(s, okey(v), i);
+        }
+      pair_case("pair clustered" + ks, r, 0, k, false, 0);
+    }
+  }
+  expect(g_pair_fallbacks > 0, "pair: the fallback cases ran");
+}
+
 }  // namespace
 
 int main() {
   select_cases();
   finish_cases();
+  pair_cases();
   std::printf("fused_v3 emulation: %d checks passed (%ld warp exchanges)\n", g_checks, warp_emu::st().exchanges);
   return 0;
 }

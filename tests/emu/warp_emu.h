@@ -1,9 +1,11 @@
-// A CPU emulator of one CUDA warp, for testing warp-level device code off-GPU
-// (csrc/include/mqa_topk/fused_select.cuh under MQA_TOPK_HOST_EMULATION).
+// A CPU emulator of one or two CUDA warps, for testing warp-level device code
+// off-GPU (csrc/include/mqa_topk/fused_select.cuh under MQA_TOPK_HOST_EMULATION).
 //
-// 32 fibers (ucontext), one per lane, run round-robin; every warp intrinsic
-// is an exchange point: a lane deposits its value and yields, and when it
-// resumes every lane has deposited, so the intrinsic reads all 32 values.
+// 32 fibers (ucontext) per warp, one per lane, run round-robin; every warp
+// intrinsic is an exchange point: a lane deposits its value and yields, and
+// when it resumes every lane of its warp has deposited, so the intrinsic reads
+// the warp's 32 values. run2 runs two warps; pair_barrier() is their 64-thread
+// named barrier (a lane yields until all 64 have arrived).
 // Between exchange points lanes run one after another, which is what
 // race-free warp code may assume (shared-memory atomics become plain adds).
 // A lane that finishes while others still wait at an intrinsic (divergent
@@ -32,7 +34,7 @@ inline uint4 make_uint4(uint32_t a, uint32_t b, uint32_t c, uint32_t d) { return
 
 namespace warp_emu {
 
-constexpr int kLanes = 32;
+constexpr int kLanes = 64;  // fibers at most (two warps)
 
 struct State {
   ucontext_t main_ctx;
@@ -42,8 +44,11 @@ struct State {
   long phase[kLanes];
   bool done[kLanes];
   int lane = 0;
+  int nlanes = 32;
   std::function<void(int)> body;
   long exchanges = 0;
+  long bar_gen = 0;
+  int bar_count = 0;
 };
 
 inline State& st() {
@@ -58,8 +63,8 @@ inline State& st() {
 
 inline void switch_to_next(int cur) {
   State& s = st();
-  for (int d = 1; d <= kLanes; ++d) {
-    const int n = (cur + d) % kLanes;
+  for (int d = 1; d <= s.nlanes; ++d) {
+    const int n = (cur + d) % s.nlanes;
     if (!s.done[n]) {
       s.lane = n;
       if (n != cur) swapcontext(&s.ctx[cur], &s.ctx[n]);
@@ -69,17 +74,36 @@ inline void switch_to_next(int cur) {
   swapcontext(&s.ctx[cur], &s.main_ctx);  // every lane is done
 }
 
-// Deposits v, lets every other lane reach this point, returns the 32 values.
+// Deposits v, lets every other lane of the warp reach this point, returns the
+// warp's 32 values.
 inline const uint64_t* exchange(uint64_t v) {
   State& s = st();
   const int L = s.lane;
+  const int w0 = L & ~31;
   const long p = s.phase[L]++;
   s.slots[p & 1][L] = v;
   ++s.exchanges;
   switch_to_next(L);
-  for (int i = 0; i < kLanes; ++i)
+  for (int i = w0; i < w0 + 32; ++i)
     if (s.phase[i] < s.phase[L]) fail("divergent warp intrinsic (a lane skipped or finished early)");
-  return s.slots[p & 1];
+  return s.slots[p & 1] + w0;
+}
+
+// The two warps' 64-thread barrier (run2 only).
+inline void pair_barrier() {
+  State& s = st();
+  const int L = s.lane;
+  if (s.nlanes != 64) fail("pair_barrier outside run2");
+  const long g = s.bar_gen;
+  if (++s.bar_count == s.nlanes) {
+    s.bar_count = 0;
+    ++s.bar_gen;
+    return;
+  }
+  for (long spins = 0; s.bar_gen == g; ++spins) {
+    if (spins > 100000000L) fail("barrier never completed (a lane skipped it)");
+    switch_to_next(L);
+  }
 }
 
 inline void trampoline(int lane) {
@@ -90,11 +114,14 @@ inline void trampoline(int lane) {
   switch_to_next(lane);
 }
 
-// Runs body(lane) on 32 lanes in lockstep at every intrinsic.
-inline void run(std::function<void(int)> body) {
+// Runs body(lane) on n (32 or 64) lanes, in lockstep per warp at every intrinsic.
+inline void run_n(int n, std::function<void(int)> body) {
   State& s = st();
   s.body = std::move(body);
-  for (int l = 0; l < kLanes; ++l) {
+  s.nlanes = n;
+  s.bar_gen = 0;
+  s.bar_count = 0;
+  for (int l = 0; l < n; ++l) {
     s.stack[l].assign(1 << 18, 0);
     s.phase[l] = 0;
     s.done[l] = false;
@@ -106,8 +133,14 @@ inline void run(std::function<void(int)> body) {
   }
   s.lane = 0;
   swapcontext(&s.main_ctx, &s.ctx[0]);
-  for (int l = 0; l < kLanes; ++l)
+  for (int l = 0; l < n; ++l)
     if (!s.done[l]) fail("a lane never finished");
+}
+// One warp: body(lane).
+inline void run(std::function<void(int)> body) { run_n(32, std::move(body)); }
+// Two warps: body(warp, lane), warp 0 or 1, lane 0 .. 31.
+inline void run2(std::function<void(int, int)> body) {
+  run_n(64, [body = std::move(body)](int l) { body(l >> 5, l & 31); });
 }
 
 template <class T>
@@ -140,7 +173,7 @@ T __shfl_sync(unsigned, T v, int src) {
 }
 template <class T>
 T __shfl_up_sync(unsigned, T v, unsigned d) {
-  const int L = warp_emu::st().lane;
+  const int L = warp_emu::st().lane & 31;
   const uint64_t* x = warp_emu::exchange(warp_emu::to_bits(v));
   return L >= static_cast<int>(d) ? warp_emu::from_bits<T>(x[L - d]) : v;
 }

@@ -207,6 +207,8 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
     case 20: return v3(Sm90FusedV3Async{});
     case 21: return v3(Sm90FusedV3Async104{});
     case 22: return v3(Sm90FusedV3Check12{});
+    case 23: return v3(Sm90FusedV3Pair{});
+    case 24: return v3(Sm90FusedV3PairGate{});
     default: return v3(Sm90FusedV3S8{});
   }
 }
@@ -492,9 +494,9 @@ int cmd_stats(int argc, char** argv) {
     const double warps = double(g_sms) * 16, sel = h[13] ? double(h[13]) : 1.0;
     std::printf("stats v%d %s-%s %dx%d top-%d: rows gated %llu, redone %llu; selects %llu, candidates per select %.0f, "
                 "select cycles per select %.0f; gate+drop cycles per math warp %.0f; compactions %llu (candidates %.0f "
-                "each, check cycles %llu); total cycles per math warp %.0f\n",
+                "each, check cycles %llu); total cycles per math warp %.0f; pair selects handed to one warp %llu\n",
                 v, argv[6], argv[7], w.rows, w.keys, w.topk, h[9], h[8], h[13], h[4] / sel, h[5] / sel, h[7] / warps,
-                h[0], h[0] ? double(h[1]) / h[0] : 0.0, h[3], h[6] / warps);
+                h[0], h[0] ? double(h[1]) / h[0] : 0.0, h[3], h[6] / warps, h[10]);
     std::fflush(stdout);
   }
   free_dev(d);

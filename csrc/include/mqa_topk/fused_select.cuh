@@ -3,9 +3,10 @@
 // and composite order, `warp_select` (the k-th largest composite of a row's
 // candidates at or above its running threshold) and `warp_emit` (keep what is
 // at or above a threshold, stable). Free of torch, of the kernel and of inline
-// PTX, so the same code also compiles as plain C++ under
+// PTX (but for pair_sync's barrier), so the same code also compiles as plain C++ under
 // MQA_TOPK_HOST_EMULATION: tests/emu/ runs it on a CPU warp emulator (32
-// fibers in lockstep at every warp intrinsic) against a sorting reference.
+// fibers in lockstep at every warp intrinsic, two warps for the pair select)
+// against a sorting reference.
 #pragma once
 
 #ifndef MQA_TOPK_HOST_EMULATION
@@ -173,8 +174,10 @@ __device__ __forceinline__ T warp_inclusive_sum(T v, int lane) {
 // Finds the digit holding the need-th entry (1-based) counted from the top
 // digit down (descending) or from digit 0 up; returns the digit, sets *before
 // (entries in digits strictly before it in that order) and *in_bin; clears hist.
-__device__ __forceinline__ uint32_t warp_find_digit(uint32_t* hist, uint32_t need, bool descending, uint32_t* before,
-                                                    uint32_t* in_bin, int lane) {
+// kClear = false (pair_finish_row): hist is left as it is.
+template <bool kClear>
+__device__ __forceinline__ uint32_t warp_find_digit_t(uint32_t* hist, uint32_t need, bool descending, uint32_t* before,
+                                                      uint32_t* in_bin, int lane) {
   uint32_t c[8];
   uint32_t sum = 0;
 #pragma unroll
@@ -201,14 +204,20 @@ __device__ __forceinline__ uint32_t warp_find_digit(uint32_t* hist, uint32_t nee
       acc += c[j];
     }
   }
-  __syncwarp();
+  if constexpr (kClear) {
+    __syncwarp();
 #pragma unroll
-  for (int j = 0; j < 8; ++j) hist[8 * lane + j] = 0;
-  __syncwarp();
+    for (int j = 0; j < 8; ++j) hist[8 * lane + j] = 0;
+    __syncwarp();
+  }
   digit = __shfl_sync(0xffffffffu, digit, src);
   *before = __shfl_sync(0xffffffffu, bef, src);
   *in_bin = __shfl_sync(0xffffffffu, inb, src);
   return digit;
+}
+__device__ __forceinline__ uint32_t warp_find_digit(uint32_t* hist, uint32_t need, bool descending, uint32_t* before,
+                                                    uint32_t* in_bin, int lane) {
+  return warp_find_digit_t<true>(hist, need, descending, before, in_bin, lane);
 }
 
 // The need-th smallest index among the entries whose key is key_eq (heavy
@@ -837,6 +846,294 @@ __device__ __forceinline__ bool warp_finish_row(const SS& s, uint64_t thr, uint3
   });
   for (int j = min(pos, static_cast<int>(k)) + lane; j < static_cast<int>(k); j += 32) out(j, -1, 0u);
   return true;
+}
+
+// ---- row selects by a pair of warps (v3 block end, kPairSelect) ------------
+// The two warps that hold a row in the v3 kernel (warp w of the row group's
+// two warpgroups) select it together. Each traverses its own 4 of the row's
+// 8 segments (8 lanes per segment: as many loads in flight per lane as one
+// warp over 8 segments, on half the entries); the histogram and the scratch
+// are the row's, shared; the warp-uniform values (counts, key range, the
+// bin's threshold) go through a few words of shared memory at a 64-thread
+// named barrier, so both warps take every decision from the same values and
+// their control flow matches. The gather of the k-th's bin and the output of
+// every entry above it are one pass (the single-warp select reads the
+// candidates four times; this reads them three times, each warp half of them).
+// The only inline PTX of this file: the pair's barrier.
+#ifdef MQA_TOPK_HOST_EMULATION
+__device__ __forceinline__ void pair_sync(int) { warp_emu::pair_barrier(); }
+#else
+__device__ __forceinline__ void pair_sync(int id) { asm volatile("bar.sync %0, 64;" ::"r"(id) : "memory"); }
+#endif
+
+// This warp's 4 segments of a row (8 lanes per segment): lane l reads
+// segment l / 8.
+struct PairSegs {
+  const uint32_t* key;  // this lane's segment: keys
+  const uint32_t* idx;  // and indices
+  int n;                // its count
+  int nmax;             // the largest count of the warp's 4 segments
+};
+
+// Segments seg0 + i * stride (i < 4; indices at +cap words; counts cnt[i]).
+__device__ __forceinline__ PairSegs make_pair_segs(const uint32_t* seg0, uint32_t stride, uint32_t cap,
+                                                   const uint32_t* cnt, int lane) {
+  const int sg = lane >> 3;
+  const int n = static_cast<int>(cnt[sg]);
+  const uint32_t* kp = seg0 + static_cast<size_t>(sg) * stride;
+  return PairSegs{kp, kp + cap, n, static_cast<int>(__reduce_max_sync(0xffffffffu, static_cast<uint32_t>(n)))};
+}
+
+// Calls f(key, valid) for every slot of the lane's segment rounded up to 4
+// (uint4 key loads, kG groups in flight per lane; L2 only), or with kWithIdx
+// f(key, idx, valid) (uint4 index loads too). The visiting order (batch,
+// group u, entry e, lane) is the same in every warp-wide call, so positions
+// ranked by ballots inside f are deterministic.
+template <bool kWithIdx = false, class F>
+__device__ __forceinline__ void pair_for_each(const PairSegs& s, int lane, F&& f) {
+  constexpr int G = kWithIdx ? 4 : 8;
+  const int sub = lane & 7;
+#pragma unroll 1
+  for (int j0 = 0; j0 < s.nmax; j0 += 8 * 4 * G) {
+    uint4 v[G], w[G];
+#pragma unroll
+    for (int u = 0; u < G; ++u) {
+      const int j = j0 + (u * 8 + sub) * 4;
+      v[u] = j < s.n ? __ldcg(reinterpret_cast<const uint4*>(s.key + j)) : make_uint4(0, 0, 0, 0);
+      if constexpr (kWithIdx) w[u] = j < s.n ? __ldcg(reinterpret_cast<const uint4*>(s.idx + j)) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < G; ++u) {
+      const int j = j0 + (u * 8 + sub) * 4;
+      const uint32_t kv[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
+      if constexpr (kWithIdx) {
+        const uint32_t iv[4] = {w[u].x, w[u].y, w[u].z, w[u].w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) f(kv[e], iv[e], j + e < s.n);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) f(kv[e], j + e < s.n);
+      }
+    }
+  }
+}
+
+// The pair's shared state: xch, 16 words of shared memory ([parity][half][4]);
+// bar, the named barrier (64 threads: both warps); half, this warp's (0: the
+// first warp, which also holds the row's gate flag).
+struct PairCtx {
+  uint32_t* xch;
+  int bar;
+  int half;
+  int ph;  // exchanges so far (alternating halves of xch)
+};
+
+// Publishes this warp's 4 words, waits for the other warp, returns its 4.
+__device__ __forceinline__ uint4 pair_exchange(PairCtx& c, uint4 mine, int lane) {
+  uint32_t* slot = c.xch + (c.ph & 1) * 8;
+  if (lane == 0) {
+    slot[c.half * 4 + 0] = mine.x;
+    slot[c.half * 4 + 1] = mine.y;
+    slot[c.half * 4 + 2] = mine.z;
+    slot[c.half * 4 + 3] = mine.w;
+  }
+  pair_sync(c.bar);
+  const volatile uint32_t* o = slot + (c.half ^ 1) * 4;
+  const uint4 r = make_uint4(o[0], o[1], o[2], o[3]);
+  ++c.ph;
+  return r;
+}
+
+// The exact top min(k, n) of a row, by both warps of its pair (each calls it
+// with its own PairSegs and half): warp_finish_row's result (the same set; the
+// order differs: the first warp's entries ascending from position 0, the
+// second's descending from the last), through out(at, relative index, key).
+// thr: the row's running threshold (eligible: key >= thr's, as in
+// warp_select_lean); gated: the first warp's flag (the second's is ignored).
+// Returns 1 when the row is written, 0 when a gated row has fewer than `need`
+// candidates (nothing written; the caller redoes the row), -1 when the pair
+// path does not apply (heavy ties at the k-th key, more than kScratch; or at
+// most k eligible under a compacted row's threshold, where eligibility by key
+// and composite >= thr differ): nothing written, the histogram is clear, and
+// the caller runs warp_finish_row on one warp. Leaves hist zero.
+// kEmit = false (pair_select): only the threshold, *t_out (both warps), as
+// warp_select_lean's (the k-th largest eligible composite, or thr when at most
+// k are eligible); nothing is written, and -1 means the same (one warp's
+// warp_select_lean applies).
+template <bool kEmit, class Out>
+__device__ __forceinline__ int pair_row_core(const PairSegs& s, PairCtx& pc, uint64_t thr, uint32_t k, uint32_t need,
+                                             bool gated, int start, uint32_t* hist, uint32_t* sk, uint32_t* si,
+                                             int lane, uint32_t* cands, uint64_t* t_out, Out&& out) {
+  const uint32_t lt = (1u << lane) - 1u;
+  const uint32_t tk1 = max(static_cast<uint32_t>(thr >> 32), 1u);
+  // Pass 1 (keys): this warp's eligible count and key range.
+  uint32_t kmin = 0xffffffffu, kmax = 0, c = 0;
+  pair_for_each(s, lane, [&](uint32_t key, bool valid) {
+    const bool el = valid && key >= tk1;
+    kmin = min(kmin, el ? key : 0xffffffffu);
+    kmax = max(kmax, el ? key : 0u);
+    c += el ? 1u : 0u;
+  });
+  c = __reduce_add_sync(0xffffffffu, c);
+  kmin = __reduce_min_sync(0xffffffffu, kmin);
+  kmax = __reduce_max_sync(0xffffffffu, kmax);
+  const uint4 o = pair_exchange(pc, make_uint4(c, kmin, kmax, gated ? 1u : 0u), lane);
+  const uint32_t mine = c;
+  c += o.x;
+  kmin = min(kmin, o.y);
+  kmax = max(kmax, o.z);
+  const bool g = pc.half == 0 ? gated : o.w != 0u;
+  *cands = c;
+  if constexpr (!kEmit) {
+    if (c <= k) {
+      *t_out = thr;
+      return 1;
+    }
+  }
+  if (g && c < need) return 0;
+  if (kEmit && c <= k) {
+    if (static_cast<uint32_t>(thr) != 0u) return -1;  // a compacted row's threshold (rare)
+    // Every eligible entry is in (thr = key << 32: key >= tk1 is composite >= thr).
+    uint32_t pos = pc.half == 0 ? 0u : c - mine;
+    pair_for_each<true>(s, lane, [&](uint32_t key, uint32_t idx, bool valid) {
+      const bool in = valid && key >= tk1;
+      const uint32_t m = __ballot_sync(0xffffffffu, in);
+      const uint32_t at = pos + __popc(m & lt);
+      if (in && at < k) out(static_cast<int>(at), static_cast<int>(idx) - start, key);
+      pos += __popc(m);
+    });
+    for (uint32_t j = c + static_cast<uint32_t>(pc.half * 32 + lane); j < k; j += 64) out(static_cast<int>(j), -1, 0u);
+    return 1;
+  }
+  // Range bins (as warp_select_lean), both warps counting into the row's histogram.
+  uint32_t lo = kmin, span = kmax - lo, need_k = k, above = 0;
+  uint32_t mult = 0, sel = 0;
+  bool sliced = false;  // the bin is slice `sel` of [lo, lo + span] (bins of mult)
+#pragma unroll 1
+  while (c > static_cast<uint32_t>(kScratch) && span != 0) {
+    if (sliced) {  // narrow to the slice's actual key range
+      const uint32_t l0 = lo, s0 = span, m0 = mult, sl = sel;
+      uint32_t nmin = 0xffffffffu, nmax = 0;
+      pair_for_each(s, lane, [&](uint32_t key, bool valid) {
+        const bool in = valid && key - l0 <= s0 && range_bin(key, l0, m0) == sl;
+        nmin = min(nmin, in ? key : 0xffffffffu);
+        nmax = max(nmax, in ? key : 0u);
+      });
+      nmin = __reduce_min_sync(0xffffffffu, nmin);
+      nmax = __reduce_max_sync(0xffffffffu, nmax);
+      const uint4 q = pair_exchange(pc, make_uint4(nmin, nmax, 0u, 0u), lane);
+      lo = min(nmin, q.x);
+      span = max(nmax, q.y) - lo;
+      sliced = false;
+      if (span == 0) break;
+    }
+    const uint32_t l0 = lo, s0 = span, m0 = range_mult(span);
+    pair_for_each(s, lane, [&](uint32_t key, bool valid) {
+      if (valid && key - l0 <= s0) atomicAdd(hist + range_bin(key, l0, m0), 1u);
+    });
+    __syncwarp();
+    pair_sync(pc.bar);  // both warps' counts are in
+    uint32_t before = 0;
+    sel = warp_find_digit_t<false>(hist, need_k, true, &before, &c, lane);
+    pair_sync(pc.bar);  // both warps have read the histogram
+#pragma unroll
+    for (int j = 0; j < 4; ++j) hist[pc.half * 128 + lane * 4 + j] = 0;
+    need_k -= before;
+    above += before;
+    mult = m0;
+    sliced = true;
+  }
+  uint64_t t_all = 0;  // heavy ties with every tied entry in: the threshold itself
+  if (c > static_cast<uint32_t>(kScratch)) {  // more than kScratch share the k-th key lo
+    if (c != need_k) {
+      pair_sync(pc.bar);  // the histogram halves are clear for the single-warp select
+      return -1;
+    }
+    t_all = composite(lo, 0xffffffffu);
+    if constexpr (!kEmit) {
+      *t_out = t_all;
+      return 1;
+    }
+  }
+  // One pass (keys and indices): every entry above the bin is out (the first
+  // warp ascending from 0, the second descending from above - 1); the bin's
+  // entries go to the scratch (ascending / descending from c - 1).
+  const uint32_t l0 = lo, s0 = span, m0 = mult, sl = sel;
+  const bool binned = sliced, gather = t_all == 0;
+  uint32_t hpos = 0, gpos = 0, gmin = 0xffffffffu, gmax = 0;
+  pair_for_each<true>(s, lane, [&](uint32_t key, uint32_t idx, bool valid) {
+    const uint32_t d = key - l0;
+    const bool el = valid && key >= tk1;
+    const bool in = el && d <= s0;
+    const uint32_t bn = range_bin(key, l0, m0);
+    const bool eq = in && (!binned || bn == sl);
+    const bool hi = el && (d > s0 ? key > l0 : (binned && bn > sl));
+    const uint32_t mh = __ballot_sync(0xffffffffu, hi);
+    const uint32_t me = __ballot_sync(0xffffffffu, eq);
+    if (kEmit && hi) {
+      const uint32_t r = hpos + __popc(mh & lt);
+      const uint32_t at = pc.half == 0 ? r : above - 1u - r;
+      if (at < above) out(static_cast<int>(at), static_cast<int>(idx) - start, key);
+    }
+    if (eq) {
+      const uint32_t r = gpos + __popc(me & lt);
+      const uint32_t at = pc.half == 0 ? r : c - 1u - r;
+      if (!gather) {  // heavy ties, all in: straight after the entries above
+        const uint32_t ot = above + at;
+        if (at < c && ot < k) out(static_cast<int>(ot), static_cast<int>(idx) - start, key);
+      } else if (at < c) {
+        sk[at] = key;
+        si[at] = idx;
+      }
+    }
+    gmin = min(gmin, eq ? key : 0xffffffffu);
+    gmax = max(gmax, eq ? key : 0u);
+    hpos += __popc(mh);
+    gpos += __popc(me);
+  });
+  if (!gather) return 1;
+  gmin = __reduce_min_sync(0xffffffffu, gmin);
+  gmax = __reduce_max_sync(0xffffffffu, gmax);
+  const uint4 q = pair_exchange(pc, make_uint4(gmin, gmax, 0u, 0u), lane);  // also: the scratch is complete
+  if constexpr (!kEmit) {
+    uint64_t t = 0;
+    if (pc.half == 0) t = finish_in_scratch(sk, si, c, min(gmin, q.x), max(gmax, q.y), need_k, hist, lane);
+    const uint4 tq = pair_exchange(pc, make_uint4(static_cast<uint32_t>(t), static_cast<uint32_t>(t >> 32), 0u, 0u), lane);
+    *t_out = pc.half == 0 ? t : (static_cast<uint64_t>(tq.y) << 32) | tq.x;
+    return 1;
+  }
+  if (pc.half != 0) return 1;
+  const uint64_t t = finish_in_scratch(sk, si, c, min(gmin, q.x), max(gmax, q.y), need_k, hist, lane);
+  uint32_t pos = above;
+  for (uint32_t j0 = 0; j0 < c; j0 += 32) {
+    const uint32_t j = j0 + static_cast<uint32_t>(lane);
+    const bool keep = j < c && composite(sk[j], si[j]) >= t;
+    const uint32_t m = __ballot_sync(0xffffffffu, keep);
+    const uint32_t at = pos + __popc(m & lt);
+    if (keep && at < k) out(static_cast<int>(at), static_cast<int>(si[j]) - start, sk[j]);
+    pos += __popc(m);
+  }
+  __syncwarp();
+  return 1;
+}
+
+template <class Out>
+__device__ __forceinline__ int pair_finish_row(const PairSegs& s, PairCtx& pc, uint64_t thr, uint32_t k, uint32_t need,
+                                               bool gated, int start, uint32_t* hist, uint32_t* sk, uint32_t* si,
+                                               int lane, uint32_t* cands, Out&& out) {
+  uint64_t t = 0;
+  return pair_row_core<true>(s, pc, thr, k, need, gated, start, hist, sk, si, lane, cands, &t, out);
+}
+
+// The k-th largest eligible composite (key >= thr's) over both warps' halves
+// of a row, or thr when at most k are eligible: warp_select_lean's answer,
+// *t_out in both warps; returns false when one warp's warp_select_lean must
+// be run instead (heavy ties: more than kScratch at the k-th key). *count:
+// the eligible entries. Leaves hist zero.
+__device__ __forceinline__ bool pair_select(const PairSegs& s, PairCtx& pc, uint64_t thr, uint32_t k, uint32_t* hist,
+                                            uint32_t* sk, uint32_t* si, int lane, uint64_t* t_out, uint32_t* count) {
+  return pair_row_core<false>(s, pc, thr, k, 0u, false, 0, hist, sk, si, lane, count, t_out,
+                              [](int, int, uint32_t) {}) > 0;
 }
 
 // ---- binned select (kBinned) ------------------------------------------------

@@ -79,8 +79,17 @@ __device__ __forceinline__ void fused_v3_half_finished(FusedV3Ctl* ctl, int b, u
 }
 
 template <int kNumStages_, int kSets_ = 1, int kCheckTiles_ = 8, int kWeightsMode_ = 1,
-          bool kInlineCheck_ = false, bool kAsyncSelect_ = false, int kMathRegs_ = 112>
+          bool kInlineCheck_ = false, bool kAsyncSelect_ = false, int kMathRegs_ = 112, bool kPairSelect_ = false,
+          bool kPairGate_ = false>
 struct Sm90FusedV3Config {
+  // kPairGate (needs kPairSelect): the sample gate's select by the same pairs
+  // (fused_select.cuh, pair_select; fused_v3_gate_pair_call).
+  static constexpr bool kPairGate = kPairGate_;
+  // kPairSelect: the synchronous block end selects each row with both of the
+  // row group's warps that hold it (fused_select.cuh, pair_finish_row; warp w
+  // of key groups 0 and 1, named barrier 8 + row), instead of one warp per row
+  // while the key group 1 warps wait.
+  static constexpr bool kPairSelect = kPairSelect_;
   // kAsyncSelect: the block-end selects run on the producer warpgroup's three
   // spare warps (fused_v3_select_loop) while the math warps scan the next
   // block into the other candidate set (needs kSets = 2).
@@ -140,13 +149,16 @@ struct Sm90FusedV3Config {
   static constexpr int kOffFinCnt = kOffSelInfo + (kAsyncSelect ? 2 * 4 * 4 : 0);
   static constexpr int kOffGated = kOffFinCnt + (kAsyncSelect ? 2 * 8 * kSegs * 4 : 0);
   static constexpr int kOffSelRedo = kOffGated + (kAsyncSelect ? 2 * 8 * 4 : 0);
-  static constexpr int kOffBars = (kOffSelRedo + (kAsyncSelect ? 2 * 4 : 0) + 7) / 8 * 8;
+  static constexpr int kOffPairX = kOffSelRedo + (kAsyncSelect ? 2 * 4 : 0);  // kPairSelect: [row][16] exchange words
+  static constexpr int kOffBars = (kOffPairX + (kPairSelect ? 8 * 16 * 4 : 0) + 7) / 8 * 8;
   // K full / empty, Q full / empty, and (kAsyncSelect) set handed over / set free.
   static constexpr int kNumBars = 2 * kNumStages + 4 + (kAsyncSelect ? 4 : 0);
   static constexpr int kSmemBytes = kOffBars + kNumBars * 8 + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per CTA");
   static_assert(kSets == 1 || kSets == 2, "one or two candidate sets");
   static_assert(!kAsyncSelect || kSets == 2, "asynchronous selects need two candidate sets");
+  static_assert(!(kAsyncSelect && kPairSelect), "pair selects are the synchronous block end's");
+  static_assert(!kPairGate || kPairSelect, "the pair gate uses the pair select's exchange words");
   static_assert(kCheckTiles >= 1 && kCheckTiles <= 16, "compaction check interval");
   static_assert(kProducerRegs >= 24 && kMathRegs * kMathThreads + kProducerRegs * 128 <= ((65536 / kThreads) & ~7) * kThreads,
                 "setmaxnreg split exceeds the CTA's registers");
@@ -305,6 +317,122 @@ __device__ __noinline__ uint4 fused_v3_check_call(const Sm90FusedParams* pp, int
                               reinterpret_cast<unsigned long long*>(p.counter) + 1, rg, warp_in_wg,
                               kg * 4 + warp_in_wg, kg == 0, cnt, thr);
   return make_uint4(cnt, static_cast<uint32_t>(thr), static_cast<uint32_t>(thr >> 32), 0u);
+}
+
+// kPairGate: the gate of row 4 rg + warp_in_wg (fused_v3_gate's rule) by both
+// warps that hold it; the first warp (key group 0) caps it, sets thr_s and
+// clears the tile maxima. Not inlined (as fused_v3_pair_end_call). Returns
+// whether the row is gated (the first warp's answer is the row's).
+template <class Cfg>
+__device__ __noinline__ bool fused_v3_gate_pair_call(const Sm90FusedParams* pp, int cs, int parity, int b,
+                                                     uint32_t active, int ns) {
+  using namespace fused_detail;
+  constexpr int NS = Cfg::kSegs;
+  const Sm90FusedParams& p = *pp;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
+  const int tid = threadIdx.x, lane = tid & 31;
+  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
+  const int rg = wg >> 1, kg = wg & 1, warp_in_wg = (tid >> 5) & 3;
+  const int r = 4 * rg + warp_in_wg, row = b * 8 + r;
+  const size_t set_words = size_t(8) * NS * 2 * size_t(p.cap);
+  const uint32_t seg_stride = 2u * static_cast<uint32_t>(p.cap);
+  const uint32_t* seg0 = p.ws + (size_t(blockIdx.x) * Cfg::kSets + cs) * set_words + size_t(r * NS) * seg_stride;
+  const uint32_t* segcnt = reinterpret_cast<const uint32_t*>(smem + Cfg::kOffSegCnt) + (cs * 2 + parity) * 8 * NS + r * NS;
+  unsigned long long* thr_s = reinterpret_cast<unsigned long long*>(smem + Cfg::kOffThr) + cs * 8;
+  uint32_t* hist = reinterpret_cast<uint32_t*>(smem + Cfg::kOffHist) + r * 256;
+  uint32_t* sk = reinterpret_cast<uint32_t*>(smem + Cfg::kOffScratch) + r * 2 * kScratch;
+  uint32_t* si = sk + kScratch;
+  FusedV3Ctl* ctl = reinterpret_cast<FusedV3Ctl*>(smem + Cfg::kOffCtl);
+  unsigned long long* stats = reinterpret_cast<unsigned long long*>(p.counter) + 1;
+  int start_unused;
+  const uint32_t n = row < p.rows ? static_cast<uint32_t>(row_length(p, row, &start_unused)) : 0u;
+  uint32_t m = lane < NS ? segcnt[lane] : 0u;
+  m = __reduce_add_sync(0xffffffffu, m);
+  const uint32_t target = static_cast<uint32_t>(p.target > 0 ? p.target : fused_gate_target(p.topk));
+  const uint32_t rho = p.probe != 1 && ((active >> r) & 1u) ? split_gate_rank(m, n, target, 0xffffffffu) : 0u;
+  uint32_t gk = 0;
+  if (rho) {
+    const PairSegs ps = make_pair_segs(seg0 + size_t(kg * 4) * seg_stride, seg_stride, static_cast<uint32_t>(p.cap),
+                                       segcnt + kg * 4, lane);
+    PairCtx pc{reinterpret_cast<uint32_t*>(smem + Cfg::kOffPairX) + r * 16, 8 + r, kg, 0};
+    uint64_t th = 0;
+    uint32_t c_unused = 0;
+    if (!pair_select(ps, pc, 0, rho, hist, sk, si, lane, &th, &c_unused) && kg == 0) {  // heavy ties: one warp
+      const SegLanes sl = make_seg_lanes(seg0, seg_stride, static_cast<uint32_t>(p.cap), segcnt, NS, lane);
+      th = warp_select_lean(sl, 0, rho, hist, sk, si, lane);
+    }
+    if (kg == 0) {
+      gk = static_cast<uint32_t>(th >> 32);
+      const uint32_t c = static_cast<uint32_t>(ns < kMinGateTiles ? ns : kMinGateTiles);
+      const uint32_t tcap = warp_rank_key<32>(ctl->tile_max[r], c, lane);
+      gk = gk < tcap ? gk : tcap;
+    }
+  }
+  if (kg == 0) {
+    __syncwarp();
+    ctl->tile_max[r][lane] = 0;
+    __syncwarp();
+    if (lane == 0 && gk) {
+      const unsigned long long g = gate_threshold(gk);
+      if (thr_s[r] < g) thr_s[r] = g;
+      if (p.probe == 2) atomicAdd(stats + 9, 1ull);
+    }
+  }
+  return gk != 0;
+}
+
+// kPairSelect: the block-end select of row 4 rg + warp_in_wg of block b by
+// both warps that hold it (the caller checks that the row is active and in
+// range); not inlined, so its values stay out of the tile loops' registers
+// (everything is re-derived from the thread index, the parameters and the
+// candidate set cs, whose block-end counts are at publication parity `parity`).
+// Returns whether the row is safe (false: a gated row with too few candidates,
+// to be redone; the first warp's answer is the row's).
+template <class Cfg>
+__device__ __noinline__ bool fused_v3_pair_end_call(const Sm90FusedParams* pp, int cs, int parity, int b, bool gated) {
+  using namespace fused_detail;
+  constexpr int NS = Cfg::kSegs;
+  const Sm90FusedParams& p = *pp;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
+  const int tid = threadIdx.x, lane = tid & 31;
+  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
+  const int rg = wg >> 1, kg = wg & 1, warp_in_wg = (tid >> 5) & 3;
+  const int r = 4 * rg + warp_in_wg, row = b * 8 + r;
+  const size_t set_words = size_t(8) * NS * 2 * size_t(p.cap);
+  const uint32_t seg_stride = 2u * static_cast<uint32_t>(p.cap);
+  const uint32_t* seg0 = p.ws + (size_t(blockIdx.x) * Cfg::kSets + cs) * set_words + size_t(r * NS) * seg_stride;
+  const uint32_t* segcnt = reinterpret_cast<const uint32_t*>(smem + Cfg::kOffSegCnt) + (cs * 2 + parity) * 8 * NS + r * NS;
+  const uint64_t thr = reinterpret_cast<const unsigned long long*>(smem + Cfg::kOffThr)[cs * 8 + r];
+  uint32_t* hist = reinterpret_cast<uint32_t*>(smem + Cfg::kOffHist) + r * 256;
+  uint32_t* sk = reinterpret_cast<uint32_t*>(smem + Cfg::kOffScratch) + r * 2 * kScratch;
+  uint32_t* si = sk + kScratch;
+  unsigned long long* stats = reinterpret_cast<unsigned long long*>(p.counter) + 1;
+  const PairSegs ps = make_pair_segs(seg0 + size_t(kg * 4) * seg_stride, seg_stride, static_cast<uint32_t>(p.cap),
+                                     segcnt + kg * 4, lane);
+  PairCtx pc{reinterpret_cast<uint32_t*>(smem + Cfg::kOffPairX) + r * 16, 8 + r, kg, 0};
+  int start;
+  const int n = row_length(p, row, &start);
+  const uint32_t k = static_cast<uint32_t>(p.topk);
+  const uint32_t need = min(k, static_cast<uint32_t>(n));
+  int* orow = p.out + size_t(row) * k;
+  uint32_t cands = 0;
+  const int res = pair_finish_row(ps, pc, thr, k, need, gated, start, hist, sk, si, lane, &cands,
+                                  [&](int at, int v, uint32_t) { orow[at] = v; });
+  bool ok = res > 0;
+  if (res < 0 && kg == 0) {  // heavy ties at the k-th key (or a compacted row with at most k): one warp
+    const SegLanes sl = make_seg_lanes(seg0, seg_stride, static_cast<uint32_t>(p.cap), segcnt, NS, lane);
+    ok = warp_finish_row<true>(sl, thr, k, need, gated, start, hist, sk, si, lane, &cands,
+                               [&](int at, int v, uint32_t) { orow[at] = v; });
+  }
+  if (kg == 0 && p.probe == 2 && lane == 0) {
+    atomicAdd(stats + 4, static_cast<unsigned long long>(cands));
+    atomicAdd(stats + 13, 1ull);
+    if (!ok) atomicAdd(stats + 8, 1ull);
+    if (res < 0) atomicAdd(stats + 10, 1ull);
+  }
+  return ok;
 }
 
 // The block-end select of block row `row` (one warp; the caller checks that
@@ -761,8 +889,13 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       uint32_t* segcnt = segcnt_of(pub++);
       if (lane < 4) segcnt[(4 * rg + lane) * NS + seg] = cnt;
       ptx::named_barrier_sync(bar_rg, 256);
-      if (selector) row_gated = fused_v3_gate<Cfg>(p, ws_cta_base(p, set_off), segcnt, thr_s, ctl, hist_all,
-                                                   scratch_all, stats, b, sel_row, active, ns);
+      if constexpr (Cfg::kPairGate) {
+        const bool gd = fused_v3_gate_pair_call<Cfg>(&p, cs, (pub - 1) & 1, b, active, ns);
+        if (selector) row_gated = gd;
+      } else if (selector) {
+        row_gated = fused_v3_gate<Cfg>(p, ws_cta_base(p, set_off), segcnt, thr_s, ctl, hist_all, scratch_all, stats, b,
+                                       sel_row, active, ns);
+      }
       ptx::named_barrier_sync(bar_rg, 256);
       // Drop this warp's sample entries below the gate (its 4 rows' segments, in place).
       thr = thr_s[my_row];
@@ -816,7 +949,40 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
     uint32_t* segcnt = segcnt_of(pub);
     if (lane < 4) segcnt[(4 * rg + lane) * NS + seg] = cnt;
     ptx::named_barrier_sync(bar_rg, 256);  // every append and count of the row group visible
-    if (selector) {
+    if constexpr (Cfg::kPairSelect) {
+      // Both warps of row sel_row (key groups 0 and 1) select it; the first
+      // (the selector) holds the gate flag and reports the row.
+      const long long t_sel = clock64();
+      const int r = sel_row, row = b * R + r;
+      bool ok = true;
+      if (p.probe == 3) {
+        if (selector && row < p.rows) {  // development dump, as below
+          int* orow = p.out + size_t(row) * k;
+          if (lane < NS) orow[lane] = static_cast<int>(segcnt[r * NS + lane]);
+          if (lane == 8) orow[8] = static_cast<int>(thr_s[r] >> 32);
+          if (lane == 9) orow[9] = static_cast<int>(static_cast<uint32_t>(thr_s[r]));
+          if (lane == 10) orow[10] = static_cast<int>(set_off);
+          if (lane == 11) orow[11] = ns;
+          if (lane == 12) orow[12] = pub;
+        }
+      } else if (((active >> r) & 1u) && row < p.rows) {
+        ok = fused_v3_pair_end_call<Cfg>(&p, cs, pub & 1, b, row_gated);
+      }
+      if (selector) {
+        if (lane == 0) {
+          thr_s[r] = 0;
+          if (!ok) atomicOr(&redo_rg[cs * 2 + rg], 1u << r);
+        }
+        ptx::named_barrier_sync(1 + wg_u, 128);  // the row group's 4 rows are reported by their first warps
+        if ((tid & 127) == 0) {
+          volatile uint32_t* rr = redo_rg + cs * 2 + rg;
+          const uint32_t mask = *rr;
+          *rr = 0;
+          fused_v3_half_finished(ctl, b, mask);
+        }
+        if (p.probe == 2 && lane == 0) atomicAdd(stats + 5, static_cast<unsigned long long>(clock64() - t_sel));
+      }
+    } else if (selector) {
       const long long t_sel = clock64();
       const int r = sel_row, row = b * R + r;
       uint32_t* hist = hist_all + r * 256;
@@ -898,6 +1064,8 @@ using Sm90FusedV3DirectSets2 = Sm90FusedV3Config<7, 2, 8, 2>;      // 19: direct
 using Sm90FusedV3Async = Sm90FusedV3Config<7, 2, 8, 2, false, true>;  // 20: 19 with the selects on the producer warpgroup
 using Sm90FusedV3Async104 = Sm90FusedV3Config<7, 2, 8, 2, false, true, 104>;  // 21: 20 with 104 / 64 registers
 using Sm90FusedV3Check12 = Sm90FusedV3Config<8, 1, 12, 2>;         // 22: 16 with a compaction check every 12 tiles
+using Sm90FusedV3Pair = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true>;  // 23: 22 with pair selects at the block end
+using Sm90FusedV3PairGate = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true>;  // 24: 23 with the pair gate
 // (A 544-thread configuration with one producer warp and __maxnreg__(120) was
 // tried on 2026-12-02 and failed to launch: "too many resources"; removed.)
 // The op's fused kernel on whole blocks (one set: the v2 kernel's workspace):
