@@ -26,3 +26,4 @@ template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3Default>();  // the op's 
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3Async104>();
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3Pair>();  // dev variant 23 (pair selects)
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3PairGate>();  // dev variant 24 (pair selects and gate)
+template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3LazyDrop>();  // dev variant 25 (24, small samples not dropped)

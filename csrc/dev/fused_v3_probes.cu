@@ -31,6 +31,7 @@ auto with_v3_variant(int64_t variant, F&& f) {
          : variant == 22 ? f(Sm90FusedV3Check12{})
          : variant == 23 ? f(Sm90FusedV3Pair{})
          : variant == 24 ? f(Sm90FusedV3PairGate{})
+         : variant == 25 ? f(Sm90FusedV3LazyDrop{})
                          : f(Sm90FusedV3S8{});
 }
 }  // namespace

@@ -209,6 +209,7 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
     case 22: return v3(Sm90FusedV3Check12{});
     case 23: return v3(Sm90FusedV3Pair{});
     case 24: return v3(Sm90FusedV3PairGate{});
+    case 25: return v3(Sm90FusedV3LazyDrop{});
     default: return v3(Sm90FusedV3S8{});
   }
 }

@@ -80,8 +80,16 @@ __device__ __forceinline__ void fused_v3_half_finished(FusedV3Ctl* ctl, int b, u
 
 template <int kNumStages_, int kSets_ = 1, int kCheckTiles_ = 8, int kWeightsMode_ = 1,
           bool kInlineCheck_ = false, bool kAsyncSelect_ = false, int kMathRegs_ = 112, bool kPairSelect_ = false,
-          bool kPairGate_ = false>
+          bool kPairGate_ = false, bool kLazyDrop_ = false>
 struct Sm90FusedV3Config {
+  // kLazyDrop: after the gate, a block whose sample is small leaves its
+  // sample entries below the gate in the segments (they are not eligible at
+  // the block end or in a compaction: eligibility is key >= the threshold's,
+  // and a compaction keeps only what is at or above its threshold) instead of
+  // dropping them: when 16 ns + 1.25 x target / 8, the sample plus a generous
+  // share of the expected candidates per segment, stays under the compaction
+  // trigger. Larger samples are dropped as before.
+  static constexpr bool kLazyDrop = kLazyDrop_;
   // kPairGate (needs kPairSelect): the sample gate's select by the same pairs
   // (fused_select.cuh, pair_select; fused_v3_gate_pair_call).
   static constexpr bool kPairGate = kPairGate_;
@@ -900,8 +908,10 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       // Drop this warp's sample entries below the gate (its 4 rows' segments, in place).
       thr = thr_s[my_row];
       uint32_t* ws_set = ws_cta_base(p, set_off);
+      const int gate_target = p.target > 0 ? p.target : fused_gate_target(k);
+      const bool drop = !Cfg::kLazyDrop || 16 * ns + (5 * gate_target) / 32 > p.cap - 16 * Cfg::kCheckTiles;
 #pragma unroll 1
-      for (int i = 0; i < 4; ++i) {
+      for (int i = 0; i < (drop ? 4 : 0); ++i) {
         const int r = 4 * rg + i;
         const uint64_t th = thr_s[r];
         const uint32_t c = __shfl_sync(0xffffffffu, cnt, i);  // lane i holds row 4 rg + i
@@ -1066,13 +1076,17 @@ using Sm90FusedV3Async104 = Sm90FusedV3Config<7, 2, 8, 2, false, true, 104>;  //
 using Sm90FusedV3Check12 = Sm90FusedV3Config<8, 1, 12, 2>;         // 22: 16 with a compaction check every 12 tiles
 using Sm90FusedV3Pair = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true>;  // 23: 22 with pair selects at the block end
 using Sm90FusedV3PairGate = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true>;  // 24: 23 with the pair gate
+using Sm90FusedV3LazyDrop = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true>;  // 25: 24, small samples not dropped
 // (A 544-thread configuration with one producer warp and __maxnreg__(120) was
 // tried on 2026-12-02 and failed to launch: "too many resources"; removed.)
 // The op's fused kernel on whole blocks (one set: the v2 kernel's workspace):
-// variant 22, 16 with the compaction check every 12 tiles, 5.331 ms at the
-// headline top-2048 against 16's 5.467 in the same call, equal at 16K keys
-// (tools/v3check, 2026-12-02, session 8; BENCHMARKS.md).
-using Sm90FusedV3Default = Sm90FusedV3Check12;
+// variant 25 since 2026-12-02 (session 9): 22 (direct weights, 8 stages, a
+// compaction check every 12 tiles) with the gate and the block-end select run
+// by both warps of each row and small samples left undropped. At 8192 x 16384
+// (tools/v3check, same call) 1.352 / 1.209 / 1.213 ms at top-2048 / 1024 / 512
+// against 22's 1.538 / 1.323 / 1.290; at the headline top-2048 5.207 against
+// 5.365 (BENCHMARKS.md, session 9).
+using Sm90FusedV3Default = Sm90FusedV3LazyDrop;
 static_assert(8 * Sm90FusedV3Default::kSegs * Sm90FusedV3Default::cap(2048) == 2 * 8 * Sm90FusedGated::cap(2048) &&
                   Sm90FusedV3Default::kSets == 1,
               "the op's workspace (sized for the v2 kernel) holds the v3 kernel's");
