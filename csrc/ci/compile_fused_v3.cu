@@ -27,3 +27,5 @@ template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3Async104>();
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3Pair>();  // dev variant 23 (pair selects)
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3PairGate>();  // dev variant 24 (pair selects and gate)
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3LazyDrop>();  // dev variant 25 (24, small samples not dropped)
+template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3SelPhases>();  // dev variant 26 (25 + select phase stats)
+template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3GateRange>();  // dev variant 27 (25 binning from the gate)

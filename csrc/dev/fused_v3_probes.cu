@@ -32,6 +32,8 @@ auto with_v3_variant(int64_t variant, F&& f) {
          : variant == 23 ? f(Sm90FusedV3Pair{})
          : variant == 24 ? f(Sm90FusedV3PairGate{})
          : variant == 25 ? f(Sm90FusedV3LazyDrop{})
+         : variant == 26 ? f(Sm90FusedV3SelPhases{})
+         : variant == 27 ? f(Sm90FusedV3GateRange{})
                          : f(Sm90FusedV3S8{});
 }
 }  // namespace

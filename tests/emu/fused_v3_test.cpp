@@ -252,7 +252,8 @@ void finish_cases() {
 // (the single-warp path applies) only where documented, with nothing written.
 int g_pair_fallbacks = 0;
 // want: 1 the pair must finish the row itself, -1 it must hand it to one warp, 0 either.
-void pair_case(const std::string& name, Row r, uint64_t thr, uint32_t k, bool gated, int start, int want = 0) {
+void pair_case(const std::string& name0, Row r, uint64_t thr, uint32_t k, bool gated, int start, int want = 0) {
+  const std::string& name = name0;
   const auto all = r.entries();
   const uint32_t need = gated ? k : std::min<uint32_t>(k, static_cast<uint32_t>(all.size()));
   // The single-warp reference.
@@ -299,6 +300,23 @@ void pair_case(const std::string& name, Row r, uint64_t thr, uint32_t k, bool ga
       expect(want_c[0] > static_cast<uint32_t>(kScratch), nm + ": fallback where none is documented");
     }
   }
+  // The gate-range path (pair_finish_row_gated): for a gate threshold, several
+  // sample maxima (the entries' largest eligible key, below it, just above the
+  // gate, far above); 0 = the plain pair_finish_row.
+  std::vector<uint32_t> smaxes = {0u};
+  const uint32_t gk = static_cast<uint32_t>(thr >> 32);
+  if (gated && static_cast<uint32_t>(thr) == 0u && gk >= 1u) {
+    uint32_t emax = 0;
+    std::vector<uint32_t> el;
+    for (auto& e : all)
+      if (e.first >= gk) el.push_back(e.first);
+    std::sort(el.begin(), el.end(), std::greater<uint32_t>());
+    if (!el.empty()) emax = el[0];
+    for (uint32_t v : {emax, el.empty() ? 0u : el[el.size() / 3], el.size() > k ? el[k / 2] : 0u, gk + 1u, 0xfffffff0u})
+      if (v > gk) smaxes.push_back(v);
+  }
+  for (uint32_t smax : smaxes) {
+  const std::string name = smax ? name0 + " gate-range smax=" + std::to_string(smax) : name0;
   std::vector<int> first;
   for (int rep = 0; rep < 2; ++rep) {
     std::vector<int> row(k, -7), writes(k, 0);
@@ -310,15 +328,18 @@ void pair_case(const std::string& name, Row r, uint64_t thr, uint32_t k, bool ga
     warp_emu::run2([&](int w, int lane) {
       const PairSegs ps = make_pair_segs(r.key(4 * w), r.stride, static_cast<uint32_t>(r.cap), r.cnt + 4 * w, lane);
       PairCtx pc{xch, 9, w, 0};
-      res[w * 32 + lane] = pair_finish_row(ps, pc, thr, k, need, w == 0 ? gated : false, start, sc.hist, sc.sk, sc.si,
-                                           lane, &cands[w * 32 + lane], [&](int at, int v, uint32_t) {
+      auto outf = [&](int at, int v, uint32_t) {
                                              if (at < 0 || at >= static_cast<int>(k)) {
                                                bad_at = true;
                                                return;
                                              }
                                              row[at] = v;
                                              ++writes[at];
-                                           });
+                                           };
+      res[w * 32 + lane] = smax ? pair_finish_row_gated(ps, pc, thr, smax, k, need, w == 0 ? gated : false, start,
+                                                        sc.hist, sc.sk, sc.si, lane, &cands[w * 32 + lane], outf)
+                                : pair_finish_row(ps, pc, thr, k, need, w == 0 ? gated : false, start, sc.hist, sc.sk,
+                                                  sc.si, lane, &cands[w * 32 + lane], outf);
     });
     expect(!bad_at, name + ": pair wrote out of range");
     for (int l = 1; l < 64; ++l) expect(res[l] == res[0], name + ": the pair's lanes disagree");
@@ -331,7 +352,7 @@ void pair_case(const std::string& name, Row r, uint64_t thr, uint32_t k, bool ga
       expect(compacted_few || c1[0] > static_cast<uint32_t>(kScratch), name + ": pair fallback where none is documented");
       return;
     }
-    expect(cands[0] == c1[0], name + ": candidate count");
+    expect(cands[0] == c1[0], name + ": candidate count " + std::to_string(cands[0]) + " vs " + std::to_string(c1[0]) + " res " + std::to_string(res[0]));
     expect((res[0] == 1) == ok1[0], name + ": safe / unsafe answer differs from one warp's");
     if (res[0] == 0) {
       for (int v : row) expect(v == -7, name + ": an unsafe row writes nothing");
@@ -344,6 +365,7 @@ void pair_case(const std::string& name, Row r, uint64_t thr, uint32_t k, bool ga
     expect(a == b, name + ": the pair's set differs from one warp's");
     if (rep == 0) first = row;
     else expect(row == first, name + ": pair output not deterministic");
+  }
   }
 }
 
@@ -363,6 +385,9 @@ void pair_cases() {
       }
       pair_case("pair gauss " + std::to_string(trial) + ks, r, 0, k, false, 5, 1);
       pair_case("pair gauss gated " + std::to_string(trial) + ks, r, 0, k, true, 5);
+      for (float gv : {-0.5f, 0.3f, 1.5f})
+        pair_case("pair gauss gate " + std::to_string(gv) + " " + std::to_string(trial) + ks, r, uint64_t(okey(gv)) << 32,
+                  k, true, 5);
     }
     {  // a gated row's candidates: every key at or above the gate, crowded near it
       Row r(cap);

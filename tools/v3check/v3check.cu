@@ -210,6 +210,8 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
     case 23: return v3(Sm90FusedV3Pair{});
     case 24: return v3(Sm90FusedV3PairGate{});
     case 25: return v3(Sm90FusedV3LazyDrop{});
+    case 26: return v3(Sm90FusedV3SelPhases{});
+    case 27: return v3(Sm90FusedV3GateRange{});
     default: return v3(Sm90FusedV3S8{});
   }
 }
@@ -369,6 +371,9 @@ int cmd_check(int argc, char** argv) {
       }
     std::printf("check %s-%s %dx%d top-%d v%d grid=%d target=%d probe=%d: wrong rows %d, reruns differing in order %d, in set %d\n",
                 layout.c_str(), dist.c_str(), rows, keys, topk, v, grid, target, probe, wrong, order_diff, set_diff);
+    if (h[2] | h[11] | h[12] | h[14])  // kSelPhases (26): the pair select's phases, per select
+      std::printf("  pair select phases per select (cycles): range pass %.0f, histogram levels %.0f, gather + output %.0f, "
+                  "scratch finish %.0f\n", h[2] / sel, h[11] / sel, h[12] / sel, h[14] / sel);
     std::fflush(stdout);
   }
   free_dev(d);

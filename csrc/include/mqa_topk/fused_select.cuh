@@ -960,14 +960,83 @@ __device__ __forceinline__ uint4 pair_exchange(PairCtx& c, uint4 mine, int lane)
 // warp_select_lean's (the k-th largest eligible composite, or thr when at most
 // k are eligible); nothing is written, and -1 means the same (one warp's
 // warp_select_lean applies).
-template <bool kEmit, class Out>
+// mark(i) (development: a per-phase clock) is called after the range pass (0),
+// the histogram levels (1), the gather + output pass (2) and at the end (3).
+struct PairNoMark {
+  __device__ __forceinline__ void operator()(int) const {}
+};
+// kFromGate (kEmit only): a gated row whose threshold is still its gate (thr =
+// gate key << 32; a compaction's threshold has a nonzero low word) and whose
+// sample's largest key smax is above the gate skips the range pass: its first
+// histogram is over [gate key, smax] with the keys above smax in the top bin
+// (every entry of a higher bin still outranks every entry of a lower one),
+// and the eligible count is the histogram's total. Both warps pass the same
+// smax. When the k-th falls in the top bin the row takes the general passes.
+template <bool kEmit, class Out, class Mark = PairNoMark, bool kFromGate = false>
 __device__ __forceinline__ int pair_row_core(const PairSegs& s, PairCtx& pc, uint64_t thr, uint32_t k, uint32_t need,
                                              bool gated, int start, uint32_t* hist, uint32_t* sk, uint32_t* si,
-                                             int lane, uint32_t* cands, uint64_t* t_out, Out&& out) {
+                                             int lane, uint32_t* cands, uint64_t* t_out, Out&& out,
+                                             Mark&& mark = PairNoMark{}, uint32_t smax = 0) {
   const uint32_t lt = (1u << lane) - 1u;
   const uint32_t tk1 = max(static_cast<uint32_t>(thr >> 32), 1u);
+  uint32_t c = 0, lo = 0, span = 0, need_k = k, above = 0;
+  uint32_t mult = 0, sel = 0;
+  bool sliced = false;  // the bin is slice `sel` of [lo, lo + span] (bins of mult)
+  bool fast = false;
+  if constexpr (kFromGate && kEmit) {
+    const uint32_t gk = static_cast<uint32_t>(thr >> 32);
+    fast = static_cast<uint32_t>(thr) == 0u && gk >= 1u && smax > gk;
+    if (fast) {
+      const uint32_t l0 = gk, s0 = smax - gk, m0 = range_mult(s0);
+      pair_for_each(s, lane, [&](uint32_t key, bool valid) {
+        if (valid && key >= l0) atomicAdd(hist + min(range_bin(key, l0, m0), 255u), 1u);
+      });
+      __syncwarp();
+      pair_sync(pc.bar);  // both warps' counts are in
+      uint32_t tot = 0;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) tot += hist[j * 32 + lane];
+      c = __reduce_add_sync(0xffffffffu, tot);
+      uint32_t before = 0, in_bin = 0;
+      if (c > k) sel = warp_find_digit_t<false>(hist, k, true, &before, &in_bin, lane);
+      pair_sync(pc.bar);  // both warps have read the histogram
+#pragma unroll
+      for (int j = 0; j < 4; ++j) hist[pc.half * 128 + lane * 4 + j] = 0;
+      *cands = c;
+      mark(0);
+      if (c < need) return 0;  // gated
+      if (c <= k) {  // every eligible entry is in: the first warp ascending from 0, the second descending from c - 1
+        pair_sync(pc.bar);  // the histogram halves are clear (nothing else reads it here; keeps the exit uniform)
+        uint32_t pos = 0;
+        pair_for_each<true>(s, lane, [&](uint32_t key, uint32_t idx, bool valid) {
+          const bool in = valid && key >= l0;
+          const uint32_t m = __ballot_sync(0xffffffffu, in);
+          const uint32_t r = pos + __popc(m & lt);
+          const uint32_t at = pc.half == 0 ? r : c - 1u - r;
+          if (in && at < c) out(static_cast<int>(at), static_cast<int>(idx) - start, key);
+          pos += __popc(m);
+        });
+        for (uint32_t j = c + static_cast<uint32_t>(pc.half * 32 + lane); j < k; j += 64) out(static_cast<int>(j), -1, 0u);
+        return 1;
+      }
+      if (sel == 255u) {
+        fast = false;  // the k-th is at or above smax: the general passes (the histogram is clear)
+        pair_sync(pc.bar);
+      } else {
+        lo = l0;
+        span = s0;
+        mult = m0;
+        need_k = k - before;
+        above = before;
+        c = in_bin;
+        sliced = true;
+      }
+    }
+  }
+  if (!fast) {
   // Pass 1 (keys): this warp's eligible count and key range.
-  uint32_t kmin = 0xffffffffu, kmax = 0, c = 0;
+  uint32_t kmin = 0xffffffffu, kmax = 0;
+  c = 0;
   pair_for_each(s, lane, [&](uint32_t key, bool valid) {
     const bool el = valid && key >= tk1;
     kmin = min(kmin, el ? key : 0xffffffffu);
@@ -984,6 +1053,7 @@ __device__ __forceinline__ int pair_row_core(const PairSegs& s, PairCtx& pc, uin
   kmax = max(kmax, o.z);
   const bool g = pc.half == 0 ? gated : o.w != 0u;
   *cands = c;
+  mark(0);
   if constexpr (!kEmit) {
     if (c <= k) {
       *t_out = thr;
@@ -1005,10 +1075,10 @@ __device__ __forceinline__ int pair_row_core(const PairSegs& s, PairCtx& pc, uin
     for (uint32_t j = c + static_cast<uint32_t>(pc.half * 32 + lane); j < k; j += 64) out(static_cast<int>(j), -1, 0u);
     return 1;
   }
+  lo = kmin;
+  span = kmax - lo;
+  }  // !fast
   // Range bins (as warp_select_lean), both warps counting into the row's histogram.
-  uint32_t lo = kmin, span = kmax - lo, need_k = k, above = 0;
-  uint32_t mult = 0, sel = 0;
-  bool sliced = false;  // the bin is slice `sel` of [lo, lo + span] (bins of mult)
 #pragma unroll 1
   while (c > static_cast<uint32_t>(kScratch) && span != 0) {
     if (sliced) {  // narrow to the slice's actual key range
@@ -1043,6 +1113,7 @@ __device__ __forceinline__ int pair_row_core(const PairSegs& s, PairCtx& pc, uin
     mult = m0;
     sliced = true;
   }
+  mark(1);
   uint64_t t_all = 0;  // heavy ties with every tied entry in: the threshold itself
   if (c > static_cast<uint32_t>(kScratch)) {  // more than kScratch share the k-th key lo
     if (c != need_k) {
@@ -1091,6 +1162,7 @@ __device__ __forceinline__ int pair_row_core(const PairSegs& s, PairCtx& pc, uin
     hpos += __popc(mh);
     gpos += __popc(me);
   });
+  mark(2);
   if (!gather) return 1;
   gmin = __reduce_min_sync(0xffffffffu, gmin);
   gmax = __reduce_max_sync(0xffffffffu, gmax);
@@ -1114,15 +1186,29 @@ __device__ __forceinline__ int pair_row_core(const PairSegs& s, PairCtx& pc, uin
     pos += __popc(m);
   }
   __syncwarp();
+  mark(3);
   return 1;
 }
 
-template <class Out>
+template <class Out, class Mark = PairNoMark>
 __device__ __forceinline__ int pair_finish_row(const PairSegs& s, PairCtx& pc, uint64_t thr, uint32_t k, uint32_t need,
                                                bool gated, int start, uint32_t* hist, uint32_t* sk, uint32_t* si,
-                                               int lane, uint32_t* cands, Out&& out) {
+                                               int lane, uint32_t* cands, Out&& out, Mark&& mark = PairNoMark{}) {
   uint64_t t = 0;
-  return pair_row_core<true>(s, pc, thr, k, need, gated, start, hist, sk, si, lane, cands, &t, out);
+  return pair_row_core<true>(s, pc, thr, k, need, gated, start, hist, sk, si, lane, cands, &t, out, mark);
+}
+
+// pair_finish_row with kFromGate: smax, the sample's largest key of the row
+// (0: none; the same value in both warps). A row that takes the fast path is
+// gated by construction (only gated rows get an smax).
+template <class Out, class Mark = PairNoMark>
+__device__ __forceinline__ int pair_finish_row_gated(const PairSegs& s, PairCtx& pc, uint64_t thr, uint32_t smax,
+                                                     uint32_t k, uint32_t need, bool gated, int start, uint32_t* hist,
+                                                     uint32_t* sk, uint32_t* si, int lane, uint32_t* cands, Out&& out,
+                                                     Mark&& mark = PairNoMark{}) {
+  uint64_t t = 0;
+  return pair_row_core<true, Out, Mark, true>(s, pc, thr, k, need, gated, start, hist, sk, si, lane, cands, &t,
+                                              static_cast<Out&&>(out), static_cast<Mark&&>(mark), smax);
 }
 
 // The k-th largest eligible composite (key >= thr's) over both warps' halves

@@ -80,8 +80,16 @@ __device__ __forceinline__ void fused_v3_half_finished(FusedV3Ctl* ctl, int b, u
 
 template <int kNumStages_, int kSets_ = 1, int kCheckTiles_ = 8, int kWeightsMode_ = 1,
           bool kInlineCheck_ = false, bool kAsyncSelect_ = false, int kMathRegs_ = 112, bool kPairSelect_ = false,
-          bool kPairGate_ = false, bool kLazyDrop_ = false>
+          bool kPairGate_ = false, bool kLazyDrop_ = false, bool kSelPhases_ = false, bool kGateRange_ = false>
 struct Sm90FusedV3Config {
+  // kGateRange (needs kPairGate): the pair gate also keeps each gated row's
+  // largest sample key, and the block end's pair select of a row still at its
+  // gate bins [gate, that key] directly (pair_finish_row_gated: no range pass).
+  static constexpr bool kGateRange = kGateRange_;
+  // kSelPhases (dev): probe 2 also counts the pair select's phases (cycles of
+  // the first warp: range pass, histogram levels, gather + output pass, the
+  // scratch finish; stats words 2, 11, 12, 14).
+  static constexpr bool kSelPhases = kSelPhases_;
   // kLazyDrop: after the gate, a block whose sample is small leaves its
   // sample entries below the gate in the segments (they are not eligible at
   // the block end or in a compaction: eligibility is key >= the threshold's,
@@ -158,7 +166,9 @@ struct Sm90FusedV3Config {
   static constexpr int kOffGated = kOffFinCnt + (kAsyncSelect ? 2 * 8 * kSegs * 4 : 0);
   static constexpr int kOffSelRedo = kOffGated + (kAsyncSelect ? 2 * 8 * 4 : 0);
   static constexpr int kOffPairX = kOffSelRedo + (kAsyncSelect ? 2 * 4 : 0);  // kPairSelect: [row][16] exchange words
-  static constexpr int kOffBars = (kOffPairX + (kPairSelect ? 8 * 16 * 4 : 0) + 7) / 8 * 8;
+  // kPairSelect: [row][16] exchange words; then (kGateRange) [row] the gated rows' largest sample keys.
+  static constexpr int kOffSmax = kOffPairX + (kPairSelect ? 8 * 16 * 4 : 0);
+  static constexpr int kOffBars = (kOffSmax + (kGateRange ? 8 * 4 : 0) + 7) / 8 * 8;
   // K full / empty, Q full / empty, and (kAsyncSelect) set handed over / set free.
   static constexpr int kNumBars = 2 * kNumStages + 4 + (kAsyncSelect ? 4 : 0);
   static constexpr int kSmemBytes = kOffBars + kNumBars * 8 + 1024;
@@ -167,6 +177,7 @@ struct Sm90FusedV3Config {
   static_assert(!kAsyncSelect || kSets == 2, "asynchronous selects need two candidate sets");
   static_assert(!(kAsyncSelect && kPairSelect), "pair selects are the synchronous block end's");
   static_assert(!kPairGate || kPairSelect, "the pair gate uses the pair select's exchange words");
+  static_assert(!kGateRange || kPairGate, "the gate range comes from the pair gate");
   static_assert(kCheckTiles >= 1 && kCheckTiles <= 16, "compaction check interval");
   static_assert(kProducerRegs >= 24 && kMathRegs * kMathThreads + kProducerRegs * 128 <= ((65536 / kThreads) & ~7) * kThreads,
                 "setmaxnreg split exceeds the CTA's registers");
@@ -378,6 +389,10 @@ __device__ __noinline__ bool fused_v3_gate_pair_call(const Sm90FusedParams* pp, 
     }
   }
   if (kg == 0) {
+    if constexpr (Cfg::kGateRange) {  // the row's largest sample key (0: not gated)
+      const uint32_t mx = __reduce_max_sync(0xffffffffu, ctl->tile_max[r][lane]);
+      if (lane == 0) reinterpret_cast<uint32_t*>(smem + Cfg::kOffSmax)[r] = gk ? mx : 0u;
+    }
     __syncwarp();
     ctl->tile_max[r][lane] = 0;
     __syncwarp();
@@ -426,8 +441,35 @@ __device__ __noinline__ bool fused_v3_pair_end_call(const Sm90FusedParams* pp, i
   const uint32_t need = min(k, static_cast<uint32_t>(n));
   int* orow = p.out + size_t(row) * k;
   uint32_t cands = 0;
-  const int res = pair_finish_row(ps, pc, thr, k, need, gated, start, hist, sk, si, lane, &cands,
-                                  [&](int at, int v, uint32_t) { orow[at] = v; });
+  int res;
+  if constexpr (Cfg::kSelPhases) {
+    const long long t0 = clock64();
+    long long t1 = t0, t2 = t0, t3 = t0, t4 = t0;
+    res = pair_finish_row(ps, pc, thr, k, need, gated, start, hist, sk, si, lane, &cands,
+                          [&](int at, int v, uint32_t) { orow[at] = v; }, [&](int i) {
+                            const long long t = clock64();
+                            if (i == 0) t1 = t;
+                            if (i == 1) t2 = t;
+                            if (i == 2) t3 = t;
+                            if (i == 3) t4 = t;
+                          });
+    if (kg == 0 && p.probe == 2 && lane == 0 && res > 0) {
+      t2 = max(t2, t1);
+      t3 = max(t3, t2);
+      t4 = max(t4, t3);
+      atomicAdd(stats + 2, static_cast<unsigned long long>(t1 - t0));
+      atomicAdd(stats + 11, static_cast<unsigned long long>(t2 - t1));
+      atomicAdd(stats + 12, static_cast<unsigned long long>(t3 - t2));
+      atomicAdd(stats + 14, static_cast<unsigned long long>(t4 - t3));
+    }
+  } else if constexpr (Cfg::kGateRange) {
+    const uint32_t smax = reinterpret_cast<const volatile uint32_t*>(smem + Cfg::kOffSmax)[r];
+    res = pair_finish_row_gated(ps, pc, thr, smax, k, need, gated, start, hist, sk, si, lane, &cands,
+                                [&](int at, int v, uint32_t) { orow[at] = v; });
+  } else {
+    res = pair_finish_row(ps, pc, thr, k, need, gated, start, hist, sk, si, lane, &cands,
+                          [&](int at, int v, uint32_t) { orow[at] = v; });
+  }
   bool ok = res > 0;
   if (res < 0 && kg == 0) {  // heavy ties at the k-th key (or a compacted row with at most k): one warp
     const SegLanes sl = make_seg_lanes(seg0, seg_stride, static_cast<uint32_t>(p.cap), segcnt, NS, lane);
@@ -589,6 +631,8 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       reinterpret_cast<uint32_t*>(smem + Cfg::kOffSelHist)[i] = 0;
   for (int i = tid; i < Cfg::kSets * 8; i += Cfg::kThreads) thr_all[i] = 0;
   if (tid < 4) redo_rg[tid] = 0;
+  if constexpr (Cfg::kGateRange)
+    if (tid < 8) reinterpret_cast<uint32_t*>(smem + Cfg::kOffSmax)[tid] = 0;
   for (int i = tid; i < static_cast<int>(sizeof(FusedV3Ctl) / 4); i += Cfg::kThreads)
     reinterpret_cast<uint32_t*>(ctl)[i] = 0;
   __syncthreads();
@@ -981,6 +1025,7 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       if (selector) {
         if (lane == 0) {
           thr_s[r] = 0;
+          if constexpr (Cfg::kGateRange) reinterpret_cast<uint32_t*>(smem + Cfg::kOffSmax)[r] = 0;
           if (!ok) atomicOr(&redo_rg[cs * 2 + rg], 1u << r);
         }
         ptx::named_barrier_sync(1 + wg_u, 128);  // the row group's 4 rows are reported by their first warps
@@ -1077,6 +1122,8 @@ using Sm90FusedV3Check12 = Sm90FusedV3Config<8, 1, 12, 2>;         // 22: 16 wit
 using Sm90FusedV3Pair = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true>;  // 23: 22 with pair selects at the block end
 using Sm90FusedV3PairGate = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true>;  // 24: 23 with the pair gate
 using Sm90FusedV3LazyDrop = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true>;  // 25: 24, small samples not dropped
+using Sm90FusedV3SelPhases = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, true>;  // 26: 25 + select phase stats
+using Sm90FusedV3GateRange = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true>;  // 27: 25 binning from the gate
 // (A 544-thread configuration with one producer warp and __maxnreg__(120) was
 // tried on 2026-12-02 and failed to launch: "too many resources"; removed.)
 // The op's fused kernel on whole blocks (one set: the v2 kernel's workspace):
