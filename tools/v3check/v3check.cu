@@ -371,9 +371,6 @@ int cmd_check(int argc, char** argv) {
       }
     std::printf("check %s-%s %dx%d top-%d v%d grid=%d target=%d probe=%d: wrong rows %d, reruns differing in order %d, in set %d\n",
                 layout.c_str(), dist.c_str(), rows, keys, topk, v, grid, target, probe, wrong, order_diff, set_diff);
-    if (h[2] | h[11] | h[12] | h[14])  // kSelPhases (26): the pair select's phases, per select
-      std::printf("  pair select phases per select (cycles): range pass %.0f, histogram levels %.0f, gather + output %.0f, "
-                  "scratch finish %.0f\n", h[2] / sel, h[11] / sel, h[12] / sel, h[14] / sel);
     std::fflush(stdout);
   }
   free_dev(d);
@@ -503,6 +500,9 @@ int cmd_stats(int argc, char** argv) {
                 "each, check cycles %llu); total cycles per math warp %.0f; pair selects handed to one warp %llu\n",
                 v, argv[6], argv[7], w.rows, w.keys, w.topk, h[9], h[8], h[13], h[4] / sel, h[5] / sel, h[7] / warps,
                 h[0], h[0] ? double(h[1]) / h[0] : 0.0, h[3], h[6] / warps, h[10]);
+    if (h[2] | h[11] | h[12] | h[14])  // kSelPhases (26): the pair select's phases, per select
+      std::printf("  pair select phases per select (cycles): range pass %.0f, histogram levels %.0f, gather + output %.0f, "
+                  "scratch finish %.0f\n", h[2] / sel, h[11] / sel, h[12] / sel, h[14] / sel);
     std::fflush(stdout);
   }
   free_dev(d);
