@@ -29,3 +29,4 @@ template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3PairGate>();  // dev vari
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3LazyDrop>();  // dev variant 25 (24, small samples not dropped)
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3SelPhases>();  // dev variant 26 (25 + select phase stats)
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3GateRange>();  // dev variant 27 (25 binning from the gate)
+template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3WideOut>();  // dev variant 28 (27, 8 groups in the output pass)

@@ -34,6 +34,7 @@ auto with_v3_variant(int64_t variant, F&& f) {
          : variant == 25 ? f(Sm90FusedV3LazyDrop{})
          : variant == 26 ? f(Sm90FusedV3SelPhases{})
          : variant == 27 ? f(Sm90FusedV3GateRange{})
+         : variant == 28 ? f(Sm90FusedV3WideOut{})
                          : f(Sm90FusedV3S8{});
 }
 }  // namespace

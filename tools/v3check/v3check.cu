@@ -212,6 +212,7 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
     case 25: return v3(Sm90FusedV3LazyDrop{});
     case 26: return v3(Sm90FusedV3SelPhases{});
     case 27: return v3(Sm90FusedV3GateRange{});
+    case 28: return v3(Sm90FusedV3WideOut{});
     default: return v3(Sm90FusedV3S8{});
   }
 }

@@ -889,9 +889,9 @@ __device__ __forceinline__ PairSegs make_pair_segs(const uint32_t* seg0, uint32_
 // f(key, idx, valid) (uint4 index loads too). The visiting order (batch,
 // group u, entry e, lane) is the same in every warp-wide call, so positions
 // ranked by ballots inside f are deterministic.
-template <bool kWithIdx = false, class F>
+template <bool kWithIdx = false, int kGIdx = 4, class F>
 __device__ __forceinline__ void pair_for_each(const PairSegs& s, int lane, F&& f) {
-  constexpr int G = kWithIdx ? 4 : 8;
+  constexpr int G = kWithIdx ? kGIdx : 8;
   const int sub = lane & 7;
 #pragma unroll 1
   for (int j0 = 0; j0 < s.nmax; j0 += 8 * 4 * G) {
@@ -972,7 +972,8 @@ struct PairNoMark {
 // (every entry of a higher bin still outranks every entry of a lower one),
 // and the eligible count is the histogram's total. Both warps pass the same
 // smax. When the k-th falls in the top bin the row takes the general passes.
-template <bool kEmit, class Out, class Mark = PairNoMark, bool kFromGate = false>
+// kOutG: key / index groups in flight per lane in the gather + output pass.
+template <bool kEmit, class Out, class Mark = PairNoMark, bool kFromGate = false, int kOutG = 4>
 __device__ __forceinline__ int pair_row_core(const PairSegs& s, PairCtx& pc, uint64_t thr, uint32_t k, uint32_t need,
                                              bool gated, int start, uint32_t* hist, uint32_t* sk, uint32_t* si,
                                              int lane, uint32_t* cands, uint64_t* t_out, Out&& out,
@@ -1132,7 +1133,7 @@ __device__ __forceinline__ int pair_row_core(const PairSegs& s, PairCtx& pc, uin
   const uint32_t l0 = lo, s0 = span, m0 = mult, sl = sel;
   const bool binned = sliced, gather = t_all == 0;
   uint32_t hpos = 0, gpos = 0, gmin = 0xffffffffu, gmax = 0;
-  pair_for_each<true>(s, lane, [&](uint32_t key, uint32_t idx, bool valid) {
+  pair_for_each<true, kOutG>(s, lane, [&](uint32_t key, uint32_t idx, bool valid) {
     const uint32_t d = key - l0;
     const bool el = valid && key >= tk1;
     const bool in = el && d <= s0;
@@ -1201,13 +1202,13 @@ __device__ __forceinline__ int pair_finish_row(const PairSegs& s, PairCtx& pc, u
 // pair_finish_row with kFromGate: smax, the sample's largest key of the row
 // (0: none; the same value in both warps). A row that takes the fast path is
 // gated by construction (only gated rows get an smax).
-template <class Out, class Mark = PairNoMark>
+template <class Out, class Mark = PairNoMark, int kOutG = 4>
 __device__ __forceinline__ int pair_finish_row_gated(const PairSegs& s, PairCtx& pc, uint64_t thr, uint32_t smax,
                                                      uint32_t k, uint32_t need, bool gated, int start, uint32_t* hist,
                                                      uint32_t* sk, uint32_t* si, int lane, uint32_t* cands, Out&& out,
                                                      Mark&& mark = PairNoMark{}) {
   uint64_t t = 0;
-  return pair_row_core<true, Out, Mark, true>(s, pc, thr, k, need, gated, start, hist, sk, si, lane, cands, &t,
+  return pair_row_core<true, Out, Mark, true, kOutG>(s, pc, thr, k, need, gated, start, hist, sk, si, lane, cands, &t,
                                               static_cast<Out&&>(out), static_cast<Mark&&>(mark), smax);
 }
 

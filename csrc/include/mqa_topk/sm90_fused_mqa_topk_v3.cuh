@@ -80,8 +80,12 @@ __device__ __forceinline__ void fused_v3_half_finished(FusedV3Ctl* ctl, int b, u
 
 template <int kNumStages_, int kSets_ = 1, int kCheckTiles_ = 8, int kWeightsMode_ = 1,
           bool kInlineCheck_ = false, bool kAsyncSelect_ = false, int kMathRegs_ = 112, bool kPairSelect_ = false,
-          bool kPairGate_ = false, bool kLazyDrop_ = false, bool kSelPhases_ = false, bool kGateRange_ = false>
+          bool kPairGate_ = false, bool kLazyDrop_ = false, bool kSelPhases_ = false, bool kGateRange_ = false,
+          int kOutGroups_ = 4>
 struct Sm90FusedV3Config {
+  // kOutGroups (with kGateRange): key / index groups in flight per lane in the
+  // pair select's gather + output pass (4, or 8: more loads in flight).
+  static constexpr int kOutGroups = kOutGroups_;
   // kGateRange (needs kPairGate): the pair gate also keeps each gated row's
   // largest sample key, and the block end's pair select of a row still at its
   // gate bins [gate, that key] directly (pair_finish_row_gated: no range pass).
@@ -464,8 +468,9 @@ __device__ __noinline__ bool fused_v3_pair_end_call(const Sm90FusedParams* pp, i
     }
   } else if constexpr (Cfg::kGateRange) {
     const uint32_t smax = reinterpret_cast<const volatile uint32_t*>(smem + Cfg::kOffSmax)[r];
-    res = pair_finish_row_gated(ps, pc, thr, smax, k, need, gated, start, hist, sk, si, lane, &cands,
-                                [&](int at, int v, uint32_t) { orow[at] = v; });
+    auto outf = [&](int at, int v, uint32_t) { orow[at] = v; };
+    res = pair_finish_row_gated<decltype(outf)&, PairNoMark, Cfg::kOutGroups>(ps, pc, thr, smax, k, need, gated, start,
+                                                                             hist, sk, si, lane, &cands, outf);
   } else {
     res = pair_finish_row(ps, pc, thr, k, need, gated, start, hist, sk, si, lane, &cands,
                           [&](int at, int v, uint32_t) { orow[at] = v; });
@@ -1124,6 +1129,7 @@ using Sm90FusedV3PairGate = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, tr
 using Sm90FusedV3LazyDrop = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true>;  // 25: 24, small samples not dropped
 using Sm90FusedV3SelPhases = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, true>;  // 26: 25 + select phase stats
 using Sm90FusedV3GateRange = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true>;  // 27: 25 binning from the gate
+using Sm90FusedV3WideOut = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 6>;  // 28: 27, 6 groups in the output pass
 // (A 544-thread configuration with one producer warp and __maxnreg__(120) was
 // tried on 2026-12-02 and failed to launch: "too many resources"; removed.)
 // The op's fused kernel on whole blocks (one set: the v2 kernel's workspace):
