@@ -285,7 +285,7 @@ void pair_case(const std::string& name0, Row r, uint64_t thr, uint32_t k, bool g
     uint32_t cnt[64];
     bool okp[64];
     warp_emu::run2([&](int w, int lane) {
-      const PairSegs ps = make_pair_segs(r.key(4 * w), r.stride, static_cast<uint32_t>(r.cap), r.cnt + 4 * w, lane);
+      const SegLanes ps = make_pair_segs(r.key(4 * w), r.stride, static_cast<uint32_t>(r.cap), r.cnt + 4 * w, lane);
       PairCtx pc{xch, 9, w, 0};
       okp[w * 32 + lane] = pair_select(ps, pc, thr, kk, sc.hist, sc.sk, sc.si, lane, &t[w * 32 + lane], &cnt[w * 32 + lane]);
     });
@@ -326,7 +326,7 @@ void pair_case(const std::string& name0, Row r, uint64_t thr, uint32_t k, bool g
     uint32_t cands[64];
     bool bad_at = false;
     warp_emu::run2([&](int w, int lane) {
-      const PairSegs ps = make_pair_segs(r.key(4 * w), r.stride, static_cast<uint32_t>(r.cap), r.cnt + 4 * w, lane);
+      const SegLanes ps = make_pair_segs(r.key(4 * w), r.stride, static_cast<uint32_t>(r.cap), r.cnt + 4 * w, lane);
       PairCtx pc{xch, 9, w, 0};
       auto outf = [&](int at, int v, uint32_t) {
                                              if (at < 0 || at >= static_cast<int>(k)) {

@@ -316,23 +316,25 @@ __device__ __forceinline__ void for_each_key4(const Segs& s, int lane, F&& f) {
 }
 
 // for_each_key4 over per-lane segments (same loads in flight per lane).
-template <bool kWithIdx = false, class F>
+// kLanes: lanes per segment (4: 8 segments per warp; 8: the pair select's 4);
+// kGIdx: key / index groups in flight per lane with kWithIdx (8 key groups without).
+template <bool kWithIdx = false, int kLanes = 4, int kGIdx = 4, class F>
 __device__ __forceinline__ void for_each_key4(const SegLanes& s, int lane, F&& f) {
-  constexpr int G = kWithIdx ? 4 : 8;
-  const int sub = lane & 3;
+  constexpr int G = kWithIdx ? kGIdx : 8;
+  const int sub = lane & (kLanes - 1);
 #pragma unroll 1
-  for (int j0 = 0; j0 < s.nmax; j0 += 4 * 4 * G) {
+  for (int j0 = 0; j0 < s.nmax; j0 += kLanes * 4 * G) {
     uint4 v[G], w[G];
 #pragma unroll
     for (int u = 0; u < G; ++u) {
-      const int j = j0 + (u * 4 + sub) * 4;
+      const int j = j0 + (u * kLanes + sub) * 4;
       v[u] = j < s.n ? __ldcg(reinterpret_cast<const uint4*>(s.key + j)) : make_uint4(0, 0, 0, 0);
       if constexpr (kWithIdx)
         w[u] = j < s.n ? __ldcg(reinterpret_cast<const uint4*>(s.idx + j)) : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int u = 0; u < G; ++u) {
-      const int j = j0 + (u * 4 + sub) * 4;
+      const int j = j0 + (u * kLanes + sub) * 4;
       const uint32_t kv[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
       if constexpr (kWithIdx) {
         const uint32_t iv[4] = {w[u].x, w[u].y, w[u].z, w[u].w};
@@ -866,56 +868,23 @@ __device__ __forceinline__ void pair_sync(int) { warp_emu::pair_barrier(); }
 __device__ __forceinline__ void pair_sync(int id) { asm volatile("bar.sync %0, 64;" ::"r"(id) : "memory"); }
 #endif
 
-// This warp's 4 segments of a row (8 lanes per segment): lane l reads
-// segment l / 8.
-struct PairSegs {
-  const uint32_t* key;  // this lane's segment: keys
-  const uint32_t* idx;  // and indices
-  int n;                // its count
-  int nmax;             // the largest count of the warp's 4 segments
-};
-
-// Segments seg0 + i * stride (i < 4; indices at +cap words; counts cnt[i]).
-__device__ __forceinline__ PairSegs make_pair_segs(const uint32_t* seg0, uint32_t stride, uint32_t cap,
+// This warp's 4 segments of a row as SegLanes with 8 lanes per segment (lane
+// l reads segment l / 8): segments seg0 + i * stride (i < 4; indices at +cap
+// words; counts cnt[i]).
+__device__ __forceinline__ SegLanes make_pair_segs(const uint32_t* seg0, uint32_t stride, uint32_t cap,
                                                    const uint32_t* cnt, int lane) {
   const int sg = lane >> 3;
   const int n = static_cast<int>(cnt[sg]);
   const uint32_t* kp = seg0 + static_cast<size_t>(sg) * stride;
-  return PairSegs{kp, kp + cap, n, static_cast<int>(__reduce_max_sync(0xffffffffu, static_cast<uint32_t>(n)))};
+  return SegLanes{kp, kp + cap, n, static_cast<int>(__reduce_max_sync(0xffffffffu, static_cast<uint32_t>(n)))};
 }
 
-// Calls f(key, valid) for every slot of the lane's segment rounded up to 4
-// (uint4 key loads, kG groups in flight per lane; L2 only), or with kWithIdx
-// f(key, idx, valid) (uint4 index loads too). The visiting order (batch,
-// group u, entry e, lane) is the same in every warp-wide call, so positions
-// ranked by ballots inside f are deterministic.
+// for_each_key4 over a pair warp's segments (8 lanes per segment). The
+// visiting order (batch, group u, entry e, lane) is the same in every
+// warp-wide call, so positions ranked by ballots inside f are deterministic.
 template <bool kWithIdx = false, int kGIdx = 4, class F>
-__device__ __forceinline__ void pair_for_each(const PairSegs& s, int lane, F&& f) {
-  constexpr int G = kWithIdx ? kGIdx : 8;
-  const int sub = lane & 7;
-#pragma unroll 1
-  for (int j0 = 0; j0 < s.nmax; j0 += 8 * 4 * G) {
-    uint4 v[G], w[G];
-#pragma unroll
-    for (int u = 0; u < G; ++u) {
-      const int j = j0 + (u * 8 + sub) * 4;
-      v[u] = j < s.n ? __ldcg(reinterpret_cast<const uint4*>(s.key + j)) : make_uint4(0, 0, 0, 0);
-      if constexpr (kWithIdx) w[u] = j < s.n ? __ldcg(reinterpret_cast<const uint4*>(s.idx + j)) : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int u = 0; u < G; ++u) {
-      const int j = j0 + (u * 8 + sub) * 4;
-      const uint32_t kv[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
-      if constexpr (kWithIdx) {
-        const uint32_t iv[4] = {w[u].x, w[u].y, w[u].z, w[u].w};
-#pragma unroll
-        for (int e = 0; e < 4; ++e) f(kv[e], iv[e], j + e < s.n);
-      } else {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) f(kv[e], j + e < s.n);
-      }
-    }
-  }
+__device__ __forceinline__ void pair_for_each(const SegLanes& s, int lane, F&& f) {
+  for_each_key4<kWithIdx, 8, kGIdx>(s, lane, f);
 }
 
 // The pair's shared state: xch, 16 words of shared memory ([parity][half][4]);
@@ -945,7 +914,7 @@ __device__ __forceinline__ uint4 pair_exchange(PairCtx& c, uint4 mine, int lane)
 }
 
 // The exact top min(k, n) of a row, by both warps of its pair (each calls it
-// with its own PairSegs and half): warp_finish_row's result (the same set; the
+// with its own make_pair_segs and half): warp_finish_row's result (the same set; the
 // order differs: the first warp's entries ascending from position 0, the
 // second's descending from the last), through out(at, relative index, key).
 // thr: the row's running threshold (eligible: key >= thr's, as in
@@ -974,7 +943,7 @@ struct PairNoMark {
 // smax. When the k-th falls in the top bin the row takes the general passes.
 // kOutG: key / index groups in flight per lane in the gather + output pass.
 template <bool kEmit, class Out, class Mark = PairNoMark, bool kFromGate = false, int kOutG = 4>
-__device__ __forceinline__ int pair_row_core(const PairSegs& s, PairCtx& pc, uint64_t thr, uint32_t k, uint32_t need,
+__device__ __forceinline__ int pair_row_core(const SegLanes& s, PairCtx& pc, uint64_t thr, uint32_t k, uint32_t need,
                                              bool gated, int start, uint32_t* hist, uint32_t* sk, uint32_t* si,
                                              int lane, uint32_t* cands, uint64_t* t_out, Out&& out,
                                              Mark&& mark = PairNoMark{}, uint32_t smax = 0) {
@@ -1192,7 +1161,7 @@ __device__ __forceinline__ int pair_row_core(const PairSegs& s, PairCtx& pc, uin
 }
 
 template <class Out, class Mark = PairNoMark>
-__device__ __forceinline__ int pair_finish_row(const PairSegs& s, PairCtx& pc, uint64_t thr, uint32_t k, uint32_t need,
+__device__ __forceinline__ int pair_finish_row(const SegLanes& s, PairCtx& pc, uint64_t thr, uint32_t k, uint32_t need,
                                                bool gated, int start, uint32_t* hist, uint32_t* sk, uint32_t* si,
                                                int lane, uint32_t* cands, Out&& out, Mark&& mark = PairNoMark{}) {
   uint64_t t = 0;
@@ -1203,7 +1172,7 @@ __device__ __forceinline__ int pair_finish_row(const PairSegs& s, PairCtx& pc, u
 // (0: none; the same value in both warps). A row that takes the fast path is
 // gated by construction (only gated rows get an smax).
 template <class Out, class Mark = PairNoMark, int kOutG = 4>
-__device__ __forceinline__ int pair_finish_row_gated(const PairSegs& s, PairCtx& pc, uint64_t thr, uint32_t smax,
+__device__ __forceinline__ int pair_finish_row_gated(const SegLanes& s, PairCtx& pc, uint64_t thr, uint32_t smax,
                                                      uint32_t k, uint32_t need, bool gated, int start, uint32_t* hist,
                                                      uint32_t* sk, uint32_t* si, int lane, uint32_t* cands, Out&& out,
                                                      Mark&& mark = PairNoMark{}) {
@@ -1217,7 +1186,7 @@ __device__ __forceinline__ int pair_finish_row_gated(const PairSegs& s, PairCtx&
 // *t_out in both warps; returns false when one warp's warp_select_lean must
 // be run instead (heavy ties: more than kScratch at the k-th key). *count:
 // the eligible entries. Leaves hist zero.
-__device__ __forceinline__ bool pair_select(const PairSegs& s, PairCtx& pc, uint64_t thr, uint32_t k, uint32_t* hist,
+__device__ __forceinline__ bool pair_select(const SegLanes& s, PairCtx& pc, uint64_t thr, uint32_t k, uint32_t* hist,
                                             uint32_t* sk, uint32_t* si, int lane, uint64_t* t_out, uint32_t* count) {
   return pair_row_core<false>(s, pc, thr, k, 0u, false, 0, hist, sk, si, lane, count, t_out,
                               [](int, int, uint32_t) {}) > 0;

@@ -200,6 +200,45 @@ inline size_t fused_v3_workspace_bytes(int topk, int num_sms) {
 // The candidate set at word offset set_off of the workspace.
 __device__ __forceinline__ uint32_t* ws_cta_base(const Sm90FusedParams& p, uint32_t set_off) { return p.ws + set_off; }
 
+// The gate's sample rank for row r of block b (fused_v3_gate's rule): the
+// row's sample entries m are its 8 segment counts cnt[0 .. 8) (lane < 8 reads
+// one); gate_rank's rule without its 256-key list limit (the rank is exact
+// over the sample's entries): split_gate_rank with no cap on rho. 0: no gate.
+__device__ __forceinline__ uint32_t fused_v3_gate_rho(const Sm90FusedParams& p, const uint32_t* cnt, int row, int r,
+                                                      uint32_t active, int lane) {
+  using namespace fused_detail;
+  int start_unused;
+  const uint32_t n = row < p.rows ? static_cast<uint32_t>(row_length(p, row, &start_unused)) : 0u;
+  uint32_t m = lane < 8 ? cnt[lane] : 0u;
+  m = __reduce_add_sync(0xffffffffu, m);
+  const uint32_t target = static_cast<uint32_t>(p.target > 0 ? p.target : fused_gate_target(p.topk));
+  return p.probe != 1 && ((active >> r) & 1u) ? split_gate_rank(m, n, target, 0xffffffffu) : 0u;
+}
+
+// The gate key gk of the sample's select capped at the C-th largest of the
+// sample tiles' maxima (C = min(4, ns); see fused_v3_gate). One warp.
+__device__ __forceinline__ uint32_t fused_v3_cap_gate(const FusedV3Ctl* ctl, int r, int ns, uint32_t gk, int lane) {
+  using namespace fused_detail;
+  const uint32_t c = static_cast<uint32_t>(ns < kMinGateTiles ? ns : kMinGateTiles);
+  const uint32_t tcap = warp_rank_key<32>(ctl->tile_max[r], c, lane);
+  return gk < tcap ? gk : tcap;
+}
+
+// Clears row r's tile maxima and sets its threshold to the gate gk (none when
+// 0; probe 2 counts it). One warp.
+__device__ __forceinline__ void fused_v3_set_gate(const Sm90FusedParams& p, FusedV3Ctl* ctl, unsigned long long* thr_s,
+                                                  unsigned long long* stats, int r, uint32_t gk, int lane) {
+  using namespace fused_detail;
+  __syncwarp();
+  ctl->tile_max[r][lane] = 0;
+  __syncwarp();
+  if (lane == 0 && gk) {
+    const unsigned long long g = gate_threshold(gk);
+    if (thr_s[r] < g) thr_s[r] = g;
+    if (p.probe == 2) atomicAdd(stats + 9, 1ull);
+  }
+}
+
 // The gate of row r (one warp, after the row group's sample counts are in
 // segcnt): the key of sample rank rho among the row's sample
 // entries (the exact select over its 8 segments), capped at the C-th largest
@@ -220,32 +259,15 @@ __device__ __forceinline__ bool fused_v3_gate(const Sm90FusedParams& p, const ui
   uint32_t* hist = hist_all + r * 256;
   uint32_t* sk = scratch_all + r * 2 * kScratch;
   uint32_t* si = sk + kScratch;
-  int start_unused;
-  const uint32_t n = row < p.rows ? static_cast<uint32_t>(row_length(p, row, &start_unused)) : 0u;
-  uint32_t m = lane < NS ? segcnt[r * NS + lane] : 0u;
-  m = __reduce_add_sync(0xffffffffu, m);
-  const uint32_t target = static_cast<uint32_t>(p.target > 0 ? p.target : fused_gate_target(p.topk));
-  // gate_rank's rule without its 256-key list limit (the rank is exact over the
-  // sample's entries): split_gate_rank with no cap on rho.
-  const uint32_t rho = p.probe != 1 && ((active >> r) & 1u) ? split_gate_rank(m, n, target, 0xffffffffu) : 0u;
+  const uint32_t rho = fused_v3_gate_rho(p, segcnt + r * NS, row, r, active, lane);
   uint32_t gk = 0;
   if (rho) {
     const SegLanes sl = make_seg_lanes(ws_set + size_t(r * NS) * seg_stride, seg_stride,
                                        static_cast<uint32_t>(p.cap), segcnt + r * NS, NS, lane);
     const uint64_t th = warp_select_lean(sl, 0, rho, hist, sk, si, lane);
-    gk = static_cast<uint32_t>(th >> 32);
-    const uint32_t c = static_cast<uint32_t>(ns < kMinGateTiles ? ns : kMinGateTiles);
-    const uint32_t tcap = warp_rank_key<32>(ctl->tile_max[r], c, lane);
-    gk = gk < tcap ? gk : tcap;
+    gk = fused_v3_cap_gate(ctl, r, ns, static_cast<uint32_t>(th >> 32), lane);
   }
-  __syncwarp();
-  ctl->tile_max[r][lane] = 0;
-  __syncwarp();
-  if (lane == 0 && gk) {
-    const unsigned long long g = gate_threshold(gk);
-    if (thr_s[r] < g) thr_s[r] = g;
-    if (p.probe == 2) atomicAdd(stats + 9, 1ull);
-  }
+  fused_v3_set_gate(p, ctl, thr_s, stats, r, gk, lane);
   return gk != 0;
 }
 
@@ -342,6 +364,52 @@ __device__ __noinline__ uint4 fused_v3_check_call(const Sm90FusedParams* pp, int
   return make_uint4(cnt, static_cast<uint32_t>(thr), static_cast<uint32_t>(thr >> 32), 0u);
 }
 
+// The row a pair warp holds in its row group (row 4 rg + warp_in_wg of block
+// b; kg = its half) and that row's state in candidate set cs (block counts at
+// publication parity `parity`), derived from the thread index and the
+// parameters: what the non-inlined pair calls need.
+template <class Cfg>
+struct FusedV3PairRow {
+  uint8_t* smem;
+  int lane, kg, r, row;
+  uint32_t seg_stride;
+  const uint32_t* seg0;    // the row's segment 0 (keys; indices at + cap)
+  const uint32_t* segcnt;  // its 8 segment counts
+  uint32_t *hist, *sk, *si;
+  unsigned long long* stats;
+  __device__ __forceinline__ FusedV3PairRow(const Sm90FusedParams& p, int cs, int parity, int b) {
+    using namespace fused_detail;
+    constexpr int NS = Cfg::kSegs;
+    extern __shared__ uint8_t smem_raw[];
+    smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
+    const int tid = threadIdx.x;
+    lane = tid & 31;
+    const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
+    kg = wg & 1;
+    r = 4 * (wg >> 1) + ((tid >> 5) & 3);
+    row = b * 8 + r;
+    const size_t set_words = size_t(8) * NS * 2 * size_t(p.cap);
+    seg_stride = 2u * static_cast<uint32_t>(p.cap);
+    seg0 = p.ws + (size_t(blockIdx.x) * Cfg::kSets + cs) * set_words + size_t(r * NS) * seg_stride;
+    segcnt = reinterpret_cast<const uint32_t*>(smem + Cfg::kOffSegCnt) + (cs * 2 + parity) * 8 * NS + r * NS;
+    hist = reinterpret_cast<uint32_t*>(smem + Cfg::kOffHist) + r * 256;
+    sk = reinterpret_cast<uint32_t*>(smem + Cfg::kOffScratch) + r * 2 * kScratch;
+    si = sk + kScratch;
+    stats = reinterpret_cast<unsigned long long*>(p.counter) + 1;
+  }
+  // This warp's half of the row (8 lanes per segment) and the whole row (one warp).
+  __device__ __forceinline__ fused_detail::SegLanes half_segs(const Sm90FusedParams& p) const {
+    return fused_detail::make_pair_segs(seg0 + size_t(kg * 4) * seg_stride, seg_stride, static_cast<uint32_t>(p.cap),
+                                        segcnt + kg * 4, lane);
+  }
+  __device__ __forceinline__ fused_detail::SegLanes all_segs(const Sm90FusedParams& p) const {
+    return fused_detail::make_seg_lanes(seg0, seg_stride, static_cast<uint32_t>(p.cap), segcnt, Cfg::kSegs, lane);
+  }
+  __device__ __forceinline__ fused_detail::PairCtx ctx() const {
+    return fused_detail::PairCtx{reinterpret_cast<uint32_t*>(smem + Cfg::kOffPairX) + r * 16, 8 + r, kg, 0};
+  }
+};
+
 // kPairGate: the gate of row 4 rg + warp_in_wg (fused_v3_gate's rule) by both
 // warps that hold it; the first warp (key group 0) caps it, sets thr_s and
 // clears the tile maxima. Not inlined (as fused_v3_pair_end_call). Returns
@@ -350,61 +418,27 @@ template <class Cfg>
 __device__ __noinline__ bool fused_v3_gate_pair_call(const Sm90FusedParams* pp, int cs, int parity, int b,
                                                      uint32_t active, int ns) {
   using namespace fused_detail;
-  constexpr int NS = Cfg::kSegs;
   const Sm90FusedParams& p = *pp;
-  extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
-  const int tid = threadIdx.x, lane = tid & 31;
-  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
-  const int rg = wg >> 1, kg = wg & 1, warp_in_wg = (tid >> 5) & 3;
-  const int r = 4 * rg + warp_in_wg, row = b * 8 + r;
-  const size_t set_words = size_t(8) * NS * 2 * size_t(p.cap);
-  const uint32_t seg_stride = 2u * static_cast<uint32_t>(p.cap);
-  const uint32_t* seg0 = p.ws + (size_t(blockIdx.x) * Cfg::kSets + cs) * set_words + size_t(r * NS) * seg_stride;
-  const uint32_t* segcnt = reinterpret_cast<const uint32_t*>(smem + Cfg::kOffSegCnt) + (cs * 2 + parity) * 8 * NS + r * NS;
-  unsigned long long* thr_s = reinterpret_cast<unsigned long long*>(smem + Cfg::kOffThr) + cs * 8;
-  uint32_t* hist = reinterpret_cast<uint32_t*>(smem + Cfg::kOffHist) + r * 256;
-  uint32_t* sk = reinterpret_cast<uint32_t*>(smem + Cfg::kOffScratch) + r * 2 * kScratch;
-  uint32_t* si = sk + kScratch;
-  FusedV3Ctl* ctl = reinterpret_cast<FusedV3Ctl*>(smem + Cfg::kOffCtl);
-  unsigned long long* stats = reinterpret_cast<unsigned long long*>(p.counter) + 1;
-  int start_unused;
-  const uint32_t n = row < p.rows ? static_cast<uint32_t>(row_length(p, row, &start_unused)) : 0u;
-  uint32_t m = lane < NS ? segcnt[lane] : 0u;
-  m = __reduce_add_sync(0xffffffffu, m);
-  const uint32_t target = static_cast<uint32_t>(p.target > 0 ? p.target : fused_gate_target(p.topk));
-  const uint32_t rho = p.probe != 1 && ((active >> r) & 1u) ? split_gate_rank(m, n, target, 0xffffffffu) : 0u;
+  const FusedV3PairRow<Cfg> rw(p, cs, parity, b);
+  const int r = rw.r, lane = rw.lane, kg = rw.kg;
+  unsigned long long* thr_s = reinterpret_cast<unsigned long long*>(rw.smem + Cfg::kOffThr) + cs * 8;
+  FusedV3Ctl* ctl = reinterpret_cast<FusedV3Ctl*>(rw.smem + Cfg::kOffCtl);
+  const uint32_t rho = fused_v3_gate_rho(p, rw.segcnt, rw.row, r, active, lane);
   uint32_t gk = 0;
   if (rho) {
-    const PairSegs ps = make_pair_segs(seg0 + size_t(kg * 4) * seg_stride, seg_stride, static_cast<uint32_t>(p.cap),
-                                       segcnt + kg * 4, lane);
-    PairCtx pc{reinterpret_cast<uint32_t*>(smem + Cfg::kOffPairX) + r * 16, 8 + r, kg, 0};
+    PairCtx pc = rw.ctx();
     uint64_t th = 0;
     uint32_t c_unused = 0;
-    if (!pair_select(ps, pc, 0, rho, hist, sk, si, lane, &th, &c_unused) && kg == 0) {  // heavy ties: one warp
-      const SegLanes sl = make_seg_lanes(seg0, seg_stride, static_cast<uint32_t>(p.cap), segcnt, NS, lane);
-      th = warp_select_lean(sl, 0, rho, hist, sk, si, lane);
-    }
-    if (kg == 0) {
-      gk = static_cast<uint32_t>(th >> 32);
-      const uint32_t c = static_cast<uint32_t>(ns < kMinGateTiles ? ns : kMinGateTiles);
-      const uint32_t tcap = warp_rank_key<32>(ctl->tile_max[r], c, lane);
-      gk = gk < tcap ? gk : tcap;
-    }
+    if (!pair_select(rw.half_segs(p), pc, 0, rho, rw.hist, rw.sk, rw.si, lane, &th, &c_unused) && kg == 0)
+      th = warp_select_lean(rw.all_segs(p), 0, rho, rw.hist, rw.sk, rw.si, lane);  // heavy ties: one warp
+    if (kg == 0) gk = fused_v3_cap_gate(ctl, r, ns, static_cast<uint32_t>(th >> 32), lane);
   }
   if (kg == 0) {
     if constexpr (Cfg::kGateRange) {  // the row's largest sample key (0: not gated)
       const uint32_t mx = __reduce_max_sync(0xffffffffu, ctl->tile_max[r][lane]);
-      if (lane == 0) reinterpret_cast<uint32_t*>(smem + Cfg::kOffSmax)[r] = gk ? mx : 0u;
+      if (lane == 0) reinterpret_cast<uint32_t*>(rw.smem + Cfg::kOffSmax)[r] = gk ? mx : 0u;
     }
-    __syncwarp();
-    ctl->tile_max[r][lane] = 0;
-    __syncwarp();
-    if (lane == 0 && gk) {
-      const unsigned long long g = gate_threshold(gk);
-      if (thr_s[r] < g) thr_s[r] = g;
-      if (p.probe == 2) atomicAdd(stats + 9, 1ull);
-    }
+    fused_v3_set_gate(p, ctl, thr_s, rw.stats, r, gk, lane);
   }
   return gk != 0;
 }
@@ -419,26 +453,15 @@ __device__ __noinline__ bool fused_v3_gate_pair_call(const Sm90FusedParams* pp, 
 template <class Cfg>
 __device__ __noinline__ bool fused_v3_pair_end_call(const Sm90FusedParams* pp, int cs, int parity, int b, bool gated) {
   using namespace fused_detail;
-  constexpr int NS = Cfg::kSegs;
   const Sm90FusedParams& p = *pp;
-  extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
-  const int tid = threadIdx.x, lane = tid & 31;
-  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
-  const int rg = wg >> 1, kg = wg & 1, warp_in_wg = (tid >> 5) & 3;
-  const int r = 4 * rg + warp_in_wg, row = b * 8 + r;
-  const size_t set_words = size_t(8) * NS * 2 * size_t(p.cap);
-  const uint32_t seg_stride = 2u * static_cast<uint32_t>(p.cap);
-  const uint32_t* seg0 = p.ws + (size_t(blockIdx.x) * Cfg::kSets + cs) * set_words + size_t(r * NS) * seg_stride;
-  const uint32_t* segcnt = reinterpret_cast<const uint32_t*>(smem + Cfg::kOffSegCnt) + (cs * 2 + parity) * 8 * NS + r * NS;
+  const FusedV3PairRow<Cfg> rw(p, cs, parity, b);
+  const int r = rw.r, row = rw.row, lane = rw.lane, kg = rw.kg;
+  uint8_t* smem = rw.smem;
+  uint32_t *hist = rw.hist, *sk = rw.sk, *si = rw.si;
+  unsigned long long* stats = rw.stats;
   const uint64_t thr = reinterpret_cast<const unsigned long long*>(smem + Cfg::kOffThr)[cs * 8 + r];
-  uint32_t* hist = reinterpret_cast<uint32_t*>(smem + Cfg::kOffHist) + r * 256;
-  uint32_t* sk = reinterpret_cast<uint32_t*>(smem + Cfg::kOffScratch) + r * 2 * kScratch;
-  uint32_t* si = sk + kScratch;
-  unsigned long long* stats = reinterpret_cast<unsigned long long*>(p.counter) + 1;
-  const PairSegs ps = make_pair_segs(seg0 + size_t(kg * 4) * seg_stride, seg_stride, static_cast<uint32_t>(p.cap),
-                                     segcnt + kg * 4, lane);
-  PairCtx pc{reinterpret_cast<uint32_t*>(smem + Cfg::kOffPairX) + r * 16, 8 + r, kg, 0};
+  const SegLanes ps = rw.half_segs(p);
+  PairCtx pc = rw.ctx();
   int start;
   const int n = row_length(p, row, &start);
   const uint32_t k = static_cast<uint32_t>(p.topk);
@@ -477,8 +500,7 @@ __device__ __noinline__ bool fused_v3_pair_end_call(const Sm90FusedParams* pp, i
   }
   bool ok = res > 0;
   if (res < 0 && kg == 0) {  // heavy ties at the k-th key (or a compacted row with at most k): one warp
-    const SegLanes sl = make_seg_lanes(seg0, seg_stride, static_cast<uint32_t>(p.cap), segcnt, NS, lane);
-    ok = warp_finish_row<true>(sl, thr, k, need, gated, start, hist, sk, si, lane, &cands,
+    ok = warp_finish_row<true>(rw.all_segs(p), thr, k, need, gated, start, hist, sk, si, lane, &cands,
                                [&](int at, int v, uint32_t) { orow[at] = v; });
   }
   if (kg == 0 && p.probe == 2 && lane == 0) {
@@ -1008,14 +1030,17 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
     uint32_t* segcnt = segcnt_of(pub);
     if (lane < 4) segcnt[(4 * rg + lane) * NS + seg] = cnt;
     ptx::named_barrier_sync(bar_rg, 256);  // every append and count of the row group visible
-    if constexpr (Cfg::kPairSelect) {
-      // Both warps of row sel_row (key groups 0 and 1) select it; the first
-      // (the selector) holds the gate flag and reports the row.
+    if (Cfg::kPairSelect || selector) {
+      // kPairSelect: both warps of row sel_row (key groups 0 and 1) select it;
+      // otherwise its first warp (the selector) alone. The selector holds the
+      // gate flag and reports the row.
       const long long t_sel = clock64();
       const int r = sel_row, row = b * R + r;
       bool ok = true;
       if (p.probe == 3) {
-        if (selector && row < p.rows) {  // development dump, as below
+        if (selector && row < p.rows) {
+          // Development dump (scripts/fused_v3_debug.py): the row's 8 segment
+          // counts, its threshold and the CTA's set offset instead of the select.
           int* orow = p.out + size_t(row) * k;
           if (lane < NS) orow[lane] = static_cast<int>(segcnt[r * NS + lane]);
           if (lane == 8) orow[8] = static_cast<int>(thr_s[r] >> 32);
@@ -1025,7 +1050,31 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
           if (lane == 12) orow[12] = pub;
         }
       } else if (((active >> r) & 1u) && row < p.rows) {
-        ok = fused_v3_pair_end_call<Cfg>(&p, cs, pub & 1, b, row_gated);
+        if constexpr (Cfg::kPairSelect) {
+          ok = fused_v3_pair_end_call<Cfg>(&p, cs, pub & 1, b, row_gated);
+        } else {
+          // (The same steps as fused_v3_finish_row, kept inline: the op's kernel
+          // was validated and timed in this form; moving it into the helper
+          // changes its SASS, so that needs a GPU timing round.)
+          uint32_t* hist = hist_all + r * 256;
+          uint32_t* sk = scratch_all + r * 2 * kScratch;
+          uint32_t* si = sk + kScratch;
+          const uint32_t* seg0 = ws_cta_base(p, set_off) + size_t(r * NS) * seg_stride;
+          const SegLanes sl =
+              make_seg_lanes(seg0, seg_stride, static_cast<uint32_t>(p.cap), segcnt + r * NS, NS, lane);
+          int start;
+          const int n = row_length(p, row, &start);
+          const uint32_t need = min(static_cast<uint32_t>(k), static_cast<uint32_t>(n));
+          int* orow = p.out + size_t(row) * k;
+          uint32_t cands = 0;
+          ok = warp_finish_row<true>(sl, thr_s[r], static_cast<uint32_t>(k), need, row_gated, start, hist, sk, si,
+                                     lane, &cands, [&](int at, int v, uint32_t) { orow[at] = v; });
+          if (p.probe == 2 && lane == 0) {
+            atomicAdd(stats + 4, static_cast<unsigned long long>(cands));
+            atomicAdd(stats + 13, 1ull);
+            if (!ok) atomicAdd(stats + 8, 1ull);
+          }
+        }
       }
       if (selector) {
         if (lane == 0) {
@@ -1033,8 +1082,10 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
           if constexpr (Cfg::kGateRange) reinterpret_cast<uint32_t*>(smem + Cfg::kOffSmax)[r] = 0;
           if (!ok) atomicOr(&redo_rg[cs * 2 + rg], 1u << r);
         }
-        ptx::named_barrier_sync(1 + wg_u, 128);  // the row group's 4 rows are reported by their first warps
+        ptx::named_barrier_sync(1 + wg_u, 128);  // the row group's 4 rows are selected (or, pairs: reported)
         if ((tid & 127) == 0) {
+          // Each row group reports its half of the block (its rows to redo, if
+          // any); the producer ends once every half it issued has reported.
           volatile uint32_t* rr = redo_rg + cs * 2 + rg;
           const uint32_t mask = *rr;
           *rr = 0;
@@ -1042,56 +1093,6 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
         }
         if (p.probe == 2 && lane == 0) atomicAdd(stats + 5, static_cast<unsigned long long>(clock64() - t_sel));
       }
-    } else if (selector) {
-      const long long t_sel = clock64();
-      const int r = sel_row, row = b * R + r;
-      uint32_t* hist = hist_all + r * 256;
-      uint32_t* sk = scratch_all + r * 2 * kScratch;
-      uint32_t* si = sk + kScratch;
-      bool ok = true;
-      if (p.probe == 3 && row < p.rows) {
-        // Development dump (scripts/fused_v3_debug.py): the row's 8 segment
-        // counts, its threshold and the CTA's set offset instead of the select.
-        int* orow = p.out + size_t(row) * k;
-        if (lane < NS) orow[lane] = static_cast<int>(segcnt[r * NS + lane]);
-        if (lane == 8) orow[8] = static_cast<int>(thr_s[r] >> 32);
-        if (lane == 9) orow[9] = static_cast<int>(static_cast<uint32_t>(thr_s[r]));
-        if (lane == 10) orow[10] = static_cast<int>(set_off);
-        if (lane == 11) orow[11] = ns;
-        if (lane == 12) orow[12] = pub;
-      } else if (((active >> r) & 1u) && row < p.rows) {
-        // (The same steps as fused_v3_finish_row, kept inline: the op's kernel
-        // was validated and timed in this form; moving it into the helper
-        // changes its SASS, so that needs a GPU timing round.)
-        const uint32_t* seg0 = ws_cta_base(p, set_off) + size_t(r * NS) * seg_stride;
-        const SegLanes sl = make_seg_lanes(seg0, seg_stride, static_cast<uint32_t>(p.cap), segcnt + r * NS, NS, lane);
-        int start;
-        const int n = row_length(p, row, &start);
-        const uint32_t need = min(static_cast<uint32_t>(k), static_cast<uint32_t>(n));
-        int* orow = p.out + size_t(row) * k;
-        uint32_t cands = 0;
-        ok = warp_finish_row<true>(sl, thr_s[r], static_cast<uint32_t>(k), need, row_gated, start, hist, sk, si, lane,
-                                   &cands, [&](int at, int v, uint32_t) { orow[at] = v; });
-        if (p.probe == 2 && lane == 0) {
-          atomicAdd(stats + 4, static_cast<unsigned long long>(cands));
-          atomicAdd(stats + 13, 1ull);
-          if (!ok) atomicAdd(stats + 8, 1ull);
-        }
-      }
-      if (lane == 0) {
-        thr_s[r] = 0;
-        if (!ok) atomicOr(&redo_rg[cs * 2 + rg], 1u << r);
-      }
-      ptx::named_barrier_sync(1 + wg_u, 128);  // the row group's 4 selects are done
-      if ((tid & 127) == 0) {
-        // Each row group reports its half of the block (its rows to redo, if
-        // any); the producer ends once every half it issued has reported.
-        volatile uint32_t* rr = redo_rg + cs * 2 + rg;
-        const uint32_t mask = *rr;
-        *rr = 0;
-        fused_v3_half_finished(ctl, b, mask);
-      }
-      if (p.probe == 2 && lane == 0) atomicAdd(stats + 5, static_cast<unsigned long long>(clock64() - t_sel));
     }
     // One candidate set: the next block reuses these segments only after the selects.
     if constexpr (Cfg::kSets == 1) ptx::named_barrier_sync(bar_rg, 256);
