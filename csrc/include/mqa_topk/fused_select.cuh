@@ -976,7 +976,6 @@ __device__ __forceinline__ int pair_row_core(const SegLanes& s, PairCtx& pc, uin
       mark(0);
       if (c < need) return 0;  // gated
       if (c <= k) {  // every eligible entry is in: the first warp ascending from 0, the second descending from c - 1
-        pair_sync(pc.bar);  // the histogram halves are clear (nothing else reads it here; keeps the exit uniform)
         uint32_t pos = 0;
         pair_for_each<true>(s, lane, [&](uint32_t key, uint32_t idx, bool valid) {
           const bool in = valid && key >= l0;
