@@ -324,8 +324,8 @@ int sync_or_report(const char* what) {
 }
 
 // Runs variant v once with `probe` on `grid` CTAs (0: all) and returns the workspace header.
-std::array<int, 32> run_probe(int v, const Dev& d, int grid, int probe) {
-  CK(launch_fused(v, d, grid, probe, 0));
+std::array<int, 32> run_probe(int v, const Dev& d, int grid, int probe, int target = 0) {
+  CK(launch_fused(v, d, grid, probe, target));
   const std::string what = "fused probe " + std::to_string(probe);
   sync_or_report(what.c_str());
   std::array<int, 32> h{};
@@ -486,20 +486,21 @@ int cmd_wcheck(int argc, char** argv) {
 // that compacted), 4 candidates at the block-end selects, 5 select cycles, 6 math
 // warps' total cycles, 7 gate + drop cycles, 8 rows redone, 9 rows gated, 13 selects).
 int cmd_stats(int argc, char** argv) {
-  if (argc < 8) return std::fprintf(stderr, "stats VARIANTS ROWS KEYS TOPK LAYOUT DIST\n"), 1;
+  if (argc < 8) return std::fprintf(stderr, "stats VARIANTS ROWS KEYS TOPK LAYOUT DIST [target=T]\n"), 1;
   const auto vars = parse_variants(argv[2]);
+  const int target = opt_int(argc, argv, "target", 0);
   Work w = work_from_args(argv, 11);
   Dev d = upload_work(w);
   for (int v : vars) {
     if (v == 2) continue;
-    const auto hdr = run_probe(v, d, 0, 2);
+    const auto hdr = run_probe(v, d, 0, 2, target);
     unsigned long long h[15];  // the u64 statistics words from byte 8
     std::memcpy(h, hdr.data() + 2, sizeof h);
     const double warps = double(g_sms) * 16, sel = h[13] ? double(h[13]) : 1.0;
-    std::printf("stats v%d %s-%s %dx%d top-%d: rows gated %llu, redone %llu; selects %llu, candidates per select %.0f, "
+    std::printf("stats v%d %s-%s %dx%d top-%d target=%d: rows gated %llu, redone %llu; selects %llu, candidates per select %.0f, "
                 "select cycles per select %.0f; gate+drop cycles per math warp %.0f; compactions %llu (candidates %.0f "
                 "each, check cycles %llu); total cycles per math warp %.0f; pair selects handed to one warp %llu\n",
-                v, argv[6], argv[7], w.rows, w.keys, w.topk, h[9], h[8], h[13], h[4] / sel, h[5] / sel, h[7] / warps,
+                v, argv[6], argv[7], w.rows, w.keys, w.topk, target, h[9], h[8], h[13], h[4] / sel, h[5] / sel, h[7] / warps,
                 h[0], h[0] ? double(h[1]) / h[0] : 0.0, h[3], h[6] / warps, h[10]);
     if (h[2] | h[11] | h[12] | h[14])  // kSelPhases (26): the pair select's phases, per select
       std::printf("  pair select phases per select (cycles): range pass %.0f, histogram levels %.0f, gather + output %.0f, "
@@ -511,9 +512,9 @@ int cmd_stats(int argc, char** argv) {
 }
 
 int cmd_time(int argc, char** argv) {
-  if (argc < 8) return std::fprintf(stderr, "time VARIANTS ROWS KEYS TOPK LAYOUT DIST [reps=N]\n"), 1;
+  if (argc < 8) return std::fprintf(stderr, "time VARIANTS ROWS KEYS TOPK LAYOUT DIST [reps=N] [target=T]\n"), 1;
   const auto vars = parse_variants(argv[2]);
-  const int reps = opt_int(argc, argv, "reps", 30);
+  const int reps = opt_int(argc, argv, "reps", 30), target = opt_int(argc, argv, "target", 0);
   Work w = work_from_args(argv, 11);
   const int rows = w.rows, keys = w.keys, topk = w.topk;
   const std::string layout = argv[6], dist = argv[7];
@@ -567,10 +568,10 @@ int cmd_time(int argc, char** argv) {
               layout.c_str(), dist.c_str(), rows, keys, topk, t_logits, flops / t_logits * 1e-12, t_native, wrong_native);
   for (int v : vars) {
     poison(d, 0xff);
-    const float t = timed([&] { return launch_fused(v, d, 0, 0, 0); });
+    const float t = timed([&] { return launch_fused(v, d, 0, 0, target); });
     sync_or_report("fused");
     const int wrong = wrong_rows(w, host_out(d), ref, 2);
-    std::printf("  fused v%d: %.3f ms = %.3fx logits alone, %.3fx faster than native dense; wrong rows %d\n", v, t,
+    std::printf("  fused v%d target=%d: %.3f ms = %.3fx logits alone, %.3fx faster than native dense; wrong rows %d\n", v, target, t,
                 t / t_logits, t_native / t, wrong);
     std::fflush(stdout);
   }
