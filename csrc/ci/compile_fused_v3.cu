@@ -26,7 +26,8 @@ template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3Default>();  // the op's 
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3Async104>();
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3Pair>();  // dev variant 23 (pair selects)
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3PairGate>();  // dev variant 24 (pair selects and gate)
-// dev variant 25 (24, small samples not dropped) is Sm90FusedV3Default, instantiated above.
+template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3LazyDrop>();  // dev variant 25 (24, small samples not dropped)
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3SelPhases>();  // dev variant 26 (25 + select phase stats)
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3GateRange>();  // dev variant 27 (25 binning from the gate)
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3WideOut>();  // dev variant 28 (27, 6 groups in the output pass)
+// dev variant 29 (27, gate target 1.25 k + 256) is Sm90FusedV3Default, instantiated above.

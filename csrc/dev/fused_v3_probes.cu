@@ -35,6 +35,7 @@ auto with_v3_variant(int64_t variant, F&& f) {
          : variant == 26 ? f(Sm90FusedV3SelPhases{})
          : variant == 27 ? f(Sm90FusedV3GateRange{})
          : variant == 28 ? f(Sm90FusedV3WideOut{})
+         : variant == 29 ? f(Sm90FusedV3Target125{})
                          : f(Sm90FusedV3S8{});
 }
 }  // namespace

@@ -164,7 +164,9 @@ Dev upload_work(const Work& w) {
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   d.ws_bytes = std::max({fused_v3_workspace_bytes<Sm90FusedV3S7Sets2>(w.topk, sms),
                          fused_v3_workspace_bytes<Sm90FusedV3S8>(w.topk, sms),
-                         fused_workspace_bytes<Sm90FusedDefault>(w.topk, sms)});
+                         fused_workspace_bytes<Sm90FusedDefault>(w.topk, sms),
+                         fused_workspace_bytes<Sm90FusedSplit>(w.topk, sms),
+                         fused_workspace_bytes<Sm90FusedSplitAlign>(w.topk, sms)});
   CK(cudaMalloc(&d.ws, d.ws_bytes));
   return d;
 }
@@ -213,6 +215,14 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
     case 26: return v3(Sm90FusedV3SelPhases{});
     case 27: return v3(Sm90FusedV3GateRange{});
     case 28: return v3(Sm90FusedV3WideOut{});
+    case 29: return v3(Sm90FusedV3Target125{});
+    case 7:  // the op's split kernel (v2 pieces and merge; issue 12)
+      return launch_sm90_fused_mqa_topk<Sm90FusedSplit>(d.q, d.k, d.scales, d.weights, d.starts, d.ends, d.out, d.ws,
+                                                        w.rows, w.keys, w.topk, sms, st, &me, probe, 0, {}, target);
+    case 10:  // split shares that follow the blocks (kSplitAlign)
+      return launch_sm90_fused_mqa_topk<Sm90FusedSplitAlign>(d.q, d.k, d.scales, d.weights, d.starts, d.ends, d.out,
+                                                             d.ws, w.rows, w.keys, w.topk, sms, st, &me, probe, 0, {},
+                                                             target);
     default: return v3(Sm90FusedV3S8{});
   }
 }

@@ -81,8 +81,21 @@ __device__ __forceinline__ void fused_v3_half_finished(FusedV3Ctl* ctl, int b, u
 template <int kNumStages_, int kSets_ = 1, int kCheckTiles_ = 8, int kWeightsMode_ = 1,
           bool kInlineCheck_ = false, bool kAsyncSelect_ = false, int kMathRegs_ = 112, bool kPairSelect_ = false,
           bool kPairGate_ = false, bool kLazyDrop_ = false, bool kSelPhases_ = false, bool kGateRange_ = false,
-          int kOutGroups_ = 4>
+          int kOutGroups_ = 4, int kGateTargetQ_ = 2>
 struct Sm90FusedV3Config {
+  // kGateTargetQ: the gate's candidate target, k + kGateTargetQ * k / 4 + 256
+  // (2: fused_gate_target, the v2 kernel's 1.5 k + 256; 1: 1.25 k + 256). The
+  // sample rank stays about 128 (fused_sample_tiles), so the candidates a gated
+  // row keeps are about target * (1 +- 1 / sqrt(128)) whatever the value
+  // distribution (the sample entries above the row's k-th largest logit are
+  // hypergeometric); a row falls under k, and is redone, when more than rho of
+  // them are above its k-th: at kGateTargetQ = 1 that is 3.6 standard
+  // deviations at k = 2048 (4.6 at 1024, 6.4 at 512), about 1.6e-4 of rows.
+  static constexpr int kGateTargetQ = kGateTargetQ_;
+  static constexpr int gate_target(int k) {
+    return kGateTargetQ == 2 ? fused_detail::fused_gate_target(k) : k + kGateTargetQ * (k / 4) + 256;
+  }
+  static_assert(kGateTargetQ >= 1 && kGateTargetQ <= 4, "gate target: k + (1..4) k / 4 + 256");
   // kOutGroups (with kGateRange): key / index groups in flight per lane in the
   // pair select's gather + output pass (4, or 8: more loads in flight).
   static constexpr int kOutGroups = kOutGroups_;
@@ -1131,6 +1144,8 @@ using Sm90FusedV3LazyDrop = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, tr
 using Sm90FusedV3SelPhases = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, true>;  // 26: 25 + select phase stats
 using Sm90FusedV3GateRange = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true>;  // 27: 25 binning from the gate
 using Sm90FusedV3WideOut = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 6>;  // 28: 27, 6 groups in the output pass
+using Sm90FusedV3Target125 =
+    Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 1>;  // 29: 27, gate target 1.25 k + 256
 // (A 544-thread configuration with one producer warp and __maxnreg__(120) was
 // tried on 2026-12-02 and failed to launch: "too many resources"; removed.)
 // The op's fused kernel on whole blocks (one set: the v2 kernel's workspace):
@@ -1140,7 +1155,12 @@ using Sm90FusedV3WideOut = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, tru
 // (tools/v3check, same call) 1.352 / 1.209 / 1.213 ms at top-2048 / 1024 / 512
 // against 22's 1.538 / 1.323 / 1.290; at the headline top-2048 5.207 against
 // 5.365 (BENCHMARKS.md, session 9).
-using Sm90FusedV3Default = Sm90FusedV3LazyDrop;
+// Variant 29 since 2026-12-02 (session 10): 25 with the block-end select of a
+// row still at its gate binning [gate, sample max] (27: no range pass) and the
+// gate target 1.25 k + 256 (tools/v3check at 8192 x 16384 top-2048, one call:
+// 25 1.359, 27 1.335, 27 at target 2816 1.313 ms, native 1.32; BENCHMARKS.md,
+// session 10).
+using Sm90FusedV3Default = Sm90FusedV3Target125;
 static_assert(8 * Sm90FusedV3Default::kSegs * Sm90FusedV3Default::cap(2048) == 2 * 8 * Sm90FusedGated::cap(2048) &&
                   Sm90FusedV3Default::kSets == 1,
               "the op's workspace (sized for the v2 kernel) holds the v3 kernel's");
@@ -1177,7 +1197,8 @@ inline cudaError_t launch_sm90_fused_mqa_topk_v3(const void* q, const void* k, c
   err = cudaMemsetAsync(counter, 0, kFusedHeaderBytes, stream);
   if (err != cudaSuccess) return err;
   uint32_t* ws = reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(workspace) + kFusedHeaderBytes);
-  Sm90FusedParams p{starts, ends, out, ws, counter, rows, keys, topk, Cfg::cap(topk), probe, range_err, target};
+  const int gate_target = target > 0 ? target : Cfg::gate_target(topk);  // a development target, or the configuration's
+  Sm90FusedParams p{starts, ends, out, ws, counter, rows, keys, topk, Cfg::cap(topk), probe, range_err, gate_target};
   kernel<<<num_sms, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(tm_q, tm_k, tm_s, tm_w, p);
   return cudaGetLastError();
 }
