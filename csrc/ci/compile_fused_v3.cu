@@ -30,4 +30,5 @@ template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3LazyDrop>();  // dev vari
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3SelPhases>();  // dev variant 26 (25 + select phase stats)
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3GateRange>();  // dev variant 27 (25 binning from the gate)
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3WideOut>();  // dev variant 28 (27, 6 groups in the output pass)
-// dev variant 29 (27, gate target 1.25 k + 256) is Sm90FusedV3Default, instantiated above.
+template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3Target125>();  // dev variant 29 (27, gate target 1.25 k + 256)
+// dev variant 30 (29 with the gate rank floor) is Sm90FusedV3Default, instantiated above.

@@ -285,6 +285,38 @@ void gate_piece_cases() {
       const int ns = fused_sample_tiles(nt, k);
       expect(ns >= 1 && ns <= nt && ns <= kMaxSampleTiles, "fused_sample_tiles range");
     }
+  // gate_rank_floor: mu + z sqrt(mu) (mu = k m / n); 0 without a margin.
+  expect(gate_rank_floor(768, 16384, 2048, 5) == 145, "gate_rank_floor: 96 + 5 sqrt(96)");
+  expect(gate_rank_floor(6144, 262144, 512, 5) == 30, "gate_rank_floor: 12 + 5 sqrt(12)");
+  expect(gate_rank_floor(768, 16384, 2048, 0) == 0 && gate_rank_floor(0, 16384, 2048, 5) == 0,
+         "gate_rank_floor: no margin, no sample");
+  // The margin holds: of m keys sampled from a row of n distinct values, more
+  // than the floor at or above the k-th largest (the row would be redone) in
+  // none of 20000 draws per case (the model's rate is ~1e-6; with the floor
+  // at mu + 2 sqrt(mu) instead, ~2% of the draws would exceed it).
+  {
+    std::mt19937 rng(7);
+    struct Case { uint32_t m, n, k; };
+    for (const Case c : {Case{768, 16384, 2048}, Case{6144, 262144, 512}, Case{6144, 262144, 2048}, Case{1536, 8192, 512}}) {
+      const uint32_t fl = gate_rank_floor(c.m, c.n, c.k, 5), weak = gate_rank_floor(c.m, c.n, c.k, 2);
+      int over = 0, over_weak = 0;
+      std::vector<uint32_t> idx(c.n);
+      for (int t = 0; t < 20000; ++t) {
+        // Sampling m of n without replacement: the count of the k top keys among them.
+        uint32_t hit = 0, left = c.n, top = c.k;
+        for (uint32_t i = 0; i < c.m; ++i) {
+          const bool is_top = std::uniform_int_distribution<uint32_t>(0, left - 1)(rng) < top;
+          hit += is_top;
+          top -= is_top;
+          --left;
+        }
+        over += hit > fl;
+        over_weak += hit > weak;
+      }
+      expect(over == 0, "gate_rank_floor: a draw beyond the z = 5 margin");
+      expect(over_weak > 0, "gate_rank_floor: the z = 2 margin is exceeded in some draw (the test can fail)");
+    }
+  }
 }
 
 // ---- the per-row protocol of the kernel --------------------------------------

@@ -821,6 +821,22 @@ __host__ __device__ inline uint32_t split_gate_rank(uint32_t m, uint32_t n, uint
   return static_cast<uint32_t>(rho);
 }
 
+// A floor on a gate's sample rank with a safety margin (kRankFloorZ of the v3
+// kernel): of m sample entries of a row of n keys, the number at or above the
+// row's k-th largest logit is hypergeometric with mean mu = k m / n and at
+// most that variance, whatever the values (no ties), and a gate of sample rank
+// rho keeps fewer than k candidates (the row is redone) only when more than rho
+// of them are. rho >= mu + z sqrt(mu) bounds that by about z standard
+// deviations (z = 5: ~3e-7 normal, ~3e-6 for the Poisson tail at mu = 12).
+// This matters where the sample is capped (kMaxSampleTiles): at 262144 keys
+// the target's rank alone is 2.6 deviations away at 1.25 k + 256, and a redone
+// block is a whole ungated rescan on one SM. 0 when z == 0 or m == 0.
+__host__ __device__ inline uint32_t gate_rank_floor(uint32_t m, uint32_t n, uint32_t k, int z) {
+  if (z <= 0 || m == 0 || n == 0) return 0;
+  const float mu = static_cast<float>(k) * static_cast<float>(m) / static_cast<float>(n);
+  return static_cast<uint32_t>(ceilf(mu + static_cast<float>(z) * sqrtf(mu)));
+}
+
 // A gate as a running threshold: every key >= gate passes (composite > thr).
 __host__ __device__ constexpr uint64_t gate_threshold(uint32_t gate_key) {
   return static_cast<uint64_t>(gate_key) << 32;

@@ -81,8 +81,13 @@ __device__ __forceinline__ void fused_v3_half_finished(FusedV3Ctl* ctl, int b, u
 template <int kNumStages_, int kSets_ = 1, int kCheckTiles_ = 8, int kWeightsMode_ = 1,
           bool kInlineCheck_ = false, bool kAsyncSelect_ = false, int kMathRegs_ = 112, bool kPairSelect_ = false,
           bool kPairGate_ = false, bool kLazyDrop_ = false, bool kSelPhases_ = false, bool kGateRange_ = false,
-          int kOutGroups_ = 4, int kGateTargetQ_ = 2>
+          int kOutGroups_ = 4, int kGateTargetQ_ = 2, int kRankFloorZ_ = 0>
 struct Sm90FusedV3Config {
+  // kRankFloorZ: the gate's sample rank is at least mu + z sqrt(mu), mu the
+  // sample entries expected at or above the row's k-th (fused_select.cuh,
+  // gate_rank_floor), so a row falls under k (and its block is redone) only
+  // past z standard deviations, also where the sample is capped; 0: no floor.
+  static constexpr int kRankFloorZ = kRankFloorZ_;
   // kGateTargetQ: the gate's candidate target, k + kGateTargetQ * k / 4 + 256
   // (2: fused_gate_target, the v2 kernel's 1.5 k + 256; 1: 1.25 k + 256). The
   // sample rank stays about 128 (fused_sample_tiles), so the candidates a gated
@@ -216,7 +221,10 @@ __device__ __forceinline__ uint32_t* ws_cta_base(const Sm90FusedParams& p, uint3
 // The gate's sample rank for row r of block b (fused_v3_gate's rule): the
 // row's sample entries m are its 8 segment counts cnt[0 .. 8) (lane < 8 reads
 // one); gate_rank's rule without its 256-key list limit (the rank is exact
-// over the sample's entries): split_gate_rank with no cap on rho. 0: no gate.
+// over the sample's entries): split_gate_rank with no cap on rho, raised to
+// gate_rank_floor's margin when Cfg::kRankFloorZ (no gate when that reaches
+// the sample's size). 0: no gate.
+template <class Cfg>
 __device__ __forceinline__ uint32_t fused_v3_gate_rho(const Sm90FusedParams& p, const uint32_t* cnt, int row, int r,
                                                       uint32_t active, int lane) {
   using namespace fused_detail;
@@ -225,7 +233,15 @@ __device__ __forceinline__ uint32_t fused_v3_gate_rho(const Sm90FusedParams& p, 
   uint32_t m = lane < 8 ? cnt[lane] : 0u;
   m = __reduce_add_sync(0xffffffffu, m);
   const uint32_t target = static_cast<uint32_t>(p.target > 0 ? p.target : fused_gate_target(p.topk));
-  return p.probe != 1 && ((active >> r) & 1u) ? split_gate_rank(m, n, target, 0xffffffffu) : 0u;
+  if (p.probe == 1 || !((active >> r) & 1u)) return 0u;
+  uint32_t rho = split_gate_rank(m, n, target, 0xffffffffu);
+  if constexpr (Cfg::kRankFloorZ > 0) {
+    if (rho) {
+      rho = max(rho, gate_rank_floor(m, n, static_cast<uint32_t>(p.topk), Cfg::kRankFloorZ));
+      if (rho >= m) rho = 0;  // the margin needs more than the sample: no gate
+    }
+  }
+  return rho;
 }
 
 // The gate key gk of the sample's select capped at the C-th largest of the
@@ -272,7 +288,7 @@ __device__ __forceinline__ bool fused_v3_gate(const Sm90FusedParams& p, const ui
   uint32_t* hist = hist_all + r * 256;
   uint32_t* sk = scratch_all + r * 2 * kScratch;
   uint32_t* si = sk + kScratch;
-  const uint32_t rho = fused_v3_gate_rho(p, segcnt + r * NS, row, r, active, lane);
+  const uint32_t rho = fused_v3_gate_rho<Cfg>(p, segcnt + r * NS, row, r, active, lane);
   uint32_t gk = 0;
   if (rho) {
     const SegLanes sl = make_seg_lanes(ws_set + size_t(r * NS) * seg_stride, seg_stride,
@@ -436,7 +452,7 @@ __device__ __noinline__ bool fused_v3_gate_pair_call(const Sm90FusedParams* pp, 
   const int r = rw.r, lane = rw.lane, kg = rw.kg;
   unsigned long long* thr_s = reinterpret_cast<unsigned long long*>(rw.smem + Cfg::kOffThr) + cs * 8;
   FusedV3Ctl* ctl = reinterpret_cast<FusedV3Ctl*>(rw.smem + Cfg::kOffCtl);
-  const uint32_t rho = fused_v3_gate_rho(p, rw.segcnt, rw.row, r, active, lane);
+  const uint32_t rho = fused_v3_gate_rho<Cfg>(p, rw.segcnt, rw.row, r, active, lane);
   uint32_t gk = 0;
   if (rho) {
     PairCtx pc = rw.ctx();
@@ -1146,6 +1162,8 @@ using Sm90FusedV3GateRange = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, t
 using Sm90FusedV3WideOut = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 6>;  // 28: 27, 6 groups in the output pass
 using Sm90FusedV3Target125 =
     Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 1>;  // 29: 27, gate target 1.25 k + 256
+using Sm90FusedV3RankFloor =
+    Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 1, 5>;  // 30: 29, rank floor mu + 5 sqrt(mu)
 // (A 544-thread configuration with one producer warp and __maxnreg__(120) was
 // tried on 2026-12-02 and failed to launch: "too many resources"; removed.)
 // The op's fused kernel on whole blocks (one set: the v2 kernel's workspace):
@@ -1155,12 +1173,14 @@ using Sm90FusedV3Target125 =
 // (tools/v3check, same call) 1.352 / 1.209 / 1.213 ms at top-2048 / 1024 / 512
 // against 22's 1.538 / 1.323 / 1.290; at the headline top-2048 5.207 against
 // 5.365 (BENCHMARKS.md, session 9).
-// Variant 29 since 2026-12-02 (session 10): 25 with the block-end select of a
-// row still at its gate binning [gate, sample max] (27: no range pass) and the
-// gate target 1.25 k + 256 (tools/v3check at 8192 x 16384 top-2048, one call:
-// 25 1.359, 27 1.335, 27 at target 2816 1.313 ms, native 1.32; BENCHMARKS.md,
+// Variant 30 since 2026-12-02 (session 10): 25 with the block-end select of a
+// row still at its gate binning [gate, sample max] (27: no range pass), the
+// gate target 1.25 k + 256 (29; tools/v3check at 8192 x 16384 top-2048, one
+// call: 25 1.359, 27 1.335, 27 at target 2816 1.313 ms, native 1.32) and the
+// rank floor of kRankFloorZ = 5 (29 alone lost 15-30% at 131K-262K keys,
+// where the capped sample put the redo rate at ~0.5% of rows; BENCHMARKS.md,
 // session 10).
-using Sm90FusedV3Default = Sm90FusedV3Target125;
+using Sm90FusedV3Default = Sm90FusedV3RankFloor;
 static_assert(8 * Sm90FusedV3Default::kSegs * Sm90FusedV3Default::cap(2048) == 2 * 8 * Sm90FusedGated::cap(2048) &&
                   Sm90FusedV3Default::kSets == 1,
               "the op's workspace (sized for the v2 kernel) holds the v3 kernel's");
