@@ -903,6 +903,22 @@ __device__ __forceinline__ void pair_for_each(const SegLanes& s, int lane, F&& f
   for_each_key4<kWithIdx, 8, kGIdx>(s, lane, f);
 }
 
+// A pair warp's segments in ng groups of 4 (e.g. one group per slice of a
+// split block): each group a make_pair_segs SegLanes. The pair select takes
+// it where it takes one SegLanes; the groups are visited in order, so the
+// ballot positions stay deterministic.
+template <int kMaxGroups>
+struct PairSegGroups {
+  SegLanes g[kMaxGroups];
+  int ng;
+};
+
+template <bool kWithIdx = false, int kGIdx = 4, int kMaxGroups, class F>
+__device__ __forceinline__ void pair_for_each(const PairSegGroups<kMaxGroups>& s, int lane, F&& f) {
+#pragma unroll 1
+  for (int i = 0; i < s.ng; ++i) for_each_key4<kWithIdx, 8, kGIdx>(s.g[i], lane, f);
+}
+
 // The pair's shared state: xch, 16 words of shared memory ([parity][half][4]);
 // bar, the named barrier (64 threads: both warps); half, this warp's (0: the
 // first warp, which also holds the row's gate flag).
@@ -958,8 +974,8 @@ struct PairNoMark {
 // and the eligible count is the histogram's total. Both warps pass the same
 // smax. When the k-th falls in the top bin the row takes the general passes.
 // kOutG: key / index groups in flight per lane in the gather + output pass.
-template <bool kEmit, class Out, class Mark = PairNoMark, bool kFromGate = false, int kOutG = 4>
-__device__ __forceinline__ int pair_row_core(const SegLanes& s, PairCtx& pc, uint64_t thr, uint32_t k, uint32_t need,
+template <bool kEmit, class Out, class Mark = PairNoMark, bool kFromGate = false, int kOutG = 4, class SS = SegLanes>
+__device__ __forceinline__ int pair_row_core(const SS& s, PairCtx& pc, uint64_t thr, uint32_t k, uint32_t need,
                                              bool gated, int start, uint32_t* hist, uint32_t* sk, uint32_t* si,
                                              int lane, uint32_t* cands, uint64_t* t_out, Out&& out,
                                              Mark&& mark = PairNoMark{}, uint32_t smax = 0) {
@@ -1175,8 +1191,9 @@ __device__ __forceinline__ int pair_row_core(const SegLanes& s, PairCtx& pc, uin
   return 1;
 }
 
-template <class Out, class Mark = PairNoMark>
-__device__ __forceinline__ int pair_finish_row(const SegLanes& s, PairCtx& pc, uint64_t thr, uint32_t k, uint32_t need,
+// SS: SegLanes (make_pair_segs) or PairSegGroups.
+template <class Out, class Mark = PairNoMark, class SS = SegLanes>
+__device__ __forceinline__ int pair_finish_row(const SS& s, PairCtx& pc, uint64_t thr, uint32_t k, uint32_t need,
                                                bool gated, int start, uint32_t* hist, uint32_t* sk, uint32_t* si,
                                                int lane, uint32_t* cands, Out&& out, Mark&& mark = PairNoMark{}) {
   uint64_t t = 0;
