@@ -31,4 +31,5 @@ template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3SelPhases>();  // dev var
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3GateRange>();  // dev variant 27 (25 binning from the gate)
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3WideOut>();  // dev variant 28 (27, 6 groups in the output pass)
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3Target125>();  // dev variant 29 (27, gate target 1.25 k + 256)
-// dev variant 30 (29 with the gate rank floor) is Sm90FusedV3Default, instantiated above.
+template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3RankFloor>();  // dev variant 30 (29 with the gate rank floor)
+// dev variant 31 (30, the floor where the sample is capped) is Sm90FusedV3Default, instantiated above.

@@ -37,6 +37,7 @@ auto with_v3_variant(int64_t variant, F&& f) {
          : variant == 28 ? f(Sm90FusedV3WideOut{})
          : variant == 29 ? f(Sm90FusedV3Target125{})
          : variant == 30 ? f(Sm90FusedV3RankFloor{})
+         : variant == 31 ? f(Sm90FusedV3FloorCapped{})
                          : f(Sm90FusedV3S8{});
 }
 }  // namespace

@@ -81,13 +81,19 @@ __device__ __forceinline__ void fused_v3_half_finished(FusedV3Ctl* ctl, int b, u
 template <int kNumStages_, int kSets_ = 1, int kCheckTiles_ = 8, int kWeightsMode_ = 1,
           bool kInlineCheck_ = false, bool kAsyncSelect_ = false, int kMathRegs_ = 112, bool kPairSelect_ = false,
           bool kPairGate_ = false, bool kLazyDrop_ = false, bool kSelPhases_ = false, bool kGateRange_ = false,
-          int kOutGroups_ = 4, int kGateTargetQ_ = 2, int kRankFloorZ_ = 0>
+          int kOutGroups_ = 4, int kGateTargetQ_ = 2, int kRankFloorZ_ = 0, bool kFloorCappedOnly_ = false>
 struct Sm90FusedV3Config {
   // kRankFloorZ: the gate's sample rank is at least mu + z sqrt(mu), mu the
   // sample entries expected at or above the row's k-th (fused_select.cuh,
   // gate_rank_floor), so a row falls under k (and its block is redone) only
   // past z standard deviations, also where the sample is capped; 0: no floor.
   static constexpr int kRankFloorZ = kRankFloorZ_;
+  // kFloorCappedOnly: the floor applies only where the target's rank is under
+  // kGateRank (the sample was capped at kMaxSampleTiles: long rows, where a
+  // redo is a long block's ungated rescan late in the launch). Elsewhere the
+  // target's rank is ~128 or more, 3.6 deviations or more above mu at
+  // 1.25 k + 256, and a rare redo of a short block costs about one block.
+  static constexpr bool kFloorCappedOnly = kFloorCappedOnly_;
   // kGateTargetQ: the gate's candidate target, k + kGateTargetQ * k / 4 + 256
   // (2: fused_gate_target, the v2 kernel's 1.5 k + 256; 1: 1.25 k + 256). The
   // sample rank stays about 128 (fused_sample_tiles), so the candidates a gated
@@ -236,7 +242,7 @@ __device__ __forceinline__ uint32_t fused_v3_gate_rho(const Sm90FusedParams& p, 
   if (p.probe == 1 || !((active >> r) & 1u)) return 0u;
   uint32_t rho = split_gate_rank(m, n, target, 0xffffffffu);
   if constexpr (Cfg::kRankFloorZ > 0) {
-    if (rho) {
+    if (rho && (!Cfg::kFloorCappedOnly || rho < static_cast<uint32_t>(kGateRank))) {
       rho = max(rho, gate_rank_floor(m, n, static_cast<uint32_t>(p.topk), Cfg::kRankFloorZ));
       if (rho >= m) rho = 0;  // the margin needs more than the sample: no gate
     }
@@ -1164,6 +1170,8 @@ using Sm90FusedV3Target125 =
     Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 1>;  // 29: 27, gate target 1.25 k + 256
 using Sm90FusedV3RankFloor =
     Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 1, 5>;  // 30: 29, rank floor mu + 5 sqrt(mu)
+using Sm90FusedV3FloorCapped =
+    Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 1, 5, true>;  // 31: 30, floor where the sample is capped
 // (A 544-thread configuration with one producer warp and __maxnreg__(120) was
 // tried on 2026-12-02 and failed to launch: "too many resources"; removed.)
 // The op's fused kernel on whole blocks (one set: the v2 kernel's workspace):
@@ -1173,14 +1181,15 @@ using Sm90FusedV3RankFloor =
 // (tools/v3check, same call) 1.352 / 1.209 / 1.213 ms at top-2048 / 1024 / 512
 // against 22's 1.538 / 1.323 / 1.290; at the headline top-2048 5.207 against
 // 5.365 (BENCHMARKS.md, session 9).
-// Variant 30 since 2026-12-02 (session 10): 25 with the block-end select of a
+// Variant 31 since 2026-12-02 (session 10): 25 with the block-end select of a
 // row still at its gate binning [gate, sample max] (27: no range pass), the
 // gate target 1.25 k + 256 (29; tools/v3check at 8192 x 16384 top-2048, one
 // call: 25 1.359, 27 1.335, 27 at target 2816 1.313 ms, native 1.32) and the
 // rank floor of kRankFloorZ = 5 (29 alone lost 15-30% at 131K-262K keys,
-// where the capped sample put the redo rate at ~0.5% of rows; BENCHMARKS.md,
-// session 10).
-using Sm90FusedV3Default = Sm90FusedV3RankFloor;
+// where the capped sample put the redo rate at ~0.5% of rows), applied only
+// where the sample is capped (31: 30's floor everywhere cost 1% at 16K keys,
+// where the crossover is decided; BENCHMARKS.md, session 10).
+using Sm90FusedV3Default = Sm90FusedV3FloorCapped;
 static_assert(8 * Sm90FusedV3Default::kSegs * Sm90FusedV3Default::cap(2048) == 2 * 8 * Sm90FusedGated::cap(2048) &&
                   Sm90FusedV3Default::kSets == 1,
               "the op's workspace (sized for the v2 kernel) holds the v3 kernel's");
