@@ -32,4 +32,5 @@ template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3GateRange>();  // dev var
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3WideOut>();  // dev variant 28 (27, 6 groups in the output pass)
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3Target125>();  // dev variant 29 (27, gate target 1.25 k + 256)
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3RankFloor>();  // dev variant 30 (29 with the gate rank floor)
-// dev variant 31 (30, the floor where the sample is capped) is Sm90FusedV3Default, instantiated above.
+template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3FloorCapped>();  // dev variant 31 (30, the floor where the sample is capped)
+// dev variant 32 (31 with the target 1.5 k + 256) is Sm90FusedV3Default, instantiated above.

@@ -218,6 +218,7 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
     case 29: return v3(Sm90FusedV3Target125{});
     case 30: return v3(Sm90FusedV3RankFloor{});
     case 31: return v3(Sm90FusedV3FloorCapped{});
+    case 32: return v3(Sm90FusedV3SafeTarget{});
     case 7:  // the op's split kernel (v2 pieces and merge; issue 12)
       return launch_sm90_fused_mqa_topk<Sm90FusedSplit>(d.q, d.k, d.scales, d.weights, d.starts, d.ends, d.out, d.ws,
                                                         w.rows, w.keys, w.topk, sms, st, &me, probe, 0, {}, target);

@@ -1172,6 +1172,8 @@ using Sm90FusedV3RankFloor =
     Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 1, 5>;  // 30: 29, rank floor mu + 5 sqrt(mu)
 using Sm90FusedV3FloorCapped =
     Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 1, 5, true>;  // 31: 30, floor where the sample is capped
+using Sm90FusedV3SafeTarget =
+    Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true>;  // 32: 31 with 27's target 1.5 k + 256
 // (A 544-thread configuration with one producer warp and __maxnreg__(120) was
 // tried on 2026-12-02 and failed to launch: "too many resources"; removed.)
 // The op's fused kernel on whole blocks (one set: the v2 kernel's workspace):
@@ -1189,7 +1191,7 @@ using Sm90FusedV3FloorCapped =
 // where the capped sample put the redo rate at ~0.5% of rows), applied only
 // where the sample is capped (31: 30's floor everywhere cost 1% at 16K keys,
 // where the crossover is decided; BENCHMARKS.md, session 10).
-using Sm90FusedV3Default = Sm90FusedV3FloorCapped;
+using Sm90FusedV3Default = Sm90FusedV3SafeTarget;
 static_assert(8 * Sm90FusedV3Default::kSegs * Sm90FusedV3Default::cap(2048) == 2 * 8 * Sm90FusedGated::cap(2048) &&
                   Sm90FusedV3Default::kSets == 1,
               "the op's workspace (sized for the v2 kernel) holds the v3 kernel's");
