@@ -1183,14 +1183,15 @@ using Sm90FusedV3SafeTarget =
 // (tools/v3check, same call) 1.352 / 1.209 / 1.213 ms at top-2048 / 1024 / 512
 // against 22's 1.538 / 1.323 / 1.290; at the headline top-2048 5.207 against
 // 5.365 (BENCHMARKS.md, session 9).
-// Variant 31 since 2026-12-02 (session 10): 25 with the block-end select of a
-// row still at its gate binning [gate, sample max] (27: no range pass), the
-// gate target 1.25 k + 256 (29; tools/v3check at 8192 x 16384 top-2048, one
-// call: 25 1.359, 27 1.335, 27 at target 2816 1.313 ms, native 1.32) and the
-// rank floor of kRankFloorZ = 5 (29 alone lost 15-30% at 131K-262K keys,
-// where the capped sample put the redo rate at ~0.5% of rows), applied only
-// where the sample is capped (31: 30's floor everywhere cost 1% at 16K keys,
-// where the crossover is decided; BENCHMARKS.md, session 10).
+// Variant 32 since 2026-12-02 (session 10): 25 with the block-end select of a
+// row still at its gate binning [gate, sample max] (27: no range pass) and
+// the gate's rank floor mu + 5 sqrt(mu) where the sample is capped (long
+// rows: 25 redid 10-61 rows of 8192 at 131K-262K keys, 32 none). The tighter
+// target 1.25 k + 256 (29-31) was 1% faster at 16K keys on gaussian rows but
+// 19-25% slower on DSA-like rows at the headline (most likely redos: with
+// position-correlated scores the tile sample is not a uniform one; not yet
+// measured per row); kept as dev variants. mqa-topk crossover on 32 (one call): fused from 8192 keys for
+// every topk; headline 5.248 against native 5.715 ms (BENCHMARKS.md, session 10).
 using Sm90FusedV3Default = Sm90FusedV3SafeTarget;
 static_assert(8 * Sm90FusedV3Default::kSegs * Sm90FusedV3Default::cap(2048) == 2 * 8 * Sm90FusedGated::cap(2048) &&
                   Sm90FusedV3Default::kSets == 1,
