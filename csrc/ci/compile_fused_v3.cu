@@ -34,3 +34,13 @@ template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3Target125>();  // dev var
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3RankFloor>();  // dev variant 30 (29 with the gate rank floor)
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3FloorCapped>();  // dev variant 31 (30, the floor where the sample is capped)
 // dev variant 32 (31 with the target 1.5 k + 256) is Sm90FusedV3Default, instantiated above.
+
+// The gate targets: 1.5 k + 256 (the op's, fused_gate_target) and 1.25 k + 256 (dev variants 29-31).
+static_assert(mqa_topk::Sm90FusedV3Default::gate_target(512) == 1024 &&
+                  mqa_topk::Sm90FusedV3Default::gate_target(1024) == 1792 &&
+                  mqa_topk::Sm90FusedV3Default::gate_target(2048) == 3328,
+              "op gate target");
+static_assert(mqa_topk::Sm90FusedV3Target125::gate_target(512) == 896 &&
+                  mqa_topk::Sm90FusedV3Target125::gate_target(1024) == 1536 &&
+                  mqa_topk::Sm90FusedV3Target125::gate_target(2048) == 2816,
+              "1.25 k + 256 gate target");

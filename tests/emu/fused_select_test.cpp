@@ -300,7 +300,6 @@ void gate_piece_cases() {
     for (const Case c : {Case{768, 16384, 2048}, Case{6144, 262144, 512}, Case{6144, 262144, 2048}, Case{1536, 8192, 512}}) {
       const uint32_t fl = gate_rank_floor(c.m, c.n, c.k, 5), weak = gate_rank_floor(c.m, c.n, c.k, 2);
       int over = 0, over_weak = 0;
-      std::vector<uint32_t> idx(c.n);
       for (int t = 0; t < 20000; ++t) {
         // Sampling m of n without replacement: the count of the k top keys among them.
         uint32_t hit = 0, left = c.n, top = c.k;

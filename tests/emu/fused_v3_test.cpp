@@ -246,6 +246,23 @@ void finish_cases() {
 }
 
 
+// An out() that records each row position's value and write count (bad: a
+// position out of [0, k)).
+struct PosRecorder {
+  std::vector<int>& row;
+  std::vector<int>& writes;
+  uint32_t k;
+  bool& bad;
+  void operator()(int at, int v, uint32_t) const {
+    if (at < 0 || at >= static_cast<int>(k)) {
+      bad = true;
+      return;
+    }
+    row[at] = v;
+    ++writes[at];
+  }
+};
+
 // pair_finish_row (two warps, 4 segments each) against warp_finish_row on one
 // warp: the same answer (written / unsafe), the same set, every position of
 // the row written exactly once, deterministic, the histogram left clear; -1
@@ -328,14 +345,7 @@ void pair_case(const std::string& name0, Row r, uint64_t thr, uint32_t k, bool g
     warp_emu::run2([&](int w, int lane) {
       const SegLanes ps = make_pair_segs(r.key(4 * w), r.stride, static_cast<uint32_t>(r.cap), r.cnt + 4 * w, lane);
       PairCtx pc{xch, 9, w, 0};
-      auto outf = [&](int at, int v, uint32_t) {
-                                             if (at < 0 || at >= static_cast<int>(k)) {
-                                               bad_at = true;
-                                               return;
-                                             }
-                                             row[at] = v;
-                                             ++writes[at];
-                                           };
+      const PosRecorder outf{row, writes, k, bad_at};
       res[w * 32 + lane] = smax ? pair_finish_row_gated(ps, pc, thr, smax, k, need, w == 0 ? gated : false, start,
                                                         sc.hist, sc.sk, sc.si, lane, &cands[w * 32 + lane], outf)
                                 : pair_finish_row(ps, pc, thr, k, need, w == 0 ? gated : false, start, sc.hist, sc.sk,
@@ -469,8 +479,6 @@ void pair_cases() {
   expect(g_pair_fallbacks > 0, "pair: the fallback cases ran");
 }
 
-}  // namespace
-
 // pair_finish_row over PairSegGroups (a split block's slices, 8 segments
 // each, one group of 4 per warp and slice) against a sorting reference of the
 // union: the exact top min(k, n) of the entries at or above the threshold
@@ -505,14 +513,7 @@ void groups_case(const std::string& name, std::vector<Row>& sl, uint64_t thr, ui
         g.g[i] = make_pair_segs(sl[i].key(4 * w), sl[i].stride, static_cast<uint32_t>(sl[i].cap), sl[i].cnt + 4 * w, lane);
       PairCtx pc{xch, 9, w, 0};
       res[w * 32 + lane] = pair_finish_row(g, pc, thr, k, need, w == 0 ? gated : false, start, sc.hist, sc.sk, sc.si,
-                                           lane, &cands[w * 32 + lane], [&](int at, int v, uint32_t) {
-                                             if (at < 0 || at >= static_cast<int>(k)) {
-                                               bad_at = true;
-                                               return;
-                                             }
-                                             row[at] = v;
-                                             ++writes[at];
-                                           });
+                                           lane, &cands[w * 32 + lane], PosRecorder{row, writes, k, bad_at});
     });
     expect(!bad_at, name + ": wrote out of range");
     for (int l = 1; l < 64; ++l) expect(res[l] == res[0], name + ": the pair's lanes disagree");
@@ -560,6 +561,8 @@ void groups_cases() {
     }
   }
 }
+
+}  // namespace
 
 int main() {
   select_cases();

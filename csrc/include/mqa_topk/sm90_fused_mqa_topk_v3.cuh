@@ -103,12 +103,10 @@ struct Sm90FusedV3Config {
   // them are above its k-th: at kGateTargetQ = 1 that is 3.6 standard
   // deviations at k = 2048 (4.6 at 1024, 6.4 at 512), about 1.6e-4 of rows.
   static constexpr int kGateTargetQ = kGateTargetQ_;
-  static constexpr int gate_target(int k) {
-    return kGateTargetQ == 2 ? fused_detail::fused_gate_target(k) : k + kGateTargetQ * (k / 4) + 256;
-  }
+  static constexpr int gate_target(int k) { return fused_detail::fused_gate_target(k) + (kGateTargetQ - 2) * (k / 4); }
   static_assert(kGateTargetQ >= 1 && kGateTargetQ <= 4, "gate target: k + (1..4) k / 4 + 256");
   // kOutGroups (with kGateRange): key / index groups in flight per lane in the
-  // pair select's gather + output pass (4, or 8: more loads in flight).
+  // pair select's gather + output pass (4; 28 tried 6: slower).
   static constexpr int kOutGroups = kOutGroups_;
   // kGateRange (needs kPairGate): the pair gate also keeps each gated row's
   // largest sample key, and the block end's pair select of a row still at its
@@ -1190,8 +1188,9 @@ using Sm90FusedV3SafeTarget =
 // target 1.25 k + 256 (29-31) was 1% faster at 16K keys on gaussian rows but
 // 19-25% slower on DSA-like rows at the headline (most likely redos: with
 // position-correlated scores the tile sample is not a uniform one; not yet
-// measured per row); kept as dev variants. mqa-topk crossover on 32 (one call): fused from 8192 keys for
-// every topk; headline 5.248 against native 5.715 ms (BENCHMARKS.md, session 10).
+// measured per row); kept as dev variants. mqa-topk crossover on 32 (one
+// call): fused from 8192 keys for every topk; headline 5.248 against native
+// 5.715 ms (BENCHMARKS.md, session 10).
 using Sm90FusedV3Default = Sm90FusedV3SafeTarget;
 static_assert(8 * Sm90FusedV3Default::kSegs * Sm90FusedV3Default::cap(2048) == 2 * 8 * Sm90FusedGated::cap(2048) &&
                   Sm90FusedV3Default::kSets == 1,
