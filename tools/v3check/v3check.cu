@@ -166,7 +166,8 @@ Dev upload_work(const Work& w) {
                          fused_v3_workspace_bytes<Sm90FusedV3S8>(w.topk, sms),
                          fused_workspace_bytes<Sm90FusedDefault>(w.topk, sms),
                          fused_workspace_bytes<Sm90FusedSplit>(w.topk, sms),
-                         fused_workspace_bytes<Sm90FusedSplitAlign>(w.topk, sms)});
+                         fused_workspace_bytes<Sm90FusedSplitAlign>(w.topk, sms),
+                         fused_v3_workspace_bytes<Sm90FusedV3Shares>(w.topk, sms)});
   CK(cudaMalloc(&d.ws, d.ws_bytes));
   return d;
 }
@@ -199,6 +200,7 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
     case 2:
       return launch_sm90_fused_mqa_topk<Sm90FusedDefault>(d.q, d.k, d.scales, d.weights, d.starts, d.ends, d.out, d.ws,
                                                           w.rows, w.keys, w.topk, sms, st, &me, probe, 0, {}, target);
+#ifndef V3CHECK_FEW  // (-DV3CHECK_FEW: only the op's kernels and the newest variants, a faster build)
     case 13: return v3(Sm90FusedV3S7Sets2{});
     case 14: return v3(Sm90FusedV3Inline{});
     case 15: return v3(Sm90FusedV3S8RegW{});
@@ -218,15 +220,21 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
     case 29: return v3(Sm90FusedV3Target125{});
     case 30: return v3(Sm90FusedV3RankFloor{});
     case 31: return v3(Sm90FusedV3FloorCapped{});
+#endif
     case 32: return v3(Sm90FusedV3SafeTarget{});
+    case 33: return v3(Sm90FusedV3Shares{});
     case 7:  // the op's split kernel (v2 pieces and merge; issue 12)
       return launch_sm90_fused_mqa_topk<Sm90FusedSplit>(d.q, d.k, d.scales, d.weights, d.starts, d.ends, d.out, d.ws,
                                                         w.rows, w.keys, w.topk, sms, st, &me, probe, 0, {}, target);
+#ifndef V3CHECK_FEW
     case 10:  // split shares that follow the blocks (kSplitAlign)
       return launch_sm90_fused_mqa_topk<Sm90FusedSplitAlign>(d.q, d.k, d.scales, d.weights, d.starts, d.ends, d.out,
                                                              d.ws, w.rows, w.keys, w.topk, sms, st, &me, probe, 0, {},
                                                              target);
     default: return v3(Sm90FusedV3S8{});
+#else
+    default: std::fprintf(stderr, "variant %d not in this build (V3CHECK_FEW)\n", variant); return cudaErrorInvalidValue;
+#endif
   }
 }
 

@@ -919,6 +919,68 @@ __device__ __forceinline__ void pair_for_each(const PairSegGroups<kMaxGroups>& s
   for (int i = 0; i < s.ng; ++i) for_each_key4<kWithIdx, 8, kGIdx>(s.g[i], lane, f);
 }
 
+// A row's candidates over the pieces of a split block (v3 kShares): piece i
+// (i < np) lives at CTA c = c0 + i in its slot sl = (i == 0 ? slot0 : 0);
+// its 8 segments start at ws + c * cta_words + sl * slot_words + row_off + koff
+// (stride seg_stride, indices at + cap words), and its segment counts are at
+// cnt + c * cnt_cta + sl * cnt_slot + s (global memory written by other CTAs:
+// read with __ldcg). half: a pair warp's half (its 4 segments, 8 lanes each:
+// pair_for_each), or -1 for one warp over all 8 (4 lanes each: for_each_key4,
+// warp_hist_pass and warp_emit, i.e. warp_select_lean and warp_finish_row).
+// Pieces are visited in order, so everything ranked by ballots is
+// deterministic and the same in every CTA that traverses the row.
+struct PieceSegs {
+  const uint32_t* ws;
+  const uint32_t* cnt;
+  uint32_t cta_words, slot_words, row_off, koff, seg_stride, cap;
+  uint32_t cnt_cta, cnt_slot;
+  int c0, slot0, np, half;
+};
+
+// Piece i's segments as this lane's SegLanes.
+__device__ __forceinline__ SegLanes piece_lanes(const PieceSegs& s, int i, int lane) {
+  const uint32_t c = static_cast<uint32_t>(s.c0 + i), sl = i == 0 ? static_cast<uint32_t>(s.slot0) : 0u;
+  const int sg = s.half >= 0 ? 4 * s.half + (lane >> 3) : (lane >> 2);
+  const uint32_t* kp = s.ws + size_t(c) * s.cta_words + size_t(sl) * s.slot_words + s.row_off + s.koff +
+                       size_t(sg) * s.seg_stride;
+  const int n = static_cast<int>(__ldcg(s.cnt + size_t(c) * s.cnt_cta + sl * s.cnt_slot + sg));
+  return SegLanes{kp, kp + s.cap, n, static_cast<int>(__reduce_max_sync(0xffffffffu, static_cast<uint32_t>(n)))};
+}
+
+template <bool kWithIdx = false, int kGIdx = 4, class F>
+__device__ __forceinline__ void pair_for_each(const PieceSegs& s, int lane, F&& f) {
+#pragma unroll 1
+  for (int i = 0; i < s.np; ++i) for_each_key4<kWithIdx, 8, kGIdx>(piece_lanes(s, i, lane), lane, f);
+}
+
+template <bool kWithIdx = false, int kLanes = 4, int kGIdx = 4, class F>
+__device__ __forceinline__ void for_each_key4(const PieceSegs& s, int lane, F&& f) {
+#pragma unroll 1
+  for (int i = 0; i < s.np; ++i) for_each_key4<kWithIdx, 4, kGIdx>(piece_lanes(s, i, lane), lane, f);
+}
+
+template <bool kGlobal>
+__device__ __forceinline__ void warp_hist_pass(const PieceSegs& s, bool on_idx, uint32_t key_eq, uint32_t mask,
+                                               uint32_t prefix, int shift, uint32_t* hist, int lane) {
+#pragma unroll 1
+  for (int i = 0; i < s.np; ++i)
+    warp_hist_pass<kGlobal>(piece_lanes(s, i, lane), on_idx, key_eq, mask, prefix, shift, hist, lane);
+}
+
+// warp_emit over the pieces (one warp), numbering the kept entries of piece i
+// after those of pieces < i. Not in place: emit must write elsewhere.
+template <class Emit>
+__device__ __forceinline__ int warp_emit(const PieceSegs& s, uint64_t t, int lane, Emit&& emit) {
+  int pos = 0;
+#pragma unroll 1
+  for (int i = 0; i < s.np; ++i) {
+    const int off = pos;
+    pos += warp_emit(piece_lanes(s, i, lane), t, lane,
+                     [&](int at, uint32_t key, uint32_t idx) { emit(off + at, key, idx); });
+  }
+  return pos;
+}
+
 // The pair's shared state: xch, 16 words of shared memory ([parity][half][4]);
 // bar, the named barrier (64 threads: both warps); half, this warp's (0: the
 // first warp, which also holds the row's gate flag).

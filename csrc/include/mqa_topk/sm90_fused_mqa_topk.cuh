@@ -332,8 +332,9 @@ __host__ __device__ constexpr long long split_align_pieces(long long nblocks, lo
 // This CTA's share, into ctl (every thread calls it: it synchronises the CTA):
 // of the tiles of blocks [0, nblocks) over at most max_cta CTAs, each share at
 // least min_tiles tiles (when there are that many); kAlign: split_align_pieces.
-template <int kThreads, bool kAlign = false>
-__device__ __forceinline__ void fused_split_share(const Sm90LogitsParams& lp, FusedCtl* ctl, int nblocks,
+// Ctl: FusedCtl, or any struct with the sh_* fields (the v3 kernel's kShares).
+template <int kThreads, bool kAlign = false, class Ctl = FusedCtl>
+__device__ __forceinline__ void fused_split_share(const Sm90LogitsParams& lp, Ctl* ctl, int nblocks,
                                                   long long max_cta, int min_tiles = 1) {
   __shared__ long long s_warp[kThreads / 32];
   __shared__ int s_min[kThreads / 32], s_max[kThreads / 32];

@@ -81,8 +81,22 @@ __device__ __forceinline__ void fused_v3_half_finished(FusedV3Ctl* ctl, int b, u
 template <int kNumStages_, int kSets_ = 1, int kCheckTiles_ = 8, int kWeightsMode_ = 1,
           bool kInlineCheck_ = false, bool kAsyncSelect_ = false, int kMathRegs_ = 112, bool kPairSelect_ = false,
           bool kPairGate_ = false, bool kLazyDrop_ = false, bool kSelPhases_ = false, bool kGateRange_ = false,
-          int kOutGroups_ = 4, int kGateTargetQ_ = 2, int kRankFloorZ_ = 0, bool kFloorCappedOnly_ = false>
+          int kOutGroups_ = 4, int kGateTargetQ_ = 2, int kRankFloorZ_ = 0, bool kFloorCappedOnly_ = false,
+          bool kShares_ = false>
 struct Sm90FusedV3Config {
+  // kShares (issue 12, and the last wave of every call): the call's key tiles
+  // are cut into equal contiguous shares, one per CTA, as the dense kernel
+  // does (fused_split_share), instead of whole blocks from a counter. A block
+  // whose tiles fall in several shares is split: each piece first scans its
+  // own sample tiles (kSplitSampleTiles at most) into the tail of its
+  // segments and publishes them; every piece then ranks one gate for the
+  // whole row from all the pieces' samples (the same value everywhere: the
+  // same entries in the same order), keeps its sample entries at or above it,
+  // scans the rest of its tiles with that gate, and publishes its counts; the
+  // last piece to finish (an atomic counter per block) selects each row over
+  // all the pieces' candidates. Whole blocks inside a share run as before.
+  // See "v3 shares" below the configurations.
+  static constexpr bool kShares = kShares_;
   // kRankFloorZ: the gate's sample rank is at least mu + z sqrt(mu), mu the
   // sample entries expected at or above the row's k-th (fused_select.cuh,
   // gate_rank_floor), so a row falls under k (and its block is redone) only
@@ -175,8 +189,10 @@ struct Sm90FusedV3Config {
   // of its row group still reads this one (at most one ahead: the next barrier).
   static constexpr int kOffSegCnt = kOffScratch + 8 * 2 * fused_detail::kScratch * 4;
   static constexpr int kOffThr = kOffSegCnt + kSets * 2 * 8 * kSegs * 4;               // [set][row] u64
-  static constexpr int kOffSlot = kOffThr + kSets * 8 * 8;                             // [2][8] int
-  static constexpr int kOffRedo = kOffSlot + 2 * 8 * 4;                               // [set][rg] u32
+  // The producer's description of a block (kShares: of a visit), per Q buffer.
+  static constexpr int kSlotInts = kShares ? 16 : 8;
+  static constexpr int kOffSlot = kOffThr + kSets * 8 * 8;                             // [2][kSlotInts] int
+  static constexpr int kOffRedo = kOffSlot + 2 * kSlotInts * 4;                       // [set][rg] u32
   // kSmemWeights: each lane's 32 weights of the block, contiguous ([qb][rg][quad][r][jj]: 8 x 16 B).
   static constexpr int kOffWl = kOffRedo + 2 * 2 * 4;  // (16-byte aligned below)
   static constexpr int kOffWlA = (kOffWl + 15) / 16 * 16;
@@ -197,8 +213,16 @@ struct Sm90FusedV3Config {
   static constexpr int kOffBars = (kOffSmax + (kGateRange ? 8 * 4 : 0) + 7) / 8 * 8;
   // K full / empty, Q full / empty, and (kAsyncSelect) set handed over / set free.
   static constexpr int kNumBars = 2 * kNumStages + 4 + (kAsyncSelect ? 4 : 0);
-  static constexpr int kSmemBytes = kOffBars + kNumBars * 8 + 1024;
-  static_assert(kSmemBytes <= 227 * 1024, "shared memory per CTA");
+  // kShares: FusedV3Shr after the barriers (static_assert below the struct).
+  static constexpr int kOffShr = (kOffBars + kNumBars * 8 + 15) / 16 * 16;
+  static constexpr int kSmemBytes = kOffShr + (kShares ? 224 : 0) + 1024;
+  static_assert(kSmemBytes <= 227 * 1024 - (kShares ? 384 : 0), "shared memory per CTA (kShares: + fused_split_share's)");
+  static_assert(!kShares || (kSets == 1 && !kAsyncSelect && kPairSelect && kPairGate),
+                "shares: one candidate set per region, pair selects");
+  // kShares: a split piece's sample tiles, at most (their entries fill the
+  // last kTail slots of each segment, so the scan of the piece has cap - kTail).
+  static constexpr int kSplitSampleTiles = 12;
+  static constexpr int kTail = 16 * kSplitSampleTiles;
   static_assert(kSets == 1 || kSets == 2, "one or two candidate sets");
   static_assert(!kAsyncSelect || kSets == 2, "asynchronous selects need two candidate sets");
   static_assert(!(kAsyncSelect && kPairSelect), "pair selects are the synchronous block end's");
@@ -212,15 +236,62 @@ struct Sm90FusedV3Config {
   // sample's 16 x kMaxSampleTiles entries and above k / 8 (a compacted row).
   static constexpr int cap(int topk) { return ((topk + 1920) / 4 + 3) & ~3; }
   static_assert(cap(512) - 16 * kCheckTiles > 16 * fused_detail::kMaxSampleTiles, "sample fits under the trigger");
+  static_assert(!kShares || cap(512) - kTail - 16 * kCheckTiles > 512 / 8 + 16, "a split piece's scan room");
 };
+
+// kShares workspace, after the header: per CTA c, 8 counter words at c * 8
+// ([slot][smp rg0, smp rg1, fin rg0, fin rg1]: the split block whose first
+// piece is slot `slot` of CTA c counts its pieces' published samples and
+// finished scans per row group; zeroed by the launcher), then the records at
+// num_sms * 8 + (c * 2 + slot) * 256 + row * 32 (kRec*: the piece's sample
+// counts per segment, its final counts, its 4 largest sample-tile maxima, its
+// sample tiles), then 3 candidate regions per CTA (slots 0 and 1 for the
+// share's split pieces, 2 for whole blocks), each one candidate set.
+constexpr int kShareCtrWords = 8;
+constexpr int kShareRecWords = 512;
+constexpr int kShareCtaWords = kShareCtrWords + kShareRecWords;
+constexpr int kRecSample = 0, kRecFinal = 8, kRecTileMax = 16, kRecTiles = 20;
+constexpr int kShareRegions = 3;
+constexpr int kVisitWhole = 0, kVisitSample = 1, kVisitRest = 2;
+constexpr int kShareMinTiles = 8;  // the fewest tiles a share gets (fewer CTAs on tiny calls)
+
+// kShares: the CTA's share and the split visits' per-row state (shared memory).
+struct FusedV3Shr {
+  long long sh_g0, sh_count, sh_total;  // fused_split_share
+  int sh_b0, sh_t0, sh_gp;
+  int last[2];                          // per row group: this CTA merges the block it just finished
+  uint32_t gkey[8];                     // the split visit's shared gate key per row (0: none)
+  // Per row group and Q buffer: the visit's fields after its tile loops (every
+  // warp of the row group writes the same values at the visit's start; the
+  // row group's warps are never a visit apart: each visit ends at its barrier).
+  int vis[2][2][8];
+};
+static_assert(sizeof(FusedV3Shr) <= 224, "kShares: the shared-memory room of Sm90FusedV3Config::kSmemBytes");
 
 template <class Cfg>
 inline size_t fused_v3_workspace_bytes(int topk, int num_sms) {
+  if constexpr (Cfg::kShares)
+    return kFusedHeaderBytes + size_t(num_sms) * kShareCtaWords * 4 +
+           size_t(kShareRegions) * size_t(num_sms) * 8 * Cfg::kSegs * 2 * size_t(Cfg::cap(topk)) * 4;
   return kFusedHeaderBytes + size_t(Cfg::kSets) * size_t(num_sms) * 8 * Cfg::kSegs * 2 * size_t(Cfg::cap(topk)) * 4;
+}
+
+// Word offset (from p.ws) of this CTA's candidate set cs (kShares: region cs).
+template <class Cfg>
+__device__ __forceinline__ size_t fused_v3_set_off(const Sm90FusedParams& p, int cs) {
+  const size_t set_words = size_t(8) * Cfg::kSegs * 2 * size_t(p.cap);
+  if constexpr (Cfg::kShares)
+    return size_t(gridDim.x) * kShareCtaWords + (size_t(blockIdx.x) * kShareRegions + cs) * set_words;
+  else
+    return (size_t(blockIdx.x) * Cfg::kSets + cs) * set_words;
 }
 
 // The candidate set at word offset set_off of the workspace.
 __device__ __forceinline__ uint32_t* ws_cta_base(const Sm90FusedParams& p, uint32_t set_off) { return p.ws + set_off; }
+
+template <class Cfg>
+__device__ __forceinline__ uint32_t fused_v3_gate_rho_mn(const Sm90FusedParams& p, uint32_t m, uint32_t n, int r,
+                                                         uint32_t active);
 
 // The gate's sample rank for row r of block b (fused_v3_gate's rule): the
 // row's sample entries m are its 8 segment counts cnt[0 .. 8) (lane < 8 reads
@@ -236,6 +307,15 @@ __device__ __forceinline__ uint32_t fused_v3_gate_rho(const Sm90FusedParams& p, 
   const uint32_t n = row < p.rows ? static_cast<uint32_t>(row_length(p, row, &start_unused)) : 0u;
   uint32_t m = lane < 8 ? cnt[lane] : 0u;
   m = __reduce_add_sync(0xffffffffu, m);
+  return fused_v3_gate_rho_mn<Cfg>(p, m, n, r, active);
+}
+
+// fused_v3_gate_rho's rule for m sample entries of a row of n keys (kShares:
+// the sample of every piece of a split block).
+template <class Cfg>
+__device__ __forceinline__ uint32_t fused_v3_gate_rho_mn(const Sm90FusedParams& p, uint32_t m, uint32_t n, int r,
+                                                         uint32_t active) {
+  using namespace fused_detail;
   const uint32_t target = static_cast<uint32_t>(p.target > 0 ? p.target : fused_gate_target(p.topk));
   if (p.probe == 1 || !((active >> r) & 1u)) return 0u;
   uint32_t rho = split_gate_rank(m, n, target, 0xffffffffu);
@@ -317,11 +397,11 @@ __device__ __forceinline__ void fused_v3_check_compact(const Sm90FusedParams& p,
                                                        unsigned long long* thr_s, uint32_t* hist_all,
                                                        uint32_t* scratch_all, unsigned long long* stats, int rg,
                                                        int warp_in_wg, int seg, bool selector, uint32_t& cnt,
-                                                       uint64_t& thr) {
+                                                       uint64_t& thr, uint32_t trig_red = 0) {
   using namespace fused_detail;
   constexpr int NS = Cfg::kSegs;
   const int lane = threadIdx.x & 31;
-  const uint32_t trigger = static_cast<uint32_t>(p.cap - 16 * Cfg::kCheckTiles);
+  const uint32_t trigger = static_cast<uint32_t>(p.cap - 16 * Cfg::kCheckTiles) - trig_red;
   if (lane < 4) segcnt[(4 * rg + lane) * NS + seg] = cnt;  // lane l holds row 4 rg + l's count
   ptx::named_barrier_sync(5 + rg, 256);
   // Lane l reads row 4 rg + (l & 3), segment l >> 2: the 32 counts of the group.
@@ -386,14 +466,20 @@ __device__ __noinline__ uint4 fused_v3_check_call(const Sm90FusedParams* pp, int
   const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
   const int rg = wg >> 1, kg = wg & 1, warp_in_wg = (tid >> 5) & 3;
   const size_t set_words = size_t(8) * Cfg::kSegs * 2 * size_t(p.cap);
-  uint32_t* ws_set = p.ws + (size_t(blockIdx.x) * Cfg::kSets + cs) * set_words;
-  uint32_t* segcnt = reinterpret_cast<uint32_t*>(smem + Cfg::kOffSegCnt) + (cs * 2 + parity) * 8 * Cfg::kSegs;
-  unsigned long long* thr_s = reinterpret_cast<unsigned long long*>(smem + Cfg::kOffThr) + cs * 8;
+  (void)set_words;
+  if constexpr (Cfg::kShares)  // cs is the Q buffer: the visit's region is in this warp's vis slot
+    cs = reinterpret_cast<const FusedV3Shr*>(smem + Cfg::kOffShr)->vis[rg][cs][3];
+  uint32_t* ws_set = p.ws + fused_v3_set_off<Cfg>(p, cs);
+  const int ss = Cfg::kShares ? 0 : cs;  // kShares: cs is the region; one set of shared-memory state
+  uint32_t* segcnt = reinterpret_cast<uint32_t*>(smem + Cfg::kOffSegCnt) + (ss * 2 + parity) * 8 * Cfg::kSegs;
+  unsigned long long* thr_s = reinterpret_cast<unsigned long long*>(smem + Cfg::kOffThr) + ss * 8;
   uint64_t thr = (static_cast<uint64_t>(thr_hi) << 32) | thr_lo;
+  // kShares: a split piece's scan has cap - kTail slots per segment (its sample is in the tail).
+  const uint32_t trig_red = Cfg::kShares && cs < 2 ? static_cast<uint32_t>(Cfg::kTail) : 0u;
   fused_v3_check_compact<Cfg>(p, ws_set, segcnt, thr_s, reinterpret_cast<uint32_t*>(smem + Cfg::kOffHist),
                               reinterpret_cast<uint32_t*>(smem + Cfg::kOffScratch),
                               reinterpret_cast<unsigned long long*>(p.counter) + 1, rg, warp_in_wg,
-                              kg * 4 + warp_in_wg, kg == 0, cnt, thr);
+                              kg * 4 + warp_in_wg, kg == 0, cnt, thr, trig_red);
   return make_uint4(cnt, static_cast<uint32_t>(thr), static_cast<uint32_t>(thr >> 32), 0u);
 }
 
@@ -423,8 +509,10 @@ struct FusedV3PairRow {
     row = b * 8 + r;
     const size_t set_words = size_t(8) * NS * 2 * size_t(p.cap);
     seg_stride = 2u * static_cast<uint32_t>(p.cap);
-    seg0 = p.ws + (size_t(blockIdx.x) * Cfg::kSets + cs) * set_words + size_t(r * NS) * seg_stride;
-    segcnt = reinterpret_cast<const uint32_t*>(smem + Cfg::kOffSegCnt) + (cs * 2 + parity) * 8 * NS + r * NS;
+    (void)set_words;
+    seg0 = p.ws + fused_v3_set_off<Cfg>(p, cs) + size_t(r * NS) * seg_stride;
+    segcnt = reinterpret_cast<const uint32_t*>(smem + Cfg::kOffSegCnt) + ((Cfg::kShares ? 0 : cs) * 2 + parity) * 8 * NS +
+             r * NS;
     hist = reinterpret_cast<uint32_t*>(smem + Cfg::kOffHist) + r * 256;
     sk = reinterpret_cast<uint32_t*>(smem + Cfg::kOffScratch) + r * 2 * kScratch;
     si = sk + kScratch;
@@ -454,7 +542,7 @@ __device__ __noinline__ bool fused_v3_gate_pair_call(const Sm90FusedParams* pp, 
   const Sm90FusedParams& p = *pp;
   const FusedV3PairRow<Cfg> rw(p, cs, parity, b);
   const int r = rw.r, lane = rw.lane, kg = rw.kg;
-  unsigned long long* thr_s = reinterpret_cast<unsigned long long*>(rw.smem + Cfg::kOffThr) + cs * 8;
+  unsigned long long* thr_s = reinterpret_cast<unsigned long long*>(rw.smem + Cfg::kOffThr) + (Cfg::kShares ? 0 : cs) * 8;
   FusedV3Ctl* ctl = reinterpret_cast<FusedV3Ctl*>(rw.smem + Cfg::kOffCtl);
   const uint32_t rho = fused_v3_gate_rho<Cfg>(p, rw.segcnt, rw.row, r, active, lane);
   uint32_t gk = 0;
@@ -492,7 +580,7 @@ __device__ __noinline__ bool fused_v3_pair_end_call(const Sm90FusedParams* pp, i
   uint8_t* smem = rw.smem;
   uint32_t *hist = rw.hist, *sk = rw.sk, *si = rw.si;
   unsigned long long* stats = rw.stats;
-  const uint64_t thr = reinterpret_cast<const unsigned long long*>(smem + Cfg::kOffThr)[cs * 8 + r];
+  const uint64_t thr = reinterpret_cast<const unsigned long long*>(smem + Cfg::kOffThr)[(Cfg::kShares ? 0 : cs) * 8 + r];
   const SegLanes ps = rw.half_segs(p);
   PairCtx pc = rw.ctx();
   int start;
@@ -541,6 +629,266 @@ __device__ __noinline__ bool fused_v3_pair_end_call(const Sm90FusedParams* pp, i
     atomicAdd(stats + 13, 1ull);
     if (!ok) atomicAdd(stats + 8, 1ull);
     if (res < 0) atomicAdd(stats + 10, 1ull);
+  }
+  return ok;
+}
+
+// ---- v3 shares (kShares): split blocks across CTAs -----------------------------
+// The producer turns the CTA's share (fused_split_share: equal contiguous
+// shares of the call's tiles) into visits (slot words of a Q buffer: b, the
+// piece's first key, its tiles np, the walk stride, its sample tiles, active
+// rows, kind, the walk positions [t_begin, t_end) of this visit, the region,
+// and for a split block its first CTA c0, that CTA's slot slot0 and its
+// pieces S). A split piece is visited twice: kVisitSample (its first ns walk
+// positions into the tails of region slot's segments, no threshold), then,
+// after the CTA's other split piece has sampled too, kVisitRest (the shared
+// gate, the sample entries at or above it copied to the segments' heads, the
+// rest of the walk, the publication, and the merge when it is the block's last
+// piece). Whole blocks are kVisitWhole in region 2, as the unshared kernel.
+// Every piece's samples are published at the start of its CTA's work, so a
+// rest visit waits only for visits that never wait: no deadlock with the grid
+// resident (one CTA per SM, grid <= SMs).
+__device__ __forceinline__ int* fused_v3_ctr(const Sm90FusedParams& p, int c, int slot) {
+  return reinterpret_cast<int*>(p.ws) + c * kShareCtrWords + slot * 4;
+}
+__device__ __forceinline__ uint32_t* fused_v3_rec(const Sm90FusedParams& p, int c, int slot) {
+  return p.ws + size_t(gridDim.x) * kShareCtrWords + size_t(c * 2 + slot) * 256;
+}
+
+// Row r's segments over the pieces of the split block (c0, slot0, np pieces):
+// the sample tails (sample) or the scan heads with their final counts.
+template <class Cfg>
+__device__ __forceinline__ fused_detail::PieceSegs fused_v3_piece_segs(const Sm90FusedParams& p, int c0, int slot0,
+                                                                      int np, int r, int half, bool sample) {
+  const uint32_t cap = static_cast<uint32_t>(p.cap);
+  const uint32_t set_words = 8u * Cfg::kSegs * 2u * cap;
+  fused_detail::PieceSegs s;
+  s.ws = p.ws + size_t(gridDim.x) * kShareCtaWords;
+  s.cnt = fused_v3_rec(p, 0, 0) + r * 32 + (sample ? kRecSample : kRecFinal);
+  s.cta_words = kShareRegions * set_words;
+  s.slot_words = set_words;
+  s.row_off = static_cast<uint32_t>(r * Cfg::kSegs) * 2u * cap;
+  s.koff = sample ? cap - static_cast<uint32_t>(Cfg::kTail) : 0u;
+  s.seg_stride = 2u * cap;
+  s.cap = cap;
+  s.cnt_cta = 512;
+  s.cnt_slot = 256;
+  s.c0 = c0;
+  s.slot0 = slot0;
+  s.np = np;
+  s.half = half;
+  return s;
+}
+
+// The C-th largest (with multiplicity) of the pieces' published sample tile
+// maxima of row r (4 per piece, 0 padded): the C-th largest over every sampled
+// tile of the block (each piece's 4 largest hold the union's 4 largest); 0
+// when fewer than C are nonzero. One warp.
+__device__ __forceinline__ uint32_t fused_v3_union_tile_cap(const Sm90FusedParams& p, int c0, int slot0, int np, int r,
+                                                            uint32_t c, int lane) {
+  auto at = [&](int i) {
+    return __ldcg(fused_v3_rec(p, c0 + (i >> 2), (i >> 2) == 0 ? slot0 : 0) + r * 32 + kRecTileMax + (i & 3));
+  };
+  uint64_t bound = 1ull << 32;
+  uint32_t acc = 0;
+#pragma unroll 1
+  for (uint32_t j = 0; j < c; ++j) {
+    uint32_t mx = 0;
+    for (int i = lane; i < 4 * np; i += 32) {
+      const uint32_t x = at(i);
+      if (x < bound) mx = max(mx, x);
+    }
+    mx = __reduce_max_sync(0xffffffffu, mx);
+    if (mx == 0) return 0;
+    uint32_t eq = 0;
+    for (int i = lane; i < 4 * np; i += 32) eq += at(i) == mx ? 1u : 0u;
+    acc += __reduce_add_sync(0xffffffffu, eq);
+    if (acc >= c) return mx;
+    bound = mx;
+  }
+  return 0;
+}
+
+// kVisitSample's end (all math warps; cnt: the lane's count in its segment's
+// tail): publishes the row group's sample counts, each row's 4 largest sample
+// tile maxima and its sample tiles, clears the maxima, counts the row group's
+// publication on the block's counter.
+template <class Cfg>
+__device__ __noinline__ void fused_v3_split_sample_end(const Sm90FusedParams* pp, int reg, int c0, int slot0, int ns,
+                                                       uint32_t cnt) {
+  const Sm90FusedParams& p = *pp;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
+  FusedV3Ctl* ctl = reinterpret_cast<FusedV3Ctl*>(smem + Cfg::kOffCtl);
+  const int tid = threadIdx.x, lane = tid & 31;
+  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
+  const int rg = wg >> 1, kg = wg & 1, warp_in_wg = (tid >> 5) & 3;
+  uint32_t* rec = fused_v3_rec(p, blockIdx.x, reg);
+  if (lane < 4) __stcg(rec + (4 * rg + lane) * 32 + kRecSample + kg * 4 + warp_in_wg, cnt);
+  ptx::named_barrier_sync(5 + rg, 256);  // the row group's tile maxima are complete
+  if (kg == 0) {
+    const int r = 4 * rg + warp_in_wg;
+    uint32_t v = ctl->tile_max[r][lane];
+#pragma unroll 1
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t mx = __reduce_max_sync(0xffffffffu, v);
+      const uint32_t at = __ballot_sync(0xffffffffu, v == mx && mx != 0);
+      if (at && lane == __ffs(static_cast<int>(at)) - 1) v = 0;
+      if (lane == 0) __stcg(rec + r * 32 + kRecTileMax + j, mx);
+    }
+    if (lane == 0) __stcg(rec + r * 32 + kRecTiles, static_cast<uint32_t>(ns));
+    ctl->tile_max[r][lane] = 0;
+  }
+  ptx::named_barrier_sync(5 + rg, 256);
+  if ((tid & 255) == 0) {
+    __threadfence();
+    atomicAdd(fused_v3_ctr(p, c0, slot0) + rg, 1);
+  }
+}
+
+// kVisitRest's gate (all math warps): waits for every piece's sample, then
+// row 4 rg + warp_in_wg's pair ranks the shared gate over them
+// (fused_v3_gate_rho's rule on the union; the cap is the C-th largest of all
+// the pieces' sample tile maxima, C = min(4, sample tiles)); the first warp
+// sets thr_s and gkey. Returns whether the row is gated (the first warp's).
+template <class Cfg>
+__device__ __noinline__ bool fused_v3_union_gate_call(const Sm90FusedParams* pp, int reg, int b, int c0, int slot0,
+                                                      int np) {
+  using namespace fused_detail;
+  const Sm90FusedParams& p = *pp;
+  const FusedV3PairRow<Cfg> rw(p, reg, 0, b);
+  const int r = rw.r, lane = rw.lane, kg = rw.kg, rg = r >> 2;
+  const int tid = threadIdx.x;
+  if ((tid & 255) == 0) {
+    const volatile int* ctr = fused_v3_ctr(p, c0, slot0) + rg;
+    while (*ctr < np) __nanosleep(64);
+    __threadfence();
+  }
+  ptx::named_barrier_sync(5 + rg, 256);
+  unsigned long long* thr_s = reinterpret_cast<unsigned long long*>(rw.smem + Cfg::kOffThr);
+  FusedV3Shr* shr = reinterpret_cast<FusedV3Shr*>(rw.smem + Cfg::kOffShr);
+  uint32_t m = 0, tiles = 0;
+  for (int i = lane; i < np; i += 32) {
+    const uint32_t* rec = fused_v3_rec(p, c0 + i, i == 0 ? slot0 : 0) + r * 32;
+#pragma unroll
+    for (int sg = 0; sg < 8; ++sg) m += __ldcg(rec + kRecSample + sg);
+    tiles += __ldcg(rec + kRecTiles);
+  }
+  m = __reduce_add_sync(0xffffffffu, m);
+  tiles = __reduce_add_sync(0xffffffffu, tiles);
+  int start_unused;
+  const uint32_t n = rw.row < p.rows ? static_cast<uint32_t>(row_length(p, rw.row, &start_unused)) : 0u;
+  const uint32_t rho = fused_v3_gate_rho_mn<Cfg>(p, m, n, r, 0xffu);
+  uint32_t gk = 0;
+  if (rho) {
+    PairCtx pc = rw.ctx();
+    uint64_t th = 0;
+    uint32_t c_unused = 0;
+    const PieceSegs ps = fused_v3_piece_segs<Cfg>(p, c0, slot0, np, r, kg, true);
+    const bool ok = pair_row_core<false>(ps, pc, 0, rho, 0u, false, 0, rw.hist, rw.sk, rw.si, lane, &c_unused, &th,
+                                         [](int, int, uint32_t) {}) > 0;
+    if (!ok && kg == 0)  // heavy ties: one warp
+      th = warp_select_lean(fused_v3_piece_segs<Cfg>(p, c0, slot0, np, r, -1, true), 0, rho, rw.hist, rw.sk, rw.si,
+                            lane);
+    if (kg == 0) {
+      const uint32_t c = tiles < static_cast<uint32_t>(kMinGateTiles) ? tiles : static_cast<uint32_t>(kMinGateTiles);
+      const uint32_t tc = fused_v3_union_tile_cap(p, c0, slot0, np, r, c, lane);
+      gk = min(static_cast<uint32_t>(th >> 32), tc);
+    }
+  }
+  if (kg == 0 && lane == 0) {
+    shr->gkey[r] = gk;
+    thr_s[r] = gk ? gate_threshold(gk) : 0ull;
+    if (gk && p.probe == 2) atomicAdd(rw.stats + 9, 1ull);
+  }
+  return gk != 0;
+}
+
+// kVisitRest after the gate (all math warps; the row group's thr_s is set):
+// each warp copies its sample entries at or above its rows' gates from its
+// segments' tails to their heads (the tails stay as published: other pieces
+// may still be ranking them). Returns the lane's row's count in its segment.
+template <class Cfg>
+__device__ __noinline__ uint32_t fused_v3_split_copy(const Sm90FusedParams* pp, int reg) {
+  using namespace fused_detail;
+  const Sm90FusedParams& p = *pp;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
+  const unsigned long long* thr_s = reinterpret_cast<const unsigned long long*>(smem + Cfg::kOffThr);
+  const int tid = threadIdx.x, lane = tid & 31, quad = lane & 3;
+  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
+  const int rg = wg >> 1, kg = wg & 1, seg = kg * 4 + ((tid >> 5) & 3);
+  const uint32_t cap = static_cast<uint32_t>(p.cap), seg_stride = 2u * cap;
+  uint32_t* ws_set = p.ws + fused_v3_set_off<Cfg>(p, reg);
+  const uint32_t* rec = fused_v3_rec(p, blockIdx.x, reg);
+  uint32_t mine = 0;
+#pragma unroll 1
+  for (int i = 0; i < 4; ++i) {
+    const int r = 4 * rg + i;
+    const uint64_t th = thr_s[r];
+    const int c = static_cast<int>(__ldcg(rec + r * 32 + kRecSample + seg));
+    uint32_t* head = ws_set + size_t(r * Cfg::kSegs + seg) * seg_stride;
+    const uint32_t* tail = head + (cap - static_cast<uint32_t>(Cfg::kTail));
+    const Segs sg{{tail, nullptr}, {tail + cap, nullptr}, {c, 0}, 1};
+    const int kept = warp_emit(sg, th, lane, [&](int at, uint32_t key, uint32_t idx) {
+      __stcg(head + at, key);
+      __stcg(head + cap + at, idx);
+    });
+    if (quad == i) mine = static_cast<uint32_t>(kept);
+  }
+  __syncwarp();
+  return mine;
+}
+
+// kVisitRest's end (all math warps; cnt: the lane's count): publishes the row
+// group's final counts, counts the piece on the block's counter, and when it
+// is the block's last piece, row 4 rg + warp_in_wg's pair selects the row
+// over every piece's heads with the shared gate (exact: every key at or above
+// it is in some piece; a gated row with fewer than min(k, n) such entries is
+// unsafe and the caller queues the whole block's rescan). Returns whether the
+// row is safe (the first warp's answer).
+template <class Cfg>
+__device__ __noinline__ bool fused_v3_split_end_call(const Sm90FusedParams* pp, int reg, int b, int c0, int slot0,
+                                                     int np, uint32_t cnt) {
+  using namespace fused_detail;
+  const Sm90FusedParams& p = *pp;
+  const FusedV3PairRow<Cfg> rw(p, reg, 0, b);
+  const int r = rw.r, lane = rw.lane, kg = rw.kg, rg = r >> 2, row = rw.row;
+  const int tid = threadIdx.x;
+  FusedV3Shr* shr = reinterpret_cast<FusedV3Shr*>(rw.smem + Cfg::kOffShr);
+  volatile int* last = shr->last;
+  uint32_t* rec = fused_v3_rec(p, blockIdx.x, reg);
+  if (lane < 4) __stcg(rec + (4 * rg + lane) * 32 + kRecFinal + kg * 4 + ((tid >> 5) & 3), cnt);
+  ptx::named_barrier_sync(5 + rg, 256);
+  if ((tid & 255) == 0) {
+    __threadfence();
+    const int done = atomicAdd(fused_v3_ctr(p, c0, slot0) + 2 + rg, 1);
+    last[rg] = done == np - 1;
+    __threadfence();
+  }
+  ptx::named_barrier_sync(5 + rg, 256);
+  if (!last[rg] || row >= p.rows) return true;
+  const uint32_t gk = shr->gkey[r];
+  const uint64_t thr = gk ? gate_threshold(gk) : 0ull;
+  int start;
+  const int n = row_length(p, row, &start);
+  const uint32_t k = static_cast<uint32_t>(p.topk);
+  const uint32_t need = min(k, static_cast<uint32_t>(n));
+  int* orow = p.out + size_t(row) * k;
+  uint32_t cands = 0;
+  PairCtx pc = rw.ctx();
+  const PieceSegs ps = fused_v3_piece_segs<Cfg>(p, c0, slot0, np, r, kg, false);
+  const int res = pair_finish_row(ps, pc, thr, k, need, gk != 0, start, rw.hist, rw.sk, rw.si, lane, &cands,
+                                  [&](int at, int v, uint32_t) { orow[at] = v; });
+  bool ok = res > 0;
+  if (res < 0 && kg == 0)  // heavy ties at the k-th key: one warp
+    ok = warp_finish_row<true>(fused_v3_piece_segs<Cfg>(p, c0, slot0, np, r, -1, false), thr, k, need, gk != 0, start,
+                               rw.hist, rw.sk, rw.si, lane, &cands, [&](int at, int v, uint32_t) { orow[at] = v; });
+  if (kg == 0 && p.probe == 2 && lane == 0) {
+    atomicAdd(rw.stats + 4, static_cast<unsigned long long>(cands));
+    atomicAdd(rw.stats + 13, 1ull);
+    if (!ok) atomicAdd(rw.stats + 8, 1ull);
+    if (res < 0) atomicAdd(rw.stats + 10, 1ull);
   }
   return ok;
 }
@@ -660,7 +1008,8 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
   uint32_t* scratch_all = reinterpret_cast<uint32_t*>(smem + Cfg::kOffScratch);
   uint32_t* segcnt_all = reinterpret_cast<uint32_t*>(smem + Cfg::kOffSegCnt);
   unsigned long long* thr_all = reinterpret_cast<unsigned long long*>(smem + Cfg::kOffThr);
-  volatile int* slot = reinterpret_cast<volatile int*>(smem + Cfg::kOffSlot);  // [2][8]
+  volatile int* slot = reinterpret_cast<volatile int*>(smem + Cfg::kOffSlot);  // [2][kSlotInts]
+  constexpr int SI = Cfg::kSlotInts;
   uint32_t* redo_rg = reinterpret_cast<uint32_t*>(smem + Cfg::kOffRedo);       // [set][rg]: rows found unsafe
   FusedV3Ctl* ctl = reinterpret_cast<FusedV3Ctl*>(smem + Cfg::kOffCtl);
   volatile FusedV3Ctl* ctl_v = ctl;
@@ -701,6 +1050,11 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
   const int k = p.topk;
   const size_t set_words = size_t(8) * NS * 2 * size_t(p.cap);
   unsigned long long* stats = reinterpret_cast<unsigned long long*>(p.counter) + 1;
+  if constexpr (Cfg::kShares) {  // this CTA's share of the call's tiles (every thread; synchronises the CTA)
+    const Sm90LogitsParams lp{p.starts, p.ends, nullptr, 0, p.rows, p.keys};
+    fused_split_share<Cfg::kThreads>(lp, reinterpret_cast<FusedV3Shr*>(smem + Cfg::kOffShr), nblocks, gridDim.x,
+                                     kShareMinTiles);
+  }
 
   if (wg == Cfg::kMathWarpgroups) {
     // ---------------- producer warpgroup ----------------
@@ -719,6 +1073,142 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
     ptx::prefetch_tensor_map(&tm_k);
     ptx::prefetch_tensor_map(&tm_scales);
     ptx::prefetch_tensor_map(&tm_weights);
+    if constexpr (Cfg::kShares) {
+      // ---- kShares: the visits of this CTA's share (see "v3 shares") ----
+      const FusedV3Shr* shr = reinterpret_cast<const FusedV3Shr*>(smem + Cfg::kOffShr);
+      const Sm90LogitsParams lp{p.starts, p.ends, nullptr, 0, p.rows, p.keys};
+      int it = 0, qi = 0, issued = 0, head = 0;
+      // The walk positions [tb, te) of the piece [t0, t0 + np) of block b's tiles.
+      auto visit = [&](int b, int t0, int np, int ns, uint32_t active, int kind, int tb, int te, int reg, int c0,
+                       int slot0, int npieces) {
+        const int qb = qi & 1;
+        ptx::mbar_wait(q_empty + qb, ((qi >> 1) & 1) ^ 1);
+        ++qi;
+        int lo, hi;
+        block_span<R, Cfg::kBlockKeys>(lp, b, lo, hi);
+        const int plo = lo + t0 * Cfg::kBlockKeys;
+        const int stride = tile_stride(np);
+        volatile int* sl = slot + SI * qb;
+        sl[0] = b;
+        sl[1] = plo;
+        sl[2] = np;
+        sl[3] = stride;
+        sl[4] = ns;
+        sl[5] = static_cast<int>(active);
+        sl[6] = kind;
+        sl[7] = tb;
+        sl[8] = te;
+        sl[9] = reg;
+        sl[10] = c0;
+        sl[11] = slot0;
+        sl[12] = npieces;
+        if (te <= tb) {  // no tile: the consumers only run the visit's bookkeeping
+          ptx::mbar_arrive(q_full + qb);
+          return;
+        }
+        ptx::mbar_arrive_expect_tx(q_full + qb, Cfg::kQTileBytes + Cfg::kWeightBytes);
+        ptx::tma_load_2d(smem + Cfg::kOffQ + qb * Cfg::kQTileBytes, &tm_q, q_full + qb, 0, b * R * 32);
+        ptx::tma_load_2d(smem + Cfg::kOffWeights + qb * Cfg::kWeightBytes, &tm_weights, q_full + qb, 0, b * R);
+        for (int t = 0, tp = np - 1; t < te; ++t, tp = next_tile(tp, np, stride)) {
+          if (t < tb) continue;
+          const int stage = it % S;
+          ptx::mbar_wait(empty + stage, ((it / S) & 1) ^ 1);
+          const int key0 = plo + tp * Cfg::kBlockKeys;
+          ptx::mbar_arrive_expect_tx(full + stage, Cfg::kKTileBytes + Cfg::kScaleBytes);
+          ptx::tma_load_2d(smem + Cfg::kOffK + stage * Cfg::kKTileBytes, &tm_k, full + stage, 0, key0);
+          ptx::tma_load_2d(smem + Cfg::kOffScales + stage * Cfg::kScaleBytes, &tm_scales, full + stage, key0, 0);
+          ++it;
+        }
+      };
+      auto whole = [&](int b, int n, uint32_t active, bool redo) {
+        visit(b, 0, n, redo ? 0 : fused_sample_tiles(n, k, p.target), active, kVisitWhole, 0, n, 2, 0, 0, 1);
+        ++issued;
+      };
+      const long long total = shr->sh_total, g0 = shr->sh_g0, count = shr->sh_count;
+      const int gp = shr->sh_gp;
+      if (shr->sh_b0 >= 0 && count > 0) {
+        // Split pieces: the block's first CTA c0 (owner of its first tile G),
+        // the slot it keeps the block in (0: the block opens c0's share), its
+        // pieces; sample tiles in proportion to the piece (at least one, at
+        // most kSplitSampleTiles).
+        auto c0_of = [&](long long G) { return split_owner(G, total, gp); };
+        auto slot0_of = [&](long long G) { return total * c0_of(G) / gp == G ? 0 : 1; };
+        auto pieces_of = [&](long long G, int ntb) { return split_owner(G + ntb - 1, total, gp) - c0_of(G) + 1; };
+        auto ns_of = [&](int ntb, int np) {
+          const int nsb = fused_sample_tiles(ntb, k, p.target);
+          int v = (nsb * np + ntb - 1) / ntb;
+          v = v < 1 ? 1 : v;
+          v = v > Cfg::kSplitSampleTiles ? Cfg::kSplitSampleTiles : v;
+          return v < np ? v : np;
+        };
+        int lo, hi;
+        const int bf = shr->sh_b0, tf = shr->sh_t0;
+        const int ntf = block_span<R, Cfg::kBlockKeys>(lp, bf, lo, hi);
+        const int npf = static_cast<int>(min(static_cast<long long>(ntf - tf), count));
+        const bool split_f = tf > 0 || tf + npf < ntf;
+        int bl = -1, npl = 0, ntl = 0;  // the share's last block, if not bf
+        long long left = count - npf;
+        for (int b = bf + 1; left > 0 && b < nblocks; ++b) {
+          const int n = block_span<R, Cfg::kBlockKeys>(lp, b, lo, hi);
+          if (n == 0) continue;
+          if (left <= n) {
+            bl = b;
+            npl = static_cast<int>(left);
+            ntl = n;
+            break;
+          }
+          left -= n;
+        }
+        const bool split_l = bl >= 0 && npl < ntl;
+        const long long gf = g0 - tf, gl = g0 + count - npl;
+        const int nsf = split_f ? ns_of(ntf, npf) : 0, nsl = split_l ? ns_of(ntl, npl) : 0;
+        if (split_f) visit(bf, tf, npf, nsf, 0xffu, kVisitSample, 0, nsf, 0, c0_of(gf), slot0_of(gf), pieces_of(gf, ntf));
+        if (split_l) visit(bl, 0, npl, nsl, 0xffu, kVisitSample, 0, nsl, 1, c0_of(gl), slot0_of(gl), pieces_of(gl, ntl));
+        if (split_f) {
+          visit(bf, tf, npf, nsf, 0xffu, kVisitRest, nsf, npf, 0, c0_of(gf), slot0_of(gf), pieces_of(gf, ntf));
+          ++issued;
+        } else {
+          whole(bf, ntf, 0xffu, false);
+        }
+        for (int b = bf + 1; b < bl; ++b) {
+          const int n = block_span<R, Cfg::kBlockKeys>(lp, b, lo, hi);
+          if (n > 0) whole(b, n, 0xffu, false);
+        }
+        if (split_l) {
+          visit(bl, 0, npl, nsl, 0xffu, kVisitRest, nsl, npl, 1, c0_of(gl), slot0_of(gl), pieces_of(gl, ntl));
+          ++issued;
+        } else if (bl >= 0) {
+          whole(bl, ntl, 0xffu, false);
+        }
+      }
+      // Blocks with no tile (every row empty): block b by CTA b mod grid.
+      for (int b = blockIdx.x; b < nblocks; b += gridDim.x) {
+        int lo, hi;
+        if (block_span<R, Cfg::kBlockKeys>(lp, b, lo, hi) == 0) whole(b, 0, 0xffu, false);
+      }
+      // Redos (whole blocks, no gate) until every half this CTA issued has
+      // reported (a half's redo is queued before it counts itself).
+      for (;;) {
+        int b = -1;
+        uint32_t mask = 0;
+        bool got = redo_queue_pop(ctl_v, head, b, mask, [](volatile FusedV3Ctl*, int) {});
+        if (!got) {
+          if (ctl_v->halves_done < 2 * issued) {
+            __nanosleep(256);
+            continue;
+          }
+          got = redo_queue_pop(ctl_v, head, b, mask, [](volatile FusedV3Ctl*, int) {});
+          if (!got) break;
+        }
+        int lo, hi;
+        whole(b, block_span<R, Cfg::kBlockKeys>(lp, b, lo, hi), mask, true);
+      }
+      const int qb = qi & 1;
+      ptx::mbar_wait(q_empty + qb, ((qi >> 1) & 1) ^ 1);
+      slot[SI * qb] = -1;
+      ptx::mbar_arrive(q_full + qb);
+      return;
+    }
     int it = 0, issued = 0, head = 0;
     const Sm90LogitsParams lp{p.starts, p.ends, nullptr, 0, p.rows, p.keys};
     auto pop_redo = [&](int& b, uint32_t& mask) {
@@ -747,7 +1237,7 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
         }
       }
       if (!have) {
-        slot[8 * qb] = -1;
+        slot[SI * qb] = -1;
         ptx::mbar_arrive(q_full + qb);
         return;
       }
@@ -755,12 +1245,12 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       int lo, hi;
       const int nt = block_span<R, Cfg::kBlockKeys>(lp, b, lo, hi);
       const int stride = tile_stride(nt);
-      slot[8 * qb + 0] = b;
-      slot[8 * qb + 1] = lo;
-      slot[8 * qb + 2] = nt;
-      slot[8 * qb + 3] = stride;
-      slot[8 * qb + 4] = !redo ? fused_sample_tiles(nt, k, p.target) : 0;
-      slot[8 * qb + 5] = static_cast<int>(active);
+      slot[SI * qb + 0] = b;
+      slot[SI * qb + 1] = lo;
+      slot[SI * qb + 2] = nt;
+      slot[SI * qb + 3] = stride;
+      slot[SI * qb + 4] = !redo ? fused_sample_tiles(nt, k, p.target) : 0;
+      slot[SI * qb + 5] = static_cast<int>(active);
       if (nt == 0) {  // every row empty: the consumers only write -1
         ptx::mbar_arrive(q_full + qb);
         continue;
@@ -805,7 +1295,7 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
     const int qb = qi & 1;
     const int cs = Cfg::kSets == 2 ? qi & 1 : 0;
     ptx::mbar_wait(q_full + qb, (qi >> 1) & 1);
-    const int b = slot[8 * qb];
+    const int b = slot[SI * qb];
     if constexpr (Cfg::kAsyncSelect) {
       // Set cs is free once the selects of the block that last used it are done.
       ptx::mbar_wait(sel_empty + cs, ((qi >> 1) & 1) ^ 1);
@@ -819,14 +1309,37 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       if (p.probe == 2 && lane == 0) atomicAdd(stats + 6, static_cast<unsigned long long>(clock64() - t_start));
       break;
     }
-    const int nt = slot[8 * qb + 2], stride = slot[8 * qb + 3];
-    const int ns = slot[8 * qb + 4];
-    const uint32_t active = static_cast<uint32_t>(slot[8 * qb + 5]);
+    const int nt = slot[SI * qb + 2], stride = slot[SI * qb + 3];
+    // kShares: the visit's kind, its walk positions [t_begin, t_end) of the
+    // piece's nt tiles, its candidate region and its split block (c0, slot0,
+    // pieces); a rest visit has no sample tiles (its gate is the pieces').
+    // (kShares: the fields the tile loops do not need are kept in this warp's
+    // vis slot, registers being at their cap in the loops; the producer may
+    // rewrite the Q buffer's slot once the visit's last MMA has released it.)
+    // (a function, not a pointer held across the tile loops)
+    auto vis_of = [&]() -> volatile int* {
+      return reinterpret_cast<FusedV3Shr*>(smem + Cfg::kOffShr)->vis[rg][qb];
+    };
+    const int kind0 = Cfg::kShares ? slot[SI * qb + 6] : kVisitWhole;
+    const int t_begin = Cfg::kShares ? slot[SI * qb + 7] : 0;
+    const int t_end = Cfg::kShares ? slot[SI * qb + 8] : nt;
+    const int reg0 = Cfg::kShares ? slot[SI * qb + 9] : cs;
+    if constexpr (Cfg::kShares) {
+      if (lane < 7) vis_of()[lane] = slot[SI * qb + 6 + lane];  // kind, t_begin, t_end, reg, c0, slot0, pieces
+      __syncwarp();
+    }
+    const int ns = kind0 == kVisitRest ? 0 : slot[SI * qb + 4];
+    const int samp_lim = kind0 == kVisitWhole ? nt : 0;  // compaction checks in the sample loop (not a split sample)
+    const uint32_t active = static_cast<uint32_t>(slot[SI * qb + 5]);
     // Row r's segment s (of set cs): keys at word (r * NS + s) * seg_stride of
     // the set, indices + cap; this lane's own segment as a 32-bit word offset
     // from p.ws (registers are at their cap in the tile loop).
-    const uint32_t set_off = (blockIdx.x * Cfg::kSets + cs) * static_cast<uint32_t>(set_words);
+    const uint32_t set_off = Cfg::kShares ? static_cast<uint32_t>(fused_v3_set_off<Cfg>(p, reg0))
+                                          : (blockIdx.x * Cfg::kSets + cs) * static_cast<uint32_t>(set_words);
     const uint32_t my_off = set_off + static_cast<uint32_t>(my_row * NS + seg) * seg_stride;
+    // Where this lane appends: its segment, or (a split sample) the segment's tail.
+    const uint32_t app_off =
+        Cfg::kShares && kind0 == kVisitSample ? my_off + static_cast<uint32_t>(p.cap - Cfg::kTail) : my_off;
     int pub = 0;  // segment-count publications of this block (compaction checks, gate, block end)
     auto segcnt_of = [&](int pb) { return segcnt_all + (cs * 2 + (pb & 1)) * 8 * NS; };  // [row][seg]
     unsigned long long* thr_s = thr_all + cs * 8;    // [row]
@@ -841,7 +1354,7 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
     }
     const uint32_t len = static_cast<uint32_t>(re - rs);
     // ka of tile tp = key_base + tp * 128 (this lane's first key; the second is + 8).
-    const int key_base = slot[8 * qb + 1] + kg * 64 + warp_in_wg * 16 + (lane >> 2);
+    const int key_base = slot[SI * qb + 1] + kg * 64 + warp_in_wg * 16 + (lane >> 2);
     bool row_gated = false;  // selector warps: row sel_row has a gate in this block
     uint32_t cnt = 0;        // entries of this lane's row in this warp's segment
     uint64_t thr = 0;        // this lane's row threshold: candidates have composite > thr
@@ -940,7 +1453,7 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       } else {
         logits_epilogue_reduce_w<4>(acc, wreg, quad, fin);
       }
-      if (t + 1 == nt) {  // the block's last MMA has read Q
+      if (t + 1 == t_end) {  // the visit's last MMA has read Q
         __syncwarp();
         if (lane == 0) ptx::mbar_arrive(q_empty + qb);
       }
@@ -961,7 +1474,7 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       const uint32_t m1 = __ballot_sync(0xffffffffu, pass1) & qmask;
       const uint32_t lt = ptx::lanemask_lt();
       const uint32_t n0 = __popc(m0);
-      uint32_t* base = p.ws + my_off + cnt;
+      uint32_t* base = p.ws + app_off + cnt;
       if (pass0) {
         const uint32_t at = __popc(m0 & lt);
         __stcg(base + at, k0);
@@ -982,27 +1495,29 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
                                     rg, warp_in_wg, seg, selector, cnt, thr);
         return;
       }
-      const uint4 r = fused_v3_check_call<Cfg>(&p, cs, pub & 1, cnt, static_cast<uint32_t>(thr),
+      const uint4 r = fused_v3_check_call<Cfg>(&p, Cfg::kShares ? qb : cs, pub & 1, cnt, static_cast<uint32_t>(thr),
                                                static_cast<uint32_t>(thr >> 32));
       ++pub;
       cnt = r.x;
       thr = (static_cast<uint64_t>(r.z) << 32) | r.y;
     };
     int t = 0, tp = nt - 1;
+    if constexpr (Cfg::kShares)
+      for (; t < t_begin; ++t) tp = next_tile(tp, nt, stride);
 #pragma unroll 1
     for (; t < ns; ++t, tp = next_tile(tp, nt, stride)) {
       tile(std::true_type{}, t, tp);
-      if ((t + 1) % Cfg::kCheckTiles == 0 && t + 1 < nt)
+      if ((t + 1) % Cfg::kCheckTiles == 0 && t + 1 < samp_lim)
         check();
     }
-    if (ns > 0) {
+    if (ns > 0 && (!Cfg::kShares || samp_lim > 0)) {  // (a whole block's gate)
       // ---- the gate of each row from its sample (every in-range key of the first ns tiles) ----
       const long long t_gate = clock64();
       uint32_t* segcnt = segcnt_of(pub++);
       if (lane < 4) segcnt[(4 * rg + lane) * NS + seg] = cnt;
       ptx::named_barrier_sync(bar_rg, 256);
       if constexpr (Cfg::kPairGate) {
-        const bool gd = fused_v3_gate_pair_call<Cfg>(&p, cs, (pub - 1) & 1, b, active, ns);
+        const bool gd = fused_v3_gate_pair_call<Cfg>(&p, Cfg::kShares ? 2 : cs, (pub - 1) & 1, b, active, ns);
         if (selector) row_gated = gd;
       } else if (selector) {
         row_gated = fused_v3_gate<Cfg>(p, ws_cta_base(p, set_off), segcnt, thr_s, ctl, hist_all, scratch_all, stats, b,
@@ -1032,17 +1547,52 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       }
       if (p.probe == 2 && lane == 0) atomicAdd(stats + 7, static_cast<unsigned long long>(clock64() - t_gate));
     }
+    if constexpr (Cfg::kShares) {
+      volatile int* vis = vis_of();
+      if (vis[0] == kVisitRest) {  // the pieces' shared gate; this piece's sample entries at or above it
+        const bool gd = fused_v3_union_gate_call<Cfg>(&p, vis[3], b, vis[4], vis[5], vis[6]);
+        if (selector) row_gated = gd;
+        ptx::named_barrier_sync(bar_rg, 256);  // the row group's gates are in thr_s
+        cnt = fused_v3_split_copy<Cfg>(&p, vis[3]);
+        thr = thr_s[my_row];
+      }
+    }
 #pragma unroll 1
-    for (; t < nt; ++t, tp = next_tile(tp, nt, stride)) {
+    for (; t < t_end; ++t, tp = next_tile(tp, nt, stride)) {
       tile(std::false_type{}, t, tp);
-      if ((t + 1) % Cfg::kCheckTiles == 0 && t + 1 < nt)
+      if ((t + 1) % Cfg::kCheckTiles == 0 && t + 1 < t_end)
         check();
     }
 
     // ---- block end: one warp per row selects over the row's 8 segments ----
-    if (nt == 0) {  // no tile released the (unloaded) Q buffer
+    if (Cfg::kShares ? vis_of()[1] == vis_of()[2] : nt == 0) {  // no tile released the (unloaded) Q buffer
       __syncwarp();
       if (lane == 0) ptx::mbar_arrive(q_empty + qb);
+    }
+    if constexpr (Cfg::kShares) {
+      volatile int* vis = vis_of();
+      if (vis[0] == kVisitSample) {  // publish the piece's sample; its rest visit comes later
+        fused_v3_split_sample_end<Cfg>(&p, vis[3], vis[4], vis[5], vis[2], cnt);
+        continue;
+      }
+      if (vis[0] == kVisitRest) {  // publish; the block's last piece selects its rows
+        const bool ok = fused_v3_split_end_call<Cfg>(&p, vis[3], b, vis[4], vis[5], vis[6], cnt);
+        if (selector) {
+          if (lane == 0) {
+            thr_s[sel_row] = 0;
+            if (!ok) atomicOr(&redo_rg[rg], 1u << sel_row);
+          }
+          ptx::named_barrier_sync(1 + wg_u, 128);
+          if ((tid & 127) == 0) {  // the row group's half of the block (a whole-block rescan if any row is unsafe)
+            volatile uint32_t* rr = redo_rg + rg;
+            const uint32_t mask = *rr;
+            *rr = 0;
+            fused_v3_half_finished(ctl, b, mask);
+          }
+        }
+        ptx::named_barrier_sync(bar_rg, 256);
+        continue;
+      }
     }
     if constexpr (Cfg::kAsyncSelect) {
       // Hand the block over to the selector warps (fused_v3_select_loop): the
@@ -1084,7 +1634,7 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
         }
       } else if (((active >> r) & 1u) && row < p.rows) {
         if constexpr (Cfg::kPairSelect) {
-          ok = fused_v3_pair_end_call<Cfg>(&p, cs, pub & 1, b, row_gated);
+          ok = fused_v3_pair_end_call<Cfg>(&p, Cfg::kShares ? 2 : cs, pub & 1, b, row_gated);
         } else {
           // (The same steps as fused_v3_finish_row, kept inline: the op's kernel
           // was validated and timed in this form; moving it into the helper
@@ -1172,6 +1722,8 @@ using Sm90FusedV3FloorCapped =
     Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 1, 5, true>;  // 31: 30, floor where the sample is capped
 using Sm90FusedV3SafeTarget =
     Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true>;  // 32: 31 with 27's target 1.5 k + 256
+using Sm90FusedV3Shares =
+    Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true, true>;  // 33: 32 on equal shares (split blocks)
 // (A 544-thread configuration with one producer warp and __maxnreg__(120) was
 // tried on 2026-12-02 and failed to launch: "too many resources"; removed.)
 // The op's fused kernel on whole blocks (one set: the v2 kernel's workspace):
@@ -1225,7 +1777,8 @@ inline cudaError_t launch_sm90_fused_mqa_topk_v3(const void* q, const void* k, c
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;
   int* counter = static_cast<int*>(workspace);
-  err = cudaMemsetAsync(counter, 0, kFusedHeaderBytes, stream);
+  // (kShares: and the split blocks' counters after the header)
+  err = cudaMemsetAsync(counter, 0, kFusedHeaderBytes + (Cfg::kShares ? size_t(num_sms) * kShareCtrWords * 4 : 0), stream);
   if (err != cudaSuccess) return err;
   uint32_t* ws = reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(workspace) + kFusedHeaderBytes);
   const int gate_target = target > 0 ? target : Cfg::gate_target(topk);  // a development target, or the configuration's
