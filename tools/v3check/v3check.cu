@@ -523,7 +523,10 @@ int cmd_stats(int argc, char** argv) {
                 "each, check cycles %llu); total cycles per math warp %.0f; pair selects handed to one warp %llu\n",
                 v, argv[6], argv[7], w.rows, w.keys, w.topk, target, h[9], h[8], h[13], h[4] / sel, h[5] / sel, h[7] / warps,
                 h[0], h[0] ? double(h[1]) / h[0] : 0.0, h[3], h[6] / warps, h[10]);
-    if (h[2] | h[11] | h[12] | h[14])  // kSelPhases (26): the pair select's phases, per select
+    if (v == 33)  // kShares: 12 = the sample publications' cycles; 7 = the rest starts (gate, copy, waits)
+      std::printf("  shares: sample publications per math warp %.0f cycles, rest starts (gate + copy + waits) %.0f\n",
+                  h[12] / warps, h[7] / warps);
+    else if (h[2] | h[11] | h[12] | h[14])  // kSelPhases (26): the pair select's phases, per select
       std::printf("  pair select phases per select (cycles): range pass %.0f, histogram levels %.0f, gather + output %.0f, "
                   "scratch finish %.0f\n", h[2] / sel, h[11] / sel, h[12] / sel, h[14] / sel);
     std::fflush(stdout);
@@ -533,9 +536,10 @@ int cmd_stats(int argc, char** argv) {
 }
 
 int cmd_time(int argc, char** argv) {
-  if (argc < 8) return std::fprintf(stderr, "time VARIANTS ROWS KEYS TOPK LAYOUT DIST [reps=N] [target=T]\n"), 1;
+  if (argc < 8) return std::fprintf(stderr, "time VARIANTS ROWS KEYS TOPK LAYOUT DIST [reps=N] [target=T] [probe=P]\n"), 1;
   const auto vars = parse_variants(argv[2]);
   const int reps = opt_int(argc, argv, "reps", 30), target = opt_int(argc, argv, "target", 0);
+  const int probe = opt_int(argc, argv, "probe", 0);  // e.g. 1: no appends (the loops' cost)
   Work w = work_from_args(argv, 11);
   const int rows = w.rows, keys = w.keys, topk = w.topk;
   const std::string layout = argv[6], dist = argv[7];
@@ -589,11 +593,11 @@ int cmd_time(int argc, char** argv) {
               layout.c_str(), dist.c_str(), rows, keys, topk, t_logits, flops / t_logits * 1e-12, t_native, wrong_native);
   for (int v : vars) {
     poison(d, 0xff);
-    const float t = timed([&] { return launch_fused(v, d, 0, 0, target); });
+    const float t = timed([&] { return launch_fused(v, d, 0, probe, target); });
     sync_or_report("fused");
-    const int wrong = wrong_rows(w, host_out(d), ref, 2);
-    std::printf("  fused v%d target=%d: %.3f ms = %.3fx logits alone, %.3fx faster than native dense; wrong rows %d\n", v, target, t,
-                t / t_logits, t_native / t, wrong);
+    const int wrong = probe ? -1 : wrong_rows(w, host_out(d), ref, 2);
+    std::printf("  fused v%d target=%d probe=%d: %.3f ms = %.3fx logits alone, %.3fx faster than native dense; wrong rows %d\n", v,
+                target, probe, t, t / t_logits, t_native / t, wrong);
     std::fflush(stdout);
   }
   cudaFree(flush);

@@ -920,30 +920,33 @@ __device__ __forceinline__ void pair_for_each(const PairSegGroups<kMaxGroups>& s
 }
 
 // A row's candidates over the pieces of a split block (v3 kShares): piece i
-// (i < np) lives at CTA c = c0 + i in its slot sl = (i == 0 ? slot0 : 0);
-// its 8 segments start at ws + c * cta_words + sl * slot_words + row_off + koff
-// (stride seg_stride, indices at + cap words), and its segment counts are at
-// cnt + c * cnt_cta + sl * cnt_slot + s (global memory written by other CTAs:
-// read with __ldcg). half: a pair warp's half (its 4 segments, 8 lanes each:
-// pair_for_each), or -1 for one warp over all 8 (4 lanes each: for_each_key4,
-// warp_hist_pass and warp_emit, i.e. warp_select_lean and warp_finish_row).
-// Pieces are visited in order, so everything ranked by ballots is
-// deterministic and the same in every CTA that traverses the row.
+// (i < np) lives at CTA c = c0 + i in its slot sl = (i == 0 ? slot0 : 0),
+// in the kShares workspace layout: per CTA kPieceSlots regions of 8 rows x 8
+// segments x (keys, indices) x cap words, so the row's segment s of (c, sl)
+// starts at base + (c * kPieceSlots + sl) * 128 cap + s * 2 cap (base: the
+// row's segment 0 of CTA 0, slot 0, plus the entries' offset in a segment;
+// indices at + cap words), and its count is at cnt + (c * kPieceSlots + sl) *
+// 256 + s (global memory written by other CTAs: read with __ldcg). half: a
+// pair warp's half (its 4 segments, 8 lanes each: pair_for_each), or -1 for
+// one warp over all 8 (4 lanes each: for_each_key4, warp_hist_pass and
+// warp_emit, i.e. warp_select_lean and warp_finish_row). Pieces are visited
+// in order, so everything ranked by ballots is deterministic and the same in
+// every CTA that traverses the row. (Few fields: it lives in registers
+// through a whole select.)
+constexpr int kPieceSlots = 3;
 struct PieceSegs {
-  const uint32_t* ws;
+  const uint32_t* base;
   const uint32_t* cnt;
-  uint32_t cta_words, slot_words, row_off, koff, seg_stride, cap;
-  uint32_t cnt_cta, cnt_slot;
+  uint32_t cap;
   int c0, slot0, np, half;
 };
 
 // Piece i's segments as this lane's SegLanes.
 __device__ __forceinline__ SegLanes piece_lanes(const PieceSegs& s, int i, int lane) {
-  const uint32_t c = static_cast<uint32_t>(s.c0 + i), sl = i == 0 ? static_cast<uint32_t>(s.slot0) : 0u;
-  const int sg = s.half >= 0 ? 4 * s.half + (lane >> 3) : (lane >> 2);
-  const uint32_t* kp = s.ws + size_t(c) * s.cta_words + size_t(sl) * s.slot_words + s.row_off + s.koff +
-                       size_t(sg) * s.seg_stride;
-  const int n = static_cast<int>(__ldcg(s.cnt + size_t(c) * s.cnt_cta + sl * s.cnt_slot + sg));
+  const uint32_t sl = static_cast<uint32_t>(s.c0 + i) * kPieceSlots + (i == 0 ? static_cast<uint32_t>(s.slot0) : 0u);
+  const uint32_t sg = s.half >= 0 ? 4u * static_cast<uint32_t>(s.half) + (lane >> 3) : static_cast<uint32_t>(lane >> 2);
+  const uint32_t* kp = s.base + (size_t(sl) * 64u + sg) * (2u * s.cap);
+  const int n = static_cast<int>(__ldcg(s.cnt + size_t(sl) * 256u + sg));
   return SegLanes{kp, kp + s.cap, n, static_cast<int>(__reduce_max_sync(0xffffffffu, static_cast<uint32_t>(n)))};
 }
 

@@ -215,7 +215,7 @@ struct Sm90FusedV3Config {
   static constexpr int kNumBars = 2 * kNumStages + 4 + (kAsyncSelect ? 4 : 0);
   // kShares: FusedV3Shr after the barriers (static_assert below the struct).
   static constexpr int kOffShr = (kOffBars + kNumBars * 8 + 15) / 16 * 16;
-  static constexpr int kSmemBytes = kOffShr + (kShares ? 224 : 0) + 1024;
+  static constexpr int kSmemBytes = kOffShr + (kShares ? 576 : 0) + 1024;
   static_assert(kSmemBytes <= 227 * 1024 - (kShares ? 384 : 0), "shared memory per CTA (kShares: + fused_split_share's)");
   static_assert(!kShares || (kSets == 1 && !kAsyncSelect && kPairSelect && kPairGate),
                 "shares: one candidate set per region, pair selects");
@@ -243,12 +243,12 @@ struct Sm90FusedV3Config {
 // ([slot][smp rg0, smp rg1, fin rg0, fin rg1]: the split block whose first
 // piece is slot `slot` of CTA c counts its pieces' published samples and
 // finished scans per row group; zeroed by the launcher), then the records at
-// num_sms * 8 + (c * 2 + slot) * 256 + row * 32 (kRec*: the piece's sample
+// num_sms * 8 + (c * 3 + slot) * 256 + row * 32 (kRec*: the piece's sample
 // counts per segment, its final counts, its 4 largest sample-tile maxima, its
 // sample tiles), then 3 candidate regions per CTA (slots 0 and 1 for the
 // share's split pieces, 2 for whole blocks), each one candidate set.
 constexpr int kShareCtrWords = 8;
-constexpr int kShareRecWords = 512;
+constexpr int kShareRecWords = 3 * 256;
 constexpr int kShareCtaWords = kShareCtrWords + kShareRecWords;
 constexpr int kRecSample = 0, kRecFinal = 8, kRecTileMax = 16, kRecTiles = 20;
 constexpr int kShareRegions = 3;
@@ -261,12 +261,13 @@ struct FusedV3Shr {
   int sh_b0, sh_t0, sh_gp;
   int last[2];                          // per row group: this CTA merges the block it just finished
   uint32_t gkey[8];                     // the split visit's shared gate key per row (0: none)
+  uint32_t rest_cnt[16][4];             // per math warp and row: its count after a rest visit's start
   // Per row group and Q buffer: the visit's fields after its tile loops (every
   // warp of the row group writes the same values at the visit's start; the
   // row group's warps are never a visit apart: each visit ends at its barrier).
-  int vis[2][2][8];
+  int vis[2][2][12];
 };
-static_assert(sizeof(FusedV3Shr) <= 224, "kShares: the shared-memory room of Sm90FusedV3Config::kSmemBytes");
+static_assert(sizeof(FusedV3Shr) <= 576, "kShares: the shared-memory room of Sm90FusedV3Config::kSmemBytes");
 
 template <class Cfg>
 inline size_t fused_v3_workspace_bytes(int topk, int num_sms) {
@@ -652,7 +653,7 @@ __device__ __forceinline__ int* fused_v3_ctr(const Sm90FusedParams& p, int c, in
   return reinterpret_cast<int*>(p.ws) + c * kShareCtrWords + slot * 4;
 }
 __device__ __forceinline__ uint32_t* fused_v3_rec(const Sm90FusedParams& p, int c, int slot) {
-  return p.ws + size_t(gridDim.x) * kShareCtrWords + size_t(c * 2 + slot) * 256;
+  return p.ws + size_t(gridDim.x) * kShareCtrWords + size_t(c * 3 + slot) * 256;
 }
 
 // Row r's segments over the pieces of the split block (c0, slot0, np pieces):
@@ -660,19 +661,13 @@ __device__ __forceinline__ uint32_t* fused_v3_rec(const Sm90FusedParams& p, int 
 template <class Cfg>
 __device__ __forceinline__ fused_detail::PieceSegs fused_v3_piece_segs(const Sm90FusedParams& p, int c0, int slot0,
                                                                       int np, int r, int half, bool sample) {
+  static_assert(fused_detail::kPieceSlots == kShareRegions && Cfg::kSegs == 8, "PieceSegs' layout is kShares'");
   const uint32_t cap = static_cast<uint32_t>(p.cap);
-  const uint32_t set_words = 8u * Cfg::kSegs * 2u * cap;
   fused_detail::PieceSegs s;
-  s.ws = p.ws + size_t(gridDim.x) * kShareCtaWords;
+  s.base = p.ws + size_t(gridDim.x) * kShareCtaWords + size_t(r * Cfg::kSegs) * 2u * cap +
+           (sample ? cap - static_cast<uint32_t>(Cfg::kTail) : 0u);
   s.cnt = fused_v3_rec(p, 0, 0) + r * 32 + (sample ? kRecSample : kRecFinal);
-  s.cta_words = kShareRegions * set_words;
-  s.slot_words = set_words;
-  s.row_off = static_cast<uint32_t>(r * Cfg::kSegs) * 2u * cap;
-  s.koff = sample ? cap - static_cast<uint32_t>(Cfg::kTail) : 0u;
-  s.seg_stride = 2u * cap;
   s.cap = cap;
-  s.cnt_cta = 512;
-  s.cnt_slot = 256;
   s.c0 = c0;
   s.slot0 = slot0;
   s.np = np;
@@ -740,7 +735,7 @@ __device__ __noinline__ void fused_v3_split_sample_end(const Sm90FusedParams* pp
     ctl->tile_max[r][lane] = 0;
   }
   ptx::named_barrier_sync(5 + rg, 256);
-  if ((tid & 255) == 0) {
+  if (slot0 < 2 && (tid & 255) == 0) {  // (a whole block, slot 2, has no other piece to tell)
     __threadfence();
     atomicAdd(fused_v3_ctr(p, c0, slot0) + rg, 1);
   }
@@ -752,19 +747,19 @@ __device__ __noinline__ void fused_v3_split_sample_end(const Sm90FusedParams* pp
 // the pieces' sample tile maxima, C = min(4, sample tiles)); the first warp
 // sets thr_s and gkey. Returns whether the row is gated (the first warp's).
 template <class Cfg>
-__device__ __noinline__ bool fused_v3_union_gate_call(const Sm90FusedParams* pp, int reg, int b, int c0, int slot0,
+__device__ __forceinline__ bool fused_v3_union_gate_call(const Sm90FusedParams* pp, int reg, int b, int c0, int slot0,
                                                       int np) {
   using namespace fused_detail;
   const Sm90FusedParams& p = *pp;
   const FusedV3PairRow<Cfg> rw(p, reg, 0, b);
   const int r = rw.r, lane = rw.lane, kg = rw.kg, rg = r >> 2;
   const int tid = threadIdx.x;
-  if ((tid & 255) == 0) {
+  if (np > 1 && (tid & 255) == 0) {
     const volatile int* ctr = fused_v3_ctr(p, c0, slot0) + rg;
     while (*ctr < np) __nanosleep(64);
     __threadfence();
   }
-  ptx::named_barrier_sync(5 + rg, 256);
+  if (np > 1) ptx::named_barrier_sync(5 + rg, 256);
   unsigned long long* thr_s = reinterpret_cast<unsigned long long*>(rw.smem + Cfg::kOffThr);
   FusedV3Shr* shr = reinterpret_cast<FusedV3Shr*>(rw.smem + Cfg::kOffShr);
   uint32_t m = 0, tiles = 0;
@@ -778,7 +773,7 @@ __device__ __noinline__ bool fused_v3_union_gate_call(const Sm90FusedParams* pp,
   tiles = __reduce_add_sync(0xffffffffu, tiles);
   int start_unused;
   const uint32_t n = rw.row < p.rows ? static_cast<uint32_t>(row_length(p, rw.row, &start_unused)) : 0u;
-  const uint32_t rho = fused_v3_gate_rho_mn<Cfg>(p, m, n, r, 0xffu);
+  const uint32_t rho = np > 0 ? fused_v3_gate_rho_mn<Cfg>(p, m, n, r, 0xffu) : 0u;  // (np 0: a redo, no gate)
   uint32_t gk = 0;
   if (rho) {
     PairCtx pc = rw.ctx();
@@ -809,7 +804,7 @@ __device__ __noinline__ bool fused_v3_union_gate_call(const Sm90FusedParams* pp,
 // segments' tails to their heads (the tails stay as published: other pieces
 // may still be ranking them). Returns the lane's row's count in its segment.
 template <class Cfg>
-__device__ __noinline__ uint32_t fused_v3_split_copy(const Sm90FusedParams* pp, int reg) {
+__device__ __forceinline__ uint32_t fused_v3_split_copy(const Sm90FusedParams* pp, int reg, int np) {
   using namespace fused_detail;
   const Sm90FusedParams& p = *pp;
   extern __shared__ uint8_t smem_raw[];
@@ -823,7 +818,7 @@ __device__ __noinline__ uint32_t fused_v3_split_copy(const Sm90FusedParams* pp, 
   const uint32_t* rec = fused_v3_rec(p, blockIdx.x, reg);
   uint32_t mine = 0;
 #pragma unroll 1
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < (np > 0 ? 4 : 0); ++i) {  // (np 0: a redo, nothing sampled)
     const int r = 4 * rg + i;
     const uint64_t th = thr_s[r];
     const int c = static_cast<int>(__ldcg(rec + r * 32 + kRecSample + seg));
@@ -840,6 +835,49 @@ __device__ __noinline__ uint32_t fused_v3_split_copy(const Sm90FusedParams* pp, 
   return mine;
 }
 
+// kVisitRest's start (all math warps, Q buffer qb of block b): the shared
+// gate (fused_v3_union_gate_call), then this warp's sample entries at or above
+// it copied to its segments' heads (fused_v3_split_copy). Returns the lane's
+// count; the rows' thresholds are in thr_s.
+template <class Cfg>
+__device__ __noinline__ uint32_t fused_v3_split_rest_start(const Sm90FusedParams* pp, int qb, int b) {
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
+  const int rg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 256, 0);
+  const volatile int* vis = reinterpret_cast<const FusedV3Shr*>(smem + Cfg::kOffShr)->vis[rg][qb];
+  const int reg = __shfl_sync(0xffffffffu, vis[3], 0), c0 = __shfl_sync(0xffffffffu, vis[4], 0);
+  const int slot0 = __shfl_sync(0xffffffffu, vis[5], 0), np = __shfl_sync(0xffffffffu, vis[6], 0);
+  fused_v3_union_gate_call<Cfg>(pp, reg, b, c0, slot0, np);
+  ptx::named_barrier_sync(5 + rg, 256);  // the row group's gates are in thr_s
+  return fused_v3_split_copy<Cfg>(pp, reg, np);
+}
+
+// kShares, at the end of visit qi (all math warps; after its tile loops: a
+// call before them costs the tile loops their registers): waits for visit
+// qi + 1's description, writes its vis fields, and when it is a rest visit
+// runs its start (fused_v3_split_rest_start), leaving each warp's row counts
+// in rest_cnt. Returns nothing; the next visit reads them back.
+template <class Cfg>
+__device__ __noinline__ void fused_v3_prestart(const Sm90FusedParams* pp, int qi) {
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
+  constexpr int SI = Cfg::kSlotInts;
+  const int tid = threadIdx.x, lane = tid & 31;
+  const int rg = __shfl_sync(0xffffffffu, tid / 256, 0);
+  const int qb = qi & 1;
+  uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + Cfg::kOffBars) + 2 * Cfg::kNumStages;
+  ptx::mbar_wait(q_full + qb, (qi >> 1) & 1);
+  const volatile int* slot = reinterpret_cast<const volatile int*>(smem + Cfg::kOffSlot) + SI * qb;
+  FusedV3Shr* shr = reinterpret_cast<FusedV3Shr*>(smem + Cfg::kOffShr);
+  const int b = __shfl_sync(0xffffffffu, slot[0], 0);
+  if (b < 0 || __shfl_sync(0xffffffffu, slot[6], 0) != kVisitRest) return;
+  if (lane < 9) shr->vis[rg][qb][lane] = slot[lane < 7 ? 6 + lane : lane == 7 ? 2 : 5];
+  __syncwarp();
+  const uint32_t c = fused_v3_split_rest_start<Cfg>(pp, qb, b);
+  if (lane < 4) shr->rest_cnt[tid >> 5][lane] = c;  // (lane l holds row 4 rg + l, as every lane of quad l)
+  __syncwarp();
+}
+
 // kVisitRest's end (all math warps; cnt: the lane's count): publishes the row
 // group's final counts, counts the piece on the block's counter, and when it
 // is the block's last piece, row 4 rg + warp_in_wg's pair selects the row
@@ -849,7 +887,7 @@ __device__ __noinline__ uint32_t fused_v3_split_copy(const Sm90FusedParams* pp, 
 // row is safe (the first warp's answer).
 template <class Cfg>
 __device__ __noinline__ bool fused_v3_split_end_call(const Sm90FusedParams* pp, int reg, int b, int c0, int slot0,
-                                                     int np, uint32_t cnt) {
+                                                     int np, uint32_t cnt, uint32_t active) {
   using namespace fused_detail;
   const Sm90FusedParams& p = *pp;
   const FusedV3PairRow<Cfg> rw(p, reg, 0, b);
@@ -860,15 +898,19 @@ __device__ __noinline__ bool fused_v3_split_end_call(const Sm90FusedParams* pp, 
   uint32_t* rec = fused_v3_rec(p, blockIdx.x, reg);
   if (lane < 4) __stcg(rec + (4 * rg + lane) * 32 + kRecFinal + kg * 4 + ((tid >> 5) & 3), cnt);
   ptx::named_barrier_sync(5 + rg, 256);
-  if ((tid & 255) == 0) {
-    __threadfence();
-    const int done = atomicAdd(fused_v3_ctr(p, c0, slot0) + 2 + rg, 1);
-    last[rg] = done == np - 1;
-    __threadfence();
+  if (np > 1) {  // (one piece, or a redo: this CTA has every candidate)
+    if ((tid & 255) == 0) {
+      __threadfence();
+      const int done = atomicAdd(fused_v3_ctr(p, c0, slot0) + 2 + rg, 1);
+      last[rg] = done == np - 1;
+      __threadfence();
+    }
+    ptx::named_barrier_sync(5 + rg, 256);
+    if (!last[rg]) return true;
   }
-  ptx::named_barrier_sync(5 + rg, 256);
-  if (!last[rg] || row >= p.rows) return true;
-  const uint32_t gk = shr->gkey[r];
+  if (row >= p.rows || !((active >> r) & 1u)) return true;
+  const uint32_t gk = np > 0 ? shr->gkey[r] : 0u;
+  np = np > 0 ? np : 1;
   const uint64_t thr = gk ? gate_threshold(gk) : 0ull;
   int start;
   const int n = row_length(p, row, &start);
@@ -1120,8 +1162,18 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
           ++it;
         }
       };
+      // A whole block: a sample visit and a rest visit in region 2, as a split
+      // block of one piece (no counters); a redo: a rest visit of the block's
+      // rows `active` with no pieces (no gate, no sample).
       auto whole = [&](int b, int n, uint32_t active, bool redo) {
-        visit(b, 0, n, redo ? 0 : fused_sample_tiles(n, k, p.target), active, kVisitWhole, 0, n, 2, 0, 0, 1);
+        if (!redo) {
+          int ns = fused_sample_tiles(n, k, p.target);
+          ns = ns > Cfg::kSplitSampleTiles ? Cfg::kSplitSampleTiles : ns;
+          visit(b, 0, n, ns, 0xffu, kVisitSample, 0, ns, 2, blockIdx.x, 2, 1);
+          visit(b, 0, n, ns, 0xffu, kVisitRest, ns, n, 2, blockIdx.x, 2, 1);
+        } else {
+          visit(b, 0, n, 0, active, kVisitRest, 0, n, 2, blockIdx.x, 2, 0);
+        }
         ++issued;
       };
       const long long total = shr->sh_total, g0 = shr->sh_g0, count = shr->sh_count;
@@ -1292,6 +1344,12 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
   const long long t_start = clock64();
   int it = 0;
   for (int qi = 0;; ++qi) {
+    if constexpr (Cfg::kShares) {
+      // (warp-uniform by construction; said so, so that the stage and Q buffer
+      // indices, hence the MMA descriptors, stay in uniform registers)
+      qi = __shfl_sync(0xffffffffu, qi, 0);
+      it = __shfl_sync(0xffffffffu, it, 0);
+    }
     const int qb = qi & 1;
     const int cs = Cfg::kSets == 2 ? qi & 1 : 0;
     ptx::mbar_wait(q_full + qb, (qi >> 1) & 1);
@@ -1309,7 +1367,8 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       if (p.probe == 2 && lane == 0) atomicAdd(stats + 6, static_cast<unsigned long long>(clock64() - t_start));
       break;
     }
-    const int nt = slot[SI * qb + 2], stride = slot[SI * qb + 3];
+    const int nt = Cfg::kShares ? __shfl_sync(0xffffffffu, slot[SI * qb + 2], 0) : slot[SI * qb + 2];
+    const int stride = Cfg::kShares ? __shfl_sync(0xffffffffu, slot[SI * qb + 3], 0) : slot[SI * qb + 3];
     // kShares: the visit's kind, its walk positions [t_begin, t_end) of the
     // piece's nt tiles, its candidate region and its split block (c0, slot0,
     // pieces); a rest visit has no sample tiles (its gate is the pieces').
@@ -1320,26 +1379,40 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
     auto vis_of = [&]() -> volatile int* {
       return reinterpret_cast<FusedV3Shr*>(smem + Cfg::kOffShr)->vis[rg][qb];
     };
-    const int kind0 = Cfg::kShares ? slot[SI * qb + 6] : kVisitWhole;
-    const int t_begin = Cfg::kShares ? slot[SI * qb + 7] : 0;
-    const int t_end = Cfg::kShares ? slot[SI * qb + 8] : nt;
+    // A vis field as a warp-uniform value (a shuffle from lane 0): branches on
+    // it stay uniform, so the loop counters (and the MMA descriptors derived
+    // from them) stay in uniform registers.
+    auto vis_u = [&](int i) { return __shfl_sync(0xffffffffu, vis_of()[i], 0); };
+    const int kind0 = Cfg::kShares ? __shfl_sync(0xffffffffu, slot[SI * qb + 6], 0) : kVisitWhole;
+    const int t_begin = Cfg::kShares ? __shfl_sync(0xffffffffu, slot[SI * qb + 7], 0) : 0;
     const int reg0 = Cfg::kShares ? slot[SI * qb + 9] : cs;
     if constexpr (Cfg::kShares) {
-      if (lane < 7) vis_of()[lane] = slot[SI * qb + 6 + lane];  // kind, t_begin, t_end, reg, c0, slot0, pieces
+      // kind, t_begin, t_end, reg, c0, slot0, pieces, the piece's tiles, active rows
+      if (lane < 9) vis_of()[lane] = slot[SI * qb + (lane < 7 ? 6 + lane : lane == 7 ? 2 : 5)];
       __syncwarp();
     }
-    const int ns = kind0 == kVisitRest ? 0 : slot[SI * qb + 4];
-    const int samp_lim = kind0 == kVisitWhole ? nt : 0;  // compaction checks in the sample loop (not a split sample)
+    const int ns = kind0 == kVisitRest ? 0 : Cfg::kShares ? __shfl_sync(0xffffffffu, slot[SI * qb + 4], 0) : slot[SI * qb + 4];
+    // A rest visit starts with the pieces' shared gate and this piece's sample
+    // entries at or above it, here, before the visit's loop state exists (a
+    // call between the loops costs the tile loops their registers).
+    // (the previous visit's end ran it: fused_v3_prestart; every shares
+    // visit is preceded by one, the first of a CTA is never a rest visit)
+    uint32_t rest_cnt = 0;
+    if constexpr (Cfg::kShares)
+      if (kind0 == kVisitRest) rest_cnt = reinterpret_cast<const volatile FusedV3Shr*>(smem + Cfg::kOffShr)->rest_cnt[tid >> 5][quad];
+    // (The loops keep the whole block's bounds: a rest visit covers the walk
+    // positions [t_begin, nt); a split sample's ns tiles end before nt (its Q
+    // buffer is released after the loop unless ns == nt) and its compaction
+    // check, if any, finds its tails far under the trigger.)
     const uint32_t active = static_cast<uint32_t>(slot[SI * qb + 5]);
     // Row r's segment s (of set cs): keys at word (r * NS + s) * seg_stride of
     // the set, indices + cap; this lane's own segment as a 32-bit word offset
     // from p.ws (registers are at their cap in the tile loop).
     const uint32_t set_off = Cfg::kShares ? static_cast<uint32_t>(fused_v3_set_off<Cfg>(p, reg0))
                                           : (blockIdx.x * Cfg::kSets + cs) * static_cast<uint32_t>(set_words);
-    const uint32_t my_off = set_off + static_cast<uint32_t>(my_row * NS + seg) * seg_stride;
-    // Where this lane appends: its segment, or (a split sample) the segment's tail.
-    const uint32_t app_off =
-        Cfg::kShares && kind0 == kVisitSample ? my_off + static_cast<uint32_t>(p.cap - Cfg::kTail) : my_off;
+    // (a split sample appends to the segment's tail)
+    const uint32_t my_off = set_off + static_cast<uint32_t>(my_row * NS + seg) * seg_stride +
+                            (Cfg::kShares && kind0 == kVisitSample ? static_cast<uint32_t>(p.cap - Cfg::kTail) : 0u);
     int pub = 0;  // segment-count publications of this block (compaction checks, gate, block end)
     auto segcnt_of = [&](int pb) { return segcnt_all + (cs * 2 + (pb & 1)) * 8 * NS; };  // [row][seg]
     unsigned long long* thr_s = thr_all + cs * 8;    // [row]
@@ -1356,8 +1429,8 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
     // ka of tile tp = key_base + tp * 128 (this lane's first key; the second is + 8).
     const int key_base = slot[SI * qb + 1] + kg * 64 + warp_in_wg * 16 + (lane >> 2);
     bool row_gated = false;  // selector warps: row sel_row has a gate in this block
-    uint32_t cnt = 0;        // entries of this lane's row in this warp's segment
-    uint64_t thr = 0;        // this lane's row threshold: candidates have composite > thr
+    uint32_t cnt = rest_cnt;  // entries of this lane's row in this warp's segment
+    uint64_t thr = Cfg::kShares && kind0 == kVisitRest ? thr_all[my_row] : 0;  // this lane's row threshold: candidates have composite > thr
     float2 wreg[Cfg::kSmemWeights ? 1 : 4][4];
     // kSmemWeights: this lane's copy of its 32 weights (the 64 lanes of a (row
     // group, quad) write the same values to the same slot, and each reads back
@@ -1401,7 +1474,18 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       // cause of the weight-copy variants' wrong sets).
       float scale0, scale1;
       tile_scales(smem + Cfg::kOffScales + stage * Cfg::kScaleBytes, key_in_tile, scale0, scale1);
-      logits_tile_mma_lo<L>(acc, a_lo0 + stage * (Cfg::kKTileBytes >> 4), b_lo0 + qb * (Cfg::kQTileBytes >> 4));
+      uint32_t a_lo = a_lo0, b_lo = b_lo0;
+      if constexpr (Cfg::kShares) {
+        // Re-derived each tile (a few uniform instructions): kept across the
+        // visit's calls, whose callees take the uniform registers, they would
+        // cost the loop its registers.
+        const int wgx = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
+        extern __shared__ uint8_t smem_raw[];
+        uint8_t* sm = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
+        a_lo = desc_lo_k128_sw128(sm + Cfg::kOffK + (wgx & 1) * 64 * 128);
+        b_lo = desc_lo_k128_sw128(sm + Cfg::kOffQ + (wgx >> 1) * L::kN * 128);
+      }
+      logits_tile_mma_lo<L>(acc, a_lo + stage * (Cfg::kKTileBytes >> 4), b_lo + qb * (Cfg::kQTileBytes >> 4));
       release_stage(empty + stage, lane);
       float fin[2][1];
       if constexpr (Cfg::kWeightsMode == 2) {
@@ -1453,7 +1537,7 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       } else {
         logits_epilogue_reduce_w<4>(acc, wreg, quad, fin);
       }
-      if (t + 1 == t_end) {  // the visit's last MMA has read Q
+      if (t + 1 == nt) {  // the block's last MMA has read Q
         __syncwarp();
         if (lane == 0) ptx::mbar_arrive(q_empty + qb);
       }
@@ -1474,7 +1558,7 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       const uint32_t m1 = __ballot_sync(0xffffffffu, pass1) & qmask;
       const uint32_t lt = ptx::lanemask_lt();
       const uint32_t n0 = __popc(m0);
-      uint32_t* base = p.ws + app_off + cnt;
+      uint32_t* base = p.ws + my_off + cnt;
       if (pass0) {
         const uint32_t at = __popc(m0 & lt);
         __stcg(base + at, k0);
@@ -1507,10 +1591,10 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
 #pragma unroll 1
     for (; t < ns; ++t, tp = next_tile(tp, nt, stride)) {
       tile(std::true_type{}, t, tp);
-      if ((t + 1) % Cfg::kCheckTiles == 0 && t + 1 < samp_lim)
+      if ((t + 1) % Cfg::kCheckTiles == 0 && t + 1 < nt)
         check();
     }
-    if (ns > 0 && (!Cfg::kShares || samp_lim > 0)) {  // (a whole block's gate)
+    if (!Cfg::kShares && ns > 0) {  // (a whole block's gate; kShares: every block is sample + rest visits)
       // ---- the gate of each row from its sample (every in-range key of the first ns tiles) ----
       const long long t_gate = clock64();
       uint32_t* segcnt = segcnt_of(pub++);
@@ -1547,36 +1631,41 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       }
       if (p.probe == 2 && lane == 0) atomicAdd(stats + 7, static_cast<unsigned long long>(clock64() - t_gate));
     }
-    if constexpr (Cfg::kShares) {
-      volatile int* vis = vis_of();
-      if (vis[0] == kVisitRest) {  // the pieces' shared gate; this piece's sample entries at or above it
-        const bool gd = fused_v3_union_gate_call<Cfg>(&p, vis[3], b, vis[4], vis[5], vis[6]);
-        if (selector) row_gated = gd;
-        ptx::named_barrier_sync(bar_rg, 256);  // the row group's gates are in thr_s
-        cnt = fused_v3_split_copy<Cfg>(&p, vis[3]);
-        thr = thr_s[my_row];
-      }
-    }
+    if (Cfg::kShares && vis_u(0) == kVisitSample) t = nt;  // (its rest is another visit)
 #pragma unroll 1
-    for (; t < t_end; ++t, tp = next_tile(tp, nt, stride)) {
+    for (; t < nt; ++t, tp = next_tile(tp, nt, stride)) {
       tile(std::false_type{}, t, tp);
-      if ((t + 1) % Cfg::kCheckTiles == 0 && t + 1 < t_end)
+      if ((t + 1) % Cfg::kCheckTiles == 0 && t + 1 < nt)
         check();
     }
 
     // ---- block end: one warp per row selects over the row's 8 segments ----
-    if (Cfg::kShares ? vis_of()[1] == vis_of()[2] : nt == 0) {  // no tile released the (unloaded) Q buffer
+    if (Cfg::kShares ? vis_u(1) == vis_u(2) : nt == 0) {  // no tile released the (unloaded) Q buffer
       __syncwarp();
       if (lane == 0) ptx::mbar_arrive(q_empty + qb);
     }
     if constexpr (Cfg::kShares) {
-      volatile int* vis = vis_of();
-      if (vis[0] == kVisitSample) {  // publish the piece's sample; its rest visit comes later
-        fused_v3_split_sample_end<Cfg>(&p, vis[3], vis[4], vis[5], vis[2], cnt);
+      const int kind = vis_u(0);
+      if (kind == kVisitSample) {  // publish the piece's sample; its rest visit comes later
+        if (vis_u(2) != vis_u(7)) {  // its last MMA was not the piece's last tile: release the Q buffer now
+          __syncwarp();
+          if (lane == 0) ptx::mbar_arrive(q_empty + qb);
+        }
+        const long long t0 = clock64();
+        fused_v3_split_sample_end<Cfg>(&p, vis_u(3), vis_u(4), vis_u(5), vis_u(2), cnt);
+        const long long t1 = clock64();
+        fused_v3_prestart<Cfg>(&p, qi + 1);
+        if (p.probe == 2 && lane == 0) {  // (probe 2, kShares: stats 12 sample publications, 7 rest starts)
+          atomicAdd(stats + 12, static_cast<unsigned long long>(t1 - t0));
+          atomicAdd(stats + 7, static_cast<unsigned long long>(clock64() - t1));
+        }
         continue;
       }
-      if (vis[0] == kVisitRest) {  // publish; the block's last piece selects its rows
-        const bool ok = fused_v3_split_end_call<Cfg>(&p, vis[3], b, vis[4], vis[5], vis[6], cnt);
+      if (kind == kVisitRest) {  // publish; the block's last piece selects its rows
+        const long long t0 = clock64();
+        const bool ok = fused_v3_split_end_call<Cfg>(&p, vis_u(3), b, vis_u(4), vis_u(5), vis_u(6), cnt,
+                                                     static_cast<uint32_t>(vis_u(8)));
+        if (p.probe == 2 && lane == 0 && selector) atomicAdd(stats + 5, static_cast<unsigned long long>(clock64() - t0));
         if (selector) {
           if (lane == 0) {
             thr_s[sel_row] = 0;
@@ -1591,8 +1680,11 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
           }
         }
         ptx::named_barrier_sync(bar_rg, 256);
-        continue;
+        const long long t1 = clock64();
+        fused_v3_prestart<Cfg>(&p, qi + 1);
+        if (p.probe == 2 && lane == 0) atomicAdd(stats + 7, static_cast<unsigned long long>(clock64() - t1));
       }
+      continue;  // (kShares has no other visit: the whole-block end below is not compiled in)
     }
     if constexpr (Cfg::kAsyncSelect) {
       // Hand the block over to the selector warps (fused_v3_select_loop): the
