@@ -1039,7 +1039,11 @@ struct PairNoMark {
 // and the eligible count is the histogram's total. Both warps pass the same
 // smax. When the k-th falls in the top bin the row takes the general passes.
 // kOutG: key / index groups in flight per lane in the gather + output pass.
-template <bool kEmit, class Out, class Mark = PairNoMark, bool kFromGate = false, int kOutG = 4, class SS = SegLanes>
+// kTieGate (kEmit = false only): with heavy ties at the k-th key, answer that
+// key's gate, composite(key, 0) (every entry of that key is then at or above
+// it: a gate just below the exact rank, still safe), instead of -1.
+template <bool kEmit, class Out, class Mark = PairNoMark, bool kFromGate = false, int kOutG = 4, class SS = SegLanes,
+          bool kTieGate = false>
 __device__ __forceinline__ int pair_row_core(const SS& s, PairCtx& pc, uint64_t thr, uint32_t k, uint32_t need,
                                              bool gated, int start, uint32_t* hist, uint32_t* sk, uint32_t* si,
                                              int lane, uint32_t* cands, uint64_t* t_out, Out&& out,
@@ -1184,6 +1188,10 @@ __device__ __forceinline__ int pair_row_core(const SS& s, PairCtx& pc, uint64_t 
   if (c > static_cast<uint32_t>(kScratch)) {  // more than kScratch share the k-th key lo
     if (c != need_k) {
       pair_sync(pc.bar);  // the histogram halves are clear for the single-warp select
+      if constexpr (kTieGate && !kEmit) {
+        *t_out = composite(lo, 0u);
+        return 1;
+      }
       return -1;
     }
     t_all = composite(lo, 0xffffffffu);

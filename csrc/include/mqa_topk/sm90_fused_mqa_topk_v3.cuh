@@ -689,14 +689,18 @@ __device__ __forceinline__ uint32_t fused_v3_union_tile_cap(const Sm90FusedParam
 #pragma unroll 1
   for (uint32_t j = 0; j < c; ++j) {
     uint32_t mx = 0;
-    for (int i = lane; i < 4 * np; i += 32) {
-      const uint32_t x = at(i);
+    for (int i0 = 0; i0 < 4 * np; i0 += 32) {  // (warp-uniform loops: see fused_v3_union_gate_call)
+      const int i = i0 + lane;
+      const uint32_t x = i < 4 * np ? at(i) : 0u;
       if (x < bound) mx = max(mx, x);
     }
     mx = __reduce_max_sync(0xffffffffu, mx);
     if (mx == 0) return 0;
     uint32_t eq = 0;
-    for (int i = lane; i < 4 * np; i += 32) eq += at(i) == mx ? 1u : 0u;
+    for (int i0 = 0; i0 < 4 * np; i0 += 32) {
+      const int i = i0 + lane;
+      eq += i < 4 * np && at(i) == mx ? 1u : 0u;
+    }
     acc += __reduce_add_sync(0xffffffffu, eq);
     if (acc >= c) return mx;
     bound = mx;
@@ -754,20 +758,26 @@ __device__ __forceinline__ bool fused_v3_union_gate_call(const Sm90FusedParams* 
   const FusedV3PairRow<Cfg> rw(p, reg, 0, b);
   const int r = rw.r, lane = rw.lane, kg = rw.kg, rg = r >> 2;
   const int tid = threadIdx.x;
-  if (np > 1 && (tid & 255) == 0) {
+  // (Every warp waits for itself, on a warp-uniform condition: a loop the
+  // compiler cannot prove uniform in this call makes the tile loops' values
+  // non-uniform after it, and costs them their registers.)
+  (void)tid;
+  if (np > 1) {
     const volatile int* ctr = fused_v3_ctr(p, c0, slot0) + rg;
-    while (*ctr < np) __nanosleep(64);
+    while (__shfl_sync(0xffffffffu, *ctr, 0) < np) __nanosleep(64);
     __threadfence();
   }
-  if (np > 1) ptx::named_barrier_sync(5 + rg, 256);
   unsigned long long* thr_s = reinterpret_cast<unsigned long long*>(rw.smem + Cfg::kOffThr);
   FusedV3Shr* shr = reinterpret_cast<FusedV3Shr*>(rw.smem + Cfg::kOffShr);
   uint32_t m = 0, tiles = 0;
-  for (int i = lane; i < np; i += 32) {
-    const uint32_t* rec = fused_v3_rec(p, c0 + i, i == 0 ? slot0 : 0) + r * 32;
+  for (int i0 = 0; i0 < np; i0 += 32) {
+    const int i = i0 + lane;
+    if (i < np) {
+      const uint32_t* rec = fused_v3_rec(p, c0 + i, i == 0 ? slot0 : 0) + r * 32;
 #pragma unroll
-    for (int sg = 0; sg < 8; ++sg) m += __ldcg(rec + kRecSample + sg);
-    tiles += __ldcg(rec + kRecTiles);
+      for (int sg = 0; sg < 8; ++sg) m += __ldcg(rec + kRecSample + sg);
+      tiles += __ldcg(rec + kRecTiles);
+    }
   }
   m = __reduce_add_sync(0xffffffffu, m);
   tiles = __reduce_add_sync(0xffffffffu, tiles);
@@ -780,11 +790,11 @@ __device__ __forceinline__ bool fused_v3_union_gate_call(const Sm90FusedParams* 
     uint64_t th = 0;
     uint32_t c_unused = 0;
     const PieceSegs ps = fused_v3_piece_segs<Cfg>(p, c0, slot0, np, r, kg, true);
-    const bool ok = pair_row_core<false>(ps, pc, 0, rho, 0u, false, 0, rw.hist, rw.sk, rw.si, lane, &c_unused, &th,
-                                         [](int, int, uint32_t) {}) > 0;
-    if (!ok && kg == 0)  // heavy ties: one warp
-      th = warp_select_lean(fused_v3_piece_segs<Cfg>(p, c0, slot0, np, r, -1, true), 0, rho, rw.hist, rw.sk, rw.si,
-                            lane);
+    // (heavy ties at the rank: the tied key's gate, kTieGate; a one-warp
+    // select over the pieces here would cost the tile loops their registers)
+    auto none = [](int, int, uint32_t) {};
+    pair_row_core<false, decltype(none)&, PairNoMark, false, 4, PieceSegs, true>(
+        ps, pc, 0, rho, 0u, false, 0, rw.hist, rw.sk, rw.si, lane, &c_unused, &th, none);
     if (kg == 0) {
       const uint32_t c = tiles < static_cast<uint32_t>(kMinGateTiles) ? tiles : static_cast<uint32_t>(kMinGateTiles);
       const uint32_t tc = fused_v3_union_tile_cap(p, c0, slot0, np, r, c, lane);
@@ -821,15 +831,28 @@ __device__ __forceinline__ uint32_t fused_v3_split_copy(const Sm90FusedParams* p
   for (int i = 0; i < (np > 0 ? 4 : 0); ++i) {  // (np 0: a redo, nothing sampled)
     const int r = 4 * rg + i;
     const uint64_t th = thr_s[r];
-    const int c = static_cast<int>(__ldcg(rec + r * 32 + kRecSample + seg));
+    // (warp-uniform bounds, said so: a loop the compiler cannot prove uniform
+    // here makes every value after the call non-uniform in the tile loops)
+    const int c = __shfl_sync(0xffffffffu, static_cast<int>(__ldcg(rec + r * 32 + kRecSample + seg)), 0);
     uint32_t* head = ws_set + size_t(r * Cfg::kSegs + seg) * seg_stride;
     const uint32_t* tail = head + (cap - static_cast<uint32_t>(Cfg::kTail));
-    const Segs sg{{tail, nullptr}, {tail + cap, nullptr}, {c, 0}, 1};
-    const int kept = warp_emit(sg, th, lane, [&](int at, uint32_t key, uint32_t idx) {
-      __stcg(head + at, key);
-      __stcg(head + cap + at, idx);
-    });
-    if (quad == i) mine = static_cast<uint32_t>(kept);
+    // (in order, one entry per lane and step, positions by ballot)
+    const uint32_t gk = static_cast<uint32_t>(th >> 32);
+    uint32_t kept = 0;
+    for (int j0 = 0; j0 < c; j0 += 32) {
+      const int j = j0 + lane;
+      const uint32_t key = j < c ? __ldcg(tail + j) : 0u;
+      const uint32_t idx = j < c ? __ldcg(tail + cap + j) : 0u;
+      const bool keep = j < c && key >= gk;  // (th = gk << 32: composite >= th is key >= gk)
+      const uint32_t m = __ballot_sync(0xffffffffu, keep);
+      if (keep) {
+        const uint32_t at = kept + __popc(m & ((1u << lane) - 1u));
+        __stcg(head + at, key);
+        __stcg(head + cap + at, idx);
+      }
+      kept += __popc(m);
+    }
+    if (quad == i) mine = kept;
   }
   __syncwarp();
   return mine;
@@ -1028,6 +1051,57 @@ __device__ __forceinline__ void fused_v3_select_loop(const Sm90FusedParams& p, u
       ptx::mbar_arrive(sel_empty + cs);
     }
   }
+}
+
+// kShares: the end of visit qi of block b (all math warps; cnt: the lane's
+// count): a sample's publication, or a rest visit's publication, merge (the
+// block's last piece) and report; then the next visit's start
+// (fused_v3_prestart).
+template <class Cfg>
+__device__ __noinline__ void fused_v3_visit_end(const Sm90FusedParams* pp, int qi, int b, uint32_t cnt) {
+  const Sm90FusedParams& p = *pp;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
+  const int tid = threadIdx.x, lane = tid & 31;
+  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
+  const int rg = wg >> 1, kg = wg & 1, sel_row = 4 * rg + ((tid >> 5) & 3);
+  const int qb = qi & 1;
+  const volatile int* vis = reinterpret_cast<const FusedV3Shr*>(smem + Cfg::kOffShr)->vis[rg][qb];
+  auto vis_u = [&](int i) { return __shfl_sync(0xffffffffu, vis[i], 0); };
+  uint64_t* q_empty = reinterpret_cast<uint64_t*>(smem + Cfg::kOffBars) + 2 * Cfg::kNumStages + 2;
+  unsigned long long* thr_s = reinterpret_cast<unsigned long long*>(smem + Cfg::kOffThr);
+  uint32_t* redo_rg = reinterpret_cast<uint32_t*>(smem + Cfg::kOffRedo);
+  FusedV3Ctl* ctl = reinterpret_cast<FusedV3Ctl*>(smem + Cfg::kOffCtl);
+  unsigned long long* stats = reinterpret_cast<unsigned long long*>(p.counter) + 1;
+  const long long t0 = clock64();
+  if (vis_u(0) == kVisitSample) {  // publish the piece's sample; its rest visit comes later
+    if (vis_u(2) != vis_u(7)) {  // its last MMA was not the piece's last tile: release the Q buffer now
+      __syncwarp();
+      if (lane == 0) ptx::mbar_arrive(q_empty + qb);
+    }
+    fused_v3_split_sample_end<Cfg>(pp, vis_u(3), vis_u(4), vis_u(5), vis_u(2), cnt);
+  } else {  // a rest visit: publish; the block's last piece selects its rows
+    const bool ok = fused_v3_split_end_call<Cfg>(pp, vis_u(3), b, vis_u(4), vis_u(5), vis_u(6), cnt,
+                                                 static_cast<uint32_t>(vis_u(8)));
+    if (p.probe == 2 && lane == 0 && kg == 0) atomicAdd(stats + 5, static_cast<unsigned long long>(clock64() - t0));
+    if (kg == 0) {
+      if (lane == 0) {
+        thr_s[sel_row] = 0;
+        if (!ok) atomicOr(&redo_rg[rg], 1u << sel_row);
+      }
+      ptx::named_barrier_sync(1 + wg, 128);
+      if ((tid & 127) == 0) {  // the row group's half of the block (a whole-block rescan if any row is unsafe)
+        volatile uint32_t* rr = redo_rg + rg;
+        const uint32_t mask = *rr;
+        *rr = 0;
+        fused_v3_half_finished(ctl, b, mask);
+      }
+    }
+    ptx::named_barrier_sync(5 + rg, 256);
+  }
+  const long long t1 = clock64();
+  fused_v3_prestart<Cfg>(pp, qi + 1);
+  if (p.probe == 2 && lane == 0) atomicAdd(stats + 7, static_cast<unsigned long long>(clock64() - t1));
 }
 
 template <class Cfg>
@@ -1474,18 +1548,7 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       // cause of the weight-copy variants' wrong sets).
       float scale0, scale1;
       tile_scales(smem + Cfg::kOffScales + stage * Cfg::kScaleBytes, key_in_tile, scale0, scale1);
-      uint32_t a_lo = a_lo0, b_lo = b_lo0;
-      if constexpr (Cfg::kShares) {
-        // Re-derived each tile (a few uniform instructions): kept across the
-        // visit's calls, whose callees take the uniform registers, they would
-        // cost the loop its registers.
-        const int wgx = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
-        extern __shared__ uint8_t smem_raw[];
-        uint8_t* sm = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
-        a_lo = desc_lo_k128_sw128(sm + Cfg::kOffK + (wgx & 1) * 64 * 128);
-        b_lo = desc_lo_k128_sw128(sm + Cfg::kOffQ + (wgx >> 1) * L::kN * 128);
-      }
-      logits_tile_mma_lo<L>(acc, a_lo + stage * (Cfg::kKTileBytes >> 4), b_lo + qb * (Cfg::kQTileBytes >> 4));
+      logits_tile_mma_lo<L>(acc, a_lo0 + stage * (Cfg::kKTileBytes >> 4), b_lo0 + qb * (Cfg::kQTileBytes >> 4));
       release_stage(empty + stage, lane);
       float fin[2][1];
       if constexpr (Cfg::kWeightsMode == 2) {
@@ -1645,45 +1708,9 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       if (lane == 0) ptx::mbar_arrive(q_empty + qb);
     }
     if constexpr (Cfg::kShares) {
-      const int kind = vis_u(0);
-      if (kind == kVisitSample) {  // publish the piece's sample; its rest visit comes later
-        if (vis_u(2) != vis_u(7)) {  // its last MMA was not the piece's last tile: release the Q buffer now
-          __syncwarp();
-          if (lane == 0) ptx::mbar_arrive(q_empty + qb);
-        }
-        const long long t0 = clock64();
-        fused_v3_split_sample_end<Cfg>(&p, vis_u(3), vis_u(4), vis_u(5), vis_u(2), cnt);
-        const long long t1 = clock64();
-        fused_v3_prestart<Cfg>(&p, qi + 1);
-        if (p.probe == 2 && lane == 0) {  // (probe 2, kShares: stats 12 sample publications, 7 rest starts)
-          atomicAdd(stats + 12, static_cast<unsigned long long>(t1 - t0));
-          atomicAdd(stats + 7, static_cast<unsigned long long>(clock64() - t1));
-        }
-        continue;
-      }
-      if (kind == kVisitRest) {  // publish; the block's last piece selects its rows
-        const long long t0 = clock64();
-        const bool ok = fused_v3_split_end_call<Cfg>(&p, vis_u(3), b, vis_u(4), vis_u(5), vis_u(6), cnt,
-                                                     static_cast<uint32_t>(vis_u(8)));
-        if (p.probe == 2 && lane == 0 && selector) atomicAdd(stats + 5, static_cast<unsigned long long>(clock64() - t0));
-        if (selector) {
-          if (lane == 0) {
-            thr_s[sel_row] = 0;
-            if (!ok) atomicOr(&redo_rg[rg], 1u << sel_row);
-          }
-          ptx::named_barrier_sync(1 + wg_u, 128);
-          if ((tid & 127) == 0) {  // the row group's half of the block (a whole-block rescan if any row is unsafe)
-            volatile uint32_t* rr = redo_rg + rg;
-            const uint32_t mask = *rr;
-            *rr = 0;
-            fused_v3_half_finished(ctl, b, mask);
-          }
-        }
-        ptx::named_barrier_sync(bar_rg, 256);
-        const long long t1 = clock64();
-        fused_v3_prestart<Cfg>(&p, qi + 1);
-        if (p.probe == 2 && lane == 0) atomicAdd(stats + 7, static_cast<unsigned long long>(clock64() - t1));
-      }
+      // (one call for the whole visit end: every call site of the rest starts
+      // in this loop costs the tile loops their registers)
+      fused_v3_visit_end<Cfg>(&p, qi, b, cnt);
       continue;  // (kShares has no other visit: the whole-block end below is not compiled in)
     }
     if constexpr (Cfg::kAsyncSelect) {
