@@ -485,7 +485,7 @@ void pair_cases() {
 // ((value desc, index asc)), every position written once, deterministic, the
 // histogram left clear; 0 (unsafe) exactly when a gated row has fewer than k.
 void groups_case(const std::string& name, std::vector<Row>& sl, uint64_t thr, uint32_t k, bool gated, int start) {
-  constexpr int kMaxG = 8;
+  constexpr int kMaxG = 32;
   const int ng = static_cast<int>(sl.size());
   std::vector<uint64_t> el;
   for (auto& r : sl)
@@ -535,12 +535,94 @@ void groups_case(const std::string& name, std::vector<Row>& sl, uint64_t thr, ui
   }
 }
 
+// The same over PieceSegs (v3 kShares: a split block's pieces in the
+// workspace layout of CTAs c0 .. c0 + np - 1, the first in slot slot0, the
+// others in slot 0; counts in the records), by the pair (pair_for_each's
+// rounds, 1-8 lanes per segment by the piece count) and by one warp
+// (warp_finish_row: for_each_key4, warp_hist_pass and warp_emit over pieces).
+int g_piece_rounds = 0;
+void pieces_case(const std::string& name, std::vector<Row>& sl, uint64_t thr, uint32_t k, bool gated, int start,
+                 int c0, int slot0, int r) {
+  const int np = static_cast<int>(sl.size());
+  const uint32_t cap = static_cast<uint32_t>(sl[0].cap);
+  const size_t region = size_t(8) * NS * 2 * cap;
+  const int ctas = c0 + np;
+  std::vector<uint32_t> ws(size_t(ctas) * kPieceSlots * region + 16, 0xdeadbeefu);
+  std::vector<uint32_t> rec(size_t(ctas) * kPieceSlots * 256, 0u);
+  for (int i = 0; i < np; ++i) {
+    const size_t sl_i = size_t(c0 + i) * kPieceSlots + (i == 0 ? slot0 : 0);
+    for (int sg = 0; sg < NS; ++sg) {
+      uint32_t* dst = ws.data() + sl_i * region + size_t(r * NS + sg) * 2 * cap;
+      std::copy(sl[i].key(sg), sl[i].key(sg) + cap, dst);
+      std::copy(sl[i].idx(sg), sl[i].idx(sg) + cap, dst + cap);
+      rec[sl_i * 256 + r * 32 + 8 + sg] = sl[i].cnt[sg];
+    }
+  }
+  std::vector<uint64_t> el;
+  for (auto& x : sl)
+    for (auto& e : x.entries())
+      if (composite(e.first, e.second) >= thr) el.push_back(composite(e.first, e.second));
+  std::sort(el.begin(), el.end(), std::greater<uint64_t>());
+  const uint32_t n = static_cast<uint32_t>(el.size());
+  const uint32_t need = gated ? k : std::min(k, n);
+  std::vector<int> want;
+  for (uint32_t i = 0; i < std::min(k, n); ++i) want.push_back(static_cast<int>(0xffffffffu - uint32_t(el[i])) - start);
+  while (want.size() < k) want.push_back(-1);
+  std::sort(want.begin(), want.end());
+  auto segs = [&](int half) {
+    return PieceSegs{ws.data() + size_t(r * NS) * 2 * cap, rec.data() + r * 32 + 8, cap, c0, slot0, np, half};
+  };
+  for (int mode = 0; mode < 2; ++mode) {  // 0: the pair, 1: one warp
+    std::vector<int> first;
+    for (int rep = 0; rep < 2; ++rep) {
+      std::vector<int> row(k, -7), writes(k, 0);
+      Scratch sc;
+      uint32_t xch[16] = {};
+      int res[64];
+      uint32_t cands[64];
+      bool bad_at = false;
+      if (mode == 0) {
+        warp_emu::run2([&](int w, int lane) {
+          PairCtx pc{xch, 9, w, 0};
+          res[w * 32 + lane] = pair_finish_row(segs(w), pc, thr, k, need, w == 0 ? gated : false, start, sc.hist,
+                                               sc.sk, sc.si, lane, &cands[w * 32 + lane], PosRecorder{row, writes, k, bad_at});
+        });
+      } else {
+        warp_emu::run([&](int lane) {
+          res[lane] = warp_finish_row<true>(segs(-1), thr, k, need, gated, start, sc.hist, sc.sk, sc.si, lane,
+                                            &cands[lane], PosRecorder{row, writes, k, bad_at}) ? 1 : 0;
+        });
+        for (int l = 32; l < 64; ++l) res[l] = res[0];
+      }
+      const std::string nm = name + (mode ? " one warp" : " pair");
+      expect(!bad_at, nm + ": wrote out of range");
+      for (int l = 1; l < 64; ++l) expect(res[l] == res[0], nm + ": lanes disagree");
+      for (int i = 0; i < 256; ++i) expect(sc.hist[i] == 0, nm + ": histogram not left zeroed");
+      if (res[0] < 0) {
+        ++g_pair_fallbacks;
+        for (int v : row) expect(v == -7, nm + ": a fallback writes nothing");
+        break;
+      }
+      expect(cands[0] == n, nm + ": candidate count");
+      expect((res[0] == 0) == (gated && n < k), nm + ": unsafe exactly when a gated row has fewer than k");
+      if (res[0] == 0) break;
+      for (uint32_t j = 0; j < k; ++j) expect(writes[j] == 1, nm + ": position written " + std::to_string(writes[j]) + " times");
+      std::vector<int> a = row;
+      std::sort(a.begin(), a.end());
+      expect(a == want, nm + ": the set differs from the sorting reference");
+      if (rep == 0) first = row;
+      else expect(row == first, nm + ": output not deterministic");
+      ++g_piece_rounds;
+    }
+  }
+}
+
 void groups_cases() {
   std::mt19937 rng(777);
   std::normal_distribution<float> gauss(0.f, 1.f);
   for (uint32_t k : {512u, 2048u}) {
     const int cap = static_cast<int>(((k + 1920) / 4 + 3) & ~3u);
-    for (int ng : {1, 2, 3, 8}) {
+    for (int ng : {1, 2, 3, 8, 17}) {
       for (int trial = 0; trial < 6; ++trial) {
         std::vector<Row> sl;
         uint32_t idx = 0;
@@ -557,6 +639,8 @@ void groups_cases() {
         groups_case(nm, sl, 0, k, false, 7);
         groups_case(nm + " gated", sl, 0, k, true, 7);
         groups_case(nm + " gate 0.4", sl, uint64_t(okey(0.4f)) << 32, k, true, 7);
+        pieces_case(nm + " pieces", sl, 0, k, false, 7, 3, trial % 3, trial % 8);
+        pieces_case(nm + " pieces gate 0.4", sl, uint64_t(okey(0.4f)) << 32, k, true, 7, 0, 1, 5);
       }
     }
   }
@@ -569,6 +653,7 @@ int main() {
   finish_cases();
   pair_cases();
   groups_cases();
+  expect(g_piece_rounds > 0, "pieces: cases ran");
   std::printf("fused_v3 emulation: %d checks passed (%ld warp exchanges)\n", g_checks, warp_emu::st().exchanges);
   return 0;
 }

@@ -950,16 +950,54 @@ __device__ __forceinline__ SegLanes piece_lanes(const PieceSegs& s, int i, int l
   return SegLanes{kp, kp + s.cap, n, static_cast<int>(__reduce_max_sync(0xffffffffu, static_cast<uint32_t>(n)))};
 }
 
-template <bool kWithIdx = false, int kGIdx = 4, class F>
-__device__ __forceinline__ void pair_for_each(const PieceSegs& s, int lane, F&& f) {
+// The pieces' segments kL lanes each, 32 / kL of them per round (segment q:
+// piece q / per_piece, its segment q % per_piece of this warp's), rounds in
+// order: with many small pieces all lanes load at once. Warp-uniform bounds.
+template <bool kWithIdx, int kGIdx, int kL, class F>
+__device__ __forceinline__ void piece_rounds(const PieceSegs& s, int lane, F&& f) {
+  const int per_piece = s.half >= 0 ? 4 : 8;
+  const int total = __shfl_sync(0xffffffffu, s.np * per_piece, 0);  // (said warp-uniform: see the v3 kShares rest start)
 #pragma unroll 1
-  for (int i = 0; i < s.np; ++i) for_each_key4<kWithIdx, 8, kGIdx>(piece_lanes(s, i, lane), lane, f);
+  for (int q0 = 0; q0 < total; q0 += 32 / kL) {
+    const int q = q0 + lane / kL;
+    const int pc = q < total ? q / per_piece : 0;
+    const uint32_t sl = static_cast<uint32_t>(s.c0 + pc) * kPieceSlots + (pc == 0 ? static_cast<uint32_t>(s.slot0) : 0u);
+    const uint32_t sg = static_cast<uint32_t>(s.half >= 0 ? 4 * s.half : 0) + static_cast<uint32_t>(q % per_piece);
+    const uint32_t* kp = s.base + (size_t(sl) * 64u + sg) * (2u * s.cap);
+    const int n = q < total ? static_cast<int>(__ldcg(s.cnt + size_t(sl) * 256u + sg)) : 0;
+    const SegLanes g{kp, kp + s.cap, n, static_cast<int>(__reduce_max_sync(0xffffffffu, static_cast<uint32_t>(n)))};
+    for_each_key4<kWithIdx, kL, kGIdx>(g, lane, f);
+  }
 }
 
+// Lanes per segment for np pieces of per_piece segments: every lane busy
+// once there are enough segments, 8 at most.
+__device__ __forceinline__ int piece_lanes_per_seg(int np, int per_piece) {
+  const int segs = np * per_piece;
+  return segs >= 32 ? 1 : segs >= 16 ? 2 : segs >= 8 ? 4 : 8;
+}
+
+template <bool kWithIdx, int kGIdx, class F>
+__device__ __forceinline__ void piece_each(const PieceSegs& s, int lane, F&& f) {
+  switch (__shfl_sync(0xffffffffu, piece_lanes_per_seg(s.np, s.half >= 0 ? 4 : 8), 0)) {
+    case 1: piece_rounds<kWithIdx, kGIdx, 1>(s, lane, f); break;
+    case 2: piece_rounds<kWithIdx, kGIdx, 2>(s, lane, f); break;
+    case 4: piece_rounds<kWithIdx, kGIdx, 4>(s, lane, f); break;
+    default: piece_rounds<kWithIdx, kGIdx, 8>(s, lane, f); break;
+  }
+}
+
+template <bool kWithIdx = false, int kGIdx = 4, class F>
+__device__ __forceinline__ void pair_for_each(const PieceSegs& s, int lane, F&& f) {
+  piece_each<kWithIdx, kGIdx>(s, lane, f);
+}
+
+// (one warp: the heavy-tie fallback, rare; piece by piece)
 template <bool kWithIdx = false, int kLanes = 4, int kGIdx = 4, class F>
 __device__ __forceinline__ void for_each_key4(const PieceSegs& s, int lane, F&& f) {
+  const int np = __shfl_sync(0xffffffffu, s.np, 0);
 #pragma unroll 1
-  for (int i = 0; i < s.np; ++i) for_each_key4<kWithIdx, 4, kGIdx>(piece_lanes(s, i, lane), lane, f);
+  for (int i = 0; i < np; ++i) for_each_key4<kWithIdx, 4, kGIdx>(piece_lanes(s, i, lane), lane, f);
 }
 
 template <bool kGlobal>
