@@ -970,19 +970,17 @@ __device__ __forceinline__ void piece_rounds(const PieceSegs& s, int lane, F&& f
   }
 }
 
-// Lanes per segment for np pieces of per_piece segments: every lane busy
-// once there are enough segments, 8 at most.
+// Lanes per segment for np pieces of per_piece segments: one once every lane
+// has a segment, else 8 (piece by piece). (2 and 4 were tried: their code in
+// the kShares calls cost the tile loops a register, 2026-12-02.)
 __device__ __forceinline__ int piece_lanes_per_seg(int np, int per_piece) {
-  const int segs = np * per_piece;
-  return segs >= 32 ? 1 : segs >= 16 ? 2 : segs >= 8 ? 4 : 8;
+  return np * per_piece >= 32 ? 1 : 8;
 }
 
 template <bool kWithIdx, int kGIdx, class F>
 __device__ __forceinline__ void piece_each(const PieceSegs& s, int lane, F&& f) {
   switch (__shfl_sync(0xffffffffu, piece_lanes_per_seg(s.np, s.half >= 0 ? 4 : 8), 0)) {
     case 1: piece_rounds<kWithIdx, kGIdx, 1>(s, lane, f); break;
-    case 2: piece_rounds<kWithIdx, kGIdx, 2>(s, lane, f); break;
-    case 4: piece_rounds<kWithIdx, kGIdx, 4>(s, lane, f); break;
     default: piece_rounds<kWithIdx, kGIdx, 8>(s, lane, f); break;
   }
 }

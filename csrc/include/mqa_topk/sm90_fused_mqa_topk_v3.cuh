@@ -1236,18 +1236,10 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
           ++it;
         }
       };
-      // A whole block: a sample visit and a rest visit in region 2, as a split
-      // block of one piece (no counters); a redo: a rest visit of the block's
-      // rows `active` with no pieces (no gate, no sample).
+      // A whole block (or a redo of its rows `active`: no gate) in region 2,
+      // as the unshared kernel runs it.
       auto whole = [&](int b, int n, uint32_t active, bool redo) {
-        if (!redo) {
-          int ns = fused_sample_tiles(n, k, p.target);
-          ns = ns > Cfg::kSplitSampleTiles ? Cfg::kSplitSampleTiles : ns;
-          visit(b, 0, n, ns, 0xffu, kVisitSample, 0, ns, 2, blockIdx.x, 2, 1);
-          visit(b, 0, n, ns, 0xffu, kVisitRest, ns, n, 2, blockIdx.x, 2, 1);
-        } else {
-          visit(b, 0, n, 0, active, kVisitRest, 0, n, 2, blockIdx.x, 2, 0);
-        }
+        visit(b, 0, n, redo ? 0 : fused_sample_tiles(n, k, p.target), active, kVisitWhole, 0, n, 2, 0, 0, 1);
         ++issued;
       };
       const long long total = shr->sh_total, g0 = shr->sh_g0, count = shr->sh_count;
@@ -1657,7 +1649,7 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       if ((t + 1) % Cfg::kCheckTiles == 0 && t + 1 < nt)
         check();
     }
-    if (!Cfg::kShares && ns > 0) {  // (a whole block's gate; kShares: every block is sample + rest visits)
+    if (ns > 0 && (!Cfg::kShares || vis_u(0) == kVisitWhole)) {  // (a whole block's gate)
       // ---- the gate of each row from its sample (every in-range key of the first ns tiles) ----
       const long long t_gate = clock64();
       uint32_t* segcnt = segcnt_of(pub++);
@@ -1710,8 +1702,10 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
     if constexpr (Cfg::kShares) {
       // (one call for the whole visit end: every call site of the rest starts
       // in this loop costs the tile loops their registers)
-      fused_v3_visit_end<Cfg>(&p, qi, b, cnt);
-      continue;  // (kShares has no other visit: the whole-block end below is not compiled in)
+      if (vis_u(0) != kVisitWhole) {
+        fused_v3_visit_end<Cfg>(&p, qi, b, cnt);
+        continue;
+      }
     }
     if constexpr (Cfg::kAsyncSelect) {
       // Hand the block over to the selector warps (fused_v3_select_loop): the
@@ -1798,6 +1792,7 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
     }
     // One candidate set: the next block reuses these segments only after the selects.
     if constexpr (Cfg::kSets == 1) ptx::named_barrier_sync(bar_rg, 256);
+    if constexpr (Cfg::kShares) fused_v3_prestart<Cfg>(&p, qi + 1);  // (a whole block's end: the next visit's start)
   }
 }
 
