@@ -35,6 +35,7 @@ template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3RankFloor>();  // dev var
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3FloorCapped>();  // dev variant 31 (30, the floor where the sample is capped)
 // dev variant 32 (31 with the target 1.5 k + 256) is Sm90FusedV3Default, instantiated above.
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3Shares>();  // dev variant 33 (32 on equal shares: split blocks)
+template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3SharesWhole>();  // dev variant 34 (33, whole blocks as one-piece splits)
 
 // The gate targets: 1.5 k + 256 (the op's, fused_gate_target) and 1.25 k + 256 (dev variants 29-31).
 static_assert(mqa_topk::Sm90FusedV3Default::gate_target(512) == 1024 &&

@@ -40,6 +40,7 @@ auto with_v3_variant(int64_t variant, F&& f) {
          : variant == 31 ? f(Sm90FusedV3FloorCapped{})
          : variant == 32 ? f(Sm90FusedV3SafeTarget{})
          : variant == 33 ? f(Sm90FusedV3Shares{})
+         : variant == 34 ? f(Sm90FusedV3SharesWhole{})
                          : f(Sm90FusedV3S8{});
 }
 }  // namespace

@@ -82,7 +82,7 @@ template <int kNumStages_, int kSets_ = 1, int kCheckTiles_ = 8, int kWeightsMod
           bool kInlineCheck_ = false, bool kAsyncSelect_ = false, int kMathRegs_ = 112, bool kPairSelect_ = false,
           bool kPairGate_ = false, bool kLazyDrop_ = false, bool kSelPhases_ = false, bool kGateRange_ = false,
           int kOutGroups_ = 4, int kGateTargetQ_ = 2, int kRankFloorZ_ = 0, bool kFloorCappedOnly_ = false,
-          bool kShares_ = false>
+          int kShares_ = 0>
 struct Sm90FusedV3Config {
   // kShares (issue 12, and the last wave of every call): the call's key tiles
   // are cut into equal contiguous shares, one per CTA, as the dense kernel
@@ -96,7 +96,12 @@ struct Sm90FusedV3Config {
   // last piece to finish (an atomic counter per block) selects each row over
   // all the pieces' candidates. Whole blocks inside a share run as before.
   // See "v3 shares" below the configurations.
-  static constexpr bool kShares = kShares_;
+  static constexpr bool kShares = kShares_ != 0;
+  // kShares_ == 2 (dev variant 34): a whole block inside a share runs as a
+  // split block of one piece too (a sample visit, then a rest visit with the
+  // gate from its own sample: session 11's round 4 design), where 1 runs it
+  // on the unshared kernel's path (its gate, drop and block-end select).
+  static constexpr bool kWholePieces = kShares_ == 2;
   // kRankFloorZ: the gate's sample rank is at least mu + z sqrt(mu), mu the
   // sample entries expected at or above the row's k-th (fused_select.cuh,
   // gate_rank_floor), so a row falls under k (and its block is redone) only
@@ -1239,7 +1244,14 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       // A whole block (or a redo of its rows `active`: no gate) in region 2,
       // as the unshared kernel runs it.
       auto whole = [&](int b, int n, uint32_t active, bool redo) {
-        visit(b, 0, n, redo ? 0 : fused_sample_tiles(n, k, p.target), active, kVisitWhole, 0, n, 2, 0, 0, 1);
+        if (Cfg::kWholePieces && !redo && n > 0) {  // (variant 34: a sample visit and a rest visit, one piece)
+          int ns = fused_sample_tiles(n, k, p.target);
+          ns = ns > Cfg::kSplitSampleTiles ? Cfg::kSplitSampleTiles : ns;
+          visit(b, 0, n, ns, 0xffu, kVisitSample, 0, ns, 2, blockIdx.x, 2, 1);
+          visit(b, 0, n, ns, 0xffu, kVisitRest, ns, n, 2, blockIdx.x, 2, 1);
+        } else {
+          visit(b, 0, n, redo ? 0 : fused_sample_tiles(n, k, p.target), active, kVisitWhole, 0, n, 2, 0, 0, 1);
+        }
         ++issued;
       };
       const long long total = shr->sh_total, g0 = shr->sh_g0, count = shr->sh_count;
@@ -1837,7 +1849,9 @@ using Sm90FusedV3FloorCapped =
 using Sm90FusedV3SafeTarget =
     Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true>;  // 32: 31 with 27's target 1.5 k + 256
 using Sm90FusedV3Shares =
-    Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true, true>;  // 33: 32 on equal shares (split blocks)
+    Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true, 1>;  // 33: 32 on equal shares (split blocks)
+using Sm90FusedV3SharesWhole =
+    Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true, 2>;  // 34: 33, whole blocks as one-piece splits
 // (A 544-thread configuration with one producer warp and __maxnreg__(120) was
 // tried on 2026-12-02 and failed to launch: "too many resources"; removed.)
 // The op's fused kernel on whole blocks (one set: the v2 kernel's workspace):
