@@ -36,6 +36,13 @@ template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3FloorCapped>();  // dev v
 // dev variant 32 (31 with the target 1.5 k + 256) is Sm90FusedV3Default, instantiated above.
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3Shares>();  // dev variant 33 (32 on equal shares: split blocks)
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3SharesWhole>();  // dev variant 34 (33, whole blocks as one-piece splits)
+template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3SharesHybrid>();  // dev variant 35 (33, shares over the partial waves only)
+template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3SharesWholeHybrid>();  // dev variant 36 (34, shares over the partial waves only)
+// kHybrid's share blocks: all up to two waves, none on whole waves, else the partial wave and one more.
+static_assert(mqa_topk::fused_v3_share_blocks(8, 132) == 8 && mqa_topk::fused_v3_share_blocks(264, 132) == 264 &&
+                  mqa_topk::fused_v3_share_blocks(265, 132) == 133 && mqa_topk::fused_v3_share_blocks(396, 132) == 0 &&
+                  mqa_topk::fused_v3_share_blocks(1024, 132) == 232,
+              "kHybrid share blocks");
 
 // The gate targets: 1.5 k + 256 (the op's, fused_gate_target) and 1.25 k + 256 (dev variants 29-31).
 static_assert(mqa_topk::Sm90FusedV3Default::gate_target(512) == 1024 &&

@@ -41,6 +41,8 @@ auto with_v3_variant(int64_t variant, F&& f) {
          : variant == 32 ? f(Sm90FusedV3SafeTarget{})
          : variant == 33 ? f(Sm90FusedV3Shares{})
          : variant == 34 ? f(Sm90FusedV3SharesWhole{})
+         : variant == 35 ? f(Sm90FusedV3SharesHybrid{})
+         : variant == 36 ? f(Sm90FusedV3SharesWholeHybrid{})
                          : f(Sm90FusedV3S8{});
 }
 }  // namespace

@@ -101,7 +101,12 @@ struct Sm90FusedV3Config {
   // split block of one piece too (a sample visit, then a rest visit with the
   // gate from its own sample: session 11's round 4 design), where 1 runs it
   // on the unshared kernel's path (its gate, drop and block-end select).
-  static constexpr bool kWholePieces = kShares_ == 2;
+  static constexpr bool kWholePieces = (kShares_ & 2) != 0;
+  // kShares_ & 4 (dev variants 35, 36): shares only over the blocks that do
+  // not fill whole waves (fused_v3_share_blocks: the lowest-numbered, the
+  // shortest of a causal chunk); the other blocks run whole, handed out by
+  // the block counter after the CTA's share, largest first, as variant 32.
+  static constexpr bool kHybrid = (kShares_ & 4) != 0;
   // kRankFloorZ: the gate's sample rank is at least mu + z sqrt(mu), mu the
   // sample entries expected at or above the row's k-th (fused_select.cuh,
   // gate_rank_floor), so a row falls under k (and its block is redone) only
@@ -1109,6 +1114,14 @@ __device__ __noinline__ void fused_v3_visit_end(const Sm90FusedParams* pp, int q
   if (p.probe == 2 && lane == 0) atomicAdd(stats + 7, static_cast<unsigned long long>(clock64() - t1));
 }
 
+// kHybrid: how many blocks (the first ones) the shares cover, of nblocks on
+// grid CTAs: every block when they are at most two waves, none when they fill
+// whole waves, else the last partial wave and one full wave (so a split block
+// has about two pieces, not grid / (nblocks mod grid) small ones).
+__host__ __device__ constexpr int fused_v3_share_blocks(int nblocks, int grid) {
+  return nblocks <= 2 * grid ? nblocks : nblocks % grid == 0 ? 0 : grid + nblocks % grid;
+}
+
 template <class Cfg>
 __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUtensorMap& tm_k,
                                               const CUtensorMap& tm_scales, const CUtensorMap& tm_weights,
@@ -1173,7 +1186,8 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
   unsigned long long* stats = reinterpret_cast<unsigned long long*>(p.counter) + 1;
   if constexpr (Cfg::kShares) {  // this CTA's share of the call's tiles (every thread; synchronises the CTA)
     const Sm90LogitsParams lp{p.starts, p.ends, nullptr, 0, p.rows, p.keys};
-    fused_split_share<Cfg::kThreads>(lp, reinterpret_cast<FusedV3Shr*>(smem + Cfg::kOffShr), nblocks, gridDim.x,
+    fused_split_share<Cfg::kThreads>(lp, reinterpret_cast<FusedV3Shr*>(smem + Cfg::kOffShr),
+                                     Cfg::kHybrid ? fused_v3_share_blocks(nblocks, gridDim.x) : nblocks, gridDim.x,
                                      kShareMinTiles);
   }
 
@@ -1311,8 +1325,23 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
           whole(bl, ntl, 0xffu, false);
         }
       }
-      // Blocks with no tile (every row empty): block b by CTA b mod grid.
-      for (int b = blockIdx.x; b < nblocks; b += gridDim.x) {
+      // kHybrid: the blocks past the shares, whole, from the block counter
+      // (largest first; a block is claimed only once its Q buffer is free).
+      const int nshare = Cfg::kHybrid ? fused_v3_share_blocks(nblocks, gridDim.x) : nblocks;
+      if constexpr (Cfg::kHybrid) {
+        for (;;) {
+          ptx::mbar_wait(q_empty + (qi & 1), ((qi >> 1) & 1) ^ 1);
+          const int w = atomicAdd(p.counter, 1);
+          if (w >= nblocks - nshare) break;
+          const int b = nblocks - 1 - w;
+          int lo, hi;
+          const int n = block_span<R, Cfg::kBlockKeys>(lp, b, lo, hi);
+          visit(b, 0, n, fused_sample_tiles(n, k, p.target), 0xffu, kVisitWhole, 0, n, 2, 0, 0, 1);
+          ++issued;
+        }
+      }
+      // Blocks with no tile (every row empty) among the shares' blocks: block b by CTA b mod grid.
+      for (int b = blockIdx.x; b < nshare; b += gridDim.x) {
         int lo, hi;
         if (block_span<R, Cfg::kBlockKeys>(lp, b, lo, hi) == 0) whole(b, 0, 0xffu, false);
       }
@@ -1852,6 +1881,10 @@ using Sm90FusedV3Shares =
     Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true, 1>;  // 33: 32 on equal shares (split blocks)
 using Sm90FusedV3SharesWhole =
     Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true, 2>;  // 34: 33, whole blocks as one-piece splits
+using Sm90FusedV3SharesHybrid =
+    Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true, 5>;  // 35: 33, shares over the partial waves only
+using Sm90FusedV3SharesWholeHybrid =
+    Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true, 6>;  // 36: 34, shares over the partial waves only
 // (A 544-thread configuration with one producer warp and __maxnreg__(120) was
 // tried on 2026-12-02 and failed to launch: "too many resources"; removed.)
 // The op's fused kernel on whole blocks (one set: the v2 kernel's workspace):
