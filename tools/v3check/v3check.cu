@@ -518,7 +518,7 @@ int cmd_stats(int argc, char** argv) {
   Dev d = upload_work(w);
   for (int v : vars) {
     if (v == 2) continue;
-    const auto hdr = run_probe(v, d, 0, 2, target);
+    const auto hdr = run_probe(v, d, opt_int(argc, argv, "grid", 0), 2, target);
     unsigned long long h[15];  // the u64 statistics words from byte 8
     std::memcpy(h, hdr.data() + 2, sizeof h);
     const double warps = double(g_sms) * 16, sel = h[13] ? double(h[13]) : 1.0;
@@ -540,10 +540,11 @@ int cmd_stats(int argc, char** argv) {
 }
 
 int cmd_time(int argc, char** argv) {
-  if (argc < 8) return std::fprintf(stderr, "time VARIANTS ROWS KEYS TOPK LAYOUT DIST [reps=N] [target=T] [probe=P]\n"), 1;
+  if (argc < 8) return std::fprintf(stderr, "time VARIANTS ROWS KEYS TOPK LAYOUT DIST [reps=N] [target=T] [probe=P] [grid=G]\n"), 1;
   const auto vars = parse_variants(argv[2]);
   const int reps = opt_int(argc, argv, "reps", 30), target = opt_int(argc, argv, "target", 0);
   const int probe = opt_int(argc, argv, "probe", 0);  // e.g. 1: no appends (the loops' cost)
+  const int grid = opt_int(argc, argv, "grid", 0);    // fused kernels only (0: every SM)
   Work w = work_from_args(argv, 11);
   const int rows = w.rows, keys = w.keys, topk = w.topk;
   const std::string layout = argv[6], dist = argv[7];
@@ -597,11 +598,11 @@ int cmd_time(int argc, char** argv) {
               layout.c_str(), dist.c_str(), rows, keys, topk, t_logits, flops / t_logits * 1e-12, t_native, wrong_native);
   for (int v : vars) {
     poison(d, 0xff);
-    const float t = timed([&] { return launch_fused(v, d, 0, probe, target); });
+    const float t = timed([&] { return launch_fused(v, d, grid, probe, target); });
     sync_or_report("fused");
     const int wrong = probe ? -1 : wrong_rows(w, host_out(d), ref, 2);
-    std::printf("  fused v%d target=%d probe=%d: %.3f ms = %.3fx logits alone, %.3fx faster than native dense; wrong rows %d\n", v,
-                target, probe, t, t / t_logits, t_native / t, wrong);
+    std::printf("  fused v%d grid=%d target=%d probe=%d: %.3f ms = %.3fx logits alone, %.3fx faster than native dense; wrong rows %d\n", v,
+                grid, target, probe, t, t / t_logits, t_native / t, wrong);
     std::fflush(stdout);
   }
   cudaFree(flush);
