@@ -43,6 +43,8 @@ auto with_v3_variant(int64_t variant, F&& f) {
          : variant == 34 ? f(Sm90FusedV3SharesWhole{})
          : variant == 35 ? f(Sm90FusedV3SharesHybrid{})
          : variant == 36 ? f(Sm90FusedV3SharesWholeHybrid{})
+         : variant == 37 ? f(Sm90FusedV3HybridEarlyW{})
+         : variant == 38 ? f(Sm90FusedV3EarlyW{})
                          : f(Sm90FusedV3S8{});
 }
 }  // namespace

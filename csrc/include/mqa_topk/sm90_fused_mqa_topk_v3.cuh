@@ -47,6 +47,7 @@
 // bytes as the v2 kernel's per row.
 #pragma once
 
+#include <utility>
 #include <type_traits>
 
 #include "fused_select.cuh"
@@ -82,8 +83,17 @@ template <int kNumStages_, int kSets_ = 1, int kCheckTiles_ = 8, int kWeightsMod
           bool kInlineCheck_ = false, bool kAsyncSelect_ = false, int kMathRegs_ = 112, bool kPairSelect_ = false,
           bool kPairGate_ = false, bool kLazyDrop_ = false, bool kSelPhases_ = false, bool kGateRange_ = false,
           int kOutGroups_ = 4, int kGateTargetQ_ = 2, int kRankFloorZ_ = 0, bool kFloorCappedOnly_ = false,
-          int kShares_ = 0>
+          int kShares_ = 0, bool kEarlyWeights_ = false>
 struct Sm90FusedV3Config {
+  // kEarlyWeights (needs kWeightsMode 2): each tile's weight loads are issued
+  // between the MMAs' issue and their wait, as volatile shared loads with
+  // immediate offsets (fused_v3_weights_early), so their latency hides behind
+  // the MMAs whatever ptxas's schedule of the epilogue. Without it the loads
+  // follow the wait, and how early their values are used is up to ptxas: in
+  // the kShares builds (33-36) it used them 1-5 instructions after the load
+  // (short-scoreboard stalls 0.62 -> 1.49 per instruction, ncu, session 13),
+  // the 12% those builds lost on the same blocks as 32.
+  static constexpr bool kEarlyWeights = kEarlyWeights_;
   // kShares (issue 12, and the last wave of every call): the call's key tiles
   // are cut into equal contiguous shares, one per CTA, as the dense kernel
   // does (fused_split_share), instead of whole blocks from a counter. A block
@@ -227,6 +237,7 @@ struct Sm90FusedV3Config {
   static constexpr int kOffShr = (kOffBars + kNumBars * 8 + 15) / 16 * 16;
   static constexpr int kSmemBytes = kOffShr + (kShares ? 576 : 0) + 1024;
   static_assert(kSmemBytes <= 227 * 1024 - (kShares ? 384 : 0), "shared memory per CTA (kShares: + fused_split_share's)");
+  static_assert(!kEarlyWeights || kWeightsMode == 2, "kEarlyWeights loads the weights from the TMA buffer (kWeightsMode 2)");
   static_assert(!kShares || (kSets == 1 && !kAsyncSelect && kPairSelect && kPairGate),
                 "shares: one candidate set per region, pair selects");
   // kShares: a split piece's sample tiles, at most (their entries fill the
@@ -1122,6 +1133,21 @@ __host__ __device__ constexpr int fused_v3_share_blocks(int nblocks, int grid) {
   return nblocks <= 2 * grid ? nblocks : nblocks % grid == 0 ? 0 : grid + nblocks % grid;
 }
 
+// kEarlyWeights: a lane's 16 weight pairs (its row group's row r, head group
+// jj: byte offset (16 r + 4 jj) * 8 from a), as volatile shared loads with
+// immediate offsets, so that they stay where they are issued: between the
+// MMAs' issue and their wait.
+template <int kOff>
+__device__ __forceinline__ float2 fused_v3_lds_f2(uint32_t a) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2+%3];" : "=f"(v.x), "=f"(v.y) : "r"(a), "n"(kOff));
+  return v;
+}
+template <int... I>
+__device__ __forceinline__ void fused_v3_weights_early(float2 (&w)[4][4], uint32_t a, std::integer_sequence<int, I...>) {
+  ((w[I / 4][I % 4] = fused_v3_lds_f2<((I / 4) * 16 + (I % 4) * 4) * 8>(a)), ...);
+}
+
 template <class Cfg>
 __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUtensorMap& tm_k,
                                               const CUtensorMap& tm_scales, const CUtensorMap& tm_weights,
@@ -1581,11 +1607,21 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       // cause of the weight-copy variants' wrong sets).
       float scale0, scale1;
       tile_scales(smem + Cfg::kOffScales + stage * Cfg::kScaleBytes, key_in_tile, scale0, scale1);
-      logits_tile_mma_lo<L>(acc, a_lo0 + stage * (Cfg::kKTileBytes >> 4), b_lo0 + qb * (Cfg::kQTileBytes >> 4));
+      float2 w[4][4];  // (kWeightsMode 2)
+      if constexpr (Cfg::kEarlyWeights) {
+        logits_tile_mma_issue_lo<L>(acc, a_lo0 + stage * (Cfg::kKTileBytes >> 4), b_lo0 + qb * (Cfg::kQTileBytes >> 4));
+        fused_v3_weights_early(w, ptx::smem_addr(smem + Cfg::kOffWeights + qb * Cfg::kWeightBytes) + (rg * 64 + quad) * 8,
+                               std::make_integer_sequence<int, 16>{});
+        ptx::wgmma_wait<0>();
+        ptx::fence_regs(acc);
+      } else {
+        logits_tile_mma_lo<L>(acc, a_lo0 + stage * (Cfg::kKTileBytes >> 4), b_lo0 + qb * (Cfg::kQTileBytes >> 4));
+      }
       release_stage(empty + stage, lane);
       float fin[2][1];
-      if constexpr (Cfg::kWeightsMode == 2) {
-        float2 w[4][4];
+      if constexpr (Cfg::kEarlyWeights) {
+        logits_epilogue_reduce_w<4>(acc, w, quad, fin);
+      } else if constexpr (Cfg::kWeightsMode == 2) {
         const float2* w2 = reinterpret_cast<const float2*>(smem + Cfg::kOffWeights + qb * Cfg::kWeightBytes) + rg * 64;
 #pragma unroll
         for (int r = 0; r < 4; ++r)
@@ -1885,6 +1921,10 @@ using Sm90FusedV3SharesHybrid =
     Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true, 5>;  // 35: 33, shares over the partial waves only
 using Sm90FusedV3SharesWholeHybrid =
     Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true, 6>;  // 36: 34, shares over the partial waves only
+using Sm90FusedV3HybridEarlyW =
+    Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true, 5, true>;  // 37: 35, weights loaded during the MMAs
+using Sm90FusedV3EarlyW =
+    Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true, 0, true>;  // 38: 32, weights loaded during the MMAs
 // (A 544-thread configuration with one producer warp and __maxnreg__(120) was
 // tried on 2026-12-02 and failed to launch: "too many resources"; removed.)
 // The op's fused kernel on whole blocks (one set: the v2 kernel's workspace):
