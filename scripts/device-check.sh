@@ -5,7 +5,8 @@
 # Set MQA_TOPK_DEV_PROBES=1 for the whole call when a stage needs the dev
 # variants (fused-variants, fused-probe, probe): the extension is built once.
 # deepgemm: builds DeepGEMM from the ignored .peers/ folder (carry it: ../shared/peers/README.md),
-#   then verifies `deepgemm` against `native` and benches their logits side by side (after `build`).
+#   then verifies `deepgemm` against `native` and benches their logits side by side (after `build`;
+#   the grid is configs/logits-grid.toml, SPEC §6's R x N points; DEEPGEMM_GRID=bench for the bench sweep).
 #   graph: the serving-grade tests (CUDA graphs, device range errors), bench --graph and eager of
 #     fused,native at the headline and at R=1024 N=8K, and the op-vs-launcher overhead (scripts/op_overhead.py)
 # Every stage's output goes to one log, $OUT/device.log (the device tool returns
@@ -92,7 +93,7 @@ for s in "${stages[@]}"; do
       export PYTHONPATH=/tmp/deepgemm${PYTHONPATH:+:$PYTHONPATH}
       run deepgemm-verify mqa-topk verify --paths deepgemm,native --other native --out "$OUT/verify-deepgemm.json"
       run deepgemm-bench mqa-topk bench --op logits --paths deepgemm,native --out "$OUT/bench-deepgemm.csv"
-      run deepgemm-bench-grid mqa-topk bench --op logits --config bench --paths deepgemm,native --out "$OUT/bench-deepgemm-grid.csv"
+      run deepgemm-bench-grid mqa-topk bench --op logits --config ${DEEPGEMM_GRID:-logits-grid} --paths deepgemm,native --out "$OUT/bench-deepgemm-grid.csv"
       run deepgemm-bench-op mqa-topk bench --paths deepgemm,native --out "$OUT/bench-deepgemm-op.csv" ;;
     *) echo "unknown stage $s" ;;
   esac
