@@ -40,6 +40,9 @@ template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3SharesHybrid>();  // dev 
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3SharesWholeHybrid>();  // dev variant 36 (34, shares over the partial waves only)
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3HybridEarlyW>();  // dev variant 37 (35, weights loaded during the MMAs)
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3EarlyW>();  // dev variant 38 (32, weights loaded during the MMAs)
+template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3CutStores>();  // v3check timing cut 39 (32 without the main loop's stores)
+template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3CutSelect>();  // v3check timing cut 40 (32 without the block-end select)
+template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3CutBoth>();  // v3check timing cut 41 (32 without either)
 // kHybrid's share blocks: all up to two waves, none on whole waves, else the partial wave and one more.
 static_assert(mqa_topk::fused_v3_share_blocks(8, 132) == 8 && mqa_topk::fused_v3_share_blocks(264, 132) == 264 &&
                   mqa_topk::fused_v3_share_blocks(265, 132) == 133 && mqa_topk::fused_v3_share_blocks(396, 132) == 0 &&

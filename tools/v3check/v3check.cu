@@ -229,6 +229,10 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
     case 36: return v3(Sm90FusedV3SharesWholeHybrid{});
     case 37: return v3(Sm90FusedV3HybridEarlyW{});
     case 38: return v3(Sm90FusedV3EarlyW{});
+    // timing cuts of 32 (wrong sets by design: time them, never check them)
+    case 39: return v3(Sm90FusedV3CutStores{});
+    case 40: return v3(Sm90FusedV3CutSelect{});
+    case 41: return v3(Sm90FusedV3CutBoth{});
     case 7:  // the op's split kernel (v2 pieces and merge; issue 12)
       return launch_sm90_fused_mqa_topk<Sm90FusedSplit>(d.q, d.k, d.scales, d.weights, d.starts, d.ends, d.out, d.ws,
                                                         w.rows, w.keys, w.topk, sms, st, &me, probe, 0, {}, target);

@@ -83,7 +83,7 @@ template <int kNumStages_, int kSets_ = 1, int kCheckTiles_ = 8, int kWeightsMod
           bool kInlineCheck_ = false, bool kAsyncSelect_ = false, int kMathRegs_ = 112, bool kPairSelect_ = false,
           bool kPairGate_ = false, bool kLazyDrop_ = false, bool kSelPhases_ = false, bool kGateRange_ = false,
           int kOutGroups_ = 4, int kGateTargetQ_ = 2, int kRankFloorZ_ = 0, bool kFloorCappedOnly_ = false,
-          int kShares_ = 0, bool kEarlyWeights_ = false>
+          int kShares_ = 0, bool kEarlyWeights_ = false, int kTimingCut_ = 0>
 struct Sm90FusedV3Config {
   // kEarlyWeights (needs kWeightsMode 2): each tile's weight loads are issued
   // between the MMAs' issue and their wait, as volatile shared loads with
@@ -94,6 +94,12 @@ struct Sm90FusedV3Config {
   // (short-scoreboard stalls 0.62 -> 1.49 per instruction, ncu, session 13),
   // the 12% those builds lost on the same blocks as 32.
   static constexpr bool kEarlyWeights = kEarlyWeights_;
+  // kTimingCut (dev, timing only: the sets are WRONG by design): what a
+  // variant leaves out, to time it by difference. 1: the main loop's
+  // candidate stores (the counts still grow, so the compactions and the
+  // block-end select see the same amounts, of stale entries); 2: the
+  // block-end select (rows are reported safe, nothing is written).
+  static constexpr int kTimingCut = kTimingCut_;
   // kShares (issue 12, and the last wave of every call): the call's key tiles
   // are cut into equal contiguous shares, one per CTA, as the dense kernel
   // does (fused_split_share), instead of whole blocks from a counter. A block
@@ -1691,12 +1697,12 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       const uint32_t lt = ptx::lanemask_lt();
       const uint32_t n0 = __popc(m0);
       uint32_t* base = p.ws + my_off + cnt;
-      if (pass0) {
+      if (pass0 && (kSample || !(Cfg::kTimingCut & 1))) {
         const uint32_t at = __popc(m0 & lt);
         __stcg(base + at, k0);
         __stcg(base + p.cap + at, static_cast<uint32_t>(ka));
       }
-      if (pass1) {
+      if (pass1 && (kSample || !(Cfg::kTimingCut & 1))) {
         const uint32_t at = n0 + __popc(m1 & lt);
         __stcg(base + at, k1);
         __stcg(base + p.cap + at, static_cast<uint32_t>(kb));
@@ -1824,7 +1830,7 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
         }
       } else if (((active >> r) & 1u) && row < p.rows) {
         if constexpr (Cfg::kPairSelect) {
-          ok = fused_v3_pair_end_call<Cfg>(&p, Cfg::kShares ? 2 : cs, pub & 1, b, row_gated);
+          if constexpr (!(Cfg::kTimingCut & 2)) ok = fused_v3_pair_end_call<Cfg>(&p, Cfg::kShares ? 2 : cs, pub & 1, b, row_gated);
         } else {
           // (The same steps as fused_v3_finish_row, kept inline: the op's kernel
           // was validated and timed in this form; moving it into the helper
@@ -1925,6 +1931,13 @@ using Sm90FusedV3HybridEarlyW =
     Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true, 5, true>;  // 37: 35, weights loaded during the MMAs
 using Sm90FusedV3EarlyW =
     Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true, 0, true>;  // 38: 32, weights loaded during the MMAs
+// Dev timing cuts of 32 (wrong sets by design; v3check time only):
+using Sm90FusedV3CutStores =
+    Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true, 0, false, 1>;  // 39: 32 without the main loop's stores
+using Sm90FusedV3CutSelect =
+    Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true, 0, false, 2>;  // 40: 32 without the block-end select
+using Sm90FusedV3CutBoth =
+    Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true, 0, false, 3>;  // 41: 32 without either
 // (A 544-thread configuration with one producer warp and __maxnreg__(120) was
 // tried on 2026-12-02 and failed to launch: "too many resources"; removed.)
 // The op's fused kernel on whole blocks (one set: the v2 kernel's workspace):
