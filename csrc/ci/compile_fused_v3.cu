@@ -43,6 +43,8 @@ template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3EarlyW>();  // dev varian
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3CutStores>();  // v3check timing cut 39 (32 without the main loop's stores)
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3CutSelect>();  // v3check timing cut 40 (32 without the block-end select)
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3CutBoth>();  // v3check timing cut 41 (32 without either)
+template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3LeanFilter>();  // v3check variant 42 (32, lean filter and appends)
+template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3HybridLean>();  // v3check variant 43 (35, lean filter and appends)
 // kHybrid's share blocks: all up to two waves, none on whole waves, else the partial wave and one more.
 static_assert(mqa_topk::fused_v3_share_blocks(8, 132) == 8 && mqa_topk::fused_v3_share_blocks(264, 132) == 264 &&
                   mqa_topk::fused_v3_share_blocks(265, 132) == 133 && mqa_topk::fused_v3_share_blocks(396, 132) == 0 &&

@@ -83,7 +83,7 @@ template <int kNumStages_, int kSets_ = 1, int kCheckTiles_ = 8, int kWeightsMod
           bool kInlineCheck_ = false, bool kAsyncSelect_ = false, int kMathRegs_ = 112, bool kPairSelect_ = false,
           bool kPairGate_ = false, bool kLazyDrop_ = false, bool kSelPhases_ = false, bool kGateRange_ = false,
           int kOutGroups_ = 4, int kGateTargetQ_ = 2, int kRankFloorZ_ = 0, bool kFloorCappedOnly_ = false,
-          int kShares_ = 0, bool kEarlyWeights_ = false, int kTimingCut_ = 0>
+          int kShares_ = 0, bool kEarlyWeights_ = false, int kTimingCut_ = 0, bool kLeanFilter_ = false>
 struct Sm90FusedV3Config {
   // kEarlyWeights (needs kWeightsMode 2): each tile's weight loads are issued
   // between the MMAs' issue and their wait, as volatile shared loads with
@@ -100,6 +100,11 @@ struct Sm90FusedV3Config {
   // block-end select see the same amounts, of stale entries); 2: the
   // block-end select (rows are reported safe, nothing is written).
   static constexpr int kTimingCut = kTimingCut_;
+  // kLeanFilter: the tile filter's pass flags without short-circuits (in
+  // range & above the threshold: no predicate-to-byte round trips, 12-16
+  // instructions fewer per tile in 32's loops) and the appends' addresses
+  // from 32-bit word offsets (one wide multiply-add per store).
+  static constexpr bool kLeanFilter = kLeanFilter_;
   // kShares (issue 12, and the last wave of every call): the call's key tiles
   // are cut into equal contiguous shares, one per CTA, as the dense kernel
   // does (fused_split_share), instead of whole blocks from a counter. A block
@@ -1682,8 +1687,10 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       const int ka = key_base + tp * Cfg::kBlockKeys, kb = ka + 8;
       const uint32_t k0 = order_key(fin[0][0] * scale0), k1 = order_key(fin[1][0] * scale1);
       const bool in0 = static_cast<uint32_t>(ka - rs) < len, in1 = static_cast<uint32_t>(kb - rs) < len;
-      const bool pass0 = in0 && composite(k0, static_cast<uint32_t>(ka)) > thr;
-      const bool pass1 = in1 && composite(k1, static_cast<uint32_t>(kb)) > thr;
+      const bool pass0 = Cfg::kLeanFilter ? in0 & (composite(k0, static_cast<uint32_t>(ka)) > thr)
+                                          : in0 && composite(k0, static_cast<uint32_t>(ka)) > thr;
+      const bool pass1 = Cfg::kLeanFilter ? in1 & (composite(k1, static_cast<uint32_t>(kb)) > thr)
+                                          : in1 && composite(k1, static_cast<uint32_t>(kb)) > thr;
       if constexpr (kSample) {
         uint32_t mx = max(in0 ? k0 : 0u, in1 ? k1 : 0u);
         mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
@@ -1696,16 +1703,30 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       const uint32_t m1 = __ballot_sync(0xffffffffu, pass1) & qmask;
       const uint32_t lt = ptx::lanemask_lt();
       const uint32_t n0 = __popc(m0);
-      uint32_t* base = p.ws + my_off + cnt;
-      if (pass0 && (kSample || !(Cfg::kTimingCut & 1))) {
-        const uint32_t at = __popc(m0 & lt);
-        __stcg(base + at, k0);
-        __stcg(base + p.cap + at, static_cast<uint32_t>(ka));
-      }
-      if (pass1 && (kSample || !(Cfg::kTimingCut & 1))) {
-        const uint32_t at = n0 + __popc(m1 & lt);
-        __stcg(base + at, k1);
-        __stcg(base + p.cap + at, static_cast<uint32_t>(kb));
+      if constexpr (Cfg::kLeanFilter) {
+        const uint32_t o = my_off + cnt;  // this lane's next slot: a word offset from p.ws
+        if (pass0) {
+          const uint32_t at = o + __popc(m0 & lt);
+          __stcg(p.ws + at, k0);
+          __stcg(p.ws + (at + static_cast<uint32_t>(p.cap)), static_cast<uint32_t>(ka));
+        }
+        if (pass1) {
+          const uint32_t at = o + n0 + __popc(m1 & lt);
+          __stcg(p.ws + at, k1);
+          __stcg(p.ws + (at + static_cast<uint32_t>(p.cap)), static_cast<uint32_t>(kb));
+        }
+      } else {
+        uint32_t* base = p.ws + my_off + cnt;
+        if (pass0 && (kSample || !(Cfg::kTimingCut & 1))) {
+          const uint32_t at = __popc(m0 & lt);
+          __stcg(base + at, k0);
+          __stcg(base + p.cap + at, static_cast<uint32_t>(ka));
+        }
+        if (pass1 && (kSample || !(Cfg::kTimingCut & 1))) {
+          const uint32_t at = n0 + __popc(m1 & lt);
+          __stcg(base + at, k1);
+          __stcg(base + p.cap + at, static_cast<uint32_t>(kb));
+        }
       }
       cnt += n0 + __popc(m1);
       ++it;
@@ -1938,6 +1959,10 @@ using Sm90FusedV3CutSelect =
     Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true, 0, false, 2>;  // 40: 32 without the block-end select
 using Sm90FusedV3CutBoth =
     Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true, 0, false, 3>;  // 41: 32 without either
+using Sm90FusedV3LeanFilter =
+    Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true, 0, false, 0, true>;  // 42: 32, lean filter and appends
+using Sm90FusedV3HybridLean =
+    Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true, 5, false, 0, true>;  // 43: 35, lean filter and appends
 // (A 544-thread configuration with one producer warp and __maxnreg__(120) was
 // tried on 2026-12-02 and failed to launch: "too many resources"; removed.)
 // The op's fused kernel on whole blocks (one set: the v2 kernel's workspace):
