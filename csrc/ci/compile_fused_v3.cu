@@ -33,7 +33,7 @@ template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3WideOut>();  // dev varia
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3Target125>();  // dev variant 29 (27, gate target 1.25 k + 256)
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3RankFloor>();  // dev variant 30 (29 with the gate rank floor)
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3FloorCapped>();  // dev variant 31 (30, the floor where the sample is capped)
-// dev variant 32 (31 with the target 1.5 k + 256) is Sm90FusedV3Default, instantiated above.
+template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3SafeTarget>();  // dev variant 32 (31 with the target 1.5 k + 256; the op's until session 13)
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3Shares>();  // dev variant 33 (32 on equal shares: split blocks)
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3SharesWhole>();  // dev variant 34 (33, whole blocks as one-piece splits)
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3SharesHybrid>();  // dev variant 35 (33, shares over the partial waves only)
@@ -43,7 +43,7 @@ template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3EarlyW>();  // dev varian
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3CutStores>();  // v3check timing cut 39 (32 without the main loop's stores)
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3CutSelect>();  // v3check timing cut 40 (32 without the block-end select)
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3CutBoth>();  // v3check timing cut 41 (32 without either)
-template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3LeanFilter>();  // v3check variant 42 (32, lean filter and appends)
+// v3check variant 42 (32, lean filter and appends) is Sm90FusedV3Default, instantiated above.
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3HybridLean>();  // v3check variant 43 (35, lean filter and appends)
 // kHybrid's share blocks: all up to two waves, none on whole waves, else the partial wave and one more.
 static_assert(mqa_topk::fused_v3_share_blocks(8, 132) == 8 && mqa_topk::fused_v3_share_blocks(264, 132) == 264 &&

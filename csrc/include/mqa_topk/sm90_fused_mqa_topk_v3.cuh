@@ -1982,7 +1982,13 @@ using Sm90FusedV3HybridLean =
 // measured per row); kept as dev variants. mqa-topk crossover on 32 (one
 // call): fused from 8192 keys for every topk; headline 5.248 against native
 // 5.715 ms (BENCHMARKS.md, session 10).
-using Sm90FusedV3Default = Sm90FusedV3SafeTarget;
+// Variant 42 since 2026-12-03 (session 13): 32 with the lean filter and
+// appends (kLeanFilter: 16-20 instructions fewer per tile, no stack frame).
+// tools/v3check, one call: headline 4.859 against 32's 4.955 ms, 8192 x
+// 16384 top-2048 1.311 against 1.334 (native 1.317), top-512 1.178 against
+// 1.201, 4096 x 65536 2.521 against 2.583; exact on every check
+// (BENCHMARKS.md, session 13).
+using Sm90FusedV3Default = Sm90FusedV3LeanFilter;
 static_assert(8 * Sm90FusedV3Default::kSegs * Sm90FusedV3Default::cap(2048) == 2 * 8 * Sm90FusedGated::cap(2048) &&
                   Sm90FusedV3Default::kSets == 1,
               "the op's workspace (sized for the v2 kernel) holds the v3 kernel's");
