@@ -357,7 +357,7 @@ def test_fused_workspace_is_per_stream(dev):
 # op's (weights read from the TMA buffer), 19 two sets, 15 register weights.
 # 12, 13, 14 and 17 (the per-lane shared-memory weight copy) return wrong sets,
 # not yet understood (docs/FUSED.md); they are not tested as exact.
-V3_VARIANTS = [16, 19, 15, 12, 21, 23, 24, 25, 27, 29, 30, 31, 33, 34, 35, 36, 37, 38]
+V3_VARIANTS = [16, 19, 15, 12, 21, 23, 24, 25, 27, 29, 30, 31, 33, 34, 35, 36, 37, 38, 42, 43]
 
 
 def run_variant(ext, variant, w, topk, poison):
@@ -389,7 +389,7 @@ def test_v3_exact_on_workloads(dev, kw, topk, variant):
     check_variant(variant, w, topk, f"v3 variant {variant} {kw}")
 
 
-@pytest.mark.parametrize("variant", [16, 19, 33, 34, 35, 36, 37, 38])
+@pytest.mark.parametrize("variant", [16, 19, 33, 34, 35, 36, 37, 38, 42, 43])
 @pytest.mark.parametrize("dist,opts", [("gaussian", {}), ("rising", {}), ("ties", {"tie_mode": "whole"}),
                                        ("ties", {}), ("relu_saturated", {}), ("zero_weights", {})])
 def test_v3_long_rows_compactions(dev, dist, opts, variant):

@@ -22,9 +22,15 @@
 #include "fused_v3_probes.h"
 
 namespace {
-// Variants 12-32: the v3 kernel (csrc/dev/fused_v3_probes.cu, its own
+// Variants 12-38, 42, 43: the v3 kernel (csrc/dev/fused_v3_probes.cu, its own
 // translation unit so ninja builds it beside this one).
-constexpr int kFirstV3 = 12, kLastV3 = 38;
+constexpr int kFirstV3 = 12, kLastV3 = 43;
+// Variants 39-41 are tools/v3check's timing cuts of 32 (wrong sets by
+// design), not dev variants of the extension.
+void check_not_timing_cut(int64_t variant) {
+  TORCH_CHECK_VALUE(variant < 39 || variant > 41, "variant: 39-41 are tools/v3check's timing cuts (wrong sets by ",
+                    "design), not dev variants of the extension, got ", variant);
+}
 template <class F>
 auto with_variant(int64_t variant, F&& f) {
   using namespace mqa_topk;
@@ -32,9 +38,9 @@ auto with_variant(int64_t variant, F&& f) {
                     "3 (plain appends, 8 stages), 4 (plain appends), 5 (binned select, bins counted by the appends), ",
                     "6 (lean appends, general select), 7 (blocks split across CTAs), 8 (split, shared gate), ",
                     "9 (split last wave, shared gate), 10 (split, shares that follow the blocks), 11 (lean MMA descriptors) ",
-                    "or 12-38 (the v3 kernel: 12 smem weight copy, 13 + two sets, 14 + inline check, 15 register weights, ",
+                    "or 12-38, 42, 43 (the v3 kernel: 12 smem weight copy, 13 + two sets, 14 + inline check, 15 register weights, ",
                     "16 weights from the TMA buffer (the op's v3), 17 copy + barrier, 18 15 inlined, 19 16 with two sets, ",
-                    "20 19 with the selects on the producer warpgroup, 21 20 at 104 / 64 registers, 22 16 checking every 12 tiles, 23 22 with pair selects, 24 23 with the pair gate, 25 24 with small samples not dropped, 26 25 with select phase stats, 27 25 binning from the gate, 28 27 with 6 groups in the output pass, 29 27 with the gate target 1.25 k + 256, 30 29 with the gate rank floor, 31 30 with the floor where the sample is capped, 32 31 with the target 1.5 k + 256: the op's, 33 32 on equal shares with split blocks, 34 33 with whole blocks as one-piece splits, 35 / 36 33 / 34 with shares over the partial waves only, 37 / 38 35 / 32 with the weights loaded during the MMAs), got ",
+                    "20 19 with the selects on the producer warpgroup, 21 20 at 104 / 64 registers, 22 16 checking every 12 tiles, 23 22 with pair selects, 24 23 with the pair gate, 25 24 with small samples not dropped, 26 25 with select phase stats, 27 25 binning from the gate, 28 27 with 6 groups in the output pass, 29 27 with the gate target 1.25 k + 256, 30 29 with the gate rank floor, 31 30 with the floor where the sample is capped, 32 31 with the target 1.5 k + 256: the op's, 33 32 on equal shares with split blocks, 34 33 with whole blocks as one-piece splits, 35 / 36 33 / 34 with shares over the partial waves only, 37 / 38 35 / 32 with the weights loaded during the MMAs, 42 / 43 32 / 35 with the lean filter: 42 is the op's), got ",
                     variant);
   return variant == 0 ? f(Sm90FusedDefault{})
          : variant == 1 ? f(Sm90FusedSelectors{})
@@ -52,6 +58,7 @@ auto with_variant(int64_t variant, F&& f) {
 }  // namespace
 
 int64_t fused_mqa_topk_probe_workspace_bytes(int64_t variant, int64_t topk, int64_t device) {
+  check_not_timing_cut(variant);
   const int sms = mqa_topk::sm_count(static_cast<int>(device));
   // At least the default's need too: the shared contract check asks for it.
   const int64_t dflt = static_cast<int64_t>(
@@ -67,6 +74,7 @@ void fused_mqa_topk_probe(int64_t variant, const at::Tensor& q, const at::Tensor
                           const at::Tensor& weights, const at::Tensor& starts, const at::Tensor& ends,
                           const at::Tensor& output, const at::Tensor& workspace) {
   using namespace mqa_topk;
+  check_not_timing_cut(variant);
   const FusedLaunchArgs a = fused_mqa_topk_check(q, k, scales, weights, starts, ends, output, workspace);
   const int64_t need = fused_mqa_topk_probe_workspace_bytes(variant, a.topk, q.device().index());
   MQA_CHECK_ARG(workspace.numel() >= need, "workspace", "variant ", variant, " needs ", need, " bytes, got ",

@@ -45,6 +45,8 @@ auto with_v3_variant(int64_t variant, F&& f) {
          : variant == 36 ? f(Sm90FusedV3SharesWholeHybrid{})
          : variant == 37 ? f(Sm90FusedV3HybridEarlyW{})
          : variant == 38 ? f(Sm90FusedV3EarlyW{})
+         : variant == 42 ? f(Sm90FusedV3LeanFilter{})
+         : variant == 43 ? f(Sm90FusedV3HybridLean{})
                          : f(Sm90FusedV3S8{});
 }
 }  // namespace

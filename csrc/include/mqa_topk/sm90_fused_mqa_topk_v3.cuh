@@ -1618,7 +1618,7 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       // cause of the weight-copy variants' wrong sets).
       float scale0, scale1;
       tile_scales(smem + Cfg::kOffScales + stage * Cfg::kScaleBytes, key_in_tile, scale0, scale1);
-      float2 w[4][4];  // (kWeightsMode 2)
+      [[maybe_unused]] float2 w[4][4];  // (kWeightsMode 2)
       if constexpr (Cfg::kEarlyWeights) {
         logits_tile_mma_issue_lo<L>(acc, a_lo0 + stage * (Cfg::kKTileBytes >> 4), b_lo0 + qb * (Cfg::kQTileBytes >> 4));
         fused_v3_weights_early(w, ptx::smem_addr(smem + Cfg::kOffWeights + qb * Cfg::kWeightBytes) + (rg * 64 + quad) * 8,
