@@ -198,6 +198,7 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
                                                          w.rows, w.keys, w.topk, sms, st, &me, probe, {}, target);
   };
   switch (variant) {
+#ifndef V3CHECK_MIN  // (-DV3CHECK_FEW -DV3CHECK_MIN: the op's kernel, 43 and the newest variants only)
     case 2:
       return launch_sm90_fused_mqa_topk<Sm90FusedDefault>(d.q, d.k, d.scales, d.weights, d.starts, d.ends, d.out, d.ws,
                                                           w.rows, w.keys, w.topk, sms, st, &me, probe, 0, {}, target);
@@ -233,11 +234,17 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
     case 39: return v3(Sm90FusedV3CutStores{});
     case 40: return v3(Sm90FusedV3CutSelect{});
     case 41: return v3(Sm90FusedV3CutBoth{});
-    case 42: return v3(Sm90FusedV3LeanFilter{});
-    case 43: return v3(Sm90FusedV3HybridLean{});
     case 7:  // the op's split kernel (v2 pieces and merge; issue 12)
       return launch_sm90_fused_mqa_topk<Sm90FusedSplit>(d.q, d.k, d.scales, d.weights, d.starts, d.ends, d.out, d.ws,
                                                         w.rows, w.keys, w.topk, sms, st, &me, probe, 0, {}, target);
+#endif
+    case 42: return v3(Sm90FusedV3LeanFilter{});
+    case 43: return v3(Sm90FusedV3HybridLean{});
+    // session 14: 44 a timing cut (exact only while no compaction is due), 45-47
+    case 44: return v3(Sm90FusedV3CutChecks{});
+    case 45: return v3(Sm90FusedV3PipeTail{});
+    case 46: return v3(Sm90FusedV3PipeRelaxed{});
+    case 47: return v3(Sm90FusedV3Relaxed{});
 #ifndef V3CHECK_FEW
     case 10:  // split shares that follow the blocks (kSplitAlign)
       return launch_sm90_fused_mqa_topk<Sm90FusedSplitAlign>(d.q, d.k, d.scales, d.weights, d.starts, d.ends, d.out,

@@ -83,8 +83,24 @@ template <int kNumStages_, int kSets_ = 1, int kCheckTiles_ = 8, int kWeightsMod
           bool kInlineCheck_ = false, bool kAsyncSelect_ = false, int kMathRegs_ = 112, bool kPairSelect_ = false,
           bool kPairGate_ = false, bool kLazyDrop_ = false, bool kSelPhases_ = false, bool kGateRange_ = false,
           int kOutGroups_ = 4, int kGateTargetQ_ = 2, int kRankFloorZ_ = 0, bool kFloorCappedOnly_ = false,
-          int kShares_ = 0, bool kEarlyWeights_ = false, int kTimingCut_ = 0, bool kLeanFilter_ = false>
+          int kShares_ = 0, bool kEarlyWeights_ = false, int kTimingCut_ = 0, bool kLeanFilter_ = false,
+          bool kPipeTail_ = false, bool kRelaxedRelease_ = false>
 struct Sm90FusedV3Config {
+  // kPipeTail (needs kLeanFilter, no kShares / kEarlyWeights): each tile's
+  // filter and appends (its "tail": the order keys' range and threshold
+  // tests, the ballots, the stores) run after the NEXT tile's MMAs are
+  // issued and before they are waited for, so they overlap the tensor cores
+  // instead of following the epilogue on the warp's critical path. The
+  // pending tile's two order keys and first key (4 registers) cross the MMA;
+  // the accumulators are not touched. A compaction check, the gate and the
+  // block end first run the pending tail (their counts include every tile).
+  static constexpr bool kPipeTail = kPipeTail_;
+  // kRelaxedRelease: the K stage's release is a relaxed mbarrier arrival
+  // (no release ordering of the warp's earlier global stores, the appends of
+  // the tile before), issued after the tile's scales have been used (their
+  // loads are complete: a data dependency), where the default release
+  // follows the MMAs' wait.
+  static constexpr bool kRelaxedRelease = kRelaxedRelease_;
   // kEarlyWeights (needs kWeightsMode 2): each tile's weight loads are issued
   // between the MMAs' issue and their wait, as volatile shared loads with
   // immediate offsets (fused_v3_weights_early), so their latency hides behind
@@ -101,12 +117,18 @@ struct Sm90FusedV3Config {
   // block-end select (rows are reported safe, nothing is written). Cut 1
   // acts on the default appends only (not with kLeanFilter); session 13
   // found it measures nothing useful (39 ran 5x slower on stale entries).
+  // 4: the compaction checks after the gate (their named barriers): the sets
+  // stay exact only while no segment would pass its trigger (gaussian rows at
+  // the headline: no compactions, `v3check stats`); a segment past its cap
+  // then overwrites the next one. Timing on such inputs only.
   static constexpr int kTimingCut = kTimingCut_;
   // kLeanFilter: the tile filter's pass flags without short-circuits (in
   // range & above the threshold: no predicate-to-byte round trips, 12-16
   // instructions fewer per tile in 32's loops) and the appends' addresses
   // from 32-bit word offsets (one wide multiply-add per store).
   static constexpr bool kLeanFilter = kLeanFilter_;
+  static_assert(!kPipeTail || (kLeanFilter && !kShares_ && !kEarlyWeights_ && kTimingCut_ == 0),
+                "kPipeTail: on the lean filter of whole blocks");
   // kShares (issue 12, and the last wave of every call): the call's key tiles
   // are cut into equal contiguous shares, one per CTA, as the dense kernel
   // does (fused_split_share), instead of whole blocks from a counter. A block
@@ -1604,6 +1626,52 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       }
     }
 
+    // The lean filter and appends of one tile (kLeanFilter): this lane's
+    // order keys k0 / k1 of keys ka / ka + 8 of walk position t. kSample: also
+    // the tile's largest key per row (the gate's position cap).
+    auto tail_lean = [&](auto sample_tag, uint32_t k0, uint32_t k1, int ka, int t) {
+      constexpr bool kSample = decltype(sample_tag)::value;
+      const int kb = ka + 8;
+      const bool in0 = static_cast<uint32_t>(ka - rs) < len, in1 = static_cast<uint32_t>(kb - rs) < len;
+      const bool pass0 = in0 & (composite(k0, static_cast<uint32_t>(ka)) > thr);
+      const bool pass1 = in1 & (composite(k1, static_cast<uint32_t>(kb)) > thr);
+      if constexpr (kSample) {
+        uint32_t mx = max(in0 ? k0 : 0u, in1 ? k1 : 0u);
+        mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+        mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+        mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+        if (lane < 4 && mx) atomicMax(&ctl->tile_max[4 * rg + lane][t], mx);
+      }
+      const uint32_t qmask = 0x11111111u << quad;
+      const uint32_t m0 = __ballot_sync(0xffffffffu, pass0) & qmask;
+      const uint32_t m1 = __ballot_sync(0xffffffffu, pass1) & qmask;
+      const uint32_t lt = ptx::lanemask_lt();
+      const uint32_t n0 = __popc(m0);
+      const uint32_t o = my_off + cnt;  // this lane's next slot: a word offset from p.ws
+      if (pass0) {
+        const uint32_t at = o + __popc(m0 & lt);
+        __stcg(p.ws + at, k0);
+        __stcg(p.ws + (at + static_cast<uint32_t>(p.cap)), static_cast<uint32_t>(ka));
+      }
+      if (pass1) {
+        const uint32_t at = o + n0 + __popc(m1 & lt);
+        __stcg(p.ws + at, k1);
+        __stcg(p.ws + (at + static_cast<uint32_t>(p.cap)), static_cast<uint32_t>(kb));
+      }
+      cnt += n0 + __popc(m1);
+    };
+    // kPipeTail: the tile whose tail is pending (its order keys and first key;
+    // its walk position is the current tile's minus one).
+    uint32_t pend_k0 = 0, pend_k1 = 0;
+    int pend_ka = 0;
+    bool pend_ok = false;
+    auto flush = [&](auto sample_tag, int t_next) {
+      if constexpr (Cfg::kPipeTail) {
+        if (pend_ok) tail_lean(sample_tag, pend_k0, pend_k1, pend_ka, t_next - 1);
+        pend_ok = false;
+      }
+    };
+
     // One key tile: MMA, epilogue, filter, appends to this warp's segments.
     // kSample: also the tile's largest key per row (the gate's position cap).
     auto tile = [&](auto sample_tag, int t, int tp) {
@@ -1627,10 +1695,15 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
                                std::make_integer_sequence<int, 16>{});
         ptx::wgmma_wait<0>();
         ptx::fence_regs(acc);
+      } else if constexpr (Cfg::kPipeTail) {
+        logits_tile_mma_issue_lo<L>(acc, a_lo0 + stage * (Cfg::kKTileBytes >> 4), b_lo0 + qb * (Cfg::kQTileBytes >> 4));
+        if (pend_ok) tail_lean(sample_tag, pend_k0, pend_k1, pend_ka, t - 1);  // while the MMAs run
+        ptx::wgmma_wait<0>();
+        ptx::fence_regs(acc);
       } else {
         logits_tile_mma_lo<L>(acc, a_lo0 + stage * (Cfg::kKTileBytes >> 4), b_lo0 + qb * (Cfg::kQTileBytes >> 4));
       }
-      release_stage(empty + stage, lane);
+      if constexpr (!Cfg::kRelaxedRelease) release_stage(empty + stage, lane);
       float fin[2][1];
       if constexpr (Cfg::kEarlyWeights) {
         logits_epilogue_reduce_w<4>(acc, w, quad, fin);
@@ -1688,6 +1761,18 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       }
       const int ka = key_base + tp * Cfg::kBlockKeys, kb = ka + 8;
       const uint32_t k0 = order_key(fin[0][0] * scale0), k1 = order_key(fin[1][0] * scale1);
+      if constexpr (Cfg::kRelaxedRelease) {  // after the scales' use: their loads are complete
+        __syncwarp();
+        if (lane == 0) ptx::mbar_arrive_relaxed(empty + stage);
+      }
+      if constexpr (Cfg::kPipeTail) {
+        pend_k0 = k0;
+        pend_k1 = k1;
+        pend_ka = ka;
+        pend_ok = true;
+        ++it;
+        return;
+      }
       const bool in0 = static_cast<uint32_t>(ka - rs) < len, in1 = static_cast<uint32_t>(kb - rs) < len;
       const bool pass0 = Cfg::kLeanFilter ? in0 & (composite(k0, static_cast<uint32_t>(ka)) > thr)
                                           : in0 && composite(k0, static_cast<uint32_t>(ka)) > thr;
@@ -1752,9 +1837,12 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
 #pragma unroll 1
     for (; t < ns; ++t, tp = next_tile(tp, nt, stride)) {
       tile(std::true_type{}, t, tp);
-      if ((t + 1) % Cfg::kCheckTiles == 0 && t + 1 < nt)
+      if ((t + 1) % Cfg::kCheckTiles == 0 && t + 1 < nt) {
+        flush(std::true_type{}, t + 1);
         check();
+      }
     }
+    flush(std::true_type{}, t);
     if (ns > 0 && (!Cfg::kShares || vis_u(0) == kVisitWhole)) {  // (a whole block's gate)
       // ---- the gate of each row from its sample (every in-range key of the first ns tiles) ----
       const long long t_gate = clock64();
@@ -1796,9 +1884,12 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
 #pragma unroll 1
     for (; t < nt; ++t, tp = next_tile(tp, nt, stride)) {
       tile(std::false_type{}, t, tp);
-      if ((t + 1) % Cfg::kCheckTiles == 0 && t + 1 < nt)
+      if (!(Cfg::kTimingCut & 4) && (t + 1) % Cfg::kCheckTiles == 0 && t + 1 < nt) {
+        flush(std::false_type{}, t + 1);
         check();
+      }
     }
+    flush(std::false_type{}, t);
 
     // ---- block end: one warp per row selects over the row's 8 segments ----
     if (Cfg::kShares ? vis_u(1) == vis_u(2) : nt == 0) {  // no tile released the (unloaded) Q buffer
@@ -1965,6 +2056,15 @@ using Sm90FusedV3LeanFilter =
     Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true, 0, false, 0, true>;  // 42: 32, lean filter and appends
 using Sm90FusedV3HybridLean =
     Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true, 5, false, 0, true>;  // 43: 35, lean filter and appends
+// Session 14 (dev): the check barriers' cost, the tail overlap, relaxed stage releases.
+using Sm90FusedV3CutChecks =
+    Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true, 0, false, 4, true>;  // 44: 42 without the checks after the gate (timing)
+using Sm90FusedV3PipeTail =
+    Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true, 0, false, 0, true, true>;  // 45: 42, tails overlap the next MMAs
+using Sm90FusedV3PipeRelaxed =
+    Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true, 0, false, 0, true, true, true>;  // 46: 45, relaxed releases
+using Sm90FusedV3Relaxed =
+    Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true, 0, false, 0, true, false, true>;  // 47: 42, relaxed releases
 // (A 544-thread configuration with one producer warp and __maxnreg__(120) was
 // tried on 2026-12-02 and failed to launch: "too many resources"; removed.)
 // The op's fused kernel on whole blocks (one set: the v2 kernel's workspace):
