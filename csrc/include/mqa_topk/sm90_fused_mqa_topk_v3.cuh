@@ -94,6 +94,7 @@ struct Sm90FusedV3Config {
   // pending tile's two order keys and first key (4 registers) cross the MMA;
   // the accumulators are not touched. A compaction check, the gate and the
   // block end first run the pending tail (their counts include every tile).
+  // (These variants also leave out the stage probe, p.probe 4.)
   static constexpr bool kPipeTail = kPipeTail_;
   // kRelaxedRelease: the K stage's release is a relaxed mbarrier arrival
   // (no release ordering of the warp's earlier global stores, the appends of
@@ -1678,7 +1679,7 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       constexpr bool kSample = decltype(sample_tag)::value;
       const int stage = it % S;
       ptx::mbar_wait(full + stage, (it / S) & 1);
-      if (p.probe == 4) {  // development: does this stage hold the tile this warp expects?
+      if (!Cfg::kPipeTail && p.probe == 4) {  // development: does this stage hold the tile this warp expects?
         const int k0s = reinterpret_cast<const volatile int*>(p.counter)[16 + stage];
         if (lane == 0 && k0s != key_base - key_in_tile + tp * Cfg::kBlockKeys) atomicAdd(p.counter + 24 + rg, 1);
       }
