@@ -43,8 +43,13 @@ template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3EarlyW>();  // dev varian
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3CutStores>();  // v3check timing cut 39 (32 without the main loop's stores)
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3CutSelect>();  // v3check timing cut 40 (32 without the block-end select)
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3CutBoth>();  // v3check timing cut 41 (32 without either)
-// v3check variant 42 (32, lean filter and appends) is Sm90FusedV3Default, instantiated above.
+template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3LeanFilter>();  // v3check variant 42 (32, lean filter and appends; the op's in session 13)
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3HybridLean>();  // v3check variant 43 (35, lean filter and appends)
+template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3CutChecks>();  // v3check timing cut 44 (42 without the checks after the gate)
+template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3PipeTail>();  // v3check variant 45 (42, tails overlap the next MMAs)
+// v3check variant 46 (45, relaxed stage releases) is Sm90FusedV3Default, instantiated above.
+template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3Relaxed>();  // v3check variant 47 (42, relaxed stage releases)
+template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3PipeLazy>();  // v3check variant 48 (46, lazy compaction checks)
 // kHybrid's share blocks: all up to two waves, none on whole waves, else the partial wave and one more.
 static_assert(mqa_topk::fused_v3_share_blocks(8, 132) == 8 && mqa_topk::fused_v3_share_blocks(264, 132) == 264 &&
                   mqa_topk::fused_v3_share_blocks(265, 132) == 133 && mqa_topk::fused_v3_share_blocks(396, 132) == 0 &&

@@ -84,8 +84,27 @@ template <int kNumStages_, int kSets_ = 1, int kCheckTiles_ = 8, int kWeightsMod
           bool kPairGate_ = false, bool kLazyDrop_ = false, bool kSelPhases_ = false, bool kGateRange_ = false,
           int kOutGroups_ = 4, int kGateTargetQ_ = 2, int kRankFloorZ_ = 0, bool kFloorCappedOnly_ = false,
           int kShares_ = 0, bool kEarlyWeights_ = false, int kTimingCut_ = 0, bool kLeanFilter_ = false,
-          bool kPipeTail_ = false, bool kRelaxedRelease_ = false>
+          bool kPipeTail_ = false, bool kRelaxedRelease_ = false, bool kLazyCheck_ = false>
 struct Sm90FusedV3Config {
+  // kLazyCheck (needs kPipeTail): the compaction checks after the gate
+  // without a barrier unless one may be due. At check j (after tile
+  // j kCheckTiles - 1) each warp publishes its 4 rows' counts in slot j & 1
+  // of kOffCkc and reads the row group's 32 counts of check j - 1 from slot
+  // (j - 1) & 1: those are complete and not yet overwritten, since a warp at
+  // check j waited for a K stage that the producer refilled only after every
+  // math warp released tile j kCheckTiles - 9 (8 stages < kCheckTiles), past
+  // its check j - 1; a release arrival after every check carries the counts
+  // (the producer's empty-barrier acquire, its full-barrier release). Every
+  // warp of the row group reads the same 32 counts, so all take the same
+  // branch: only when one of them is above cap - 32 kCheckTiles do they run
+  // the synchronous check (barrier, current counts, trigger cap - 16
+  // kCheckTiles, compaction). Below it, no segment can reach its cap before
+  // the next check's decision: at most 16 entries per tile, two intervals.
+  // The decisions depend on the counts only, so the runs stay deterministic.
+  // The sample tiles keep the synchronous checks; the gate's drop keeps the
+  // sample entries only when they stay under the lazy trigger.
+  static constexpr bool kLazyCheck = kLazyCheck_;
+  static_assert(!kLazyCheck_ || (kPipeTail_ && kNumStages_ < kCheckTiles_), "kLazyCheck: on kPipeTail, stages < check interval");
   // kPipeTail (needs kLeanFilter, no kShares / kEarlyWeights): each tile's
   // filter and appends (its "tail": the order keys' range and threshold
   // tests, the ballots, the stores) run after the NEXT tile's MMAs are
@@ -266,7 +285,9 @@ struct Sm90FusedV3Config {
   static constexpr int kOffPairX = kOffSelRedo + (kAsyncSelect ? 2 * 4 : 0);  // kPairSelect: [row][16] exchange words
   // kPairSelect: [row][16] exchange words; then (kGateRange) [row] the gated rows' largest sample keys.
   static constexpr int kOffSmax = kOffPairX + (kPairSelect ? 8 * 16 * 4 : 0);
-  static constexpr int kOffBars = (kOffSmax + (kGateRange ? 8 * 4 : 0) + 7) / 8 * 8;
+  // kLazyCheck: [parity][row][seg] the counts of the last two checks.
+  static constexpr int kOffCkc = kOffSmax + (kGateRange ? 8 * 4 : 0);
+  static constexpr int kOffBars = (kOffCkc + (kLazyCheck ? 2 * 8 * kSegs * 4 : 0) + 7) / 8 * 8;
   // K full / empty, Q full / empty, and (kAsyncSelect) set handed over / set free.
   static constexpr int kNumBars = 2 * kNumStages + 4 + (kAsyncSelect ? 4 : 0);
   // kShares: FusedV3Shr after the barriers (static_assert below the struct).
@@ -1666,6 +1687,7 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
     uint32_t pend_k0 = 0, pend_k1 = 0;
     int pend_ka = 0;
     bool pend_ok = false;
+    bool rel_next = false;  // kLazyCheck: the next stage release orders the published counts
     auto flush = [&](auto sample_tag, int t_next) {
       if constexpr (Cfg::kPipeTail) {
         if (pend_ok) tail_lean(sample_tag, pend_k0, pend_k1, pend_ka, t_next - 1);
@@ -1764,7 +1786,12 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       const uint32_t k0 = order_key(fin[0][0] * scale0), k1 = order_key(fin[1][0] * scale1);
       if constexpr (Cfg::kRelaxedRelease) {  // after the scales' use: their loads are complete
         __syncwarp();
-        if (lane == 0) ptx::mbar_arrive_relaxed(empty + stage);
+        if (Cfg::kLazyCheck && rel_next) {  // (carries the counts a lazy check or the gate published)
+          if (lane == 0) ptx::mbar_arrive(empty + stage);
+          rel_next = false;
+        } else if (lane == 0) {
+          ptx::mbar_arrive_relaxed(empty + stage);
+        }
       }
       if constexpr (Cfg::kPipeTail) {
         pend_k0 = k0;
@@ -1862,7 +1889,7 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       thr = thr_s[my_row];
       uint32_t* ws_set = ws_cta_base(p, set_off);
       const int gate_target = p.target > 0 ? p.target : fused_gate_target(k);
-      const bool drop = !Cfg::kLazyDrop || 16 * ns + (5 * gate_target) / 32 > p.cap - 16 * Cfg::kCheckTiles;
+      const bool drop = !Cfg::kLazyDrop || 16 * ns + (5 * gate_target) / 32 > p.cap - (Cfg::kLazyCheck ? 32 : 16) * Cfg::kCheckTiles;
 #pragma unroll 1
       for (int i = 0; i < (drop ? 4 : 0); ++i) {
         const int r = 4 * rg + i;
@@ -1879,6 +1906,14 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
           if (quad == i) cnt = static_cast<uint32_t>(left);
         }
       }
+      if constexpr (Cfg::kLazyCheck) {
+        // The counts after the drop, for the first check after the gate
+        // (check j1, the first with j1 kCheckTiles - 1 >= ns), ordered by a
+        // barrier (that check may come fewer than 8 tiles after the gate).
+        const int j1 = (ns + Cfg::kCheckTiles) / Cfg::kCheckTiles;
+        if (lane < 4) reinterpret_cast<uint32_t*>(smem + Cfg::kOffCkc)[(((j1 - 1) & 1) * 8 + 4 * rg + lane) * NS + seg] = cnt;
+        ptx::named_barrier_sync(bar_rg, 256);
+      }
       if (p.probe == 2 && lane == 0) atomicAdd(stats + 7, static_cast<unsigned long long>(clock64() - t_gate));
     }
     if (Cfg::kShares && vis_u(0) == kVisitSample) t = nt;  // (its rest is another visit)
@@ -1887,7 +1922,20 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       tile(std::false_type{}, t, tp);
       if (!(Cfg::kTimingCut & 4) && (t + 1) % Cfg::kCheckTiles == 0 && t + 1 < nt) {
         flush(std::false_type{}, t + 1);
-        check();
+        if constexpr (Cfg::kLazyCheck) {
+          const int j = (t + 1) / Cfg::kCheckTiles;
+          uint32_t* ckc = reinterpret_cast<uint32_t*>(smem + Cfg::kOffCkc);
+          if (lane < 4) ckc[((j & 1) * 8 + 4 * rg + lane) * NS + seg] = cnt;
+          const uint32_t c = ckc[(((j - 1) & 1) * 8 + 4 * rg + (lane & 3)) * NS + (lane >> 2)];
+          const uint32_t lazy_trigger = static_cast<uint32_t>(p.cap - 32 * Cfg::kCheckTiles);
+          if (__any_sync(0xffffffffu, c > lazy_trigger)) {  // the same answer in all 8 warps of the row group
+            check();
+            if (lane < 4) ckc[((j & 1) * 8 + 4 * rg + lane) * NS + seg] = cnt;  // (after a compaction)
+          }
+          rel_next = true;
+        } else {
+          check();
+        }
       }
     }
     flush(std::false_type{}, t);
@@ -2066,6 +2114,8 @@ using Sm90FusedV3PipeRelaxed =
     Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true, 0, false, 0, true, true, true>;  // 46: 45, relaxed releases
 using Sm90FusedV3Relaxed =
     Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true, 0, false, 0, true, false, true>;  // 47: 42, relaxed releases
+using Sm90FusedV3PipeLazy =
+    Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true, 0, false, 0, true, true, true, true>;  // 48: 46, lazy checks
 // (A 544-thread configuration with one producer warp and __maxnreg__(120) was
 // tried on 2026-12-02 and failed to launch: "too many resources"; removed.)
 // The op's fused kernel on whole blocks (one set: the v2 kernel's workspace):
@@ -2091,7 +2141,13 @@ using Sm90FusedV3Relaxed =
 // 16384 top-2048 1.311 against 1.334 (native 1.317), top-512 1.178 against
 // 1.201, 4096 x 65536 2.521 against 2.583; exact on every check
 // (BENCHMARKS.md, session 13).
-using Sm90FusedV3Default = Sm90FusedV3LeanFilter;
+// Variant 46 since 2026-12-03 (session 14): 42 with each tile's filter and
+// appends overlapping the next tile's MMAs (kPipeTail) and relaxed stage
+// releases after the scales' use (kRelaxedRelease). tools/v3check, one call:
+// headline 4.765 against 42's 4.868 ms, 8192 x 16384 top-2048 1.299 against
+// 1.315, top-512 1.167 against 1.182, 4096 x 65536 2.468 against 2.527;
+// exact on every check (BENCHMARKS.md, session 14).
+using Sm90FusedV3Default = Sm90FusedV3PipeRelaxed;
 static_assert(8 * Sm90FusedV3Default::kSegs * Sm90FusedV3Default::cap(2048) == 2 * 8 * Sm90FusedGated::cap(2048) &&
                   Sm90FusedV3Default::kSets == 1,
               "the op's workspace (sized for the v2 kernel) holds the v3 kernel's");
