@@ -47,9 +47,9 @@ template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3LeanFilter>();  // v3chec
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3HybridLean>();  // v3check variant 43 (35, lean filter and appends)
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3CutChecks>();  // v3check timing cut 44 (42 without the checks after the gate)
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3PipeTail>();  // v3check variant 45 (42, tails overlap the next MMAs)
-// v3check variant 46 (45, relaxed stage releases) is Sm90FusedV3Default, instantiated above.
+template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3PipeRelaxed>();  // v3check variant 46 (45, relaxed stage releases)
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3Relaxed>();  // v3check variant 47 (42, relaxed stage releases)
-template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3PipeLazy>();  // v3check variant 48 (46, lazy compaction checks)
+// v3check variant 48 (46, lazy compaction checks) is Sm90FusedV3Default, instantiated above.
 // kHybrid's share blocks: all up to two waves, none on whole waves, else the partial wave and one more.
 static_assert(mqa_topk::fused_v3_share_blocks(8, 132) == 8 && mqa_topk::fused_v3_share_blocks(264, 132) == 264 &&
                   mqa_topk::fused_v3_share_blocks(265, 132) == 133 && mqa_topk::fused_v3_share_blocks(396, 132) == 0 &&

@@ -2147,7 +2147,13 @@ using Sm90FusedV3PipeLazy =
 // headline 4.765 against 42's 4.868 ms, 8192 x 16384 top-2048 1.299 against
 // 1.315, top-512 1.167 against 1.182, 4096 x 65536 2.468 against 2.527;
 // exact on every check (BENCHMARKS.md, session 14).
-using Sm90FusedV3Default = Sm90FusedV3PipeRelaxed;
+// Variant 48 since 2026-12-03 (session 14): 46 with lazy compaction checks
+// (kLazyCheck: no barrier after the gate unless a check may be due).
+// tools/v3check, one call: headline 4.691 against 46's 4.778 and 42's 4.854
+// ms, 8192 x 16384 top-2048 1.288 / 1.295 / 1.313, top-512 1.156 / 1.163 /
+// 1.174, 4096 x 65536 2.435 / 2.465 / 2.514; exact on every check, with
+// compactions (8192 x 16384 top-2048: 24) and adversarial rows.
+using Sm90FusedV3Default = Sm90FusedV3PipeLazy;
 static_assert(8 * Sm90FusedV3Default::kSegs * Sm90FusedV3Default::cap(2048) == 2 * 8 * Sm90FusedGated::cap(2048) &&
                   Sm90FusedV3Default::kSets == 1,
               "the op's workspace (sized for the v2 kernel) holds the v3 kernel's");
