@@ -35,8 +35,9 @@ int64_t fused_mqa_topk_workspace_bytes(int64_t topk, int64_t device) {
   // Room for the split kernel too (it needs more than the unsplit one).
   const int sms = mqa_topk::sm_count(static_cast<int>(device));
   return static_cast<int64_t>(
-      std::max(mqa_topk::fused_workspace_bytes<mqa_topk::Sm90FusedDefault>(static_cast<int>(topk), sms),
-               fused_split_workspace_bytes(static_cast<int>(topk), sms)));
+      std::max({mqa_topk::fused_workspace_bytes<mqa_topk::Sm90FusedDefault>(static_cast<int>(topk), sms),
+                fused_split_workspace_bytes(static_cast<int>(topk), sms),
+                fused_v3_split_workspace_bytes(static_cast<int>(topk), sms)}));
 }
 
 FusedLaunchArgs fused_mqa_topk_check(const at::Tensor& q, const at::Tensor& k, const at::Tensor& scales,
@@ -87,18 +88,29 @@ void fused_mqa_topk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
   // Split blocks across CTAs when whole blocks would leave the last wave poorly
   // filled, and the workspace has the split kernel's room (a workspace sized
   // for the unsplit kernel alone, as before, keeps the unsplit kernel).
+  // The split blocks run on the v3 kernel's shares (fused_v3_split_launch)
+  // where the workspace holds its regions, else on the v2 split kernel.
   const char* force = env_str("MQA_TOPK_FUSED_SPLIT");
   const bool want = force && *force ? std::atoi(force) != 0 : fused_use_split(a.rows, a.num_sms);
-  const bool split = want && workspace.numel() >= static_cast<int64_t>(fused_split_workspace_bytes(a.topk, a.num_sms));
+  const char* kern = env_str("MQA_TOPK_FUSED_KERNEL");
+  const bool v2 = a.cap != 0 || (kern && std::strcmp(kern, "v2") == 0);
+  const int64_t ws_bytes = workspace.numel();
+  const bool split_v3 =
+      want && !v2 && ws_bytes >= static_cast<int64_t>(fused_v3_split_workspace_bytes(a.topk, a.num_sms));
+  const bool split =
+      want && !split_v3 && ws_bytes >= static_cast<int64_t>(fused_split_workspace_bytes(a.topk, a.num_sms));
   const void* kp = a.keys ? k.data_ptr() : nullptr;
   const float* sp = a.keys ? scales.data_ptr<float>() : nullptr;
-  const char* kern = env_str("MQA_TOPK_FUSED_KERNEL");
-  const bool use_v3 = !split && a.cap == 0 && !(kern && std::strcmp(kern, "v2") == 0);
+  const bool use_v3 = !split && !split_v3 && !v2;
   const cudaError_t err =
       use_v3 ? mqa_topk::launch_sm90_fused_mqa_topk_v3<mqa_topk::Sm90FusedV3Default>(
                    q.data_ptr(), kp, sp, weights.data_ptr<float>(), starts.data_ptr<int>(), ends.data_ptr<int>(),
                    output.data_ptr<int>(), workspace.data_ptr(), a.rows, a.keys, a.topk, a.num_sms, stream, &map_error,
                    a.probe, mqa_topk::range_error_sink(q.device().index()), a.target)
+      : split_v3 ? fused_v3_split_launch(q.data_ptr(), kp, sp, weights.data_ptr<float>(), starts.data_ptr<int>(),
+                                         ends.data_ptr<int>(), output.data_ptr<int>(), workspace.data_ptr(), a.rows,
+                                         a.keys, a.topk, a.num_sms, stream, &map_error, a.probe,
+                                         mqa_topk::range_error_sink(q.device().index()), a.target)
       : split ? fused_split_launch(q.data_ptr(), kp, sp, weights.data_ptr<float>(), starts.data_ptr<int>(),
                                  ends.data_ptr<int>(), output.data_ptr<int>(), workspace.data_ptr(), a.rows, a.keys,
                                  a.topk, a.num_sms, stream, &map_error, a.probe, a.cap,
@@ -114,8 +126,17 @@ void fused_mqa_topk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
 std::vector<mqa_topk::KernelInfo> fused_mqa_topk_kernel_info() {
   using Cfg = mqa_topk::Sm90FusedDefault;
   using V3 = mqa_topk::Sm90FusedV3Default;
+  // (the split kernel's attributes from its own translation unit: one instantiation)
+  cudaFuncAttributes sa{};
+  int split_smem = 0;
+  const cudaError_t serr = fused_v3_split_attributes(&sa, &split_smem);
+  TORCH_CHECK(serr == cudaSuccess, "cudaFuncGetAttributes(v3 split): ", cudaGetErrorString(serr));
+  const mqa_topk::KernelInfo split_info{"sm90_fused_mqa_topk_v3<rows=8,wg=4,stages=8,check=12,gate,shares=partial-wave>",
+                                        sa.numRegs, static_cast<int>(sa.sharedSizeBytes), split_smem,
+                                        static_cast<int>(sa.localSizeBytes), sa.maxThreadsPerBlock};
   return {mqa_topk::kernel_info("sm90_fused_mqa_topk_v3<rows=8,wg=4,stages=8,check=12,gate>",
                                 &mqa_topk::sm90_fused_mqa_topk_v3_kernel<V3>, V3::kSmemBytes),
+          split_info,
           mqa_topk::kernel_info("sm90_fused_mqa_topk<rows=8,wg=2,stages=7,gate>",
                                 &mqa_topk::sm90_fused_mqa_topk_kernel<Cfg>, Cfg::kSmemBytes)};
 }

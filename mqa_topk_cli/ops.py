@@ -341,13 +341,20 @@ def fused_mqa_topk_workspace_bytes(topk: int, num_sms: int) -> int:
         raise ContractError("topk", f"must be one of {contract.TOPKS}, got {topk!r}")
     if not isinstance(num_sms, int) or num_sms <= 0:
         raise ContractError("num_sms", f"must be a positive int, got {num_sms!r}")
-    # The split kernel's layout (the larger need): header, three ints per region
+    # The v3 split kernel's layout (csrc/fused_mqa_topk_v3_split.cu; the largest
+    # need): header, per SM 8 counter words and 3 x 256 record words, then 3
+    # candidate regions per SM of 8 rows x 8 segments x (key, index) x cap
+    # words, cap = ((k + 1920) / 4) rounded up to 4 (Sm90FusedV3Config::cap).
+    cap3 = ((topk + 1920) // 4 + 3) & ~3
+    v3_split = _FUSED_HEADER_BYTES + num_sms * (8 + 3 * 256) * 4 + 3 * num_sms * 8 * 8 * 2 * cap3 * 4
+    # The v2 split kernel's layout: header, three ints per region
     # (completion counter, published-sample counter, gate-ready flag; 3 KB), the
     # candidate buffers, the pieces' partial top-k (keys and indices, 2 x num_sms
     # regions of 8 rows x topk each), a 292-word slot per region row (the shared
     # gate's published sample, the emitted count and constraint), 8 gate words per SM.
-    return (_FUSED_HEADER_BYTES + _FUSED_SPLIT_CTR_BYTES + _FUSED_SETS * num_sms * 2 * 8 * 2 * fused_candidate_cap(topk) * 4
-            + 2 * (2 * num_sms * 8 * topk) * 4 + 2 * num_sms * 8 * _FUSED_SPLIT_AUX_WORDS * 4 + num_sms * 8 * 4)
+    v2_split = (_FUSED_HEADER_BYTES + _FUSED_SPLIT_CTR_BYTES + _FUSED_SETS * num_sms * 2 * 8 * 2 * fused_candidate_cap(topk) * 4
+                + 2 * (2 * num_sms * 8 * topk) * 4 + 2 * num_sms * 8 * _FUSED_SPLIT_AUX_WORDS * 4 + num_sms * 8 * 4)
+    return max(v3_split, v2_split)
 
 
 _workspaces: dict = {}

@@ -388,18 +388,27 @@ def test_native_ops_on_cpu_check_the_contract_then_say_unavailable():
 
 
 def test_fused_workspace_size():
-    """Bug class: a workspace formula that drifts from the kernel's layout
-    (the split kernel's, the larger: 128-byte header, 3 KB of region words,
-    per SM 2 warpgroups x 8 rows x (key, index) x cap words, cap = k + 1920:
-    Sm90FusedConfig::cap of the gated default, one set; then the pieces'
-    partial top-k, keys and indices, 2 x num_sms regions x 8 rows x k words;
-    kSplitAuxWords = 292 words per region row; 8 shared-gate words per SM)."""
+    """Bug class: a workspace formula that drifts from the kernels' layouts.
+    The v3 split kernel's is the largest (fused_v3_workspace_bytes of
+    Sm90FusedV3Split: 128-byte header, per SM 8 counter words and 3 x 256
+    record words, then 3 candidate regions per SM of 8 rows x 8 segments x
+    (key, index) x cap words, cap = (k + 1920) / 4 rounded up to 4); the v2
+    split kernel's (128-byte header, 3 KB of region words, per SM 2
+    warpgroups x 8 rows x (key, index) x (k + 1920) words, the pieces'
+    partial top-k, 292 aux words per region row, 8 gate words per SM) is
+    smaller and must stay covered."""
     assert [ops.fused_candidate_cap(t) for t in (512, 1024, 2048)] == [2432, 2944, 3968]
     for t in (512, 1024, 2048):
-        assert ops.fused_mqa_topk_workspace_bytes(t, 1) == (128 + 3072 + 2 * 8 * 2 * (t + 1920) * 4 + 2 * 2 * 8 * t * 4
-                                                            + 2 * 8 * 292 * 4 + 8 * 4)
+        cap3 = ((t + 1920) // 4 + 3) & ~3
+        for sms in (1, 132):
+            v3 = 128 + sms * 776 * 4 + 3 * sms * 8 * 8 * 2 * cap3 * 4
+            v2 = (128 + 3072 + sms * 2 * 8 * 2 * (t + 1920) * 4 + 2 * 2 * sms * 8 * t * 4
+                  + 2 * sms * 8 * 292 * 4 + sms * 8 * 4)
+            assert v3 > v2
+            assert ops.fused_mqa_topk_workspace_bytes(t, sms) == v3
+    assert [((t + 1920) // 4 + 3) & ~3 for t in (512, 1024, 2048)] == [608, 736, 992]  # Sm90FusedV3Config::cap
     mib = [ops.fused_mqa_topk_workspace_bytes(t, 132) / 2**20 for t in (512, 1024, 2048)]
-    assert [round(m, 1) for m in mib] == [49.8, 66.3, 99.3]  # the figures the README gives
+    assert [round(m, 1) for m in mib] == [118.0, 142.7, 192.2]  # the figures the README gives
     for bad in (0, -1, 1.0, None):
         _raises("num_sms", ops.fused_mqa_topk_workspace_bytes, 512, bad)
     for bad in (511, 513, 4096):

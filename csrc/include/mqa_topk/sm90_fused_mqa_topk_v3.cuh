@@ -2154,6 +2154,13 @@ using Sm90FusedV3PipeLazy =
 // 1.174, 4096 x 65536 2.435 / 2.465 / 2.514; exact on every check, with
 // compactions (8192 x 16384 top-2048: 24) and adversarial rows.
 using Sm90FusedV3Default = Sm90FusedV3PipeLazy;
+// The op's split kernel since 2026-12-03 (session 14; issue 12): variant 43
+// (shares over the partial last wave, lean filter), launched where
+// fused_use_split says the whole blocks would leave the last wave poorly
+// filled. tools/v3check (session 13): 2120 x 65536 top-2048 1.409 ms against
+// native 1.458; 1064 rows 0.775 / 0.764 (top-2048), 0.747 / 0.742 (top-512);
+// 512 rows 0.444 / 0.380; the v2 split kernel it replaces was 1.3-4x native.
+using Sm90FusedV3Split = Sm90FusedV3HybridLean;
 static_assert(8 * Sm90FusedV3Default::kSegs * Sm90FusedV3Default::cap(2048) == 2 * 8 * Sm90FusedGated::cap(2048) &&
                   Sm90FusedV3Default::kSets == 1,
               "the op's workspace (sized for the v2 kernel) holds the v3 kernel's");

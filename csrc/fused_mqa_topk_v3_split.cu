@@ -1,0 +1,34 @@
+// The v3 fused kernel on shares (Sm90FusedV3HybridLean, dev variant 43; issue
+// 12), in its own translation unit so the JIT build compiles it beside the
+// whole-block kernel. fused_mqa_topk (fused_mqa_topk.cu) launches it when the
+// row blocks would leave the last wave of whole blocks poorly filled
+// (fused_use_split) and the workspace holds its candidate regions; see
+// include/mqa_topk/sm90_fused_mqa_topk_v3.cuh, kShares / kHybrid. Torch-free.
+#include "fused_mqa_topk_split.h"
+
+#include "mqa_topk/sm90_fused_mqa_topk_v3.cuh"
+
+size_t fused_v3_split_workspace_bytes(int topk, int num_sms) {
+  return mqa_topk::fused_v3_workspace_bytes<mqa_topk::Sm90FusedV3Split>(topk, num_sms);
+}
+
+cudaError_t fused_v3_split_launch(const void* q, const void* k, const float* scales, const float* weights,
+                                  const int* starts, const int* ends, int* out, void* workspace, int rows, int keys,
+                                  int topk, int num_sms, cudaStream_t stream, int* map_error, int probe,
+                                  mqa_topk::RangeErrorSink range_err, int target) {
+  return mqa_topk::launch_sm90_fused_mqa_topk_v3<mqa_topk::Sm90FusedV3Split>(
+      q, k, scales, weights, starts, ends, out, workspace, rows, keys, topk, num_sms, stream, map_error, probe,
+      range_err, target);
+}
+
+cudaError_t fused_v3_split_attributes(cudaFuncAttributes* attr, int* dynamic_smem) {
+  *dynamic_smem = mqa_topk::Sm90FusedV3Split::kSmemBytes;
+  return cudaFuncGetAttributes(attr,
+                               reinterpret_cast<const void*>(&mqa_topk::sm90_fused_mqa_topk_v3_kernel<mqa_topk::Sm90FusedV3Split>));
+}
+
+cudaError_t fused_v3_split_attributes(cudaFuncAttributes* attr, int* dynamic_smem) {
+  *dynamic_smem = mqa_topk::Sm90FusedV3Split::kSmemBytes;
+  return cudaFuncGetAttributes(
+      attr, reinterpret_cast<const void*>(&mqa_topk::sm90_fused_mqa_topk_v3_kernel<mqa_topk::Sm90FusedV3Split>));
+}
