@@ -26,9 +26,3 @@ cudaError_t fused_v3_split_attributes(cudaFuncAttributes* attr, int* dynamic_sme
   return cudaFuncGetAttributes(attr,
                                reinterpret_cast<const void*>(&mqa_topk::sm90_fused_mqa_topk_v3_kernel<mqa_topk::Sm90FusedV3Split>));
 }
-
-cudaError_t fused_v3_split_attributes(cudaFuncAttributes* attr, int* dynamic_smem) {
-  *dynamic_smem = mqa_topk::Sm90FusedV3Split::kSmemBytes;
-  return cudaFuncGetAttributes(
-      attr, reinterpret_cast<const void*>(&mqa_topk::sm90_fused_mqa_topk_v3_kernel<mqa_topk::Sm90FusedV3Split>));
-}
