@@ -1801,11 +1801,14 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
         ++it;
         return;
       }
+      if constexpr (Cfg::kLeanFilter) {
+        tail_lean(sample_tag, k0, k1, ka, t);
+        ++it;
+        return;
+      }
       const bool in0 = static_cast<uint32_t>(ka - rs) < len, in1 = static_cast<uint32_t>(kb - rs) < len;
-      const bool pass0 = Cfg::kLeanFilter ? in0 & (composite(k0, static_cast<uint32_t>(ka)) > thr)
-                                          : in0 && composite(k0, static_cast<uint32_t>(ka)) > thr;
-      const bool pass1 = Cfg::kLeanFilter ? in1 & (composite(k1, static_cast<uint32_t>(kb)) > thr)
-                                          : in1 && composite(k1, static_cast<uint32_t>(kb)) > thr;
+      const bool pass0 = in0 && composite(k0, static_cast<uint32_t>(ka)) > thr;
+      const bool pass1 = in1 && composite(k1, static_cast<uint32_t>(kb)) > thr;
       if constexpr (kSample) {
         uint32_t mx = max(in0 ? k0 : 0u, in1 ? k1 : 0u);
         mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
@@ -1818,19 +1821,7 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       const uint32_t m1 = __ballot_sync(0xffffffffu, pass1) & qmask;
       const uint32_t lt = ptx::lanemask_lt();
       const uint32_t n0 = __popc(m0);
-      if constexpr (Cfg::kLeanFilter) {
-        const uint32_t o = my_off + cnt;  // this lane's next slot: a word offset from p.ws
-        if (pass0) {
-          const uint32_t at = o + __popc(m0 & lt);
-          __stcg(p.ws + at, k0);
-          __stcg(p.ws + (at + static_cast<uint32_t>(p.cap)), static_cast<uint32_t>(ka));
-        }
-        if (pass1) {
-          const uint32_t at = o + n0 + __popc(m1 & lt);
-          __stcg(p.ws + at, k1);
-          __stcg(p.ws + (at + static_cast<uint32_t>(p.cap)), static_cast<uint32_t>(kb));
-        }
-      } else {
+      {
         uint32_t* base = p.ws + my_off + cnt;
         if (pass0 && (kSample || !(Cfg::kTimingCut & 1))) {
           const uint32_t at = __popc(m0 & lt);
