@@ -1648,15 +1648,18 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       }
     }
 
-    // The lean filter and appends of one tile (kLeanFilter): this lane's
-    // order keys k0 / k1 of keys ka / ka + 8 of walk position t. kSample: also
-    // the tile's largest key per row (the gate's position cap).
-    auto tail_lean = [&](auto sample_tag, uint32_t k0, uint32_t k1, int ka, int t) {
+    // The filter and appends of one tile (its "tail"): this lane's order keys
+    // k0 / k1 of keys ka / ka + 8 of walk position t. kSample: also the
+    // tile's largest key per row (the gate's position cap). kLeanFilter: the
+    // pass flags without short-circuits, 32-bit word offsets.
+    auto tile_tail = [&](auto sample_tag, uint32_t k0, uint32_t k1, int ka, int t) {
       constexpr bool kSample = decltype(sample_tag)::value;
       const int kb = ka + 8;
       const bool in0 = static_cast<uint32_t>(ka - rs) < len, in1 = static_cast<uint32_t>(kb - rs) < len;
-      const bool pass0 = in0 & (composite(k0, static_cast<uint32_t>(ka)) > thr);
-      const bool pass1 = in1 & (composite(k1, static_cast<uint32_t>(kb)) > thr);
+      const bool pass0 = Cfg::kLeanFilter ? in0 & (composite(k0, static_cast<uint32_t>(ka)) > thr)
+                                          : in0 && composite(k0, static_cast<uint32_t>(ka)) > thr;
+      const bool pass1 = Cfg::kLeanFilter ? in1 & (composite(k1, static_cast<uint32_t>(kb)) > thr)
+                                          : in1 && composite(k1, static_cast<uint32_t>(kb)) > thr;
       if constexpr (kSample) {
         uint32_t mx = max(in0 ? k0 : 0u, in1 ? k1 : 0u);
         mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
@@ -1669,16 +1672,30 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       const uint32_t m1 = __ballot_sync(0xffffffffu, pass1) & qmask;
       const uint32_t lt = ptx::lanemask_lt();
       const uint32_t n0 = __popc(m0);
-      const uint32_t o = my_off + cnt;  // this lane's next slot: a word offset from p.ws
-      if (pass0) {
-        const uint32_t at = o + __popc(m0 & lt);
-        __stcg(p.ws + at, k0);
-        __stcg(p.ws + (at + static_cast<uint32_t>(p.cap)), static_cast<uint32_t>(ka));
-      }
-      if (pass1) {
-        const uint32_t at = o + n0 + __popc(m1 & lt);
-        __stcg(p.ws + at, k1);
-        __stcg(p.ws + (at + static_cast<uint32_t>(p.cap)), static_cast<uint32_t>(kb));
+      if constexpr (Cfg::kLeanFilter) {
+        const uint32_t o = my_off + cnt;  // this lane's next slot: a word offset from p.ws
+        if (pass0) {
+          const uint32_t at = o + __popc(m0 & lt);
+          __stcg(p.ws + at, k0);
+          __stcg(p.ws + (at + static_cast<uint32_t>(p.cap)), static_cast<uint32_t>(ka));
+        }
+        if (pass1) {
+          const uint32_t at = o + n0 + __popc(m1 & lt);
+          __stcg(p.ws + at, k1);
+          __stcg(p.ws + (at + static_cast<uint32_t>(p.cap)), static_cast<uint32_t>(kb));
+        }
+      } else {
+        uint32_t* base = p.ws + my_off + cnt;
+        if (pass0 && (kSample || !(Cfg::kTimingCut & 1))) {
+          const uint32_t at = __popc(m0 & lt);
+          __stcg(base + at, k0);
+          __stcg(base + p.cap + at, static_cast<uint32_t>(ka));
+        }
+        if (pass1 && (kSample || !(Cfg::kTimingCut & 1))) {
+          const uint32_t at = n0 + __popc(m1 & lt);
+          __stcg(base + at, k1);
+          __stcg(base + p.cap + at, static_cast<uint32_t>(kb));
+        }
       }
       cnt += n0 + __popc(m1);
     };
@@ -1690,7 +1707,7 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
     bool rel_next = false;  // kLazyCheck: the next stage release orders the published counts
     auto flush = [&](auto sample_tag, int t_next) {
       if constexpr (Cfg::kPipeTail) {
-        if (pend_ok) tail_lean(sample_tag, pend_k0, pend_k1, pend_ka, t_next - 1);
+        if (pend_ok) tile_tail(sample_tag, pend_k0, pend_k1, pend_ka, t_next - 1);
         pend_ok = false;
       }
     };
@@ -1720,7 +1737,7 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
         ptx::fence_regs(acc);
       } else if constexpr (Cfg::kPipeTail) {
         logits_tile_mma_issue_lo<L>(acc, a_lo0 + stage * (Cfg::kKTileBytes >> 4), b_lo0 + qb * (Cfg::kQTileBytes >> 4));
-        if (pend_ok) tail_lean(sample_tag, pend_k0, pend_k1, pend_ka, t - 1);  // while the MMAs run
+        if (pend_ok) tile_tail(sample_tag, pend_k0, pend_k1, pend_ka, t - 1);  // while the MMAs run
         ptx::wgmma_wait<0>();
         ptx::fence_regs(acc);
       } else {
@@ -1782,7 +1799,7 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
         __syncwarp();
         if (lane == 0) ptx::mbar_arrive(q_empty + qb);
       }
-      const int ka = key_base + tp * Cfg::kBlockKeys, kb = ka + 8;
+      const int ka = key_base + tp * Cfg::kBlockKeys;
       const uint32_t k0 = order_key(fin[0][0] * scale0), k1 = order_key(fin[1][0] * scale1);
       if constexpr (Cfg::kRelaxedRelease) {  // after the scales' use: their loads are complete
         __syncwarp();
@@ -1801,40 +1818,7 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
         ++it;
         return;
       }
-      if constexpr (Cfg::kLeanFilter) {
-        tail_lean(sample_tag, k0, k1, ka, t);
-        ++it;
-        return;
-      }
-      const bool in0 = static_cast<uint32_t>(ka - rs) < len, in1 = static_cast<uint32_t>(kb - rs) < len;
-      const bool pass0 = in0 && composite(k0, static_cast<uint32_t>(ka)) > thr;
-      const bool pass1 = in1 && composite(k1, static_cast<uint32_t>(kb)) > thr;
-      if constexpr (kSample) {
-        uint32_t mx = max(in0 ? k0 : 0u, in1 ? k1 : 0u);
-        mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
-        mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
-        mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
-        if (lane < 4 && mx) atomicMax(&ctl->tile_max[4 * rg + lane][t], mx);
-      }
-      const uint32_t qmask = 0x11111111u << quad;
-      const uint32_t m0 = __ballot_sync(0xffffffffu, pass0) & qmask;
-      const uint32_t m1 = __ballot_sync(0xffffffffu, pass1) & qmask;
-      const uint32_t lt = ptx::lanemask_lt();
-      const uint32_t n0 = __popc(m0);
-      {
-        uint32_t* base = p.ws + my_off + cnt;
-        if (pass0 && (kSample || !(Cfg::kTimingCut & 1))) {
-          const uint32_t at = __popc(m0 & lt);
-          __stcg(base + at, k0);
-          __stcg(base + p.cap + at, static_cast<uint32_t>(ka));
-        }
-        if (pass1 && (kSample || !(Cfg::kTimingCut & 1))) {
-          const uint32_t at = n0 + __popc(m1 & lt);
-          __stcg(base + at, k1);
-          __stcg(base + p.cap + at, static_cast<uint32_t>(kb));
-        }
-      }
-      cnt += n0 + __popc(m1);
+      tile_tail(sample_tag, k0, k1, ka, t);
       ++it;
     };
 
