@@ -84,8 +84,15 @@ template <int kNumStages_, int kSets_ = 1, int kCheckTiles_ = 8, int kWeightsMod
           bool kPairGate_ = false, bool kLazyDrop_ = false, bool kSelPhases_ = false, bool kGateRange_ = false,
           int kOutGroups_ = 4, int kGateTargetQ_ = 2, int kRankFloorZ_ = 0, bool kFloorCappedOnly_ = false,
           int kShares_ = 0, bool kEarlyWeights_ = false, int kTimingCut_ = 0, bool kLeanFilter_ = false,
-          bool kPipeTail_ = false, bool kRelaxedRelease_ = false, bool kLazyCheck_ = false>
+          bool kPipeTail_ = false, bool kRelaxedRelease_ = false, bool kLazyCheck_ = false, int kRegWRows_ = 0>
 struct Sm90FusedV3Config {
+  // kRegWRows (dev, with kWeightsMode 2): the lane's weights of its row
+  // group's first kRegWRows rows (8 registers each) stay in registers for the
+  // whole block; the other rows' are read from the TMA buffer every tile as
+  // in mode 2 (16 LDS.64 per tile at 0). The same values in the same order:
+  // the logits stay bitwise equal.
+  static constexpr int kRegWRows = kRegWRows_;
+  static_assert(kRegWRows_ == 0 || (kWeightsMode_ == 2 && !kEarlyWeights_ && kRegWRows_ <= 4), "kRegWRows: on kWeightsMode 2");
   // kLazyCheck (needs kPipeTail): the compaction checks after the gate
   // without a barrier unless one may be due. At check j (after tile
   // j kCheckTiles - 1) each warp publishes its 4 rows' counts in slot j & 1
@@ -1621,7 +1628,7 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
     bool row_gated = false;  // selector warps: row sel_row has a gate in this block
     uint32_t cnt = rest_cnt;  // entries of this lane's row in this warp's segment
     uint64_t thr = Cfg::kShares && kind0 == kVisitRest ? thr_all[my_row] : 0;  // this lane's row threshold: candidates have composite > thr
-    float2 wreg[Cfg::kSmemWeights ? 1 : 4][4];
+    float2 wreg[Cfg::kSmemWeights ? (Cfg::kRegWRows > 0 ? Cfg::kRegWRows : 1) : 4][4];
     // kSmemWeights: this lane's copy of its 32 weights (the 64 lanes of a (row
     // group, quad) write the same values to the same slot, and each reads back
     // only its own writes: no barrier).
@@ -1643,6 +1650,11 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       } else if constexpr (Cfg::kWeightsMode == 0) {
 #pragma unroll
         for (int r = 0; r < 4; ++r)
+#pragma unroll
+          for (int jj = 0; jj < 4; ++jj) wreg[r][jj] = w2[r * 16 + jj * 4 + quad];
+      } else if constexpr (Cfg::kRegWRows > 0) {
+#pragma unroll
+        for (int r = 0; r < Cfg::kRegWRows; ++r)
 #pragma unroll
           for (int jj = 0; jj < 4; ++jj) wreg[r][jj] = w2[r * 16 + jj * 4 + quad];
       }
@@ -1752,7 +1764,7 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
 #pragma unroll
         for (int r = 0; r < 4; ++r)
 #pragma unroll
-          for (int jj = 0; jj < 4; ++jj) w[r][jj] = w2[r * 16 + jj * 4 + quad];
+          for (int jj = 0; jj < 4; ++jj) w[r][jj] = r < Cfg::kRegWRows ? wreg[r < Cfg::kRegWRows ? r : 0][jj] : w2[r * 16 + jj * 4 + quad];
         logits_epilogue_reduce_w<4>(acc, w, quad, fin);
       } else if constexpr (Cfg::kSmemWeights) {
         float2 w[4][4];
@@ -2091,6 +2103,9 @@ using Sm90FusedV3Relaxed =
     Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true, 0, false, 0, true, false, true>;  // 47: 42, relaxed releases
 using Sm90FusedV3PipeLazy =
     Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true, 0, false, 0, true, true, true, true>;  // 48: 46, lazy checks
+using Sm90FusedV3RegW1 =
+    Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true, 0, false, 0, true, true, true, true, 1>;  // 49: 48, row 0's weights in registers
+// (rows 0-1 in registers: ptxas spills 11 LDL / STL into the scan loop; not kept)
 // (A 544-thread configuration with one producer warp and __maxnreg__(120) was
 // tried on 2026-12-02 and failed to launch: "too many resources"; removed.)
 // The op's fused kernel on whole blocks (one set: the v2 kernel's workspace):
