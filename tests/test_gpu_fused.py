@@ -292,6 +292,32 @@ def test_fused_split_blocks_exact(dev, kw, variant):
         assert torch.equal(outs[0].sort(dim=1).values, ref.sort(dim=1).values), f"{kw}: sets differ from the default"
 
 
+@pytest.mark.parametrize("kernel", ["v3", "v2"])
+@pytest.mark.parametrize("kw", SPLIT_CASES, ids=lambda kw: f"{kw['layout']}-{kw['rows']}x{kw['keys']}-{kw['dist']}")
+def test_fused_op_split_kernels_exact(dev, monkeypatch, kw, kernel):
+    """The op's split kernels on SPLIT_CASES with the split forced
+    (MQA_TOPK_FUSED_SPLIT=1): "v3" is variant 43 (shares over the partial
+    wave; the op's split kernel since session 14), "v2" the v2 split kernel
+    (MQA_TOPK_FUSED_KERNEL=v2). In the normal build, no dev probes: few and
+    long rows give many pieces per block, ragged and short rows pieces where a
+    row has fewer keys than the piece or none (empty slices), 1064 rows whole
+    blocks beside split ones. Exact, reruns bitwise equal, inputs untouched,
+    and the same sets as the whole-block kernel (MQA_TOPK_FUSED_SPLIT=0)."""
+    for topk in (512, 2048):
+        w = make_workload(device="cuda", seed=17, topk=topk, **kw)
+        monkeypatch.setenv("MQA_TOPK_FUSED_SPLIT", "1")
+        if kernel == "v2":
+            monkeypatch.setenv("MQA_TOPK_FUSED_KERNEL", "v2")
+        else:
+            monkeypatch.delenv("MQA_TOPK_FUSED_KERNEL", raising=False)
+        split = check_fused(w, topk, f"op split kernel {kernel} {kw} topk={topk}")
+        monkeypatch.setenv("MQA_TOPK_FUSED_SPLIT", "0")
+        monkeypatch.delenv("MQA_TOPK_FUSED_KERNEL", raising=False)
+        whole = run_fused(w, topk, -5)
+        assert torch.equal(split.sort(dim=1).values, whole.sort(dim=1).values), (
+            f"{kw} topk={topk}: the {kernel} split kernel's sets differ from the whole-block kernel's")
+
+
 @pytest.mark.parametrize("force", ["1", "0", ""])
 def test_fused_op_split_dispatch(dev, monkeypatch, force):
     """The op launches the split kernel when whole blocks would leave the last
