@@ -130,13 +130,10 @@ std::vector<mqa_topk::KernelInfo> fused_mqa_topk_kernel_info() {
   cudaFuncAttributes sa{};
   int split_smem = 0;
   const cudaError_t serr = fused_v3_split_attributes(&sa, &split_smem);
-  TORCH_CHECK(serr == cudaSuccess, "cudaFuncGetAttributes(v3 split): ", cudaGetErrorString(serr));
-  const mqa_topk::KernelInfo split_info{"sm90_fused_mqa_topk_v3<rows=8,wg=4,stages=8,check=12,gate,shares=partial-wave>",
-                                        sa.numRegs, static_cast<int>(sa.sharedSizeBytes), split_smem,
-                                        static_cast<int>(sa.localSizeBytes), sa.maxThreadsPerBlock};
   return {mqa_topk::kernel_info("sm90_fused_mqa_topk_v3<rows=8,wg=4,stages=8,check=12,gate>",
                                 &mqa_topk::sm90_fused_mqa_topk_v3_kernel<V3>, V3::kSmemBytes),
-          split_info,
+          mqa_topk::kernel_info("sm90_fused_mqa_topk_v3<rows=8,wg=4,stages=8,check=12,gate,shares=partial-wave>",
+                                serr, sa, split_smem),
           mqa_topk::kernel_info("sm90_fused_mqa_topk<rows=8,wg=2,stages=7,gate>",
                                 &mqa_topk::sm90_fused_mqa_topk_kernel<Cfg>, Cfg::kSmemBytes)};
 }

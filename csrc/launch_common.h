@@ -22,13 +22,19 @@ struct KernelInfo {
   int max_threads;
 };
 
-template <typename Kernel>
-KernelInfo kernel_info(const char* name, Kernel kernel, int dynamic_smem) {
-  cudaFuncAttributes a{};
-  cudaError_t err = cudaFuncGetAttributes(&a, reinterpret_cast<const void*>(kernel));
+// From attributes already queried (err: the query's result), e.g. by a
+// torch-free translation unit that holds the kernel's only instantiation.
+inline KernelInfo kernel_info(const char* name, cudaError_t err, const cudaFuncAttributes& a, int dynamic_smem) {
   TORCH_CHECK(err == cudaSuccess, "cudaFuncGetAttributes(", name, "): ", cudaGetErrorString(err));
   return KernelInfo{name, a.numRegs, static_cast<int>(a.sharedSizeBytes), dynamic_smem,
                     static_cast<int>(a.localSizeBytes), a.maxThreadsPerBlock};
+}
+
+template <typename Kernel>
+KernelInfo kernel_info(const char* name, Kernel kernel, int dynamic_smem) {
+  cudaFuncAttributes a{};
+  const cudaError_t err = cudaFuncGetAttributes(&a, reinterpret_cast<const void*>(kernel));
+  return kernel_info(name, err, a, dynamic_smem);
 }
 
 }  // namespace mqa_topk

@@ -1720,6 +1720,10 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
     int pend_ka = 0;
     bool pend_ok = false;
     bool rel_next = false;  // kLazyCheck: the next stage release orders the published counts
+    // kLazyCheck: the count slot of check j for row `row`, segment `sg`.
+    auto ckc_at = [&](int j, int row, int sg) -> uint32_t& {
+      return reinterpret_cast<uint32_t*>(smem + Cfg::kOffCkc)[((j & 1) * 8 + row) * NS + sg];
+    };
     auto flush = [&](auto sample_tag, int t_next) {
       if constexpr (Cfg::kPipeTail) {
         if (pend_ok) tile_tail(sample_tag, pend_k0, pend_k1, pend_ka, t_next - 1);
@@ -1901,7 +1905,7 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
         // (check j1, the first with j1 kCheckTiles - 1 >= ns), ordered by a
         // barrier (that check may come fewer than 8 tiles after the gate).
         const int j1 = (ns + Cfg::kCheckTiles) / Cfg::kCheckTiles;
-        if (lane < 4) reinterpret_cast<uint32_t*>(smem + Cfg::kOffCkc)[(((j1 - 1) & 1) * 8 + 4 * rg + lane) * NS + seg] = cnt;
+        if (lane < 4) ckc_at(j1 - 1, 4 * rg + lane, seg) = cnt;
         ptx::named_barrier_sync(bar_rg, 256);
       }
       if (p.probe == 2 && lane == 0) atomicAdd(stats + 7, static_cast<unsigned long long>(clock64() - t_gate));
@@ -1914,13 +1918,12 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
         flush(std::false_type{}, t + 1);
         if constexpr (Cfg::kLazyCheck) {
           const int j = (t + 1) / Cfg::kCheckTiles;
-          uint32_t* ckc = reinterpret_cast<uint32_t*>(smem + Cfg::kOffCkc);
-          if (lane < 4) ckc[((j & 1) * 8 + 4 * rg + lane) * NS + seg] = cnt;
-          const uint32_t c = ckc[(((j - 1) & 1) * 8 + 4 * rg + (lane & 3)) * NS + (lane >> 2)];
+          if (lane < 4) ckc_at(j, 4 * rg + lane, seg) = cnt;
+          const uint32_t c = ckc_at(j - 1, 4 * rg + (lane & 3), lane >> 2);
           const uint32_t lazy_trigger = static_cast<uint32_t>(p.cap - 32 * Cfg::kCheckTiles);
           if (__any_sync(0xffffffffu, c > lazy_trigger)) {  // the same answer in all 8 warps of the row group
             check();
-            if (lane < 4) ckc[((j & 1) * 8 + 4 * rg + lane) * NS + seg] = cnt;  // (after a compaction)
+            if (lane < 4) ckc_at(j, 4 * rg + lane, seg) = cnt;  // (after a compaction)
           }
           rel_next = true;
         } else {
