@@ -71,10 +71,29 @@ struct FusedV3Ctl {
   int halves_done;  // block halves (row groups) finished: rows written or queued for a redo
 };
 
+// kSplitRG: the second row group's redo queue and finished count (the first's
+// are FusedV3Ctl's; the same field names, so the queue functions take either).
+struct FusedV3Rq {
+  int rq_b[16];
+  uint32_t rq_mask[16];
+  int rq_valid[16];
+  int rq_reserve;
+  int halves_done;
+};
+static_assert(sizeof(FusedV3Rq) <= 256, "kOffRq1's room");
+
+// The call's row of block b's row r (r < 8: the CTA's row slot 4 rg + i; with
+// kSplitRG a block is row group rg's 4 rows, b * 4 + i).
+template <class Cfg>
+__device__ __forceinline__ int fused_v3_row(int b, int r) {
+  return Cfg::kSplitRG ? b * 4 + (r & 3) : b * 8 + r;
+}
+
 // Queues a redo of block b's rows `mask` (one thread; none when 0), then counts
 // `halves` of the block's halves (row groups) as finished.
-__device__ __forceinline__ void fused_v3_half_finished(FusedV3Ctl* ctl, int b, uint32_t mask, int halves = 1) {
-  if (mask) redo_queue_push(ctl, b, mask, [](volatile FusedV3Ctl*, int) {});
+template <class Ctl>
+__device__ __forceinline__ void fused_v3_half_finished(Ctl* ctl, int b, uint32_t mask, int halves = 1) {
+  if (mask) redo_queue_push(ctl, b, mask, [](volatile Ctl*, int) {});
   __threadfence_block();
   atomicAdd(&ctl->halves_done, halves);
 }
@@ -84,8 +103,26 @@ template <int kNumStages_, int kSets_ = 1, int kCheckTiles_ = 8, int kWeightsMod
           bool kPairGate_ = false, bool kLazyDrop_ = false, bool kSelPhases_ = false, bool kGateRange_ = false,
           int kOutGroups_ = 4, int kGateTargetQ_ = 2, int kRankFloorZ_ = 0, bool kFloorCappedOnly_ = false,
           int kShares_ = 0, bool kEarlyWeights_ = false, int kTimingCut_ = 0, bool kLeanFilter_ = false,
-          bool kPipeTail_ = false, bool kRelaxedRelease_ = false, bool kLazyCheck_ = false, int kRegWRows_ = 0>
+          bool kPipeTail_ = false, bool kRelaxedRelease_ = false, bool kLazyCheck_ = false, int kRegWRows_ = 0,
+          bool kSplitRG_ = false>
 struct Sm90FusedV3Config {
+  // kSplitRG (dev): the two row groups run independently, each on its own
+  // 4-row blocks from the call's block counter, with its own producer warp
+  // (producer warps 0 and 1), its own K ring (kNumStages / 2 stages), its own
+  // two Q / weight buffers (the row group's half of each 8-row buffer, so the
+  // MMA descriptors and weight addresses are the unsplit ones) and its own
+  // redo queue. Why: the row groups of an 8-row block reach the gate and the
+  // block end together, so the tensor cores idle while all 16 math warps
+  // gate or select (~9% of the headline, `v3check stats`); decoupled, one row
+  // group's MMAs run while the other gates or selects. The cost: every K tile
+  // serves 4 rows instead of 8 (twice the L2 -> shared traffic per FLOP; the
+  // dense kernel's 4-row variant 24 ran at the 8-row speed, BENCHMARKS.md
+  // 2026-12-02). The logits are the same arithmetic: bitwise equal.
+  static constexpr bool kSplitRG = kSplitRG_;
+  static constexpr int kRowsPerBlock = kSplitRG_ ? 4 : 8;  // rows of a block (a row group's, or both row groups')
+  static constexpr int kRingStages = kSplitRG_ ? kNumStages_ / 2 : kNumStages_;  // stages of one K ring
+  static_assert(!kSplitRG_ || (kNumStages_ % 2 == 0 && !kShares_ && !kAsyncSelect_ && kSets_ == 1 && kPairSelect_),
+                "kSplitRG: two rings of kNumStages / 2, whole blocks, one candidate set, pair selects");
   // kRegWRows (dev, with kWeightsMode 2): the lane's weights of its row
   // group's first kRegWRows rows (8 registers each) stay in registers for the
   // whole block; the other rows' are read from the TMA buffer every tile as
@@ -277,7 +314,8 @@ struct Sm90FusedV3Config {
   // The producer's description of a block (kShares: of a visit), per Q buffer.
   static constexpr int kSlotInts = kShares ? 16 : 8;
   static constexpr int kOffSlot = kOffThr + kSets * 8 * 8;                             // [2][kSlotInts] int
-  static constexpr int kOffRedo = kOffSlot + 2 * kSlotInts * 4;                       // [set][rg] u32
+  // (kSplitRG: [rg][2][kSlotInts], a row group's own two Q buffers)
+  static constexpr int kOffRedo = kOffSlot + (kSplitRG ? 4 : 2) * kSlotInts * 4;      // [set][rg] u32
   // kSmemWeights: each lane's 32 weights of the block, contiguous ([qb][rg][quad][r][jj]: 8 x 16 B).
   static constexpr int kOffWl = kOffRedo + 2 * 2 * 4;  // (16-byte aligned below)
   static constexpr int kOffWlA = (kOffWl + 15) / 16 * 16;
@@ -297,9 +335,11 @@ struct Sm90FusedV3Config {
   static constexpr int kOffSmax = kOffPairX + (kPairSelect ? 8 * 16 * 4 : 0);
   // kLazyCheck: [parity][row][seg] the counts of the last two checks.
   static constexpr int kOffCkc = kOffSmax + (kGateRange ? 8 * 4 : 0);
-  static constexpr int kOffBars = (kOffCkc + (kLazyCheck ? 2 * 8 * kSegs * 4 : 0) + 7) / 8 * 8;
-  // K full / empty, Q full / empty, and (kAsyncSelect) set handed over / set free.
-  static constexpr int kNumBars = 2 * kNumStages + 4 + (kAsyncSelect ? 4 : 0);
+  // kSplitRG: the second row group's redo queue (FusedV3Rq; the first's is in FusedV3Ctl).
+  static constexpr int kOffRq1 = (kOffCkc + (kLazyCheck ? 2 * 8 * kSegs * 4 : 0) + 15) / 16 * 16;
+  static constexpr int kOffBars = (kOffRq1 + (kSplitRG ? 256 : 0) + 7) / 8 * 8;
+  // K full / empty, Q full / empty ([rg][2] with kSplitRG), and (kAsyncSelect) set handed over / set free.
+  static constexpr int kNumBars = 2 * kNumStages + (kSplitRG ? 8 : 4) + (kAsyncSelect ? 4 : 0);
   // kShares: FusedV3Shr after the barriers (static_assert below the struct).
   static constexpr int kOffShr = (kOffBars + kNumBars * 8 + 15) / 16 * 16;
   static constexpr int kSmemBytes = kOffShr + (kShares ? 576 : 0) + 1024;
@@ -456,7 +496,7 @@ __device__ __forceinline__ bool fused_v3_gate(const Sm90FusedParams& p, const ui
   using namespace fused_detail;
   constexpr int NS = Cfg::kSegs;
   const int lane = threadIdx.x & 31;
-  const int row = b * 8 + r;
+  const int row = fused_v3_row<Cfg>(b, r);
   const uint32_t seg_stride = 2u * static_cast<uint32_t>(p.cap);
   uint32_t* hist = hist_all + r * 256;
   uint32_t* sk = scratch_all + r * 2 * kScratch;
@@ -595,7 +635,7 @@ struct FusedV3PairRow {
     const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
     kg = wg & 1;
     r = 4 * (wg >> 1) + ((tid >> 5) & 3);
-    row = b * 8 + r;
+    row = fused_v3_row<Cfg>(b, r);
     const size_t set_words = size_t(8) * NS * 2 * size_t(p.cap);
     seg_stride = 2u * static_cast<uint32_t>(p.cap);
     (void)set_words;
@@ -1230,7 +1270,7 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
   uint64_t* full = bars;
   uint64_t* empty = bars + S;
   uint64_t* q_full = bars + 2 * S;
-  uint64_t* q_empty = bars + 2 * S + 2;
+  uint64_t* q_empty = bars + 2 * S + (Cfg::kSplitRG ? 4 : 2);  // (kSplitRG: [rg][2] each)
   uint32_t* hist_all = reinterpret_cast<uint32_t*>(smem + Cfg::kOffHist);
   uint32_t* scratch_all = reinterpret_cast<uint32_t*>(smem + Cfg::kOffScratch);
   uint32_t* segcnt_all = reinterpret_cast<uint32_t*>(smem + Cfg::kOffSegCnt);
@@ -1250,7 +1290,12 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
   uint64_t* sel_empty = sel_full + 2;
   volatile int* sel_info = reinterpret_cast<volatile int*>(smem + Cfg::kOffSelInfo);  // [set][4]
   if (tid == 0) {
-    init_pipeline_barriers<S, Cfg::kMathThreads / 32>(full, empty, q_full, q_empty);
+    if constexpr (Cfg::kSplitRG) {  // two rings, each consumed by its row group's 8 warps
+      init_pipeline_barriers<S, Cfg::kMathThreads / 64>(full, empty, q_full, q_empty);
+      init_pipeline_barriers<0, Cfg::kMathThreads / 64>(full, empty, q_full + 2, q_empty + 2);
+    } else {
+      init_pipeline_barriers<S, Cfg::kMathThreads / 32>(full, empty, q_full, q_empty);
+    }
     if constexpr (Cfg::kAsyncSelect) {
       for (int i = 0; i < 2; ++i) {
         ptx::mbar_init(sel_full + i, Cfg::kMathThreads / 32);
@@ -1271,6 +1316,10 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
     if (tid < 8) reinterpret_cast<uint32_t*>(smem + Cfg::kOffSmax)[tid] = 0;
   for (int i = tid; i < static_cast<int>(sizeof(FusedV3Ctl) / 4); i += Cfg::kThreads)
     reinterpret_cast<uint32_t*>(ctl)[i] = 0;
+  FusedV3Rq* rq1 = reinterpret_cast<FusedV3Rq*>(smem + Cfg::kOffRq1);  // (kSplitRG: row group 1's redo queue)
+  if constexpr (Cfg::kSplitRG)
+    for (int i = tid; i < static_cast<int>(sizeof(FusedV3Rq) / 4); i += Cfg::kThreads)
+      reinterpret_cast<uint32_t*>(rq1)[i] = 0;
   __syncthreads();
 
   const int nblocks = (p.rows + R - 1) / R;
@@ -1287,9 +1336,10 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
   if (wg == Cfg::kMathWarpgroups) {
     // ---------------- producer warpgroup ----------------
     ptx::setmaxnreg_dec<Cfg::kProducerRegs>();
-    if (tid != Cfg::kMathThreads) {
+    // (kSplitRG: lane 0 of producer warps 0 and 1, one per row group)
+    if (Cfg::kSplitRG ? !(lane == 0 && tid < Cfg::kMathThreads + 64) : tid != Cfg::kMathThreads) {
       // The producer warpgroup's other threads check the row ranges (range_check.cuh) and leave.
-      constexpr int kCheckLo = Cfg::kMathThreads + 32;
+      constexpr int kCheckLo = Cfg::kMathThreads + (Cfg::kSplitRG ? 64 : 32);
       constexpr int kCheckers = Cfg::kThreads - kCheckLo;
       check_row_ranges(p.err, p.starts, p.ends, p.rows, p.keys, kKernelFused,
                        range_checker_index(tid, kCheckLo, kCheckers), gridDim.x * kCheckers);
@@ -1461,6 +1511,78 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       ptx::mbar_arrive(q_full + qb);
       return;
     }
+    if constexpr (Cfg::kSplitRG) {
+      // ---- kSplitRG: row group prg's own stream of 4-row blocks ----
+      const int prg = (tid - Cfg::kMathThreads) >> 5;
+      constexpr int SR = Cfg::kRingStages;
+      constexpr int RB = Cfg::kRowsPerBlock;
+      uint64_t* r_full = full + prg * SR;
+      uint64_t* r_empty = empty + prg * SR;
+      uint64_t* rq_full = q_full + 2 * prg;
+      uint64_t* rq_empty = q_empty + 2 * prg;
+      volatile int* rslot = slot + 2 * SI * prg;
+      volatile FusedV3Rq* rq1_v = rq1;
+      const int nb = (p.rows + RB - 1) / RB;
+      const Sm90LogitsParams lp{p.starts, p.ends, nullptr, 0, p.rows, p.keys};
+      int it = 0, issued = 0, head = 0;
+      auto pop_redo = [&](int& b, uint32_t& mask) {
+        return prg == 0 ? redo_queue_pop(ctl_v, head, b, mask, [](volatile FusedV3Ctl*, int) {})
+                        : redo_queue_pop(rq1_v, head, b, mask, [](volatile FusedV3Rq*, int) {});
+      };
+      for (int qi = 0;; ++qi) {
+        const int qb = qi & 1;
+        ptx::mbar_wait(rq_empty + qb, ((qi >> 1) & 1) ^ 1);
+        int b = -1;
+        uint32_t active = 0xffu;  // (the row group's rows are bits 4 prg.. of the CTA's 8 row slots)
+        bool redo = pop_redo(b, active);
+        bool have = redo;
+        if (!have) {
+          const int w = atomicAdd(p.counter, 1);
+          if (w < nb) {
+            b = nb - 1 - w;
+            have = true;
+          } else {
+            // No new block: one of this row group's blocks in flight may yet need a redo.
+            while ((prg == 0 ? ctl_v->halves_done : rq1_v->halves_done) < issued) __nanosleep(256);
+            redo = have = pop_redo(b, active);
+          }
+        }
+        if (!have) {
+          rslot[SI * qb] = -1;
+          ptx::mbar_arrive(rq_full + qb);
+          return;
+        }
+        ++issued;
+        int lo, hi;
+        const int nt = block_span<RB, Cfg::kBlockKeys>(lp, b, lo, hi);
+        const int stride = tile_stride(nt);
+        rslot[SI * qb + 0] = b;
+        rslot[SI * qb + 1] = lo;
+        rslot[SI * qb + 2] = nt;
+        rslot[SI * qb + 3] = stride;
+        rslot[SI * qb + 4] = !redo ? fused_sample_tiles(nt, k, p.target) : 0;
+        rslot[SI * qb + 5] = static_cast<int>(active);
+        if (nt == 0) {
+          ptx::mbar_arrive(rq_full + qb);
+          continue;
+        }
+        // The row group's half of Q buffer qb and of weight buffer qb.
+        ptx::mbar_arrive_expect_tx(rq_full + qb, (Cfg::kQTileBytes + Cfg::kWeightBytes) / 2);
+        ptx::tma_load_2d(smem + Cfg::kOffQ + qb * Cfg::kQTileBytes + prg * (Cfg::kQTileBytes / 2), &tm_q,
+                         rq_full + qb, 0, b * RB * 32);
+        ptx::tma_load_2d(smem + Cfg::kOffWeights + qb * Cfg::kWeightBytes + prg * (Cfg::kWeightBytes / 2),
+                         &tm_weights, rq_full + qb, 0, b * RB);
+        for (int t = 0, tp = nt - 1; t < nt; ++t, ++it, tp = next_tile(tp, nt, stride)) {
+          const int st = it % SR;
+          ptx::mbar_wait(r_empty + st, ((it / SR) & 1) ^ 1);
+          const int stage = prg * SR + st;
+          const int key0 = lo + tp * Cfg::kBlockKeys;
+          ptx::mbar_arrive_expect_tx(r_full + st, Cfg::kKTileBytes + Cfg::kScaleBytes);
+          ptx::tma_load_2d(smem + Cfg::kOffK + stage * Cfg::kKTileBytes, &tm_k, r_full + st, 0, key0);
+          ptx::tma_load_2d(smem + Cfg::kOffScales + stage * Cfg::kScaleBytes, &tm_scales, r_full + st, key0, 0);
+        }
+      }
+    }
     int it = 0, issued = 0, head = 0;
     const Sm90LogitsParams lp{p.starts, p.ends, nullptr, 0, p.rows, p.keys};
     auto pop_redo = [&](int& b, uint32_t& mask) {
@@ -1551,9 +1673,10 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       it = __shfl_sync(0xffffffffu, it, 0);
     }
     const int qb = qi & 1;
+    const int qs = Cfg::kSplitRG ? 2 * rg + qb : qb;  // the Q buffer's slot and barriers (kSplitRG: the row group's)
     const int cs = Cfg::kSets == 2 ? qi & 1 : 0;
-    ptx::mbar_wait(q_full + qb, (qi >> 1) & 1);
-    const int b = slot[SI * qb];
+    ptx::mbar_wait(q_full + qs, (qi >> 1) & 1);
+    const int b = slot[SI * qs];
     if constexpr (Cfg::kAsyncSelect) {
       // Set cs is free once the selects of the block that last used it are done.
       ptx::mbar_wait(sel_empty + cs, ((qi >> 1) & 1) ^ 1);
@@ -1567,8 +1690,8 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       if (p.probe == 2 && lane == 0) atomicAdd(stats + 6, static_cast<unsigned long long>(clock64() - t_start));
       break;
     }
-    const int nt = Cfg::kShares ? __shfl_sync(0xffffffffu, slot[SI * qb + 2], 0) : slot[SI * qb + 2];
-    const int stride = Cfg::kShares ? __shfl_sync(0xffffffffu, slot[SI * qb + 3], 0) : slot[SI * qb + 3];
+    const int nt = Cfg::kShares ? __shfl_sync(0xffffffffu, slot[SI * qs + 2], 0) : slot[SI * qs + 2];
+    const int stride = Cfg::kShares ? __shfl_sync(0xffffffffu, slot[SI * qs + 3], 0) : slot[SI * qs + 3];
     // kShares: the visit's kind, its walk positions [t_begin, t_end) of the
     // piece's nt tiles, its candidate region and its split block (c0, slot0,
     // pieces); a rest visit has no sample tiles (its gate is the pieces').
@@ -1583,15 +1706,15 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
     // it stay uniform, so the loop counters (and the MMA descriptors derived
     // from them) stay in uniform registers.
     auto vis_u = [&](int i) { return __shfl_sync(0xffffffffu, vis_of()[i], 0); };
-    const int kind0 = Cfg::kShares ? __shfl_sync(0xffffffffu, slot[SI * qb + 6], 0) : kVisitWhole;
-    const int t_begin = Cfg::kShares ? __shfl_sync(0xffffffffu, slot[SI * qb + 7], 0) : 0;
-    const int reg0 = Cfg::kShares ? slot[SI * qb + 9] : cs;
+    const int kind0 = Cfg::kShares ? __shfl_sync(0xffffffffu, slot[SI * qs + 6], 0) : kVisitWhole;
+    const int t_begin = Cfg::kShares ? __shfl_sync(0xffffffffu, slot[SI * qs + 7], 0) : 0;
+    const int reg0 = Cfg::kShares ? slot[SI * qs + 9] : cs;
     if constexpr (Cfg::kShares) {
       // kind, t_begin, t_end, reg, c0, slot0, pieces, the piece's tiles, active rows
-      if (lane < 9) vis_of()[lane] = slot[SI * qb + (lane < 7 ? 6 + lane : lane == 7 ? 2 : 5)];
+      if (lane < 9) vis_of()[lane] = slot[SI * qs + (lane < 7 ? 6 + lane : lane == 7 ? 2 : 5)];
       __syncwarp();
     }
-    const int ns = kind0 == kVisitRest ? 0 : Cfg::kShares ? __shfl_sync(0xffffffffu, slot[SI * qb + 4], 0) : slot[SI * qb + 4];
+    const int ns = kind0 == kVisitRest ? 0 : Cfg::kShares ? __shfl_sync(0xffffffffu, slot[SI * qs + 4], 0) : slot[SI * qs + 4];
     // A rest visit starts with the pieces' shared gate and this piece's sample
     // entries at or above it, here, before the visit's loop state exists (a
     // call between the loops costs the tile loops their registers).
@@ -1604,7 +1727,7 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
     // positions [t_begin, nt); a split sample's ns tiles end before nt (its Q
     // buffer is released after the loop unless ns == nt) and its compaction
     // check, if any, finds its tails far under the trigger.)
-    const uint32_t active = static_cast<uint32_t>(slot[SI * qb + 5]);
+    const uint32_t active = static_cast<uint32_t>(slot[SI * qs + 5]);
     // Row r's segment s (of set cs): keys at word (r * NS + s) * seg_stride of
     // the set, indices + cap; this lane's own segment as a 32-bit word offset
     // from p.ws (registers are at their cap in the tile loop).
@@ -1618,7 +1741,7 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
     unsigned long long* thr_s = thr_all + cs * 8;    // [row]
 
     // This lane's row: the keys [rs, rs + len) (relative test: ka - rs < len, unsigned).
-    const int row_g = b * R + my_row;
+    const int row_g = fused_v3_row<Cfg>(b, my_row);
     int rs = 0, re = 0;
     if (row_g < p.rows && ((active >> my_row) & 1u) && p.probe != 1) {
       rs = __ldg(p.starts + row_g);
@@ -1627,7 +1750,7 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
     }
     const uint32_t len = static_cast<uint32_t>(re - rs);
     // ka of tile tp = key_base + tp * 128 (this lane's first key; the second is + 8).
-    const int key_base = slot[SI * qb + 1] + kg * 64 + warp_in_wg * 16 + (lane >> 2);
+    const int key_base = slot[SI * qs + 1] + kg * 64 + warp_in_wg * 16 + (lane >> 2);
     bool row_gated = false;  // selector warps: row sel_row has a gate in this block
     uint32_t cnt = rest_cnt;  // entries of this lane's row in this warp's segment
     uint64_t thr = Cfg::kShares && kind0 == kVisitRest ? thr_all[my_row] : 0;  // this lane's row threshold: candidates have composite > thr
@@ -1735,8 +1858,9 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
     // kSample: also the tile's largest key per row (the gate's position cap).
     auto tile = [&](auto sample_tag, int t, int tp) {
       constexpr bool kSample = decltype(sample_tag)::value;
-      const int stage = it % S;
-      ptx::mbar_wait(full + stage, (it / S) & 1);
+      // (kSplitRG: stage it mod S / 2 of the row group's ring)
+      const int stage = Cfg::kSplitRG ? rg * Cfg::kRingStages + it % Cfg::kRingStages : it % S;
+      ptx::mbar_wait(full + stage, (it / Cfg::kRingStages) & 1);
       if (!Cfg::kPipeTail && p.probe == 4) {  // development: does this stage hold the tile this warp expects?
         const int k0s = reinterpret_cast<const volatile int*>(p.counter)[16 + stage];
         if (lane == 0 && k0s != key_base - key_in_tile + tp * Cfg::kBlockKeys) atomicAdd(p.counter + 24 + rg, 1);
@@ -1816,7 +1940,7 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       }
       if (t + 1 == nt) {  // the block's last MMA has read Q
         __syncwarp();
-        if (lane == 0) ptx::mbar_arrive(q_empty + qb);
+        if (lane == 0) ptx::mbar_arrive(q_empty + qs);
       }
       const int ka = key_base + tp * Cfg::kBlockKeys;
       const uint32_t k0 = order_key(fin[0][0] * scale0), k1 = order_key(fin[1][0] * scale1);
@@ -1936,7 +2060,7 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
     // ---- block end: one warp per row selects over the row's 8 segments ----
     if (Cfg::kShares ? vis_u(1) == vis_u(2) : nt == 0) {  // no tile released the (unloaded) Q buffer
       __syncwarp();
-      if (lane == 0) ptx::mbar_arrive(q_empty + qb);
+      if (lane == 0) ptx::mbar_arrive(q_empty + qs);
     }
     if constexpr (Cfg::kShares) {
       // (one call for the whole visit end: every call site of the rest starts
@@ -1970,7 +2094,7 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       // otherwise its first warp (the selector) alone. The selector holds the
       // gate flag and reports the row.
       const long long t_sel = clock64();
-      const int r = sel_row, row = b * R + r;
+      const int r = sel_row, row = fused_v3_row<Cfg>(b, r);
       bool ok = true;
       if (p.probe == 3) {
         if (selector && row < p.rows) {
@@ -2024,7 +2148,8 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
           volatile uint32_t* rr = redo_rg + cs * 2 + rg;
           const uint32_t mask = *rr;
           *rr = 0;
-          fused_v3_half_finished(ctl, b, mask);
+          if (Cfg::kSplitRG && rg == 1) fused_v3_half_finished(rq1, b, mask);
+          else fused_v3_half_finished(ctl, b, mask);
         }
         if (p.probe == 2 && lane == 0) atomicAdd(stats + 5, static_cast<unsigned long long>(clock64() - t_sel));
       }
@@ -2112,6 +2237,10 @@ using Sm90FusedV3PipeLazy =
 using Sm90FusedV3RegW1 =
     Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true, 0, false, 0, true, true, true, true, 1>;  // 49: 48, row 0's weights in registers
 // (rows 0-1 in registers: ptxas spills 11 LDL / STL into the scan loop; not kept)
+using Sm90FusedV3SplitRG = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true, 0,
+                                             false, 0, true, true, true, true, 0, true>;  // 50: 48, row groups decoupled
+using Sm90FusedV3SplitRGW1 = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true,
+                                               0, false, 0, true, true, true, true, 1, true>;  // 51: 49, row groups decoupled
 // (A 544-thread configuration with one producer warp and __maxnreg__(120) was
 // tried on 2026-12-02 and failed to launch: "too many resources"; removed.)
 // The op's fused kernel on whole blocks (one set: the v2 kernel's workspace):
@@ -2174,13 +2303,13 @@ inline cudaError_t launch_sm90_fused_mqa_topk_v3(const void* q, const void* k, c
   const uint64_t q_rows = static_cast<uint64_t>(rows) * 32;
   const int kk = keys > 0 ? keys : 1;  // keys == 0: maps stay valid, every row is empty
   const int res[4] = {
-      make_tensor_map_2d(&tm_q, q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 128, q_rows, 128, 128, 256,
+      make_tensor_map_2d(&tm_q, q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 128, q_rows, 128, 128, Cfg::kRowsPerBlock * 32,
                          CU_TENSOR_MAP_SWIZZLE_128B),
       make_tensor_map_2d(&tm_k, keys > 0 ? k : q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 128, kk, 128, 128, Cfg::kBlockKeys,
                          CU_TENSOR_MAP_SWIZZLE_128B),
       make_tensor_map_2d(&tm_s, keys > 0 ? static_cast<const void*>(scales) : weights, CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
                          kk, 1, (uint64_t(kk) * 4 + 15) / 16 * 16, Cfg::kBlockKeys, 1, CU_TENSOR_MAP_SWIZZLE_NONE),
-      make_tensor_map_2d(&tm_w, weights, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 32, rows, 32 * 4, 32, 8,
+      make_tensor_map_2d(&tm_w, weights, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 32, rows, 32 * 4, 32, Cfg::kRowsPerBlock,
                          CU_TENSOR_MAP_SWIZZLE_NONE)};
   if (const int e = first_map_error(res, 4)) {
     if (map_error) *map_error = e;
