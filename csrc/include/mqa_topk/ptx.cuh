@@ -22,6 +22,15 @@ __device__ __forceinline__ uint32_t lanemask_lt() {
   return m;
 }
 
+// A (key, index) candidate's two stores when `pred`, as predicated
+// st.global.cg (no branch around them: the fused kernels' appends).
+__device__ __forceinline__ void st_cg_pair_if(bool pred, uint32_t* a, uint32_t* b, uint32_t va, uint32_t vb) {
+  asm volatile(
+      "{\n .reg .pred q;\n setp.ne.b32 q, %4, 0;\n @q st.global.cg.b32 [%0], %2;\n @q st.global.cg.b32 [%1], %3;\n}"
+      ::"l"(a), "l"(b), "r"(va), "r"(vb), "r"(static_cast<uint32_t>(pred))
+      : "memory");
+}
+
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }

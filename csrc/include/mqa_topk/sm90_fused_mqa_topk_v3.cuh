@@ -104,8 +104,22 @@ template <int kNumStages_, int kSets_ = 1, int kCheckTiles_ = 8, int kWeightsMod
           int kOutGroups_ = 4, int kGateTargetQ_ = 2, int kRankFloorZ_ = 0, bool kFloorCappedOnly_ = false,
           int kShares_ = 0, bool kEarlyWeights_ = false, int kTimingCut_ = 0, bool kLeanFilter_ = false,
           bool kPipeTail_ = false, bool kRelaxedRelease_ = false, bool kLazyCheck_ = false, int kRegWRows_ = 0,
-          bool kSplitRG_ = false>
+          bool kSplitRG_ = false, int kLeanLoop_ = 0>
 struct Sm90FusedV3Config {
+  // kLeanLoop (needs kLazyCheck, whole blocks): fewer instructions per tile
+  // in the tile loops, which issue at ~0.6 per cycle per scheduler like the
+  // dense kernel's but run ~25% more of them per tile (ncu, session 13: 350
+  // per warp and tile against the dense kernel's 268): the K stage and its
+  // phase kept as counters (no signed division by the stage count), the
+  // compaction check's interval as a countdown (no modulo), and every stage
+  // release one release arrival (the relaxed and the release arrival are the
+  // same SYNCS.ARRIVE, so 48's choice between them was a branch for nothing;
+  // every arrival now also carries the counts a lazy check published).
+  // kLeanLoop_ == 2: also the appends as predicated stores (ptx::st_cg_pair_if)
+  // instead of a branch around each key's two stores.
+  static constexpr bool kLeanLoop = kLeanLoop_ != 0;
+  static constexpr bool kPredStores = kLeanLoop_ == 2;
+  static_assert(!kLeanLoop_ || (kLazyCheck_ && kRelaxedRelease_ && !kShares_), "kLeanLoop: on 48's whole-block loop");
   // kSplitRG (dev): the two row groups run independently, each on its own
   // 4-row blocks from the call's block counter, with its own producer warp
   // (producer warps 0 and 1), its own K ring (kNumStages / 2 stages), its own
@@ -1665,6 +1679,8 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
 
   const long long t_start = clock64();
   int it = 0;
+  int st_i = 0;        // kLeanLoop: the next tile's stage in the ring, and its phase
+  uint32_t st_ph = 0;
   for (int qi = 0;; ++qi) {
     if constexpr (Cfg::kShares) {
       // (warp-uniform by construction; said so, so that the stage and Q buffer
@@ -1812,15 +1828,21 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       const uint32_t n0 = __popc(m0);
       if constexpr (Cfg::kLeanFilter) {
         const uint32_t o = my_off + cnt;  // this lane's next slot: a word offset from p.ws
-        if (pass0) {
-          const uint32_t at = o + __popc(m0 & lt);
-          __stcg(p.ws + at, k0);
-          __stcg(p.ws + (at + static_cast<uint32_t>(p.cap)), static_cast<uint32_t>(ka));
-        }
-        if (pass1) {
-          const uint32_t at = o + n0 + __popc(m1 & lt);
-          __stcg(p.ws + at, k1);
-          __stcg(p.ws + (at + static_cast<uint32_t>(p.cap)), static_cast<uint32_t>(kb));
+        if constexpr (Cfg::kPredStores) {
+          const uint32_t at0 = o + __popc(m0 & lt), at1 = o + n0 + __popc(m1 & lt);
+          ptx::st_cg_pair_if(pass0, p.ws + at0, p.ws + (at0 + static_cast<uint32_t>(p.cap)), k0, static_cast<uint32_t>(ka));
+          ptx::st_cg_pair_if(pass1, p.ws + at1, p.ws + (at1 + static_cast<uint32_t>(p.cap)), k1, static_cast<uint32_t>(kb));
+        } else {
+          if (pass0) {
+            const uint32_t at = o + __popc(m0 & lt);
+            __stcg(p.ws + at, k0);
+            __stcg(p.ws + (at + static_cast<uint32_t>(p.cap)), static_cast<uint32_t>(ka));
+          }
+          if (pass1) {
+            const uint32_t at = o + n0 + __popc(m1 & lt);
+            __stcg(p.ws + at, k1);
+            __stcg(p.ws + (at + static_cast<uint32_t>(p.cap)), static_cast<uint32_t>(kb));
+          }
         }
       } else {
         uint32_t* base = p.ws + my_off + cnt;
@@ -1859,8 +1881,16 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
     auto tile = [&](auto sample_tag, int t, int tp) {
       constexpr bool kSample = decltype(sample_tag)::value;
       // (kSplitRG: stage it mod S / 2 of the row group's ring)
-      const int stage = Cfg::kSplitRG ? rg * Cfg::kRingStages + it % Cfg::kRingStages : it % S;
-      ptx::mbar_wait(full + stage, (it / Cfg::kRingStages) & 1);
+      const int stage = Cfg::kLeanLoop ? (Cfg::kSplitRG ? rg * Cfg::kRingStages : 0) + st_i
+                        : Cfg::kSplitRG  ? rg * Cfg::kRingStages + it % Cfg::kRingStages
+                                         : it % S;
+      ptx::mbar_wait(full + stage, Cfg::kLeanLoop ? st_ph : (it / Cfg::kRingStages) & 1);
+      if constexpr (Cfg::kLeanLoop) {  // (the next tile's)
+        if (++st_i == Cfg::kRingStages) {
+          st_i = 0;
+          st_ph ^= 1u;
+        }
+      }
       if (!Cfg::kPipeTail && p.probe == 4) {  // development: does this stage hold the tile this warp expects?
         const int k0s = reinterpret_cast<const volatile int*>(p.counter)[16 + stage];
         if (lane == 0 && k0s != key_base - key_in_tile + tp * Cfg::kBlockKeys) atomicAdd(p.counter + 24 + rg, 1);
@@ -1946,7 +1976,9 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       const uint32_t k0 = order_key(fin[0][0] * scale0), k1 = order_key(fin[1][0] * scale1);
       if constexpr (Cfg::kRelaxedRelease) {  // after the scales' use: their loads are complete
         __syncwarp();
-        if (Cfg::kLazyCheck && rel_next) {  // (carries the counts a lazy check or the gate published)
+        if (Cfg::kLeanLoop) {  // (a release arrival: carries whatever a lazy check published)
+          if (lane == 0) ptx::mbar_arrive(empty + stage);
+        } else if (Cfg::kLazyCheck && rel_next) {  // (carries the counts a lazy check or the gate published)
           if (lane == 0) ptx::mbar_arrive(empty + stage);
           rel_next = false;
         } else if (lane == 0) {
@@ -1980,10 +2012,21 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
     int t = 0, tp = nt - 1;
     if constexpr (Cfg::kShares)
       for (; t < t_begin; ++t) tp = next_tile(tp, nt, stride);
+    // kLeanLoop: tiles left until the next check ((t + 1) % kCheckTiles == 0 as a countdown)
+    int chk_left = Cfg::kCheckTiles;
+    auto check_due = [&](int tt) {
+      if constexpr (Cfg::kLeanLoop) {
+        if (--chk_left != 0) return false;
+        chk_left = Cfg::kCheckTiles;
+        return tt + 1 < nt;
+      } else {
+        return (tt + 1) % Cfg::kCheckTiles == 0 && tt + 1 < nt;
+      }
+    };
 #pragma unroll 1
     for (; t < ns; ++t, tp = next_tile(tp, nt, stride)) {
       tile(std::true_type{}, t, tp);
-      if ((t + 1) % Cfg::kCheckTiles == 0 && t + 1 < nt) {
+      if (check_due(t)) {
         flush(std::true_type{}, t + 1);
         check();
       }
@@ -2038,7 +2081,7 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
 #pragma unroll 1
     for (; t < nt; ++t, tp = next_tile(tp, nt, stride)) {
       tile(std::false_type{}, t, tp);
-      if (!(Cfg::kTimingCut & 4) && (t + 1) % Cfg::kCheckTiles == 0 && t + 1 < nt) {
+      if (!(Cfg::kTimingCut & 4) && check_due(t)) {
         flush(std::false_type{}, t + 1);
         if constexpr (Cfg::kLazyCheck) {
           const int j = (t + 1) / Cfg::kCheckTiles;
@@ -2241,6 +2284,10 @@ using Sm90FusedV3SplitRG = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, tru
                                              false, 0, true, true, true, true, 0, true>;  // 50: 48, row groups decoupled
 using Sm90FusedV3SplitRGW1 = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true,
                                                0, false, 0, true, true, true, true, 1, true>;  // 51: 49, row groups decoupled
+using Sm90FusedV3LeanLoop = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true,
+                                              0, false, 0, true, true, true, true, 0, false, 1>;  // 52: 48, lean tile loop
+using Sm90FusedV3LeanStores = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true,
+                                                0, false, 0, true, true, true, true, 0, false, 2>;  // 53: 52, predicated appends
 // (A 544-thread configuration with one producer warp and __maxnreg__(120) was
 // tried on 2026-12-02 and failed to launch: "too many resources"; removed.)
 // The op's fused kernel on whole blocks (one set: the v2 kernel's workspace):
