@@ -118,7 +118,11 @@ struct Sm90FusedV3Config {
   // kLeanLoop_ == 2: also the appends as predicated stores (ptx::st_cg_pair_if)
   // instead of a branch around each key's two stores.
   static constexpr bool kLeanLoop = kLeanLoop_ != 0;
-  static constexpr bool kPredStores = kLeanLoop_ == 2;
+  // kLeanLoop_ == 3: also the pending tail run unconditionally (no flag):
+  // with nothing pending its first key is rs - 16, so both keys are out of
+  // the row's range and it appends nothing.
+  static constexpr bool kPredStores = kLeanLoop_ >= 2;
+  static constexpr bool kAlwaysTail = kLeanLoop_ >= 3;
   static_assert(!kLeanLoop_ || (kLazyCheck_ && kRelaxedRelease_ && !kShares_), "kLeanLoop: on 48's whole-block loop");
   // kSplitRG (dev): the two row groups run independently, each on its own
   // 4-row blocks from the call's block counter, with its own producer warp
@@ -1862,7 +1866,7 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
     // kPipeTail: the tile whose tail is pending (its order keys and first key;
     // its walk position is the current tile's minus one).
     uint32_t pend_k0 = 0, pend_k1 = 0;
-    int pend_ka = 0;
+    int pend_ka = Cfg::kAlwaysTail ? rs - 16 : 0;  // (kAlwaysTail: nothing pending, both keys out of range)
     bool pend_ok = false;
     bool rel_next = false;  // kLazyCheck: the next stage release orders the published counts
     // kLazyCheck: the count slot of check j for row `row`, segment `sg`.
@@ -1871,8 +1875,9 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
     };
     auto flush = [&](auto sample_tag, int t_next) {
       if constexpr (Cfg::kPipeTail) {
-        if (pend_ok) tile_tail(sample_tag, pend_k0, pend_k1, pend_ka, t_next - 1);
+        if (Cfg::kAlwaysTail || pend_ok) tile_tail(sample_tag, pend_k0, pend_k1, pend_ka, t_next - 1);
         pend_ok = false;
+        if constexpr (Cfg::kAlwaysTail) pend_ka = rs - 16;
       }
     };
 
@@ -1910,7 +1915,7 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
         ptx::fence_regs(acc);
       } else if constexpr (Cfg::kPipeTail) {
         logits_tile_mma_issue_lo<L>(acc, a_lo0 + stage * (Cfg::kKTileBytes >> 4), b_lo0 + qb * (Cfg::kQTileBytes >> 4));
-        if (pend_ok) tile_tail(sample_tag, pend_k0, pend_k1, pend_ka, t - 1);  // while the MMAs run
+        if (Cfg::kAlwaysTail || pend_ok) tile_tail(sample_tag, pend_k0, pend_k1, pend_ka, t - 1);  // while the MMAs run
         ptx::wgmma_wait<0>();
         ptx::fence_regs(acc);
       } else {
@@ -2288,6 +2293,8 @@ using Sm90FusedV3LeanLoop = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, tr
                                               0, false, 0, true, true, true, true, 0, false, 1>;  // 52: 48, lean tile loop
 using Sm90FusedV3LeanStores = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true,
                                                 0, false, 0, true, true, true, true, 0, false, 2>;  // 53: 52, predicated appends
+using Sm90FusedV3LeanTail = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true,
+                                              0, false, 0, true, true, true, true, 0, false, 3>;  // 54: 53, the tail without a flag
 // (A 544-thread configuration with one producer warp and __maxnreg__(120) was
 // tried on 2026-12-02 and failed to launch: "too many resources"; removed.)
 // The op's fused kernel on whole blocks (one set: the v2 kernel's workspace):
