@@ -130,7 +130,7 @@ std::vector<mqa_topk::KernelInfo> fused_mqa_topk_kernel_info() {
   cudaFuncAttributes sa{};
   int split_smem = 0;
   const cudaError_t serr = fused_v3_split_attributes(&sa, &split_smem);
-  return {mqa_topk::kernel_info("sm90_fused_mqa_topk_v3<rows=8,wg=4,stages=8,check=12,gate>",
+  return {mqa_topk::kernel_info("sm90_fused_mqa_topk_v3<rows=8,wg=4,stages=8,check=12,gate,lean-loop>",
                                 &mqa_topk::sm90_fused_mqa_topk_v3_kernel<V3>, V3::kSmemBytes),
           mqa_topk::kernel_info("sm90_fused_mqa_topk_v3<rows=8,wg=4,stages=8,check=12,gate,shares=partial-wave>",
                                 serr, sa, split_smem),

@@ -253,6 +253,7 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
     case 52: return v3(Sm90FusedV3LeanLoop{});
     case 53: return v3(Sm90FusedV3LeanStores{});
     case 54: return v3(Sm90FusedV3LeanTail{});
+    case 55: return v3(Sm90FusedV3LeanFlagless{});
 #ifndef V3CHECK_FEW
     case 10:  // split shares that follow the blocks (kSplitAlign)
       return launch_sm90_fused_mqa_topk<Sm90FusedSplitAlign>(d.q, d.k, d.scales, d.weights, d.starts, d.ends, d.out,

@@ -115,14 +115,16 @@ struct Sm90FusedV3Config {
   // release one release arrival (the relaxed and the release arrival are the
   // same SYNCS.ARRIVE, so 48's choice between them was a branch for nothing;
   // every arrival now also carries the counts a lazy check published).
-  // kLeanLoop_ == 2: also the appends as predicated stores (ptx::st_cg_pair_if)
-  // instead of a branch around each key's two stores.
+  // kLeanLoop_ is a set of bits: 1 the above; 2 also the appends as
+  // predicated stores (ptx::st_cg_pair_if) instead of a branch around each
+  // key's two stores.
   static constexpr bool kLeanLoop = kLeanLoop_ != 0;
-  // kLeanLoop_ == 3: also the pending tail run unconditionally (no flag):
+  // 4: also the pending tail run unconditionally (no flag):
   // with nothing pending its first key is rs - 16, so both keys are out of
   // the row's range and it appends nothing.
-  static constexpr bool kPredStores = kLeanLoop_ >= 2;
-  static constexpr bool kAlwaysTail = kLeanLoop_ >= 3;
+  static constexpr bool kPredStores = (kLeanLoop_ & 2) != 0;
+  static constexpr bool kAlwaysTail = (kLeanLoop_ & 4) != 0;
+  static_assert(kLeanLoop_ == 0 || (kLeanLoop_ & 1), "kLeanLoop: bit 1 with the others");
   static_assert(!kLeanLoop_ || (kLazyCheck_ && kRelaxedRelease_ && !kShares_), "kLeanLoop: on 48's whole-block loop");
   // kSplitRG (dev): the two row groups run independently, each on its own
   // 4-row blocks from the call's block counter, with its own producer warp
@@ -2292,9 +2294,11 @@ using Sm90FusedV3SplitRGW1 = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, t
 using Sm90FusedV3LeanLoop = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true,
                                               0, false, 0, true, true, true, true, 0, false, 1>;  // 52: 48, lean tile loop
 using Sm90FusedV3LeanStores = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true,
-                                                0, false, 0, true, true, true, true, 0, false, 2>;  // 53: 52, predicated appends
+                                                0, false, 0, true, true, true, true, 0, false, 3>;  // 53: 52, predicated appends
 using Sm90FusedV3LeanTail = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true,
-                                              0, false, 0, true, true, true, true, 0, false, 3>;  // 54: 53, the tail without a flag
+                                              0, false, 0, true, true, true, true, 0, false, 7>;  // 54: 53, the tail without a flag
+using Sm90FusedV3LeanFlagless = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5,
+                                                  true, 0, false, 0, true, true, true, true, 0, false, 5>;  // 55: 52, the tail without a flag
 // (A 544-thread configuration with one producer warp and __maxnreg__(120) was
 // tried on 2026-12-02 and failed to launch: "too many resources"; removed.)
 // The op's fused kernel on whole blocks (one set: the v2 kernel's workspace):
@@ -2332,7 +2336,15 @@ using Sm90FusedV3LeanTail = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, tr
 // ms, 8192 x 16384 top-2048 1.288 / 1.295 / 1.313, top-512 1.156 / 1.163 /
 // 1.174, 4096 x 65536 2.435 / 2.465 / 2.514; exact on every check, with
 // compactions (8192 x 16384 top-2048: 24) and adversarial rows.
-using Sm90FusedV3Default = Sm90FusedV3PipeLazy;
+// Variant 52 since 2026-12-03 (session 15): 48 with a lean tile loop
+// (kLeanLoop: the stage and phase as counters, the check interval as a
+// countdown, one release arrival per stage; 398 -> 390 SASS instructions in
+// the main loop, fewer on its common path). tools/v3check, one call: headline
+// 4.634 against 48's 4.763 ms, 8192 x 16384 top-2048 1.272 / 1.293, top-512
+// 1.148 / 1.158, 4096 x 65536 2.395 / 2.443; exact on 41 checks
+// (BENCHMARKS.md, session 15). 53 / 54 (predicated appends, no pending flag)
+// were 0.5-1.5% slower than 52 at 64K keys.
+using Sm90FusedV3Default = Sm90FusedV3LeanLoop;
 // The op's split kernel since 2026-12-03 (session 14; issue 12): variant 43
 // (shares over the partial last wave, lean filter), launched where
 // fused_use_split says the whole blocks would leave the last wave poorly
