@@ -53,9 +53,9 @@ template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3PipeLazy>();  // v3check 
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3RegW1>();  // v3check variant 49 (48, row 0's weights in registers)
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3SplitRG>();  // v3check variant 50 (48, row groups decoupled)
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3SplitRGW1>();  // v3check variant 51 (49, row groups decoupled)
-// v3check variant 52 (48, lean tile loop) is Sm90FusedV3Default, instantiated above.
+template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3LeanLoop>();  // v3check variant 52 (48, lean tile loop; the op's at 0eb52d7)
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3LeanStores>();  // v3check variant 53 (52, predicated appends)
-template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3LeanTail>();  // v3check variant 54 (53, the tail without a flag)
+// v3check variant 54 (53, the tail without a flag) is Sm90FusedV3Default, instantiated above.
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3LeanFlagless>();  // v3check variant 55 (52, the tail without a flag)
 // kHybrid's share blocks: all up to two waves, none on whole waves, else the partial wave and one more.
 static_assert(mqa_topk::fused_v3_share_blocks(8, 132) == 8 && mqa_topk::fused_v3_share_blocks(264, 132) == 264 &&

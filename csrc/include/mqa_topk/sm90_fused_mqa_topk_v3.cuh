@@ -2343,8 +2343,14 @@ using Sm90FusedV3LeanFlagless = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112
 // 4.634 against 48's 4.763 ms, 8192 x 16384 top-2048 1.272 / 1.293, top-512
 // 1.148 / 1.158, 4096 x 65536 2.395 / 2.443; exact on 41 checks
 // (BENCHMARKS.md, session 15). 53 / 54 (predicated appends, no pending flag)
-// were 0.5-1.5% slower than 52 at 64K keys.
-using Sm90FusedV3Default = Sm90FusedV3LeanLoop;
+// were 0.5-1.5% slower than 52 at 64K keys in that call.
+// Variant 54 since 2026-12-03 (session 15, after 52's op round): 52 with the
+// appends as predicated stores and the pending tail run without a flag (main
+// loop 364 SASS instructions). tools/v3check, two calls: equal to 52 at the
+// headline (4.627 / 4.628 against 4.624 / 4.625 ms in the second), 0.5-2%
+// faster at 8192 x 16384 (1.270 / 1.266 against 1.283 / 1.272) and 4096 x
+// 65536 (2.441 / 2.402 against 2.488 / 2.395); exact on 48 checks.
+using Sm90FusedV3Default = Sm90FusedV3LeanTail;
 // The op's split kernel since 2026-12-03 (session 14; issue 12): variant 43
 // (shares over the partial last wave, lean filter), launched where
 // fused_use_split says the whole blocks would leave the last wave poorly
