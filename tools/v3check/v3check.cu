@@ -254,6 +254,13 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
     case 53: return v3(Sm90FusedV3LeanStores{});
     case 54: return v3(Sm90FusedV3LeanTail{});
     case 55: return v3(Sm90FusedV3LeanFlagless{});
+    case 56:  // 54 for one topk (its index stores at an immediate offset)
+      switch (w.topk) {
+        case 512: return v3(Sm90FusedV3LeanFixed<512>{});
+        case 1024: return v3(Sm90FusedV3LeanFixed<1024>{});
+        case 2048: return v3(Sm90FusedV3LeanFixed<2048>{});
+        default: return cudaErrorInvalidValue;
+      }
 #ifndef V3CHECK_FEW
     case 10:  // split shares that follow the blocks (kSplitAlign)
       return launch_sm90_fused_mqa_topk<Sm90FusedSplitAlign>(d.q, d.k, d.scales, d.weights, d.starts, d.ends, d.out,

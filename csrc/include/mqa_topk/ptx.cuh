@@ -31,6 +31,16 @@ __device__ __forceinline__ void st_cg_pair_if(bool pred, uint32_t* a, uint32_t* 
       : "memory");
 }
 
+// The same with the second store at a compile-time word offset from the first
+// (one address register, an immediate offset).
+template <int kOffWords>
+__device__ __forceinline__ void st_cg_pair_if_off(bool pred, uint32_t* a, uint32_t va, uint32_t vb) {
+  asm volatile(
+      "{\n .reg .pred q;\n setp.ne.b32 q, %3, 0;\n @q st.global.cg.b32 [%0], %1;\n @q st.global.cg.b32 [%0+%4], %2;\n}"
+      ::"l"(a), "r"(va), "r"(vb), "r"(static_cast<uint32_t>(pred)), "n"(kOffWords * 4)
+      : "memory");
+}
+
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }

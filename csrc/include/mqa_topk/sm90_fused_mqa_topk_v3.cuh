@@ -104,8 +104,13 @@ template <int kNumStages_, int kSets_ = 1, int kCheckTiles_ = 8, int kWeightsMod
           int kOutGroups_ = 4, int kGateTargetQ_ = 2, int kRankFloorZ_ = 0, bool kFloorCappedOnly_ = false,
           int kShares_ = 0, bool kEarlyWeights_ = false, int kTimingCut_ = 0, bool kLeanFilter_ = false,
           bool kPipeTail_ = false, bool kRelaxedRelease_ = false, bool kLazyCheck_ = false, int kRegWRows_ = 0,
-          bool kSplitRG_ = false, int kLeanLoop_ = 0>
+          bool kSplitRG_ = false, int kLeanLoop_ = 0, int kFixedTopk_ = 0>
 struct Sm90FusedV3Config {
+  // kFixedTopk (dev, with kLeanLoop bit 2): the configuration runs one topk
+  // only (the launcher refuses others), so the appends' index store sits at
+  // a compile-time offset from the key store (one address, an immediate:
+  // ptx::st_cg_pair_if_off) and the segment stride is a constant.
+  static constexpr int kFixedTopk = kFixedTopk_;
   // kLeanLoop (needs kLazyCheck, whole blocks): fewer instructions per tile
   // in the tile loops, which issue at ~0.6 per cycle per scheduler like the
   // dense kernel's but run ~25% more of them per tile (ncu, session 13: 350
@@ -125,6 +130,7 @@ struct Sm90FusedV3Config {
   static constexpr bool kPredStores = (kLeanLoop_ & 2) != 0;
   static constexpr bool kAlwaysTail = (kLeanLoop_ & 4) != 0;
   static_assert(kLeanLoop_ == 0 || (kLeanLoop_ & 1), "kLeanLoop: bit 1 with the others");
+  static_assert(kFixedTopk_ == 0 || (kLeanLoop_ & 2), "kFixedTopk: on the predicated appends");
   static_assert(!kLeanLoop_ || (kLazyCheck_ && kRelaxedRelease_ && !kShares_), "kLeanLoop: on 48's whole-block loop");
   // kSplitRG (dev): the two row groups run independently, each on its own
   // 4-row blocks from the call's block counter, with its own producer warp
@@ -1680,7 +1686,8 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
   const int bar_rg = 5 + rg;                 // named barrier of the row group (8 warps)
   const uint32_t a_lo0 = desc_lo_k128_sw128(smem + Cfg::kOffK + kg * 64 * 128);
   const uint32_t b_lo0 = desc_lo_k128_sw128(smem + Cfg::kOffQ + rg * L::kN * 128);
-  const uint32_t seg_stride = 2u * static_cast<uint32_t>(p.cap);  // words from one segment of a row to the next
+  // words from one segment of a row to the next (kFixedTopk: a constant)
+  const uint32_t seg_stride = 2u * static_cast<uint32_t>(Cfg::kFixedTopk ? Cfg::cap(Cfg::kFixedTopk) : p.cap);
   const int key_in_tile = kg * 64 + warp_in_wg * 16 + (lane >> 2);  // this lane's first key of a tile (and + 8)
 
   const long long t_start = clock64();
@@ -1834,7 +1841,12 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       const uint32_t n0 = __popc(m0);
       if constexpr (Cfg::kLeanFilter) {
         const uint32_t o = my_off + cnt;  // this lane's next slot: a word offset from p.ws
-        if constexpr (Cfg::kPredStores) {
+        if constexpr (Cfg::kFixedTopk != 0) {
+          constexpr int kCapW = Cfg::cap(Cfg::kFixedTopk);
+          const uint32_t at0 = o + __popc(m0 & lt), at1 = o + n0 + __popc(m1 & lt);
+          ptx::st_cg_pair_if_off<kCapW>(pass0, p.ws + at0, k0, static_cast<uint32_t>(ka));
+          ptx::st_cg_pair_if_off<kCapW>(pass1, p.ws + at1, k1, static_cast<uint32_t>(kb));
+        } else if constexpr (Cfg::kPredStores) {
           const uint32_t at0 = o + __popc(m0 & lt), at1 = o + n0 + __popc(m1 & lt);
           ptx::st_cg_pair_if(pass0, p.ws + at0, p.ws + (at0 + static_cast<uint32_t>(p.cap)), k0, static_cast<uint32_t>(ka));
           ptx::st_cg_pair_if(pass1, p.ws + at1, p.ws + (at1 + static_cast<uint32_t>(p.cap)), k1, static_cast<uint32_t>(kb));
@@ -2297,6 +2309,9 @@ using Sm90FusedV3LeanStores = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, 
                                                 0, false, 0, true, true, true, true, 0, false, 3>;  // 53: 52, predicated appends
 using Sm90FusedV3LeanTail = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true,
                                               0, false, 0, true, true, true, true, 0, false, 7>;  // 54: 53, the tail without a flag
+template <int kTopk>  // 56: 54 for one topk (the index store at an immediate offset)
+using Sm90FusedV3LeanFixed = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true,
+                                               0, false, 0, true, true, true, true, 0, false, 7, kTopk>;
 using Sm90FusedV3LeanFlagless = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5,
                                                   true, 0, false, 0, true, true, true, true, 0, false, 5>;  // 55: 52, the tail without a flag
 // (A 544-thread configuration with one producer warp and __maxnreg__(120) was
@@ -2371,6 +2386,7 @@ inline cudaError_t launch_sm90_fused_mqa_topk_v3(const void* q, const void* k, c
                                                  cudaStream_t stream, int* map_error = nullptr, int probe = 0,
                                                  RangeErrorSink range_err = {}, int target = 0) {
   if (rows <= 0) return cudaSuccess;
+  if (Cfg::kFixedTopk != 0 && topk != Cfg::kFixedTopk) return cudaErrorInvalidValue;  // (a dev configuration of one topk)
   CUtensorMap tm_q, tm_k, tm_s, tm_w;
   const uint64_t q_rows = static_cast<uint64_t>(rows) * 32;
   const int kk = keys > 0 ? keys : 1;  // keys == 0: maps stay valid, every row is empty
