@@ -103,10 +103,10 @@ void fused_mqa_topk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
   const float* sp = a.keys ? scales.data_ptr<float>() : nullptr;
   const bool use_v3 = !split && !split_v3 && !v2;
   const cudaError_t err =
-      use_v3 ? mqa_topk::launch_sm90_fused_mqa_topk_v3<mqa_topk::Sm90FusedV3Default>(
-                   q.data_ptr(), kp, sp, weights.data_ptr<float>(), starts.data_ptr<int>(), ends.data_ptr<int>(),
-                   output.data_ptr<int>(), workspace.data_ptr(), a.rows, a.keys, a.topk, a.num_sms, stream, &map_error,
-                   a.probe, mqa_topk::range_error_sink(q.device().index()), a.target)
+      use_v3 ? fused_v3_whole_launch(q.data_ptr(), kp, sp, weights.data_ptr<float>(), starts.data_ptr<int>(),
+                                     ends.data_ptr<int>(), output.data_ptr<int>(), workspace.data_ptr(), a.rows,
+                                     a.keys, a.topk, a.num_sms, stream, &map_error, a.probe,
+                                     mqa_topk::range_error_sink(q.device().index()), a.target)
       : split_v3 ? fused_v3_split_launch(q.data_ptr(), kp, sp, weights.data_ptr<float>(), starts.data_ptr<int>(),
                                          ends.data_ptr<int>(), output.data_ptr<int>(), workspace.data_ptr(), a.rows,
                                          a.keys, a.topk, a.num_sms, stream, &map_error, a.probe,
@@ -125,13 +125,13 @@ void fused_mqa_topk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
 
 std::vector<mqa_topk::KernelInfo> fused_mqa_topk_kernel_info() {
   using Cfg = mqa_topk::Sm90FusedDefault;
-  using V3 = mqa_topk::Sm90FusedV3Default;
-  // (the split kernel's attributes from its own translation unit: one instantiation)
-  cudaFuncAttributes sa{};
-  int split_smem = 0;
+  // (the v3 kernels' attributes from their own translation units: one instantiation each)
+  cudaFuncAttributes wa{}, sa{};
+  int whole_smem = 0, split_smem = 0;
+  const cudaError_t werr = fused_v3_whole_attributes(&wa, &whole_smem);
   const cudaError_t serr = fused_v3_split_attributes(&sa, &split_smem);
-  return {mqa_topk::kernel_info("sm90_fused_mqa_topk_v3<rows=8,wg=4,stages=8,check=12,gate,lean-loop>",
-                                &mqa_topk::sm90_fused_mqa_topk_v3_kernel<V3>, V3::kSmemBytes),
+  return {mqa_topk::kernel_info("sm90_fused_mqa_topk_v3<rows=8,wg=4,stages=8,check=12,gate,lean-loop,topk=2048>",
+                                werr, wa, whole_smem),
           mqa_topk::kernel_info("sm90_fused_mqa_topk_v3<rows=8,wg=4,stages=8,check=12,gate,shares=partial-wave>",
                                 serr, sa, split_smem),
           mqa_topk::kernel_info("sm90_fused_mqa_topk<rows=8,wg=2,stages=7,gate>",

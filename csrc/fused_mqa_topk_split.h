@@ -39,3 +39,45 @@ cudaError_t fused_v3_split_launch(const void* q, const void* k, const float* sca
                                   mqa_topk::RangeErrorSink range_err, int target);
 // Its kernel's attributes and the dynamic shared memory it requests (for `mqa-topk build`'s table).
 cudaError_t fused_v3_split_attributes(cudaFuncAttributes* attr, int* dynamic_smem);
+
+// The op's whole-block v3 kernel, one configuration per topk
+// (Sm90FusedV3Whole<kTopk> = dev variant 56: its appends' index store at an
+// immediate offset from the key store), each in its own translation unit
+// (csrc/fused_mqa_topk_v3_t{512,1024,2048}.cu) so the JIT build compiles them
+// in parallel. Same arguments as launch_sm90_fused_mqa_topk_v3; topk must be
+// kTopk (else cudaErrorInvalidValue). fused_v3_whole_launch picks by topk.
+template <int kTopk>
+cudaError_t fused_v3_whole_launch_t(const void* q, const void* k, const float* scales, const float* weights,
+                                    const int* starts, const int* ends, int* out, void* workspace, int rows, int keys,
+                                    int topk, int num_sms, cudaStream_t stream, int* map_error, int probe,
+                                    mqa_topk::RangeErrorSink range_err, int target);
+extern template cudaError_t fused_v3_whole_launch_t<512>(const void*, const void*, const float*, const float*,
+                                                         const int*, const int*, int*, void*, int, int, int, int,
+                                                         cudaStream_t, int*, int, mqa_topk::RangeErrorSink, int);
+extern template cudaError_t fused_v3_whole_launch_t<1024>(const void*, const void*, const float*, const float*,
+                                                          const int*, const int*, int*, void*, int, int, int, int,
+                                                          cudaStream_t, int*, int, mqa_topk::RangeErrorSink, int);
+extern template cudaError_t fused_v3_whole_launch_t<2048>(const void*, const void*, const float*, const float*,
+                                                          const int*, const int*, int*, void*, int, int, int, int,
+                                                          cudaStream_t, int*, int, mqa_topk::RangeErrorSink, int);
+inline cudaError_t fused_v3_whole_launch(const void* q, const void* k, const float* scales, const float* weights,
+                                         const int* starts, const int* ends, int* out, void* workspace, int rows,
+                                         int keys, int topk, int num_sms, cudaStream_t stream, int* map_error,
+                                         int probe, mqa_topk::RangeErrorSink range_err, int target) {
+  switch (topk) {
+    case 512:
+      return fused_v3_whole_launch_t<512>(q, k, scales, weights, starts, ends, out, workspace, rows, keys, topk,
+                                          num_sms, stream, map_error, probe, range_err, target);
+    case 1024:
+      return fused_v3_whole_launch_t<1024>(q, k, scales, weights, starts, ends, out, workspace, rows, keys, topk,
+                                           num_sms, stream, map_error, probe, range_err, target);
+    case 2048:
+      return fused_v3_whole_launch_t<2048>(q, k, scales, weights, starts, ends, out, workspace, rows, keys, topk,
+                                           num_sms, stream, map_error, probe, range_err, target);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+// The top-2048 kernel's attributes and dynamic shared memory (the three differ
+// only in constants; for `mqa-topk build`'s table).
+cudaError_t fused_v3_whole_attributes(cudaFuncAttributes* attr, int* dynamic_smem);

@@ -57,6 +57,10 @@ template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3LeanLoop>();  // v3check 
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3LeanStores>();  // v3check variant 53 (52, predicated appends)
 // v3check variant 54 (53, the tail without a flag) is Sm90FusedV3Default, instantiated above.
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3LeanFlagless>();  // v3check variant 55 (52, the tail without a flag)
+// v3check variant 56 = the op's whole-block kernels (Sm90FusedV3Whole<topk>, csrc/fused_mqa_topk_v3_t*.cu)
+template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3Whole<512>>();
+template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3Whole<1024>>();
+template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3Whole<2048>>();
 // kHybrid's share blocks: all up to two waves, none on whole waves, else the partial wave and one more.
 static_assert(mqa_topk::fused_v3_share_blocks(8, 132) == 8 && mqa_topk::fused_v3_share_blocks(264, 132) == 264 &&
                   mqa_topk::fused_v3_share_blocks(265, 132) == 133 && mqa_topk::fused_v3_share_blocks(396, 132) == 0 &&

@@ -2366,6 +2366,15 @@ using Sm90FusedV3LeanFlagless = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112
 // faster at 8192 x 16384 (1.270 / 1.266 against 1.283 / 1.272) and 4096 x
 // 65536 (2.441 / 2.402 against 2.488 / 2.395); exact on 48 checks.
 using Sm90FusedV3Default = Sm90FusedV3LeanTail;
+// The op's whole-block kernels since 2026-12-03 (session 15): variant 56, 54
+// for one topk each (csrc/fused_mqa_topk_v3_t*.cu), so the appends' index
+// store is at an immediate offset from the key store (main loop 364 -> 356).
+// tools/v3check, one call: headline 4.525 / 4.597 against 54's 4.620 / 4.621
+// ms, 8192 x 16384 top-2048 1.241 / 1.260, top-512 1.118 / 1.137, 4096 x
+// 65536 2.388 / 2.401; exact on 8 checks (BENCHMARKS.md, session 15).
+// Sm90FusedV3Default (54) stays the one-configuration reference (CI, dev).
+template <int kTopk>
+using Sm90FusedV3Whole = Sm90FusedV3LeanFixed<kTopk>;
 // The op's split kernel since 2026-12-03 (session 14; issue 12): variant 43
 // (shares over the partial last wave, lean filter), launched where
 // fused_use_split says the whole blocks would leave the last wave poorly

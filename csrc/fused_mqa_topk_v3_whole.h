@@ -1,0 +1,17 @@
+#pragma once
+// The definition behind fused_v3_whole_launch_t (fused_mqa_topk_split.h),
+// included by one translation unit per topk (csrc/fused_mqa_topk_v3_t*.cu),
+// each instantiating it for its topk. Torch-free.
+#include "fused_mqa_topk_split.h"
+
+#include "mqa_topk/sm90_fused_mqa_topk_v3.cuh"
+
+template <int kTopk>
+cudaError_t fused_v3_whole_launch_t(const void* q, const void* k, const float* scales, const float* weights,
+                                    const int* starts, const int* ends, int* out, void* workspace, int rows, int keys,
+                                    int topk, int num_sms, cudaStream_t stream, int* map_error, int probe,
+                                    mqa_topk::RangeErrorSink range_err, int target) {
+  return mqa_topk::launch_sm90_fused_mqa_topk_v3<mqa_topk::Sm90FusedV3Whole<kTopk>>(
+      q, k, scales, weights, starts, ends, out, workspace, rows, keys, topk, num_sms, stream, map_error, probe,
+      range_err, target);
+}
