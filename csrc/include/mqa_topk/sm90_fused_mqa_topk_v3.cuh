@@ -388,7 +388,7 @@ struct Sm90FusedV3Config {
   // Candidates per (row, warp) segment: the v2 kernel's two (k + 1920) per row
   // spread over 8 segments; the trigger (cap - 16 kCheckTiles) stays above a
   // sample's 16 x kMaxSampleTiles entries and above k / 8 (a compacted row).
-  static constexpr int cap(int topk) { return ((topk + 1920) / 4 + 3) & ~3; }
+  __host__ __device__ static constexpr int cap(int topk) { return ((topk + 1920) / 4 + 3) & ~3; }
   static_assert(cap(512) - 16 * kCheckTiles > 16 * fused_detail::kMaxSampleTiles, "sample fits under the trigger");
   static_assert(!kShares || cap(512) - kTail - 16 * kCheckTiles > 512 / 8 + 16, "a split piece's scan room");
 };
