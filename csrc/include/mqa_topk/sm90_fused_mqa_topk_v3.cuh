@@ -1537,136 +1537,85 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       ptx::mbar_arrive(q_full + qb);
       return;
     }
-    if constexpr (Cfg::kSplitRG) {
-      // ---- kSplitRG: row group prg's own stream of 4-row blocks ----
-      const int prg = (tid - Cfg::kMathThreads) >> 5;
-      constexpr int SR = Cfg::kRingStages;
-      constexpr int RB = Cfg::kRowsPerBlock;
-      uint64_t* r_full = full + prg * SR;
-      uint64_t* r_empty = empty + prg * SR;
-      uint64_t* rq_full = q_full + 2 * prg;
-      uint64_t* rq_empty = q_empty + 2 * prg;
-      volatile int* rslot = slot + 2 * SI * prg;
-      volatile FusedV3Rq* rq1_v = rq1;
-      const int nb = (p.rows + RB - 1) / RB;
-      const Sm90LogitsParams lp{p.starts, p.ends, nullptr, 0, p.rows, p.keys};
-      int it = 0, issued = 0, head = 0;
-      auto pop_redo = [&](int& b, uint32_t& mask) {
-        return prg == 0 ? redo_queue_pop(ctl_v, head, b, mask, [](volatile FusedV3Ctl*, int) {})
-                        : redo_queue_pop(rq1_v, head, b, mask, [](volatile FusedV3Rq*, int) {});
-      };
-      for (int qi = 0;; ++qi) {
-        const int qb = qi & 1;
-        ptx::mbar_wait(rq_empty + qb, ((qi >> 1) & 1) ^ 1);
-        int b = -1;
-        uint32_t active = 0xffu;  // (the row group's rows are bits 4 prg.. of the CTA's 8 row slots)
-        bool redo = pop_redo(b, active);
-        bool have = redo;
-        if (!have) {
-          const int w = atomicAdd(p.counter, 1);
-          if (w < nb) {
-            b = nb - 1 - w;
-            have = true;
-          } else {
-            // No new block: one of this row group's blocks in flight may yet need a redo.
-            while ((prg == 0 ? ctl_v->halves_done : rq1_v->halves_done) < issued) __nanosleep(256);
-            redo = have = pop_redo(b, active);
-          }
-        }
-        if (!have) {
-          rslot[SI * qb] = -1;
-          ptx::mbar_arrive(rq_full + qb);
-          return;
-        }
-        ++issued;
-        int lo, hi;
-        const int nt = block_span<RB, Cfg::kBlockKeys>(lp, b, lo, hi);
-        const int stride = tile_stride(nt);
-        rslot[SI * qb + 0] = b;
-        rslot[SI * qb + 1] = lo;
-        rslot[SI * qb + 2] = nt;
-        rslot[SI * qb + 3] = stride;
-        rslot[SI * qb + 4] = !redo ? fused_sample_tiles(nt, k, p.target) : 0;
-        rslot[SI * qb + 5] = static_cast<int>(active);
-        if (nt == 0) {
-          ptx::mbar_arrive(rq_full + qb);
-          continue;
-        }
-        // The row group's half of Q buffer qb and of weight buffer qb.
-        ptx::mbar_arrive_expect_tx(rq_full + qb, (Cfg::kQTileBytes + Cfg::kWeightBytes) / 2);
-        ptx::tma_load_2d(smem + Cfg::kOffQ + qb * Cfg::kQTileBytes + prg * (Cfg::kQTileBytes / 2), &tm_q,
-                         rq_full + qb, 0, b * RB * 32);
-        ptx::tma_load_2d(smem + Cfg::kOffWeights + qb * Cfg::kWeightBytes + prg * (Cfg::kWeightBytes / 2),
-                         &tm_weights, rq_full + qb, 0, b * RB);
-        for (int t = 0, tp = nt - 1; t < nt; ++t, ++it, tp = next_tile(tp, nt, stride)) {
-          const int st = it % SR;
-          ptx::mbar_wait(r_empty + st, ((it / SR) & 1) ^ 1);
-          const int stage = prg * SR + st;
-          const int key0 = lo + tp * Cfg::kBlockKeys;
-          ptx::mbar_arrive_expect_tx(r_full + st, Cfg::kKTileBytes + Cfg::kScaleBytes);
-          ptx::tma_load_2d(smem + Cfg::kOffK + stage * Cfg::kKTileBytes, &tm_k, r_full + st, 0, key0);
-          ptx::tma_load_2d(smem + Cfg::kOffScales + stage * Cfg::kScaleBytes, &tm_scales, r_full + st, key0, 0);
-        }
-      }
-    }
+    // ---- whole blocks from the block counter: one stream per producer warp,
+    // the 8-row blocks of both row groups, or (kSplitRG) row group prg's own
+    // 4-row blocks with its ring (kRingStages stages), its halves of the Q /
+    // weight buffers, its slots and its redo queue ----
+    const int prg = Cfg::kSplitRG ? (tid - Cfg::kMathThreads) >> 5 : 0;
+    constexpr int SR = Cfg::kRingStages;
+    constexpr int RB = Cfg::kRowsPerBlock;
+    constexpr int kReports = Cfg::kSplitRG ? 1 : 2;  // row-group halves that report a block
+    uint64_t* r_full = full + prg * SR;
+    uint64_t* r_empty = empty + prg * SR;
+    uint64_t* rq_full = q_full + 2 * prg;
+    uint64_t* rq_empty = q_empty + 2 * prg;
+    volatile int* rslot = slot + 2 * SI * prg;
+    volatile FusedV3Rq* rq1_v = rq1;
+    const bool own_q1 = Cfg::kSplitRG && prg == 1;  // (kSplitRG: row group 1's redo queue is rq1)
+    const int nb = (p.rows + RB - 1) / RB;
     int it = 0, issued = 0, head = 0;
     const Sm90LogitsParams lp{p.starts, p.ends, nullptr, 0, p.rows, p.keys};
     auto pop_redo = [&](int& b, uint32_t& mask) {
-      return redo_queue_pop(ctl_v, head, b, mask, [](volatile FusedV3Ctl*, int) {});
+      return own_q1 ? redo_queue_pop(rq1_v, head, b, mask, [](volatile FusedV3Rq*, int) {})
+                    : redo_queue_pop(ctl_v, head, b, mask, [](volatile FusedV3Ctl*, int) {});
     };
     for (int qi = 0;; ++qi) {
       const int qb = qi & 1;
-      ptx::mbar_wait(q_empty + qb, ((qi >> 1) & 1) ^ 1);
+      ptx::mbar_wait(rq_empty + qb, ((qi >> 1) & 1) ^ 1);
       // Claim the next block only once its Q buffer is free (one block ahead).
       int b = -1;
-      uint32_t active = 0xffu;
+      uint32_t active = 0xffu;  // (kSplitRG: the row group's rows are bits 4 prg.. of the CTA's 8 row slots)
       // A redo is a rescan with no gate (a gated redo of a block whose rows all
       // failed would fail again, forever).
       bool redo = pop_redo(b, active);
       bool have = redo;
       if (!have) {
         const int w = atomicAdd(p.counter, 1);
-        if (w < nblocks) {
-          b = nblocks - 1 - w;
+        if (w < nb) {
+          b = nb - 1 - w;
           have = true;
         } else {
           // No new block: a block still in flight may yet need a redo (each
           // row group reports its half of a block).
-          while (ctl_v->halves_done < 2 * issued) __nanosleep(256);
+          while ((own_q1 ? rq1_v->halves_done : ctl_v->halves_done) < kReports * issued) __nanosleep(256);
           redo = have = pop_redo(b, active);
         }
       }
       if (!have) {
-        slot[SI * qb] = -1;
-        ptx::mbar_arrive(q_full + qb);
+        rslot[SI * qb] = -1;
+        ptx::mbar_arrive(rq_full + qb);
         return;
       }
       ++issued;
       int lo, hi;
-      const int nt = block_span<R, Cfg::kBlockKeys>(lp, b, lo, hi);
+      const int nt = block_span<RB, Cfg::kBlockKeys>(lp, b, lo, hi);
       const int stride = tile_stride(nt);
-      slot[SI * qb + 0] = b;
-      slot[SI * qb + 1] = lo;
-      slot[SI * qb + 2] = nt;
-      slot[SI * qb + 3] = stride;
-      slot[SI * qb + 4] = !redo ? fused_sample_tiles(nt, k, p.target) : 0;
-      slot[SI * qb + 5] = static_cast<int>(active);
+      rslot[SI * qb + 0] = b;
+      rslot[SI * qb + 1] = lo;
+      rslot[SI * qb + 2] = nt;
+      rslot[SI * qb + 3] = stride;
+      rslot[SI * qb + 4] = !redo ? fused_sample_tiles(nt, k, p.target) : 0;
+      rslot[SI * qb + 5] = static_cast<int>(active);
       if (nt == 0) {  // every row empty: the consumers only write -1
-        ptx::mbar_arrive(q_full + qb);
+        ptx::mbar_arrive(rq_full + qb);
         continue;
       }
-      ptx::mbar_arrive_expect_tx(q_full + qb, Cfg::kQTileBytes + Cfg::kWeightBytes);
-      ptx::tma_load_2d(smem + Cfg::kOffQ + qb * Cfg::kQTileBytes, &tm_q, q_full + qb, 0, b * R * 32);
-      ptx::tma_load_2d(smem + Cfg::kOffWeights + qb * Cfg::kWeightBytes, &tm_weights, q_full + qb, 0, b * R);
+      // Q buffer qb and weight buffer qb (kSplitRG: the row group's halves).
+      ptx::mbar_arrive_expect_tx(rq_full + qb, (Cfg::kQTileBytes + Cfg::kWeightBytes) / (3 - kReports));
+      ptx::tma_load_2d(smem + Cfg::kOffQ + qb * Cfg::kQTileBytes + prg * (Cfg::kQTileBytes / 2), &tm_q,
+                       rq_full + qb, 0, b * RB * 32);
+      ptx::tma_load_2d(smem + Cfg::kOffWeights + qb * Cfg::kWeightBytes + prg * (Cfg::kWeightBytes / 2),
+                       &tm_weights, rq_full + qb, 0, b * RB);
       for (int t = 0, tp = nt - 1; t < nt; ++t, ++it, tp = next_tile(tp, nt, stride)) {
-        const int stage = it % S;
-        ptx::mbar_wait(empty + stage, ((it / S) & 1) ^ 1);
+        const int st = it % SR;
+        ptx::mbar_wait(r_empty + st, ((it / SR) & 1) ^ 1);
+        const int stage = prg * SR + st;
         const int key0 = lo + tp * Cfg::kBlockKeys;
         // Development check (probe 4): the stage's first key, for the consumers to compare.
         if (p.probe == 4) reinterpret_cast<volatile int*>(p.counter)[16 + stage] = key0;
-        ptx::mbar_arrive_expect_tx(full + stage, Cfg::kKTileBytes + Cfg::kScaleBytes);
-        ptx::tma_load_2d(smem + Cfg::kOffK + stage * Cfg::kKTileBytes, &tm_k, full + stage, 0, key0);
-        ptx::tma_load_2d(smem + Cfg::kOffScales + stage * Cfg::kScaleBytes, &tm_scales, full + stage, key0, 0);
+        ptx::mbar_arrive_expect_tx(r_full + st, Cfg::kKTileBytes + Cfg::kScaleBytes);
+        ptx::tma_load_2d(smem + Cfg::kOffK + stage * Cfg::kKTileBytes, &tm_k, r_full + st, 0, key0);
+        ptx::tma_load_2d(smem + Cfg::kOffScales + stage * Cfg::kScaleBytes, &tm_scales, r_full + st, key0, 0);
       }
     }
   }
