@@ -261,6 +261,22 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
         case 2048: return v3(Sm90FusedV3LeanFixed<2048>{});
         default: return cudaErrorInvalidValue;
       }
+    // session 16: the select-free reduce-scatter (kQPerm), then the quad masks and the weight rows' addresses held
+    case 57:
+    case 58:
+    case 59:
+      switch (variant * 4096 + w.topk) {
+        case 57 * 4096 + 512: return v3(Sm90FusedV3QPerm<512>{});
+        case 57 * 4096 + 1024: return v3(Sm90FusedV3QPerm<1024>{});
+        case 57 * 4096 + 2048: return v3(Sm90FusedV3QPerm<2048>{});
+        case 58 * 4096 + 512: return v3(Sm90FusedV3QPermMasks<512>{});
+        case 58 * 4096 + 1024: return v3(Sm90FusedV3QPermMasks<1024>{});
+        case 58 * 4096 + 2048: return v3(Sm90FusedV3QPermMasks<2048>{});
+        case 59 * 4096 + 512: return v3(Sm90FusedV3QPermAddr<512>{});
+        case 59 * 4096 + 1024: return v3(Sm90FusedV3QPermAddr<1024>{});
+        case 59 * 4096 + 2048: return v3(Sm90FusedV3QPermAddr<2048>{});
+        default: return cudaErrorInvalidValue;
+      }
 #ifndef V3CHECK_FEW
     case 10:  // split shares that follow the blocks (kSplitAlign)
       return launch_sm90_fused_mqa_topk<Sm90FusedSplitAlign>(d.q, d.k, d.scales, d.weights, d.starts, d.ends, d.out,

@@ -104,8 +104,30 @@ template <int kNumStages_, int kSets_ = 1, int kCheckTiles_ = 8, int kWeightsMod
           int kOutGroups_ = 4, int kGateTargetQ_ = 2, int kRankFloorZ_ = 0, bool kFloorCappedOnly_ = false,
           int kShares_ = 0, bool kEarlyWeights_ = false, int kTimingCut_ = 0, bool kLeanFilter_ = false,
           bool kPipeTail_ = false, bool kRelaxedRelease_ = false, bool kLazyCheck_ = false, int kRegWRows_ = 0,
-          bool kSplitRG_ = false, int kLeanLoop_ = 0, int kFixedTopk_ = 0>
+          bool kSplitRG_ = false, int kLeanLoop_ = 0, int kFixedTopk_ = 0, int kQPerm_ = 0>
 struct Sm90FusedV3Config {
+  // kQPerm (dev, whole blocks on the lean loop): a select-free reduce-scatter.
+  // The tile epilogue's head sum ends with a quad butterfly (xor 2, then xor
+  // 1) in which each lane sends one of two partial sums and keeps the other:
+  // 12 FSEL per tile choose them by the lane's quad (logits_epilogue_reduce_w).
+  // With kQPerm the Q tile's rows sit in shared memory so that the lane of
+  // quad q finds, in the accumulators that hold row r in the dense layout
+  // ("slot" s = r), the heads of row s ^ q: smem row 32 s + 8 jj + 2 q + e
+  // (the MMA's column) holds Q row (s ^ q, head 8 jj + 2 q + e) of the row
+  // group (producer: 64 two-row TMA boxes per row group, the tensor map's box
+  // 2 rows; the 128B swizzle is a function of the shared address, so each box
+  // lands where the whole-box load put those bytes). Each lane still sums the
+  // same heads of each row with the same weights in the same order (its
+  // weights read for row s ^ q), so its partial sums are bitwise the dense
+  // layout's, only in permuted registers; the butterfly then needs no select
+  // (slot 0 + partner's slot 2, slot 1 + partner's slot 3; then slot 0 +
+  // partner's slot 1) and forms the same sums in the same order, (v_q + v_q^2)
+  // + (v_q^1 + v_q^3): the logits stay bitwise equal to the dense kernel's.
+  static constexpr int kQPerm = kQPerm_;
+  static_assert(kQPerm_ == 0 || (kLeanLoop_ != 0 && !kSplitRG_ && !kEarlyWeights_ && kRegWRows_ == 0 &&
+                                 (kWeightsMode_ == 1 || kWeightsMode_ == 2)),
+                "kQPerm: whole blocks on the lean loop, weights from shared memory (modes 1, 2)");
+  static constexpr int kQBoxRows = kQPerm_ ? 2 : (kSplitRG_ ? 4 : 8) * 32;  // the Q tensor map's box (rows of 128 B)
   // kFixedTopk (dev, with kLeanLoop bit 2): the configuration runs one topk
   // only (the launcher refuses others), so the appends' index store sits at
   // a compile-time offset from the key store (one address, an immediate:
@@ -1266,6 +1288,40 @@ __host__ __device__ constexpr int fused_v3_share_blocks(int nblocks, int grid) {
   return nblocks <= 2 * grid ? nblocks : nblocks % grid == 0 ? 0 : grid + nblocks % grid;
 }
 
+// kQPerm's tile epilogue: logits_epilogue_reduce_w<4>'s arithmetic on the
+// permuted Q layout, where slot s of this lane (accumulators 16 s .. 16 s + 15,
+// weights w[s]) holds row s ^ quad. The partial sums are the dense layout's
+// FMA chains (same heads, weights and order), and the butterfly forms the same
+// sums in the same order without selecting by the quad: after the xor-2 step
+// slot 0 holds (v_q + v_q^2) of row q and slot 1 that of row q ^ 1, which the
+// xor-1 partner (its slot 1 is row q) adds. fin[h][0]: this lane's row quad.
+template <int kAcc>
+__device__ __forceinline__ void fused_v3_reduce_perm(const float (&acc)[kAcc], const float2 (&w)[4][4],
+                                                     float (&fin)[2][1]) {
+  static_assert(kAcc == 64, "2 keys x 4 rows x 8 heads per lane");
+  float part[2][4];
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj) {
+      const int j = 4 * r + jj;
+      s0 = fmaf(w[r][jj].x, acc[4 * j + 0] + fabsf(acc[4 * j + 0]), s0);
+      s0 = fmaf(w[r][jj].y, acc[4 * j + 1] + fabsf(acc[4 * j + 1]), s0);
+      s1 = fmaf(w[r][jj].x, acc[4 * j + 2] + fabsf(acc[4 * j + 2]), s1);
+      s1 = fmaf(w[r][jj].y, acc[4 * j + 3] + fabsf(acc[4 * j + 3]), s1);
+    }
+    part[0][r] = s0;
+    part[1][r] = s1;
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float h0 = part[h][0] + __shfl_xor_sync(0xffffffffu, part[h][2], 2);
+    const float h1 = part[h][1] + __shfl_xor_sync(0xffffffffu, part[h][3], 2);
+    fin[h][0] = h0 + __shfl_xor_sync(0xffffffffu, h1, 1);
+  }
+}
+
 // kEarlyWeights: a lane's 16 weight pairs (its row group's row r, head group
 // jj: byte offset (16 r + 4 jj) * 8 from a), as volatile shared loads with
 // immediate offsets, so that they stay where they are issued: between the
@@ -1602,8 +1658,20 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       }
       // Q buffer qb and weight buffer qb (kSplitRG: the row group's halves).
       ptx::mbar_arrive_expect_tx(rq_full + qb, (Cfg::kQTileBytes + Cfg::kWeightBytes) / (3 - kReports));
-      ptx::tma_load_2d(smem + Cfg::kOffQ + qb * Cfg::kQTileBytes + prg * (Cfg::kQTileBytes / 2), &tm_q,
-                       rq_full + qb, 0, b * RB * 32);
+      if constexpr (Cfg::kQPerm != 0) {
+        // kQPerm: smem row 32 s + 8 jj + 2 q + e of row group g holds its Q row
+        // (s ^ q, head 8 jj + 2 q + e): 64 boxes of two rows per row group.
+        uint8_t* qdst = smem + Cfg::kOffQ + qb * Cfg::kQTileBytes;
+#pragma unroll 1
+        for (int n = 0; n < 256; n += 2) {
+          const int sl = (n >> 5) & 3, q = (n >> 1) & 3;
+          const int src = (n & 128) + 32 * (sl ^ q) + (n & 31);  // (n & 31) = 8 jj + 2 q
+          ptx::tma_load_2d(qdst + n * 128, &tm_q, rq_full + qb, 0, b * RB * 32 + src);
+        }
+      } else {
+        ptx::tma_load_2d(smem + Cfg::kOffQ + qb * Cfg::kQTileBytes + prg * (Cfg::kQTileBytes / 2), &tm_q,
+                         rq_full + qb, 0, b * RB * 32);
+      }
       ptx::tma_load_2d(smem + Cfg::kOffWeights + qb * Cfg::kWeightBytes + prg * (Cfg::kWeightBytes / 2),
                        &tm_weights, rq_full + qb, 0, b * RB);
       for (int t = 0, tp = nt - 1; t < nt; ++t, ++it, tp = next_tile(tp, nt, stride)) {
@@ -1744,7 +1812,8 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
         for (int r = 0; r < 4; ++r)
 #pragma unroll
           for (int jj = 0; jj < 4; jj += 2) {
-            const float2 a = w2[r * 16 + jj * 4 + quad], c = w2[r * 16 + (jj + 1) * 4 + quad];
+            const int rr = Cfg::kQPerm ? r ^ quad : r;  // (kQPerm: slot r holds row r ^ quad)
+            const float2 a = w2[rr * 16 + jj * 4 + quad], c = w2[rr * 16 + (jj + 1) * 4 + quad];
             wl[r * 2 + jj / 2] = make_float4(a.x, a.y, c.x, c.y);
           }
         if constexpr (Cfg::kWeightsMode == 3) {
@@ -1764,6 +1833,17 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       }
     }
 
+    // kQPerm & 2 (dev): the quad's lane mask and the lanes-below mask kept in
+    // registers for the block (an opaque move each tile, so ptxas does not
+    // rematerialize them from S2R), where the default recomputes both per tile.
+    uint32_t qmask_k = 0x11111111u << quad, lt_k = ptx::lanemask_lt();
+    // kQPerm & 4 (dev): this lane's weight rows (slot s: row s ^ quad) as four
+    // shared addresses held for the block (loads at immediate offsets), where
+    // ptxas otherwise rebuilds them from the Q buffer's index every tile.
+    uint32_t wa_k[4];
+#pragma unroll
+    for (int s4 = 0; s4 < 4; ++s4)
+      wa_k[s4] = ptx::smem_addr(smem + Cfg::kOffWeights + qb * Cfg::kWeightBytes) + ((rg * 64 + (s4 ^ quad) * 16 + quad) * 8);
     // The filter and appends of one tile (its "tail"): this lane's order keys
     // k0 / k1 of keys ka / ka + 8 of walk position t. kSample: also the
     // tile's largest key per row (the gate's position cap). kLeanFilter: the
@@ -1783,10 +1863,11 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
         mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
         if (lane < 4 && mx) atomicMax(&ctl->tile_max[4 * rg + lane][t], mx);
       }
-      const uint32_t qmask = 0x11111111u << quad;
+      if constexpr ((Cfg::kQPerm & 2) != 0) asm volatile("mov.b32 %0, %0;\n\tmov.b32 %1, %1;" : "+r"(qmask_k), "+r"(lt_k));
+      const uint32_t qmask = (Cfg::kQPerm & 2) != 0 ? qmask_k : 0x11111111u << quad;
       const uint32_t m0 = __ballot_sync(0xffffffffu, pass0) & qmask;
       const uint32_t m1 = __ballot_sync(0xffffffffu, pass1) & qmask;
-      const uint32_t lt = ptx::lanemask_lt();
+      const uint32_t lt = (Cfg::kQPerm & 2) != 0 ? lt_k : ptx::lanemask_lt();
       const uint32_t n0 = __popc(m0);
       if constexpr (Cfg::kLeanFilter) {
         const uint32_t o = my_off + cnt;  // this lane's next slot: a word offset from p.ws
@@ -1893,8 +1974,24 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
 #pragma unroll
         for (int r = 0; r < 4; ++r)
 #pragma unroll
-          for (int jj = 0; jj < 4; ++jj) w[r][jj] = r < Cfg::kRegWRows ? wreg[r < Cfg::kRegWRows ? r : 0][jj] : w2[r * 16 + jj * 4 + quad];
-        logits_epilogue_reduce_w<4>(acc, w, quad, fin);
+          for (int jj = 0; jj < 4; ++jj)
+            w[r][jj] = r < Cfg::kRegWRows ? wreg[r < Cfg::kRegWRows ? r : 0][jj]
+                       : w2[(Cfg::kQPerm ? r ^ quad : r) * 16 + jj * 4 + quad];  // (kQPerm: slot r holds row r ^ quad)
+        if constexpr ((Cfg::kQPerm & 4) != 0) {  // the same loads from the block's four row addresses
+          asm volatile("mov.b32 %0, %0;\n\tmov.b32 %1, %1;\n\tmov.b32 %2, %2;\n\tmov.b32 %3, %3;"
+                       : "+r"(wa_k[0]), "+r"(wa_k[1]), "+r"(wa_k[2]), "+r"(wa_k[3]));
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            w[r][0] = fused_v3_lds_f2<0>(wa_k[r]);
+            w[r][1] = fused_v3_lds_f2<32>(wa_k[r]);
+            w[r][2] = fused_v3_lds_f2<64>(wa_k[r]);
+            w[r][3] = fused_v3_lds_f2<96>(wa_k[r]);
+          }
+        }
+        if constexpr (Cfg::kQPerm != 0)
+          fused_v3_reduce_perm(acc, w, fin);
+        else
+          logits_epilogue_reduce_w<4>(acc, w, quad, fin);
       } else if constexpr (Cfg::kSmemWeights) {
         float2 w[4][4];
 #pragma unroll
@@ -1932,7 +2029,10 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
               }
             }
         }
-        logits_epilogue_reduce_w<4>(acc, w, quad, fin);
+        if constexpr (Cfg::kQPerm != 0)
+          fused_v3_reduce_perm(acc, w, fin);
+        else
+          logits_epilogue_reduce_w<4>(acc, w, quad, fin);
       } else {
         logits_epilogue_reduce_w<4>(acc, wreg, quad, fin);
       }
@@ -2261,6 +2361,17 @@ using Sm90FusedV3LeanTail = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, tr
 template <int kTopk>  // 56: 54 for one topk (the index store at an immediate offset)
 using Sm90FusedV3LeanFixed = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true,
                                                0, false, 0, true, true, true, true, 0, false, 7, kTopk>;
+// session 16: the select-free reduce-scatter (kQPerm) on 56
+// (the per-lane weight copy, mode 1, on 56 does not fit: 2 KB over the shared memory limit)
+template <int kTopk>  // 57: 56 with kQPerm (weights from the TMA buffer at the permuted rows)
+using Sm90FusedV3QPerm = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true,
+                                           0, false, 0, true, true, true, true, 0, false, 7, kTopk, 1>;
+template <int kTopk>  // 58: 57 with the quad masks held in registers
+using Sm90FusedV3QPermMasks = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true,
+                                                0, false, 0, true, true, true, true, 0, false, 7, kTopk, 3>;
+template <int kTopk>  // 59: 58 with the weight rows' addresses held in registers
+using Sm90FusedV3QPermAddr = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true,
+                                               0, false, 0, true, true, true, true, 0, false, 7, kTopk, 7>;
 using Sm90FusedV3LeanFlagless = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5,
                                                   true, 0, false, 0, true, true, true, true, 0, false, 5>;  // 55: 52, the tail without a flag
 // (A 544-thread configuration with one producer warp and __maxnreg__(120) was
@@ -2349,7 +2460,7 @@ inline cudaError_t launch_sm90_fused_mqa_topk_v3(const void* q, const void* k, c
   const uint64_t q_rows = static_cast<uint64_t>(rows) * 32;
   const int kk = keys > 0 ? keys : 1;  // keys == 0: maps stay valid, every row is empty
   const int res[4] = {
-      make_tensor_map_2d(&tm_q, q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 128, q_rows, 128, 128, Cfg::kRowsPerBlock * 32,
+      make_tensor_map_2d(&tm_q, q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 128, q_rows, 128, 128, Cfg::kQBoxRows,
                          CU_TENSOR_MAP_SWIZZLE_128B),
       make_tensor_map_2d(&tm_k, keys > 0 ? k : q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 128, kk, 128, 128, Cfg::kBlockKeys,
                          CU_TENSOR_MAP_SWIZZLE_128B),
