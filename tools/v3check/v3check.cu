@@ -265,6 +265,8 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
     case 57:
     case 58:
     case 59:
+    case 60:
+    case 61:
       switch (variant * 4096 + w.topk) {
         case 57 * 4096 + 512: return v3(Sm90FusedV3QPerm<512>{});
         case 57 * 4096 + 1024: return v3(Sm90FusedV3QPerm<1024>{});
@@ -275,6 +277,12 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
         case 59 * 4096 + 512: return v3(Sm90FusedV3QPermAddr<512>{});
         case 59 * 4096 + 1024: return v3(Sm90FusedV3QPermAddr<1024>{});
         case 59 * 4096 + 2048: return v3(Sm90FusedV3QPermAddr<2048>{});
+        case 60 * 4096 + 512: return v3(Sm90FusedV3QPermDesc<512>{});
+        case 60 * 4096 + 1024: return v3(Sm90FusedV3QPermDesc<1024>{});
+        case 60 * 4096 + 2048: return v3(Sm90FusedV3QPermDesc<2048>{});
+        case 61 * 4096 + 512: return v3(Sm90FusedV3QPermDescA<512>{});
+        case 61 * 4096 + 1024: return v3(Sm90FusedV3QPermDescA<1024>{});
+        case 61 * 4096 + 2048: return v3(Sm90FusedV3QPermDescA<2048>{});
         default: return cudaErrorInvalidValue;
       }
 #ifndef V3CHECK_FEW

@@ -1322,6 +1322,29 @@ __device__ __forceinline__ void fused_v3_reduce_perm(const float (&acc)[kAcc], c
   }
 }
 
+// kQPerm & 8: a tile's MMA chain (logits_tile_mma_issue_lo) with the four B
+// descriptors given as 64-bit values.
+__device__ __forceinline__ void fused_v3_mma_issue_db(float (&acc)[64], uint32_t a_lo, const uint64_t (&db)[4]) {
+  constexpr uint32_t kDescHi = (1024u >> 4) | (1u << 30);
+  ptx::wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    uint64_t da;
+    asm("mov.b64 %0, {%1, %2};" : "=l"(da) : "r"(a_lo + 2 * kk), "r"(kDescHi));
+    ptx::wgmma_e4m3<128>(acc, da, db[kk], kk);
+  }
+  ptx::wgmma_commit();
+  ptx::fence_regs(acc);
+}
+
+__device__ __forceinline__ void fused_v3_mma_issue_dab(float (&acc)[64], const uint64_t (&da)[4], const uint64_t (&db)[4]) {
+  ptx::wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) ptx::wgmma_e4m3<128>(acc, da[kk], db[kk], kk);
+  ptx::wgmma_commit();
+  ptx::fence_regs(acc);
+}
+
 // kEarlyWeights: a lane's 16 weight pairs (its row group's row r, head group
 // jj: byte offset (16 r + 4 jj) * 8 from a), as volatile shared loads with
 // immediate offsets, so that they stay where they are issued: between the
@@ -1840,6 +1863,22 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
     // kQPerm & 4 (dev): this lane's weight rows (slot s: row s ^ quad) as four
     // shared addresses held for the block (loads at immediate offsets), where
     // ptxas otherwise rebuilds them from the Q buffer's index every tile.
+    // kQPerm & 8 (dev): the block's four Q (B operand) descriptors, one per
+    // k32 step, as 64-bit values held for the block.
+    uint64_t db_k[4];
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      constexpr uint32_t kDescHi = (1024u >> 4) | (1u << 30);
+      asm("mov.b64 %0, {%1, %2};" : "=l"(db_k[kk]) : "r"(b_lo0 + qb * (Cfg::kQTileBytes >> 4) + 2 * kk), "r"(kDescHi));
+    }
+    // kQPerm & 16 (dev): the four A descriptors' pairs held across tiles (each
+    // tile writes their low words only).
+    uint64_t da_k[4];
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      constexpr uint32_t kDescHi = (1024u >> 4) | (1u << 30);
+      asm("mov.b64 %0, {%1, %2};" : "=l"(da_k[kk]) : "r"(a_lo0 + 2 * kk), "r"(kDescHi));
+    }
     uint32_t wa_k[4];
 #pragma unroll
     for (int s4 = 0; s4 < 4; ++s4)
@@ -1958,7 +1997,26 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
         ptx::wgmma_wait<0>();
         ptx::fence_regs(acc);
       } else if constexpr (Cfg::kPipeTail) {
-        logits_tile_mma_issue_lo<L>(acc, a_lo0 + stage * (Cfg::kKTileBytes >> 4), b_lo0 + qb * (Cfg::kQTileBytes >> 4));
+        if constexpr ((Cfg::kQPerm & 8) != 0) {
+          asm volatile("mov.b64 %0, %0;\n\tmov.b64 %1, %1;\n\tmov.b64 %2, %2;\n\tmov.b64 %3, %3;"
+                       : "+l"(db_k[0]), "+l"(db_k[1]), "+l"(db_k[2]), "+l"(db_k[3]));
+          if constexpr ((Cfg::kQPerm & 16) != 0) {  // the A descriptors: new low words into the held pairs
+            const uint32_t alo = a_lo0 + stage * (Cfg::kKTileBytes >> 4);
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk) {
+              uint32_t lo, hi;
+              asm("mov.b64 {%0, %1}, %2;" : "=r"(lo), "=r"(hi) : "l"(da_k[kk]));
+              asm("mov.b64 %0, {%1, %2};" : "=l"(da_k[kk]) : "r"(alo + 2 * kk), "r"(hi));
+            }
+            fused_v3_mma_issue_dab(acc, da_k, db_k);
+            asm volatile("mov.b64 %0, %0;\n\tmov.b64 %1, %1;\n\tmov.b64 %2, %2;\n\tmov.b64 %3, %3;"
+                         : "+l"(da_k[0]), "+l"(da_k[1]), "+l"(da_k[2]), "+l"(da_k[3]));
+          } else {
+            fused_v3_mma_issue_db(acc, a_lo0 + stage * (Cfg::kKTileBytes >> 4), db_k);
+          }
+        } else {
+          logits_tile_mma_issue_lo<L>(acc, a_lo0 + stage * (Cfg::kKTileBytes >> 4), b_lo0 + qb * (Cfg::kQTileBytes >> 4));
+        }
         if (Cfg::kAlwaysTail || pend_ok) tile_tail(sample_tag, pend_k0, pend_k1, pend_ka, t - 1);  // while the MMAs run
         ptx::wgmma_wait<0>();
         ptx::fence_regs(acc);
@@ -2372,6 +2430,12 @@ using Sm90FusedV3QPermMasks = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, 
 template <int kTopk>  // 59: 58 with the weight rows' addresses held in registers
 using Sm90FusedV3QPermAddr = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true,
                                                0, false, 0, true, true, true, true, 0, false, 7, kTopk, 7>;
+template <int kTopk>  // 60: 59 with the block's Q descriptors held
+using Sm90FusedV3QPermDesc = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true,
+                                               0, false, 0, true, true, true, true, 0, false, 7, kTopk, 15>;
+template <int kTopk>  // 61: 60 with the A descriptors' pairs held
+using Sm90FusedV3QPermDescA = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true,
+                                                0, false, 0, true, true, true, true, 0, false, 7, kTopk, 31>;
 using Sm90FusedV3LeanFlagless = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5,
                                                   true, 0, false, 0, true, true, true, true, 0, false, 5>;  // 55: 52, the tail without a flag
 // (A 544-thread configuration with one producer warp and __maxnreg__(120) was
@@ -2433,8 +2497,13 @@ using Sm90FusedV3Default = Sm90FusedV3LeanTail;
 // ms, 8192 x 16384 top-2048 1.241 / 1.260, top-512 1.118 / 1.137, 4096 x
 // 65536 2.388 / 2.401; exact on 8 checks (BENCHMARKS.md, session 15).
 // Sm90FusedV3Default (54) stays the one-configuration reference (CI, dev).
+// Since session 16 (2026-12-03): variant 61, 56 with the select-free
+// reduce-scatter (kQPerm: the Q rows permuted in shared memory) and the
+// loop-invariant registers held (the quad masks, the weight rows' addresses,
+// the Q descriptors and the A descriptors' high words): main loop 356 -> 324
+// SASS instructions. tools/v3check: see BENCHMARKS.md, session 16.
 template <int kTopk>
-using Sm90FusedV3Whole = Sm90FusedV3LeanFixed<kTopk>;
+using Sm90FusedV3Whole = Sm90FusedV3QPermDescA<kTopk>;
 // The op's split kernel since 2026-12-03 (session 14; issue 12): variant 43
 // (shares over the partial last wave, lean filter), launched where
 // fused_use_split says the whole blocks would leave the last wave poorly
