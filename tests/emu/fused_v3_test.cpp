@@ -317,6 +317,43 @@ void pair_case(const std::string& name0, Row r, uint64_t thr, uint32_t k, bool g
       expect(want_c[0] > static_cast<uint32_t>(kScratch), nm + ": fallback where none is documented");
     }
   }
+  // pair_gate_fast (kFastGate's one-pass gate) for the sample gate's case
+  // (thr 0): the lowest key of the 2^16-key bin below the row's largest key
+  // that holds the rho-th largest, or 0 when fewer than rho keys lie within
+  // 2^24 below the largest; the same in both warps; the histogram left zero.
+  if (thr == 0) {
+    std::vector<uint32_t> keys;
+    for (auto& e : all)
+      if (e.first >= 1u) keys.push_back(e.first);
+    std::sort(keys.begin(), keys.end(), std::greater<uint32_t>());
+    const uint32_t smax = keys.empty() ? 0u : keys[0];
+    for (uint32_t rho : {1u, 128u, k, static_cast<uint32_t>(keys.size()) + 1u}) {
+      uint32_t want_g = 0;
+      uint32_t inbins = 0;
+      for (uint32_t key : keys) inbins += smax - key < (256u << 16) ? 1u : 0u;
+      if (rho <= inbins) {
+        const uint32_t below = (((smax - keys[rho - 1]) >> 16) + 1u) << 16;
+        want_g = smax >= below ? smax - below + 1u : 1u;
+      }
+      Scratch sc;
+      uint32_t xch[16] = {};
+      uint32_t g[64];
+      warp_emu::run2([&](int w, int lane) {
+        const SegLanes ps = make_pair_segs(r.key(4 * w), r.stride, static_cast<uint32_t>(r.cap), r.cnt + 4 * w, lane);
+        PairCtx pc{xch, 9, w, 0};
+        g[w * 32 + lane] = pair_gate_fast(ps, pc, rho, smax, sc.hist, lane);
+      });
+      const std::string nm = name + " pair_gate_fast rho=" + std::to_string(rho);
+      for (int l = 0; l < 64; ++l) expect(g[l] == want_g, nm + ": gate differs from the bin rule");
+      for (int i = 0; i < 256; ++i) expect(sc.hist[i] == 0, nm + ": histogram not left zeroed");
+      if (want_g) {
+        uint32_t at_or_above = 0;
+        for (uint32_t key : keys) at_or_above += key >= want_g ? 1u : 0u;
+        expect(at_or_above >= rho, nm + ": fewer than rho keys at or above the gate");
+        expect(want_g <= keys[rho - 1], nm + ": the gate is above the exact rho-th");
+      }
+    }
+  }
   // The gate-range path (pair_finish_row_gated): for a gate threshold, several
   // sample maxima (the entries' largest eligible key, below it, just above the
   // gate, far above); 0 = the plain pair_finish_row.

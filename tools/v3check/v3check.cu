@@ -267,6 +267,7 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
     case 59:
     case 60:
     case 61:
+    case 62:
       switch (variant * 4096 + w.topk) {
         case 57 * 4096 + 512: return v3(Sm90FusedV3QPerm<512>{});
         case 57 * 4096 + 1024: return v3(Sm90FusedV3QPerm<1024>{});
@@ -283,6 +284,9 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
         case 61 * 4096 + 512: return v3(Sm90FusedV3QPermDescA<512>{});
         case 61 * 4096 + 1024: return v3(Sm90FusedV3QPermDescA<1024>{});
         case 61 * 4096 + 2048: return v3(Sm90FusedV3QPermDescA<2048>{});
+        case 62 * 4096 + 512: return v3(Sm90FusedV3FastGate<512>{});
+        case 62 * 4096 + 1024: return v3(Sm90FusedV3FastGate<1024>{});
+        case 62 * 4096 + 2048: return v3(Sm90FusedV3FastGate<2048>{});
         default: return cudaErrorInvalidValue;
       }
 #ifndef V3CHECK_FEW

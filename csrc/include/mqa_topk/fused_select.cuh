@@ -1333,6 +1333,38 @@ __device__ __forceinline__ bool pair_select(const SegLanes& s, PairCtx& pc, uint
                               [](int, int, uint32_t) {}) > 0;
 }
 
+// The sample gate in one pass (the v3 kernel's kFastGate), given smax, the
+// largest eligible key of the row's sample: the keys within 2^24 below smax
+// are counted in 256 bins of 2^16 keys (bin (smax - key) >> 16: bin 0 the
+// highest), both warps into the row's histogram, and the gate is the lowest
+// key of the bin that holds the rho-th largest key. So at least rho eligible
+// entries (key >= 1) are at or above it: pair_select's rho-th, plus the
+// entries of its bin below it (a 2^16 slice of order keys, about 2^-7 of a
+// value). Returns 0 (no answer: the caller runs pair_select) when fewer than
+// rho keys fall in the bins. The same answer in both warps. Leaves hist zero.
+__device__ __forceinline__ uint32_t pair_gate_fast(const SegLanes& s, PairCtx& pc, uint32_t rho, uint32_t smax,
+                                                   uint32_t* hist, int lane) {
+  pair_for_each(s, lane, [&](uint32_t key, bool valid) {
+    const uint32_t d = smax - key;
+    if (valid && key >= 1u && key <= smax && d < (256u << 16)) atomicAdd(hist + (d >> 16), 1u);
+  });
+  __syncwarp();
+  pair_sync(pc.bar);  // both warps' counts are in
+  uint32_t tot = 0;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) tot += hist[j * 32 + lane];
+  tot = __reduce_add_sync(0xffffffffu, tot);
+  uint32_t before = 0, in_bin = 0, bin = 0;
+  if (rho >= 1u && tot >= rho) bin = warp_find_digit_t<false>(hist, rho, false, &before, &in_bin, lane);
+  pair_sync(pc.bar);  // both warps have read the histogram
+#pragma unroll
+  for (int j = 0; j < 4; ++j) hist[pc.half * 128 + lane * 4 + j] = 0;
+  pair_sync(pc.bar);  // cleared before either warp counts into it again
+  if (rho < 1u || tot < rho) return 0u;
+  const uint32_t below = (bin + 1u) << 16;  // the bin's keys are (smax - below, smax - below + 2^16]
+  return smax >= below ? smax - below + 1u : 1u;
+}
+
 // ---- binned select (kBinned) ------------------------------------------------
 // During the scan each gated row's candidates (every key >= its gate `lo`) are
 // counted in 256 bins: equal slices of [lo, lo + span], span = the sample's

@@ -104,8 +104,18 @@ template <int kNumStages_, int kSets_ = 1, int kCheckTiles_ = 8, int kWeightsMod
           int kOutGroups_ = 4, int kGateTargetQ_ = 2, int kRankFloorZ_ = 0, bool kFloorCappedOnly_ = false,
           int kShares_ = 0, bool kEarlyWeights_ = false, int kTimingCut_ = 0, bool kLeanFilter_ = false,
           bool kPipeTail_ = false, bool kRelaxedRelease_ = false, bool kLazyCheck_ = false, int kRegWRows_ = 0,
-          bool kSplitRG_ = false, int kLeanLoop_ = 0, int kFixedTopk_ = 0, int kQPerm_ = 0>
+          bool kSplitRG_ = false, int kLeanLoop_ = 0, int kFixedTopk_ = 0, int kQPerm_ = 0, bool kFastGate_ = false>
 struct Sm90FusedV3Config {
+  // kFastGate (dev, with kPairGate and kGateRange): the sample gate by one
+  // histogram pass below the row's largest sample key (fused_select.cuh,
+  // pair_gate_fast: 256 bins of 2^16 order keys) instead of pair_select's
+  // exact rho-th (a range pass, range-bin passes and a scratch finish over
+  // the sample in the L2 workspace). The gate is then the lowest key of the
+  // rho-th's bin, never above the exact one: a few more candidates, never
+  // fewer. Rows whose rho-th lies more than 2^24 keys below the sample's
+  // largest take pair_select as before.
+  static constexpr bool kFastGate = kFastGate_;
+  static_assert(!kFastGate_ || (kPairGate_ && kGateRange_), "kFastGate: on the pair gate with the sample's largest key");
   // kQPerm (dev, whole blocks on the lean loop): a select-free reduce-scatter.
   // The tile epilogue's head sum ends with a quad butterfly (xor 2, then xor
   // 1) in which each lane sends one of two partial sums and keeps the other:
@@ -727,7 +737,13 @@ __device__ __noinline__ bool fused_v3_gate_pair_call(const Sm90FusedParams* pp, 
     PairCtx pc = rw.ctx();
     uint64_t th = 0;
     uint32_t c_unused = 0;
-    if (!pair_select(rw.half_segs(p), pc, 0, rho, rw.hist, rw.sk, rw.si, lane, &th, &c_unused) && kg == 0)
+    uint32_t fast = 0;  // kFastGate: the one-pass gate (0: none, run the exact select)
+    if constexpr (Cfg::kFastGate) {
+      const uint32_t smax = __reduce_max_sync(0xffffffffu, ctl->tile_max[r][lane]);
+      fast = pair_gate_fast(rw.half_segs(p), pc, rho, smax, rw.hist, lane);
+      th = static_cast<uint64_t>(fast) << 32;
+    }
+    if (fast == 0 && !pair_select(rw.half_segs(p), pc, 0, rho, rw.hist, rw.sk, rw.si, lane, &th, &c_unused) && kg == 0)
       th = warp_select_lean(rw.all_segs(p), 0, rho, rw.hist, rw.sk, rw.si, lane);  // heavy ties: one warp
     if (kg == 0) gk = fused_v3_cap_gate(ctl, r, ns, static_cast<uint32_t>(th >> 32), lane);
   }
@@ -2436,6 +2452,9 @@ using Sm90FusedV3QPermDesc = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, t
 template <int kTopk>  // 61: 60 with the A descriptors' pairs held
 using Sm90FusedV3QPermDescA = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true,
                                                 0, false, 0, true, true, true, true, 0, false, 7, kTopk, 31>;
+template <int kTopk>  // 62: 61 with the one-pass sample gate
+using Sm90FusedV3FastGate = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true,
+                                              0, false, 0, true, true, true, true, 0, false, 7, kTopk, 31, true>;
 using Sm90FusedV3LeanFlagless = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5,
                                                   true, 0, false, 0, true, true, true, true, 0, false, 5>;  // 55: 52, the tail without a flag
 // (A 544-thread configuration with one producer warp and __maxnreg__(120) was
