@@ -130,7 +130,7 @@ std::vector<mqa_topk::KernelInfo> fused_mqa_topk_kernel_info() {
   int whole_smem = 0, split_smem = 0;
   const cudaError_t werr = fused_v3_whole_attributes(&wa, &whole_smem);
   const cudaError_t serr = fused_v3_split_attributes(&sa, &split_smem);
-  return {mqa_topk::kernel_info("sm90_fused_mqa_topk_v3<rows=8,wg=4,stages=8,check=12,gate,lean-loop,qperm,topk=2048>",
+  return {mqa_topk::kernel_info("sm90_fused_mqa_topk_v3<rows=8,wg=4,stages=8,check=12,gate,lean-loop,qperm,fast-gate,topk=2048>",
                                 werr, wa, whole_smem),
           mqa_topk::kernel_info("sm90_fused_mqa_topk_v3<rows=8,wg=4,stages=8,check=12,gate,shares=partial-wave>",
                                 serr, sa, split_smem),

@@ -2520,9 +2520,11 @@ using Sm90FusedV3Default = Sm90FusedV3LeanTail;
 // reduce-scatter (kQPerm: the Q rows permuted in shared memory) and the
 // loop-invariant registers held (the quad masks, the weight rows' addresses,
 // the Q descriptors and the A descriptors' high words): main loop 356 -> 324
-// SASS instructions. tools/v3check: see BENCHMARKS.md, session 16.
+// SASS instructions. Then variant 62: 61 with the one-pass sample gate
+// (kFastGate: gate + drop cycles per math warp 382K -> 213K at the
+// headline). tools/v3check: see BENCHMARKS.md, session 16.
 template <int kTopk>
-using Sm90FusedV3Whole = Sm90FusedV3QPermDescA<kTopk>;
+using Sm90FusedV3Whole = Sm90FusedV3FastGate<kTopk>;
 // The op's split kernel since 2026-12-03 (session 14; issue 12): variant 43
 // (shares over the partial last wave, lean filter), launched where
 // fused_use_split says the whole blocks would leave the last wave poorly
