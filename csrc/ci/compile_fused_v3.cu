@@ -57,7 +57,14 @@ template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3LeanLoop>();  // v3check 
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3LeanStores>();  // v3check variant 53 (52, predicated appends)
 // v3check variant 54 (53, the tail without a flag) is Sm90FusedV3Default, instantiated above.
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3LeanFlagless>();  // v3check variant 55 (52, the tail without a flag)
-// v3check variant 56 = the op's whole-block kernels (Sm90FusedV3Whole<topk>, csrc/fused_mqa_topk_v3_t*.cu)
+template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3LeanFixed<2048>>();  // v3check variant 56 (54 per topk; the op's in session 15)
+// session 16: v3check variants 57-61 (kQPerm and the held invariants); 62 (+ kFastGate) is Sm90FusedV3Whole
+template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3QPerm<2048>>();
+template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3QPermMasks<2048>>();
+template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3QPermAddr<2048>>();
+template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3QPermDesc<2048>>();
+template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3QPermDescA<2048>>();
+// the op's whole-block kernels (Sm90FusedV3Whole<topk> = v3check variant 62, csrc/fused_mqa_topk_v3_t*.cu)
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3Whole<512>>();
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3Whole<1024>>();
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3Whole<2048>>();
