@@ -240,6 +240,7 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
 #endif
     case 42: return v3(Sm90FusedV3LeanFilter{});
     case 43: return v3(Sm90FusedV3HybridLean{});
+    case 63: return v3(Sm90FusedV3HybridFastGate{});  // session 16: 43 with the one-pass sample gate
     // session 14: 44 a timing cut (exact only while no compaction is due), 45-47
     case 44: return v3(Sm90FusedV3CutChecks{});
     case 45: return v3(Sm90FusedV3PipeTail{});

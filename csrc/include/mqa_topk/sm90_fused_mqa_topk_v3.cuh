@@ -2455,6 +2455,9 @@ using Sm90FusedV3QPermDescA = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, 
 template <int kTopk>  // 62: 61 with the one-pass sample gate
 using Sm90FusedV3FastGate = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5, true,
                                               0, false, 0, true, true, true, true, 0, false, 7, kTopk, 31, true>;
+// 63: 43 (the op's split kernel) with the one-pass sample gate for its whole blocks
+using Sm90FusedV3HybridFastGate = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5,
+                                                    true, 5, false, 0, true, false, false, false, 0, false, 0, 0, 0, true>;
 using Sm90FusedV3LeanFlagless = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5,
                                                   true, 0, false, 0, true, true, true, true, 0, false, 5>;  // 55: 52, the tail without a flag
 // (A 544-thread configuration with one producer warp and __maxnreg__(120) was
