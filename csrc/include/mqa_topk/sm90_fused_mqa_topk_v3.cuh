@@ -2534,7 +2534,10 @@ using Sm90FusedV3Whole = Sm90FusedV3FastGate<kTopk>;
 // filled. tools/v3check (session 13): 2120 x 65536 top-2048 1.409 ms against
 // native 1.458; 1064 rows 0.775 / 0.764 (top-2048), 0.747 / 0.742 (top-512);
 // 512 rows 0.444 / 0.380; the v2 split kernel it replaces was 1.3-4x native.
-using Sm90FusedV3Split = Sm90FusedV3HybridLean;
+// Since session 16: variant 63 (43 with the one-pass sample gate for its
+// whole blocks; tools/v3check at 64K keys: 1064 rows top-2048 0.746 against
+// 43's 0.772 ms, 2120 rows 1.371 against 1.401; BENCHMARKS.md, session 16).
+using Sm90FusedV3Split = Sm90FusedV3HybridFastGate;
 static_assert(8 * Sm90FusedV3Default::kSegs * Sm90FusedV3Default::cap(2048) == 2 * 8 * Sm90FusedGated::cap(2048) &&
                   Sm90FusedV3Default::kSets == 1,
               "the op's workspace (sized for the v2 kernel) holds the v3 kernel's");
