@@ -64,6 +64,7 @@ template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3QPermMasks<2048>>();
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3QPermAddr<2048>>();
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3QPermDesc<2048>>();
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3QPermDescA<2048>>();
+template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3HybridFastGate>();  // v3check variant 63 (43 + kFastGate; the op's split kernel, Sm90FusedV3Split)
 // the op's whole-block kernels (Sm90FusedV3Whole<topk> = v3check variant 62, csrc/fused_mqa_topk_v3_t*.cu)
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3Whole<512>>();
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3Whole<1024>>();
