@@ -42,8 +42,20 @@ namespace mqa_topk {
 // shared memory every tile.
 template <int kBlockRows_, int kMathWarpgroups_, int kNumStages_, int kProbe_ = 0, int kMathRegs_ = 0,
           int kCluster_ = 1, bool kDirectStore_ = false, int kRowGroups_ = 1, bool kRegWeights_ = false,
-          bool kLean_ = false, bool kPingPong_ = false, int kBlockCost_ = 0>
+          bool kLean_ = false, bool kPingPong_ = false, int kBlockCost_ = 0, int kLean2_ = 0>
 struct Sm90LogitsV2Config {
+  // kLean2 (bit 1; issue 10, session 17): the producer warp computes each
+  // block's span and its rows' ranges and publishes them in a per-Q-buffer
+  // slot, so the math warps run a tight per-block tile loop with no block
+  // bookkeeping (no next_block loads), stage / phase counters, the MMA
+  // descriptors held as 64-bit pairs (each tile writes the A low words only),
+  // the scale address held, and a branch-free masked store. Bit 2 (kQPerm):
+  // the Q rows permuted in shared memory (128 two-row TMA boxes per block,
+  // issued by the producer warp's 32 lanes) so that the reduce-scatter needs
+  // no select (logits_reduce_perm); the logits stay bitwise equal.
+  static constexpr int kLean2 = kLean2_;
+  static constexpr bool kQPerm = (kLean2_ & 2) != 0;
+  static constexpr int kSlotInts = 24;  // kLean2 slot: b, lo, t0, t1, last, -, -, -, start[8], len[8]
   // kBlockCost (dev): the work shares count every block as kBlockCost extra
   // tiles (its Q load from memory, its rows' setup), so a CTA whose share
   // crosses many short blocks (causal rows at few keys) gets fewer tiles.
@@ -69,7 +81,8 @@ struct Sm90LogitsV2Config {
   static constexpr int kKeyGroups = kMathWarpgroups / kRowGroups;
   static constexpr int kN = kWgRows * kHeads;  // wgmma N
   static constexpr int kAcc = kN / 2;          // fp32 accumulators per thread
-  static constexpr int kQRows = kBlockRows * kHeads;  // rows of the Q tile (its TMA box)
+  static constexpr int kQRows = kBlockRows * kHeads;  // rows of the Q tile
+  static constexpr int kQBoxRows = kQPerm ? 2 : kQRows;  // rows of the Q tensor map's box
   static constexpr int kBlockKeys = 64 * kKeyGroups;
   static constexpr int kThreads = 128 * (kMathWarpgroups + 1);
   static constexpr int kMathThreads = 128 * kMathWarpgroups;
@@ -101,6 +114,10 @@ struct Sm90LogitsV2Config {
   static_assert(kQRows <= 256, "one TMA box per Q tile");
   static_assert(!kLean || (kDirectStore && kRegWeights && kCluster == 1), "the lean tile path stores directly");
   static_assert(!kPingPong || (kLean && kKeyGroups == 1 && kWgRows == 4), "ping-pong: lean, 4 rows x 64 keys per warpgroup");
+  static_assert(kLean2_ == 0 || (kLean && !kPingPong && kBlockRows == 8 && kRowGroups == 2 && kKeyGroups == 2 &&
+                                 kProbe_ == 0),
+                "kLean2: the lean 8-row, four-warpgroup structure");
+  static_assert(kLean2_ == 0 || kLean2_ == 1 || kLean2_ == 3, "kLean2: 1 or 3 (with kQPerm)");
   static_assert(kKTileBytes % 1024 == 0 && kQTileBytes % 1024 == 0, "swizzle atoms need 1 KB alignment");
   static_assert(kBlockKeys <= 256 && kN <= 256, "one TMA box per tile");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per CTA");
@@ -434,6 +451,279 @@ __device__ __forceinline__ void logits_v2_pingpong_math(const Sm90LogitsParams& 
   }
 }
 
+// ---- kLean2 (issue 10, session 17) ---------------------------------------------
+
+// The permuted-Q tile epilogue (kQPerm): logits_epilogue_reduce_w<4>'s
+// arithmetic where slot s of this lane (accumulators 16 s .. 16 s + 15,
+// weights w[s]) holds row s ^ quad. The partial sums are the dense layout's
+// FMA chains (same heads, weights and order), and the butterfly forms the same
+// sums in the same order without selecting by the quad: after the xor-2 step
+// slot 0 holds (v_q + v_q^2) of row q and slot 1 that of row q ^ 1, which the
+// xor-1 partner (whose slot 1 is row q) adds. fin[h][0]: this lane's row, quad.
+__device__ __forceinline__ void logits_reduce_perm(const float (&acc)[64], const float2 (&w)[4][4],
+                                                   float (&fin)[2][1]) {
+  float part[2][4];
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj) {
+      const int j = 4 * r + jj;
+      s0 = fmaf(w[r][jj].x, acc[4 * j + 0] + fabsf(acc[4 * j + 0]), s0);
+      s0 = fmaf(w[r][jj].y, acc[4 * j + 1] + fabsf(acc[4 * j + 1]), s0);
+      s1 = fmaf(w[r][jj].x, acc[4 * j + 2] + fabsf(acc[4 * j + 2]), s1);
+      s1 = fmaf(w[r][jj].y, acc[4 * j + 3] + fabsf(acc[4 * j + 3]), s1);
+    }
+    part[0][r] = s0;
+    part[1][r] = s1;
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float h0 = part[h][0] + __shfl_xor_sync(0xffffffffu, part[h][2], 2);
+    const float h1 = part[h][1] + __shfl_xor_sync(0xffffffffu, part[h][3], 2);
+    fin[h][0] = h0 + __shfl_xor_sync(0xffffffffu, h1, 1);
+  }
+}
+
+// A tile's MMA chain (m64n128, 4 k32 steps) from held 64-bit descriptors.
+__device__ __forceinline__ void logits_mma_issue_dab(float (&acc)[64], const uint64_t (&da)[4], const uint64_t (&db)[4]) {
+  ptx::wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) ptx::wgmma_e4m3<128>(acc, da[kk], db[kk], kk);
+  ptx::wgmma_commit();
+  ptx::fence_regs(acc);
+}
+
+// One row block's span, computed by a warp (kLean2's producer): lane i < 8
+// reads row 8 b + i, clamped to [0, keys] (block_span's arithmetic, so the
+// tile counts match find_work_share_v2's); returns the tile count (0: every
+// row empty) and lo, both warp-uniform; lane i < 8 gets its row's clamped
+// start and length (0 for rows past the last or empty ones).
+__device__ __forceinline__ int lean2_block_span(const Sm90LogitsParams& p, int b, int lane, int& lo, int& s,
+                                                int& len) {
+  int sr = 0, er = 0;
+  const int r = b * 8 + (lane & 7);
+  if (lane < 8 && r < p.rows) {
+    sr = max(__ldg(p.starts + r), 0);
+    er = min(__ldg(p.ends + r), p.keys);
+  }
+  s = sr;
+  len = max(er - sr, 0);
+  int mn = er > sr ? sr : INT_MAX, mx = er > sr ? er : 0;
+#pragma unroll
+  for (int d = 1; d < 8; d <<= 1) {
+    mn = min(mn, __shfl_xor_sync(0xffffffffu, mn, d));
+    mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, d));
+  }
+  mn = __shfl_sync(0xffffffffu, mn, 0);
+  mx = __shfl_sync(0xffffffffu, mx, 0);
+  if (mx <= mn) return 0;
+  lo = mn & ~15;
+  return (mx - lo + 127) / 128;
+}
+
+// kLean2's producer: the producer warpgroup's warp 0 (all 32 lanes; lane 0
+// issues the barriers and the K loads). For each block of the share it
+// publishes {b, lo, first tile, end tile, last} and its rows' clamped starts
+// and lengths in the Q buffer's slot (written by lane 0 before its arrival on
+// the buffer's q_full, which releases them to the math warps' wait).
+template <class Cfg>
+__device__ __forceinline__ void logits_v2_lean2_producer(const Sm90LogitsParams& p, uint8_t* smem,
+                                                         const WorkShare& share, uint64_t* full, uint64_t* empty,
+                                                         uint64_t* q_full, uint64_t* q_empty, int (*slot)[Cfg::kSlotInts],
+                                                         const CUtensorMap* tm_q, const CUtensorMap* tm_k,
+                                                         const CUtensorMap* tm_scales, const CUtensorMap* tm_weights) {
+  constexpr int S = Cfg::kNumStages;
+  const int lane = threadIdx.x & 31;
+  if (lane == 0) {
+    ptx::prefetch_tensor_map(tm_q);
+    ptx::prefetch_tensor_map(tm_k);
+    ptx::prefetch_tensor_map(tm_scales);
+    ptx::prefetch_tensor_map(tm_weights);
+  }
+  int b = share.b0, t = share.t0, lo = 0, s = 0, len = 0;
+  int nt = lean2_block_span(p, b, lane, lo, s, len);
+  long long left = share.count;
+  uint32_t st = 0, ph = 0;
+  for (int qi = 0; left > 0; ++qi) {
+    const int qb = qi & 1;
+    const int n_here = static_cast<int>(min(static_cast<long long>(nt - t), left));
+    left -= n_here;
+    int* sl = slot[qb];
+    if (lane == 0) ptx::mbar_wait(q_empty + qb, ((qi >> 1) & 1) ^ 1);
+    __syncwarp();
+#pragma unroll 1
+    for (int i = 0; i < 8; ++i) {  // lane 0 writes the whole slot (its arrival releases it)
+      const int si = __shfl_sync(0xffffffffu, s, i), li = __shfl_sync(0xffffffffu, len, i);
+      if (lane == 0) {
+        sl[8 + i] = si;
+        sl[16 + i] = li;
+      }
+    }
+    if (lane == 0) {
+      sl[0] = b;
+      sl[1] = lo;
+      sl[2] = t;
+      sl[3] = t + n_here;
+      sl[4] = left == 0;
+      ptx::mbar_arrive_expect_tx(q_full + qb, Cfg::kQTileBytes + Cfg::kWeightBytes);
+      ptx::tma_load_2d(smem + Cfg::kOffWeights + qb * Cfg::kWeightBytes, tm_weights, q_full + qb, 0, b * 8);
+      if constexpr (!Cfg::kQPerm)
+        ptx::tma_load_2d(smem + Cfg::kOffQ + qb * Cfg::kQTileBytes, tm_q, q_full + qb, 0, b * 8 * 32);
+    }
+    __syncwarp();
+    if constexpr (Cfg::kQPerm) {
+      // Shared row n = 128 g + 32 s + 8 jj + 2 q + e of row group g holds Q row
+      // (4 g + (s ^ q), head 8 jj + 2 q + e): 128 two-row boxes, 4 per lane.
+      uint8_t* qdst = smem + Cfg::kOffQ + qb * Cfg::kQTileBytes;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int n = 2 * (lane + 32 * i);
+        const int sg = (n >> 5) & 3, q = (n >> 1) & 3;
+        const int src = (n & 128) + 32 * (sg ^ q) + (n & 31);
+        ptx::tma_load_2d(qdst + n * 128, tm_q, q_full + qb, 0, b * 8 * 32 + src);
+      }
+    }
+    if (lane == 0) {
+      for (int i = 0; i < n_here; ++i) {
+        ptx::mbar_wait(empty + st, ph ^ 1);
+        ptx::mbar_arrive_expect_tx(full + st, Cfg::kKTileBytes + Cfg::kScaleBytes);
+        const int key0 = lo + (t + i) * Cfg::kBlockKeys;
+        ptx::tma_load_2d(smem + Cfg::kOffK + st * Cfg::kKTileBytes, tm_k, full + st, 0, key0);
+        ptx::tma_load_2d(smem + Cfg::kOffScales + st * Cfg::kScaleBytes, tm_scales, full + st, key0, 0);
+        if (++st == S) {
+          st = 0;
+          ph ^= 1;
+        }
+      }
+    }
+    __syncwarp();
+    if (left > 0) {
+      do {
+        ++b;
+        nt = lean2_block_span(p, b, lane, lo, s, len);
+      } while (nt == 0);
+      t = 0;
+    }
+  }
+}
+
+// One elected lane of the warp arrives on a barrier (elect.sync: no lane
+// index kept live or rematerialized for it; it also converges the warp).
+__device__ __forceinline__ void mbar_arrive_elect(uint64_t* bar) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "elect.sync _|p, 0xffffffff;\n"
+      "@p mbarrier.arrive.shared::cta.b64 _, [%0];\n"
+      "}\n" ::"r"(ptx::smem_addr(bar))
+      : "memory");
+}
+
+// A warp-uniform int read from shared memory: every lane loads it, and the
+// shuffle from lane 0 tells the compiler it is uniform (uniform registers).
+__device__ __forceinline__ int lds_uniform(const volatile int* a) { return __shfl_sync(0xffffffffu, *a, 0); }
+
+// kLean2's math warpgroups: per block (from the slot) a tight tile loop.
+template <class Cfg>
+__device__ __forceinline__ void logits_v2_lean2_math(const Sm90LogitsParams& p, uint8_t* smem, uint64_t* full,
+                                                     uint64_t* empty, uint64_t* q_full, uint64_t* q_empty, int wg,
+                                                     const int (*slot)[Cfg::kSlotInts]) {
+  constexpr int S = Cfg::kNumStages;
+  constexpr uint32_t kDescHi = (1024u >> 4) | (1u << 30);  // stride byte offset 1024 B; 128-byte swizzle
+  const int tid = threadIdx.x;
+  const int wg_u = __shfl_sync(0xffffffffu, wg, 0);
+  const int rg = wg_u >> 1, kg = wg_u & 1;
+  const int lane = tid & 31;
+  const int quad = lane & 3;
+  const int key_off = kg * 64 + ((tid >> 5) & 3) * 16 + (lane >> 2);  // this lane's key (and +8) in the tile
+  const uint32_t a_lo0 = desc_lo_k128_sw128(smem + Cfg::kOffK + kg * 64 * Cfg::kHeadDim);
+  const uint32_t b_lo0 = desc_lo_k128_sw128(smem + Cfg::kOffQ + rg * Cfg::kN * Cfg::kHeadDim);
+  uint32_t sc_addr = ptx::smem_addr(smem + Cfg::kOffScales) + key_off * 4;
+  const float ninf = -__int_as_float(0x7f800000);
+  uint64_t da[4];
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) asm("mov.b64 %0, {%1, %2};" : "=l"(da[kk]) : "r"(a_lo0 + 2 * kk), "r"(kDescHi));
+  uint32_t st = 0, ph = 0;
+  for (int qi = 0;; ++qi) {
+    const int qb = qi & 1;
+    ptx::mbar_wait(q_full + qb, (qi >> 1) & 1);
+    const volatile int* sl = slot[qb];
+    const int b = lds_uniform(sl), lo = lds_uniform(sl + 1), t0 = lds_uniform(sl + 2);
+    const int t1 = lds_uniform(sl + 3), last = lds_uniform(sl + 4);
+    const int rr = rg * 4 + quad;  // this lane's row of the block after the reduce-scatter
+    const int rs = sl[8 + rr];
+    uint32_t len = static_cast<uint32_t>(sl[16 + rr]);
+    const int row = b * 8 + rr;
+    // Keys relative to the row's (clamped) start: d = key - rs. Stores only
+    // where key < keys (limd = keys - rs), none for rows past the last.
+    int limd = row < p.rows ? p.keys - rs : INT_MIN;
+    float* rb = p.logits + static_cast<int64_t>(row < p.rows ? row : 0) * p.ld + rs;
+    float2 w[4][4];
+    const float2* w2 = reinterpret_cast<const float2*>(smem + Cfg::kOffWeights + qb * Cfg::kWeightBytes) + rg * 64;
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) w[r][jj] = w2[(Cfg::kQPerm ? r ^ quad : r) * 16 + jj * 4 + quad];
+    uint64_t db[4];
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      asm("mov.b64 %0, {%1, %2};" : "=l"(db[kk]) : "r"(b_lo0 + qb * (Cfg::kQTileBytes >> 4) + 2 * kk), "r"(kDescHi));
+    int d = lo + t0 * Cfg::kBlockKeys + key_off - rs;
+#pragma unroll 1
+    for (int n = t1 - t0; n > 0; --n) {
+      ptx::mbar_wait(full + st, ph);
+      // The A descriptors: new low words into the held pairs (the high words never change).
+      const uint32_t alo = a_lo0 + st * (Cfg::kKTileBytes >> 4);
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        uint32_t dlo, dhi;
+        asm("mov.b64 {%0, %1}, %2;" : "=r"(dlo), "=r"(dhi) : "l"(da[kk]));
+        asm("mov.b64 %0, {%1, %2};" : "=l"(da[kk]) : "r"(alo + 2 * kk), "r"(dhi));
+      }
+      float acc[64];
+      logits_mma_issue_dab(acc, da, db);
+      asm volatile("mov.b64 %0, %0;\n\tmov.b64 %1, %1;\n\tmov.b64 %2, %2;\n\tmov.b64 %3, %3;"
+                   : "+l"(da[0]), "+l"(da[1]), "+l"(da[2]), "+l"(da[3]));
+      asm volatile("mov.b64 %0, %0;\n\tmov.b64 %1, %1;\n\tmov.b64 %2, %2;\n\tmov.b64 %3, %3;"
+                   : "+l"(db[0]), "+l"(db[1]), "+l"(db[2]), "+l"(db[3]));
+      // Held across the tile: ptxas would rematerialize them from S2R / the slot.
+      asm volatile("mov.b32 %0, %0;\n\tmov.b32 %1, %1;\n\tmov.b32 %2, %2;" : "+r"(sc_addr), "+r"(len), "+r"(limd));
+      asm volatile("mov.b64 %0, %0;" : "+l"(rb));
+      ptx::wgmma_wait<0>();
+      ptx::fence_regs(acc);
+      // The scales after the MMAs; the stage is released after the stores that use them
+      // (a store issues only once its value, hence the scale, has arrived).
+      float sc0, sc1;
+      asm volatile("ld.shared.f32 %0, [%2];\n\tld.shared.f32 %1, [%2+32];"
+                   : "=f"(sc0), "=f"(sc1)
+                   : "r"(sc_addr + st * Cfg::kScaleBytes));
+      sc0 *= 0.5f;
+      sc1 *= 0.5f;
+      float fin[2][1];
+      if constexpr (Cfg::kQPerm)
+        logits_reduce_perm(acc, w, fin);
+      else
+        logits_epilogue_reduce_w<4>(acc, w, quad, fin);
+      const float v0 = static_cast<uint32_t>(d) < len ? fin[0][0] * sc0 : ninf;
+      const float v1 = static_cast<uint32_t>(d + 8) < len ? fin[1][0] * sc1 : ninf;
+      float* const o = rb + d;
+      asm volatile("{\n.reg .pred p0, p1;\nsetp.lt.s32 p0, %2, %4;\nsetp.lt.s32 p1, %3, %4;\n"
+                   "@p0 st.global.f32 [%5], %0;\n@p1 st.global.f32 [%5+32], %1;\n}"
+                   ::"f"(v0), "f"(v1), "r"(d), "r"(d + 8), "r"(limd), "l"(o)
+                   : "memory");
+      mbar_arrive_elect(empty + st);
+      if (++st == S) {
+        st = 0;
+        ph ^= 1;
+      }
+      d += Cfg::kBlockKeys;
+    }
+    mbar_arrive_elect(q_empty + qb);  // the block's last MMA has read its Q buffer
+    if (last) break;
+  }
+}
+
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     sm90_fp8_mqa_logits_v2_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
@@ -453,6 +743,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   const WorkShare share = find_work_share_v2<Cfg>(p);
   __shared__ int blk_slot[2][4];  // kPingPong: {b, lo, tiles} of the block in each Q buffer
+  __shared__ int lean2_slot[2][Cfg::kSlotInts];  // kLean2: the block in each Q buffer (logits_v2_lean2_producer)
   const int tid = threadIdx.x;
   const int wg = tid / 128;
   // Range errors (range_check.cuh) are checked by threads with nothing else to
@@ -490,6 +781,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   if (wg == Cfg::kMathWarpgroups) {
     // ---------------- producer: one thread issues every TMA ----------------
     if constexpr (Cfg::kMathRegs > 0) ptx::setmaxnreg_dec<Cfg::kProducerRegs>();
+    if constexpr (Cfg::kLean2 != 0) {  // warp 0 produces, warps 1-3 check the row ranges
+      if (tid >= Cfg::kMathThreads + 32) {
+        check_row_ranges(p.err, p.starts, p.ends, p.rows, p.keys, kKernelLogits, checker, gridDim.x * kCheckers);
+        return;
+      }
+      logits_v2_lean2_producer<Cfg>(p, smem, share, full, empty, q_full, q_empty, lean2_slot, &tm_q, &tm_k,
+                                    &tm_scales, &tm_weights);
+      return;
+    }
     if (tid != Cfg::kMathThreads) {
       check_row_ranges(p.err, p.starts, p.ends, p.rows, p.keys, kKernelLogits, checker, gridDim.x * kCheckers);
       if constexpr (Cfg::kCluster > 1) ptx::cluster_sync();  // every thread of the cluster, once
@@ -549,6 +849,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   if constexpr (Cfg::kMathRegs > 0) ptx::setmaxnreg_inc<Cfg::kMathRegs>();
   if constexpr (Cfg::kPingPong) {
     logits_v2_pingpong_math<Cfg>(p, smem, share, full, empty, q_full, q_empty, wg, blk_slot);
+    return;
+  }
+  if constexpr (Cfg::kLean2 != 0) {
+    logits_v2_lean2_math<Cfg>(p, smem, full, empty, q_full, q_empty, wg, lean2_slot);
     return;
   }
 
@@ -746,7 +1050,7 @@ inline cudaError_t launch_sm90_fp8_mqa_logits_v2(const void* q, const void* k, c
   if (keys <= 0) return launch_row_range_check<kKernelLogits>(range_err, starts, ends, rows, 0, stream);
   CUtensorMap tm_q, tm_k, tm_s, tm_w, tm_o;
   if (const int e = make_logits_maps(tm_q, tm_k, tm_s, tm_w, tm_o, q, k, scales, weights, logits, ld, rows, keys,
-                                     Cfg::kQRows, Cfg::kKSliceKeys, Cfg::kBlockRows, Cfg::kWgRows)) {
+                                     Cfg::kQBoxRows, Cfg::kKSliceKeys, Cfg::kBlockRows, Cfg::kWgRows)) {
     if (map_error) *map_error = e;
     return cudaErrorInvalidValue;
   }
