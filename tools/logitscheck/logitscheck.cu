@@ -12,12 +12,15 @@
 //       Reruns bitwise equal.
 //   time VARIANTS ROWS KEYS LAYOUT [reps=N]
 //       cold-L2 medians (a 128 MiB memset before every sample, samples queued
-//       back to back, one sync), ms and PF/s (8192 FLOP per visible pair).
+//       back to back, one sync; the variants interleaved sample by sample),
+//       ms and PF/s (8192 FLOP per visible pair).
 // LAYOUT: causal (the last ROWS rows of a KEYS-key context), full, ragged
 // (random ranges, unaligned starts, empty and short rows).
 // VARIANTS (comma list): 23 the op's kernel (Sm90LogitsV2Default), 29 / 30 23
 // with block-cost shares, 31 kLean2, 32 kLean2 + kQPerm, 33 / 34 32 with
-// block-cost shares 2 / 4. Development only: never part of the extension.
+// block-cost shares 2 / 4, 35 31 with block-cost shares 2, 36 kLean2 +
+// kQPermLong (the permuted Q only for blocks of >= 8 tiles in a share), 37 36
+// with block-cost shares 2. Development only: never part of the extension.
 #include <cuda_fp8.h>
 
 #include <algorithm>
@@ -159,6 +162,9 @@ cudaError_t launch(int v, const Dev& d, cudaStream_t st = 0) {
     case 32: return go(Lean2<3>{});
     case 33: return go(Lean2<3, 2>{});
     case 34: return go(Lean2<3, 4>{});
+    case 35: return go(Lean2<1, 2>{});
+    case 36: return go(Lean2<5>{});
+    case 37: return go(Lean2<5, 2>{});
     default: std::fprintf(stderr, "unknown variant %d\n", v); std::exit(2);
   }
 }
@@ -261,6 +267,7 @@ int cmd_time(int argc, char** argv) {
   const int rows = std::atoi(argv[3]), keys = std::atoi(argv[4]);
   const std::string layout = argv[5];
   const int reps = opt_int(argc, argv, "reps", 30);
+  const int nv = static_cast<int>(vars.size());
   const Work w = make_work(rows, keys, layout, 7);
   Dev d = upload_work(w);
   double pairs = 0;
@@ -268,28 +275,33 @@ int cmd_time(int argc, char** argv) {
   void* flush = nullptr;
   const size_t flush_bytes = size_t(128) << 20;
   CK(cudaMalloc(&flush, flush_bytes));
-  std::vector<cudaEvent_t> ev(2 * (reps + 1));
+  // Interleaved: sample i runs every variant in turn, so all of them see the
+  // same clock / power history (the H200 drops from 1980 MHz to ~1650 MHz at
+  // its 700 W limit within a second of sustained load).
+  std::vector<cudaEvent_t> ev(2 * (reps + 1) * nv);
   for (auto& e : ev) CK(cudaEventCreate(&e));
-  for (int v : vars) {
-    CK(launch(v, d));  // warm-up
-    for (int i = 0; i <= reps; ++i) {
-      CK(cudaMemsetAsync(flush, i & 0xff, flush_bytes));
-      CK(cudaEventRecord(ev[2 * i]));
-      CK(launch(v, d));
-      CK(cudaEventRecord(ev[2 * i + 1]));
+  for (int v : vars) CK(launch(v, d));  // warm-up
+  for (int i = 0; i <= reps; ++i)
+    for (int j = 0; j < nv; ++j) {
+      CK(cudaMemsetAsync(flush, (i + j) & 0xff, flush_bytes));
+      CK(cudaEventRecord(ev[2 * (i * nv + j)]));
+      CK(launch(vars[j], d));
+      CK(cudaEventRecord(ev[2 * (i * nv + j) + 1]));
     }
-    CK(cudaDeviceSynchronize());
+  CK(cudaDeviceSynchronize());
+  for (int j = 0; j < nv; ++j) {
     std::vector<float> ms;
     for (int i = 1; i <= reps; ++i) {
       float t = 0;
-      CK(cudaEventElapsedTime(&t, ev[2 * i], ev[2 * i + 1]));
+      CK(cudaEventElapsedTime(&t, ev[2 * (i * nv + j)], ev[2 * (i * nv + j) + 1]));
       ms.push_back(t);
     }
     std::sort(ms.begin(), ms.end());
     const float med = ms[ms.size() / 2];
-    std::printf("time v%d %s %dx%d: %.4f ms (p20 %.4f, p80 %.4f) %.3f PF/s\n", v, layout.c_str(), rows, keys, med,
-                ms[ms.size() / 5], ms[ms.size() * 4 / 5], 8192.0 * pairs / med * 1e-12);
+    std::printf("time v%d %s %dx%d: %.4f ms (p20 %.4f, p80 %.4f) %.3f PF/s\n", vars[j], layout.c_str(), rows, keys,
+                med, ms[ms.size() / 5], ms[ms.size() * 4 / 5], 8192.0 * pairs / med * 1e-12);
   }
+  for (auto& e : ev) cudaEventDestroy(e);
   cudaFree(flush);
   free_dev(d);
   return 0;

@@ -52,9 +52,17 @@ struct Sm90LogitsV2Config {
   // the scale address held, and a branch-free masked store. Bit 2 (kQPerm):
   // the Q rows permuted in shared memory (128 two-row TMA boxes per block,
   // issued by the producer warp's 32 lanes) so that the reduce-scatter needs
-  // no select (logits_reduce_perm); the logits stay bitwise equal.
+  // no select (logits_reduce_perm); the logits stay bitwise equal. Bit 4
+  // (kQPermLong): the permuted layout only for blocks with at least
+  // kPermMinTiles tiles in the CTA's share (128 small TMA requests per block
+  // made short causal blocks Q-load bound: 8192 x 8192 ran 2x slower), the
+  // whole-tile load and the selecting reduce-scatter for the others; the
+  // producer publishes the choice in the slot. The 2-row-box Q map then
+  // travels in the kernel's otherwise unused tm_out parameter.
   static constexpr int kLean2 = kLean2_;
-  static constexpr bool kQPerm = (kLean2_ & 2) != 0;
+  static constexpr bool kQPermLong = (kLean2_ & 4) != 0;
+  static constexpr bool kQPerm = (kLean2_ & 2) != 0 || kQPermLong;
+  static constexpr int kPermMinTiles = 8;
   static constexpr int kSlotInts = 24;  // kLean2 slot: b, lo, t0, t1, last, -, -, -, start[8], len[8]
   // kBlockCost (dev): the work shares count every block as kBlockCost extra
   // tiles (its Q load from memory, its rows' setup), so a CTA whose share
@@ -82,7 +90,7 @@ struct Sm90LogitsV2Config {
   static constexpr int kN = kWgRows * kHeads;  // wgmma N
   static constexpr int kAcc = kN / 2;          // fp32 accumulators per thread
   static constexpr int kQRows = kBlockRows * kHeads;  // rows of the Q tile
-  static constexpr int kQBoxRows = kQPerm ? 2 : kQRows;  // rows of the Q tensor map's box
+  static constexpr int kQBoxRows = kQPerm && !kQPermLong ? 2 : kQRows;  // rows of the Q tensor map's box
   static constexpr int kBlockKeys = 64 * kKeyGroups;
   static constexpr int kThreads = 128 * (kMathWarpgroups + 1);
   static constexpr int kMathThreads = 128 * kMathWarpgroups;
@@ -117,7 +125,7 @@ struct Sm90LogitsV2Config {
   static_assert(kLean2_ == 0 || (kLean && !kPingPong && kBlockRows == 8 && kRowGroups == 2 && kKeyGroups == 2 &&
                                  kProbe_ == 0),
                 "kLean2: the lean 8-row, four-warpgroup structure");
-  static_assert(kLean2_ == 0 || kLean2_ == 1 || kLean2_ == 3, "kLean2: 1 or 3 (with kQPerm)");
+  static_assert(kLean2_ == 0 || kLean2_ == 1 || kLean2_ == 3 || kLean2_ == 5, "kLean2: 1, 3 (kQPerm) or 5 (kQPermLong)");
   static_assert(kKTileBytes % 1024 == 0 && kQTileBytes % 1024 == 0, "swizzle atoms need 1 KB alignment");
   static_assert(kBlockKeys <= 256 && kN <= 256, "one TMA box per tile");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per CTA");
@@ -532,7 +540,8 @@ __device__ __forceinline__ void logits_v2_lean2_producer(const Sm90LogitsParams&
                                                          const WorkShare& share, uint64_t* full, uint64_t* empty,
                                                          uint64_t* q_full, uint64_t* q_empty, int (*slot)[Cfg::kSlotInts],
                                                          const CUtensorMap* tm_q, const CUtensorMap* tm_k,
-                                                         const CUtensorMap* tm_scales, const CUtensorMap* tm_weights) {
+                                                         const CUtensorMap* tm_scales, const CUtensorMap* tm_weights,
+                                                         const CUtensorMap* tm_q2) {
   constexpr int S = Cfg::kNumStages;
   const int lane = threadIdx.x & 31;
   if (lane == 0) {
@@ -540,6 +549,7 @@ __device__ __forceinline__ void logits_v2_lean2_producer(const Sm90LogitsParams&
     ptx::prefetch_tensor_map(tm_k);
     ptx::prefetch_tensor_map(tm_scales);
     ptx::prefetch_tensor_map(tm_weights);
+    if constexpr (Cfg::kQPermLong) ptx::prefetch_tensor_map(tm_q2);
   }
   int b = share.b0, t = share.t0, lo = 0, s = 0, len = 0;
   int nt = lean2_block_span(p, b, lane, lo, s, len);
@@ -549,6 +559,8 @@ __device__ __forceinline__ void logits_v2_lean2_producer(const Sm90LogitsParams&
     const int qb = qi & 1;
     const int n_here = static_cast<int>(min(static_cast<long long>(nt - t), left));
     left -= n_here;
+    // kQPermLong: the permuted Q layout for blocks long enough to repay its 128 loads.
+    const bool perm = Cfg::kQPermLong ? n_here >= Cfg::kPermMinTiles : Cfg::kQPerm;
     int* sl = slot[qb];
     if (lane == 0) ptx::mbar_wait(q_empty + qb, ((qi >> 1) & 1) ^ 1);
     __syncwarp();
@@ -566,13 +578,13 @@ __device__ __forceinline__ void logits_v2_lean2_producer(const Sm90LogitsParams&
       sl[2] = t;
       sl[3] = t + n_here;
       sl[4] = left == 0;
+      sl[5] = perm;
       ptx::mbar_arrive_expect_tx(q_full + qb, Cfg::kQTileBytes + Cfg::kWeightBytes);
       ptx::tma_load_2d(smem + Cfg::kOffWeights + qb * Cfg::kWeightBytes, tm_weights, q_full + qb, 0, b * 8);
-      if constexpr (!Cfg::kQPerm)
-        ptx::tma_load_2d(smem + Cfg::kOffQ + qb * Cfg::kQTileBytes, tm_q, q_full + qb, 0, b * 8 * 32);
+      if (!perm) ptx::tma_load_2d(smem + Cfg::kOffQ + qb * Cfg::kQTileBytes, tm_q, q_full + qb, 0, b * 8 * 32);
     }
     __syncwarp();
-    if constexpr (Cfg::kQPerm) {
+    if (perm) {
       // Shared row n = 128 g + 32 s + 8 jj + 2 q + e of row group g holds Q row
       // (4 g + (s ^ q), head 8 jj + 2 q + e): 128 two-row boxes, 4 per lane.
       uint8_t* qdst = smem + Cfg::kOffQ + qb * Cfg::kQTileBytes;
@@ -581,7 +593,7 @@ __device__ __forceinline__ void logits_v2_lean2_producer(const Sm90LogitsParams&
         const int n = 2 * (lane + 32 * i);
         const int sg = (n >> 5) & 3, q = (n >> 1) & 3;
         const int src = (n & 128) + 32 * (sg ^ q) + (n & 31);
-        ptx::tma_load_2d(qdst + n * 128, tm_q, q_full + qb, 0, b * 8 * 32 + src);
+        ptx::tma_load_2d(qdst + n * 128, Cfg::kQPermLong ? tm_q2 : tm_q, q_full + qb, 0, b * 8 * 32 + src);
       }
     }
     if (lane == 0) {
@@ -659,65 +671,77 @@ __device__ __forceinline__ void logits_v2_lean2_math(const Sm90LogitsParams& p, 
     // where key < keys (limd = keys - rs), none for rows past the last.
     int limd = row < p.rows ? p.keys - rs : INT_MIN;
     float* rb = p.logits + static_cast<int64_t>(row < p.rows ? row : 0) * p.ld + rs;
-    float2 w[4][4];
     const float2* w2 = reinterpret_cast<const float2*>(smem + Cfg::kOffWeights + qb * Cfg::kWeightBytes) + rg * 64;
-#pragma unroll
-    for (int r = 0; r < 4; ++r)
-#pragma unroll
-      for (int jj = 0; jj < 4; ++jj) w[r][jj] = w2[(Cfg::kQPerm ? r ^ quad : r) * 16 + jj * 4 + quad];
     uint64_t db[4];
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
       asm("mov.b64 %0, {%1, %2};" : "=l"(db[kk]) : "r"(b_lo0 + qb * (Cfg::kQTileBytes >> 4) + 2 * kk), "r"(kDescHi));
     int d = lo + t0 * Cfg::kBlockKeys + key_off - rs;
-#pragma unroll 1
-    for (int n = t1 - t0; n > 0; --n) {
-      ptx::mbar_wait(full + st, ph);
-      // The A descriptors: new low words into the held pairs (the high words never change).
-      const uint32_t alo = a_lo0 + st * (Cfg::kKTileBytes >> 4);
+    // The block's tiles; kPerm: the Q rows permuted (slot r of this lane holds row r ^ quad).
+    auto tiles = [&](auto perm_tag) {
+      constexpr bool kPerm = decltype(perm_tag)::value;
+      float2 w[4][4];
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        uint32_t dlo, dhi;
-        asm("mov.b64 {%0, %1}, %2;" : "=r"(dlo), "=r"(dhi) : "l"(da[kk]));
-        asm("mov.b64 %0, {%1, %2};" : "=l"(da[kk]) : "r"(alo + 2 * kk), "r"(dhi));
+      for (int r = 0; r < 4; ++r)
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) w[r][jj] = w2[(kPerm ? r ^ quad : r) * 16 + jj * 4 + quad];
+#pragma unroll 1
+      for (int n = t1 - t0; n > 0; --n) {
+        ptx::mbar_wait(full + st, ph);
+        // The A descriptors: new low words into the held pairs (the high words never change).
+        const uint32_t alo = a_lo0 + st * (Cfg::kKTileBytes >> 4);
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          uint32_t dlo, dhi;
+          asm("mov.b64 {%0, %1}, %2;" : "=r"(dlo), "=r"(dhi) : "l"(da[kk]));
+          asm("mov.b64 %0, {%1, %2};" : "=l"(da[kk]) : "r"(alo + 2 * kk), "r"(dhi));
+        }
+        float acc[64];
+        logits_mma_issue_dab(acc, da, db);
+        asm volatile("mov.b64 %0, %0;\n\tmov.b64 %1, %1;\n\tmov.b64 %2, %2;\n\tmov.b64 %3, %3;"
+                     : "+l"(da[0]), "+l"(da[1]), "+l"(da[2]), "+l"(da[3]));
+        asm volatile("mov.b64 %0, %0;\n\tmov.b64 %1, %1;\n\tmov.b64 %2, %2;\n\tmov.b64 %3, %3;"
+                     : "+l"(db[0]), "+l"(db[1]), "+l"(db[2]), "+l"(db[3]));
+        // Held across the tile: ptxas would rematerialize them from S2R / the slot.
+        asm volatile("mov.b32 %0, %0;\n\tmov.b32 %1, %1;\n\tmov.b32 %2, %2;" : "+r"(sc_addr), "+r"(len), "+r"(limd));
+        asm volatile("mov.b64 %0, %0;" : "+l"(rb));
+        ptx::wgmma_wait<0>();
+        ptx::fence_regs(acc);
+        // The scales after the MMAs; the stage is released after the stores that use them
+        // (a store issues only once its value, hence the scale, has arrived).
+        float sc0, sc1;
+        asm volatile("ld.shared.f32 %0, [%2];\n\tld.shared.f32 %1, [%2+32];"
+                     : "=f"(sc0), "=f"(sc1)
+                     : "r"(sc_addr + st * Cfg::kScaleBytes));
+        sc0 *= 0.5f;
+        sc1 *= 0.5f;
+        float fin[2][1];
+        if constexpr (kPerm)
+          logits_reduce_perm(acc, w, fin);
+        else
+          logits_epilogue_reduce_w<4>(acc, w, quad, fin);
+        const float v0 = static_cast<uint32_t>(d) < len ? fin[0][0] * sc0 : ninf;
+        const float v1 = static_cast<uint32_t>(d + 8) < len ? fin[1][0] * sc1 : ninf;
+        float* const o = rb + d;
+        asm volatile("{\n.reg .pred p0, p1;\nsetp.lt.s32 p0, %2, %4;\nsetp.lt.s32 p1, %3, %4;\n"
+                     "@p0 st.global.f32 [%5], %0;\n@p1 st.global.f32 [%5+32], %1;\n}"
+                     ::"f"(v0), "f"(v1), "r"(d), "r"(d + 8), "r"(limd), "l"(o)
+                     : "memory");
+        mbar_arrive_elect(empty + st);
+        if (++st == S) {
+          st = 0;
+          ph ^= 1;
+        }
+        d += Cfg::kBlockKeys;
       }
-      float acc[64];
-      logits_mma_issue_dab(acc, da, db);
-      asm volatile("mov.b64 %0, %0;\n\tmov.b64 %1, %1;\n\tmov.b64 %2, %2;\n\tmov.b64 %3, %3;"
-                   : "+l"(da[0]), "+l"(da[1]), "+l"(da[2]), "+l"(da[3]));
-      asm volatile("mov.b64 %0, %0;\n\tmov.b64 %1, %1;\n\tmov.b64 %2, %2;\n\tmov.b64 %3, %3;"
-                   : "+l"(db[0]), "+l"(db[1]), "+l"(db[2]), "+l"(db[3]));
-      // Held across the tile: ptxas would rematerialize them from S2R / the slot.
-      asm volatile("mov.b32 %0, %0;\n\tmov.b32 %1, %1;\n\tmov.b32 %2, %2;" : "+r"(sc_addr), "+r"(len), "+r"(limd));
-      asm volatile("mov.b64 %0, %0;" : "+l"(rb));
-      ptx::wgmma_wait<0>();
-      ptx::fence_regs(acc);
-      // The scales after the MMAs; the stage is released after the stores that use them
-      // (a store issues only once its value, hence the scale, has arrived).
-      float sc0, sc1;
-      asm volatile("ld.shared.f32 %0, [%2];\n\tld.shared.f32 %1, [%2+32];"
-                   : "=f"(sc0), "=f"(sc1)
-                   : "r"(sc_addr + st * Cfg::kScaleBytes));
-      sc0 *= 0.5f;
-      sc1 *= 0.5f;
-      float fin[2][1];
-      if constexpr (Cfg::kQPerm)
-        logits_reduce_perm(acc, w, fin);
+    };
+    if constexpr (Cfg::kQPermLong) {
+      if (lds_uniform(sl + 5))
+        tiles(std::true_type{});
       else
-        logits_epilogue_reduce_w<4>(acc, w, quad, fin);
-      const float v0 = static_cast<uint32_t>(d) < len ? fin[0][0] * sc0 : ninf;
-      const float v1 = static_cast<uint32_t>(d + 8) < len ? fin[1][0] * sc1 : ninf;
-      float* const o = rb + d;
-      asm volatile("{\n.reg .pred p0, p1;\nsetp.lt.s32 p0, %2, %4;\nsetp.lt.s32 p1, %3, %4;\n"
-                   "@p0 st.global.f32 [%5], %0;\n@p1 st.global.f32 [%5+32], %1;\n}"
-                   ::"f"(v0), "f"(v1), "r"(d), "r"(d + 8), "r"(limd), "l"(o)
-                   : "memory");
-      mbar_arrive_elect(empty + st);
-      if (++st == S) {
-        st = 0;
-        ph ^= 1;
-      }
-      d += Cfg::kBlockKeys;
+        tiles(std::false_type{});
+    } else {
+      tiles(std::integral_constant<bool, Cfg::kQPerm>{});
     }
     mbar_arrive_elect(q_empty + qb);  // the block's last MMA has read its Q buffer
     if (last) break;
@@ -787,7 +811,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         return;
       }
       logits_v2_lean2_producer<Cfg>(p, smem, share, full, empty, q_full, q_empty, lean2_slot, &tm_q, &tm_k,
-                                    &tm_scales, &tm_weights);
+                                    &tm_scales, &tm_weights, &tm_out);
       return;
     }
     if (tid != Cfg::kMathThreads) {
@@ -1053,6 +1077,15 @@ inline cudaError_t launch_sm90_fp8_mqa_logits_v2(const void* q, const void* k, c
                                      Cfg::kQBoxRows, Cfg::kKSliceKeys, Cfg::kBlockRows, Cfg::kWgRows)) {
     if (map_error) *map_error = e;
     return cudaErrorInvalidValue;
+  }
+  if constexpr (Cfg::kQPermLong) {  // the direct stores need no output map: its slot carries the 2-row-box Q map
+    const int e = make_tensor_map_2d(&tm_o, q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 128, static_cast<uint64_t>(rows) * 32, 128,
+                                     128, 2, CU_TENSOR_MAP_SWIZZLE_128B);
+    if (e) {
+      const int res[1] = {e};
+      if (map_error) *map_error = first_map_error(res, 1);  // (reported as the q map's)
+      return cudaErrorInvalidValue;
+    }
   }
   auto kernel = &sm90_fp8_mqa_logits_v2_kernel<Cfg>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
