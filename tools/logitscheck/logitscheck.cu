@@ -20,7 +20,9 @@
 // with block-cost shares, 31 kLean2, 32 kLean2 + kQPerm, 33 / 34 32 with
 // block-cost shares 2 / 4, 35 31 with block-cost shares 2, 36 kLean2 +
 // kQPermLong (the permuted Q only for blocks of >= 8 tiles in a share), 37 36
-// with block-cost shares 2. Development only: never part of the extension.
+// with block-cost shares 2, 38 36 + kEarlyQ (the next block's Q issued early,
+// permuted only then), 39 38 with block-cost shares 2. Development only:
+// never part of the extension.
 #include <cuda_fp8.h>
 
 #include <algorithm>
@@ -165,6 +167,8 @@ cudaError_t launch(int v, const Dev& d, cudaStream_t st = 0) {
     case 35: return go(Lean2<1, 2>{});
     case 36: return go(Lean2<5>{});
     case 37: return go(Lean2<5, 2>{});
+    case 38: return go(Lean2<13>{});
+    case 39: return go(Lean2<13, 2>{});
     default: std::fprintf(stderr, "unknown variant %d\n", v); std::exit(2);
   }
 }

@@ -63,6 +63,10 @@ struct Sm90LogitsV2Config {
   static constexpr bool kQPermLong = (kLean2_ & 4) != 0;
   static constexpr bool kQPerm = (kLean2_ & 2) != 0 || kQPermLong;
   static constexpr int kPermMinTiles = 8;
+  // Bit 8 (kEarlyQ, with kQPermLong): the next block's Q issued kQLead tiles
+  // before the current block's last K tile; only such early loads permute.
+  static constexpr bool kEarlyQ = (kLean2_ & 8) != 0;
+  static constexpr int kQLead = 6;
   static constexpr int kSlotInts = 24;  // kLean2 slot: b, lo, t0, t1, last, -, -, -, start[8], len[8]
   // kBlockCost (dev): the work shares count every block as kBlockCost extra
   // tiles (its Q load from memory, its rows' setup), so a CTA whose share
@@ -125,7 +129,8 @@ struct Sm90LogitsV2Config {
   static_assert(kLean2_ == 0 || (kLean && !kPingPong && kBlockRows == 8 && kRowGroups == 2 && kKeyGroups == 2 &&
                                  kProbe_ == 0),
                 "kLean2: the lean 8-row, four-warpgroup structure");
-  static_assert(kLean2_ == 0 || kLean2_ == 1 || kLean2_ == 3 || kLean2_ == 5, "kLean2: 1, 3 (kQPerm) or 5 (kQPermLong)");
+  static_assert(kLean2_ == 0 || kLean2_ == 1 || kLean2_ == 3 || kLean2_ == 5 || kLean2_ == 13,
+                "kLean2: 1, 3 (kQPerm), 5 (kQPermLong) or 13 (kQPermLong + kEarlyQ)");
   static_assert(kKTileBytes % 1024 == 0 && kQTileBytes % 1024 == 0, "swizzle atoms need 1 KB alignment");
   static_assert(kBlockKeys <= 256 && kN <= 256, "one TMA box per tile");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per CTA");
@@ -532,9 +537,13 @@ __device__ __forceinline__ int lean2_block_span(const Sm90LogitsParams& p, int b
 
 // kLean2's producer: the producer warpgroup's warp 0 (all 32 lanes; lane 0
 // issues the barriers and the K loads). For each block of the share it
-// publishes {b, lo, first tile, end tile, last} and its rows' clamped starts
-// and lengths in the Q buffer's slot (written by lane 0 before its arrival on
-// the buffer's q_full, which releases them to the math warps' wait).
+// publishes {b, lo, first tile, end tile, last, permuted} and its rows' clamped
+// starts and lengths in the Q buffer's slot (written by lane 0 before its
+// arrival on the buffer's q_full, which releases them to the math warps' wait).
+// kEarlyQ: the next block's Q and weights are issued kQLead tiles before the
+// current block's last K tile (not after it), so the permuted layout's 128
+// small loads land before the math warps need them, and only such early
+// loads (of blocks of >= kPermMinTiles tiles) use the permuted layout.
 template <class Cfg>
 __device__ __forceinline__ void logits_v2_lean2_producer(const Sm90LogitsParams& p, uint8_t* smem,
                                                          const WorkShare& share, uint64_t* full, uint64_t* empty,
@@ -551,16 +560,9 @@ __device__ __forceinline__ void logits_v2_lean2_producer(const Sm90LogitsParams&
     ptx::prefetch_tensor_map(tm_weights);
     if constexpr (Cfg::kQPermLong) ptx::prefetch_tensor_map(tm_q2);
   }
-  int b = share.b0, t = share.t0, lo = 0, s = 0, len = 0;
-  int nt = lean2_block_span(p, b, lane, lo, s, len);
-  long long left = share.count;
-  uint32_t st = 0, ph = 0;
-  for (int qi = 0; left > 0; ++qi) {
+  // One block's Q buffer: wait for it, publish the slot, issue Q and weights (the whole warp).
+  auto load_q = [&](int qi, int b, int lo, int t, int n_here, bool last, bool perm, int s, int len) {
     const int qb = qi & 1;
-    const int n_here = static_cast<int>(min(static_cast<long long>(nt - t), left));
-    left -= n_here;
-    // kQPermLong: the permuted Q layout for blocks long enough to repay its 128 loads.
-    const bool perm = Cfg::kQPermLong ? n_here >= Cfg::kPermMinTiles : Cfg::kQPerm;
     int* sl = slot[qb];
     if (lane == 0) ptx::mbar_wait(q_empty + qb, ((qi >> 1) & 1) ^ 1);
     __syncwarp();
@@ -577,7 +579,7 @@ __device__ __forceinline__ void logits_v2_lean2_producer(const Sm90LogitsParams&
       sl[1] = lo;
       sl[2] = t;
       sl[3] = t + n_here;
-      sl[4] = left == 0;
+      sl[4] = last;
       sl[5] = perm;
       ptx::mbar_arrive_expect_tx(q_full + qb, Cfg::kQTileBytes + Cfg::kWeightBytes);
       ptx::tma_load_2d(smem + Cfg::kOffWeights + qb * Cfg::kWeightBytes, tm_weights, q_full + qb, 0, b * 8);
@@ -596,27 +598,51 @@ __device__ __forceinline__ void logits_v2_lean2_producer(const Sm90LogitsParams&
         ptx::tma_load_2d(qdst + n * 128, Cfg::kQPermLong ? tm_q2 : tm_q, q_full + qb, 0, b * 8 * 32 + src);
       }
     }
-    if (lane == 0) {
-      for (int i = 0; i < n_here; ++i) {
+    __syncwarp();
+  };
+  int b = share.b0, t = share.t0, lo = 0, s = 0, len = 0;
+  int nt = lean2_block_span(p, b, lane, lo, s, len);
+  long long left = share.count;
+  uint32_t st = 0, ph = 0;
+  int n_here = static_cast<int>(min(static_cast<long long>(nt - t), left));
+  // The first block's Q: the whole-tile load when kEarlyQ (nothing to hide its latency behind).
+  load_q(0, b, lo, t, n_here, left == n_here,
+         Cfg::kEarlyQ ? false : Cfg::kQPermLong ? n_here >= Cfg::kPermMinTiles : Cfg::kQPerm, s, len);
+  for (int qi = 0;; ++qi) {
+    left -= n_here;
+    const bool has_next = left > 0;
+    int nb = b, nlo = lo, ns = 0, nlen = 0, nn = 0;
+    if (has_next) {
+      int nnt;
+      do {
+        ++nb;
+        nnt = lean2_block_span(p, nb, lane, nlo, ns, nlen);
+      } while (nnt == 0);
+      nn = static_cast<int>(min(static_cast<long long>(nnt), left));
+    }
+    const bool nlast = left == nn;
+    const int early_at = Cfg::kEarlyQ && has_next && n_here > Cfg::kQLead ? n_here - Cfg::kQLead : -1;
+#pragma unroll 1
+    for (int i = 0; i < n_here; ++i) {
+      if (i == early_at) load_q(qi + 1, nb, nlo, 0, nn, nlast, nn >= Cfg::kPermMinTiles, ns, nlen);
+      if (lane == 0) {
         ptx::mbar_wait(empty + st, ph ^ 1);
         ptx::mbar_arrive_expect_tx(full + st, Cfg::kKTileBytes + Cfg::kScaleBytes);
         const int key0 = lo + (t + i) * Cfg::kBlockKeys;
         ptx::tma_load_2d(smem + Cfg::kOffK + st * Cfg::kKTileBytes, tm_k, full + st, 0, key0);
         ptx::tma_load_2d(smem + Cfg::kOffScales + st * Cfg::kScaleBytes, tm_scales, full + st, key0, 0);
-        if (++st == S) {
-          st = 0;
-          ph ^= 1;
-        }
       }
+      if (++st == S) {
+        st = 0;
+        ph ^= 1;
+      }
+      __syncwarp();
     }
-    __syncwarp();
-    if (left > 0) {
-      do {
-        ++b;
-        nt = lean2_block_span(p, b, lane, lo, s, len);
-      } while (nt == 0);
-      t = 0;
-    }
+    if (!has_next) break;
+    if (early_at < 0)
+      load_q(qi + 1, nb, nlo, 0, nn, nlast,
+             Cfg::kEarlyQ ? false : Cfg::kQPermLong ? nn >= Cfg::kPermMinTiles : Cfg::kQPerm, ns, nlen);
+    b = nb, lo = nlo, t = 0, s = ns, len = nlen, n_here = nn;
   }
 }
 
