@@ -21,7 +21,9 @@
 // block-cost shares 2 / 4, 35 31 with block-cost shares 2, 36 kLean2 +
 // kQPermLong (the permuted Q only for blocks of >= 8 tiles in a share), 37 36
 // with block-cost shares 2, 38 36 + kEarlyQ (the next block's Q issued early,
-// permuted only then), 39 38 with block-cost shares 2. Development only:
+// permuted only then), 39 38 with block-cost shares 2; 40 / 41 / 42 37 with
+// the permuted Q only for blocks of >= 64 / 32 / 128 tiles, 43 40 without
+// the block-cost shares. Development only:
 // never part of the extension.
 #include <cuda_fp8.h>
 
@@ -169,6 +171,10 @@ cudaError_t launch(int v, const Dev& d, cudaStream_t st = 0) {
     case 37: return go(Lean2<5, 2>{});
     case 38: return go(Lean2<13>{});
     case 39: return go(Lean2<13, 2>{});
+    case 40: return go(Lean2<5 | (64 << 8), 2>{});
+    case 41: return go(Lean2<5 | (32 << 8), 2>{});
+    case 42: return go(Lean2<5 | (128 << 8), 2>{});
+    case 43: return go(Lean2<5 | (64 << 8)>{});
     default: std::fprintf(stderr, "unknown variant %d\n", v); std::exit(2);
   }
 }

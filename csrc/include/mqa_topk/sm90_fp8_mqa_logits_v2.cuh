@@ -62,7 +62,9 @@ struct Sm90LogitsV2Config {
   static constexpr int kLean2 = kLean2_;
   static constexpr bool kQPermLong = (kLean2_ & 4) != 0;
   static constexpr bool kQPerm = (kLean2_ & 2) != 0 || kQPermLong;
-  static constexpr int kPermMinTiles = 8;
+  static_assert(kLean2_ < 256 || kQPermLong, "kPermMinTiles only with kQPermLong");
+  // (bits 8 and up: kPermMinTiles, default 8)
+  static constexpr int kPermMinTiles = (kLean2_ >> 8) != 0 ? (kLean2_ >> 8) : 8;
   // Bit 8 (kEarlyQ, with kQPermLong): the next block's Q issued kQLead tiles
   // before the current block's last K tile; only such early loads permute.
   static constexpr bool kEarlyQ = (kLean2_ & 8) != 0;
@@ -129,7 +131,8 @@ struct Sm90LogitsV2Config {
   static_assert(kLean2_ == 0 || (kLean && !kPingPong && kBlockRows == 8 && kRowGroups == 2 && kKeyGroups == 2 &&
                                  kProbe_ == 0),
                 "kLean2: the lean 8-row, four-warpgroup structure");
-  static_assert(kLean2_ == 0 || kLean2_ == 1 || kLean2_ == 3 || kLean2_ == 5 || kLean2_ == 13,
+  static_assert(kLean2_ == 0 || (kLean2_ & 255) == 1 || (kLean2_ & 255) == 3 || (kLean2_ & 255) == 5 ||
+                    (kLean2_ & 255) == 13,
                 "kLean2: 1, 3 (kQPerm), 5 (kQPermLong) or 13 (kQPermLong + kEarlyQ)");
   static_assert(kKTileBytes % 1024 == 0 && kQTileBytes % 1024 == 0, "swizzle atoms need 1 KB alignment");
   static_assert(kBlockKeys <= 256 && kN <= 256, "one TMA box per tile");
