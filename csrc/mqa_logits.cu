@@ -43,6 +43,6 @@ void mqa_logits(const at::Tensor& q, const at::Tensor& k, const at::Tensor& scal
 
 std::vector<mqa_topk::KernelInfo> mqa_logits_kernel_info() {
   using Cfg = mqa_topk::Sm90LogitsV2Default;
-  return {mqa_topk::kernel_info("sm90_fp8_mqa_logits_v2<rows=8,wg=4(2 rows x 2 keys),stages=8,regw,stg,lean>",
+  return {mqa_topk::kernel_info("sm90_fp8_mqa_logits_v2<rows=8,wg=4(2 rows x 2 keys),stages=8,regw,stg,lean2,qperm>=32,cost=2>",
                                 &mqa_topk::sm90_fp8_mqa_logits_v2_kernel<Cfg>, Cfg::kSmemBytes)};
 }

@@ -4,10 +4,16 @@
 #include "mqa_topk/sm90_fp8_mqa_logits.cuh"
 #include "mqa_topk/sm90_fp8_mqa_logits_v2.cuh"
 
-// The op's kernel (v2: 8 rows on four N = 128 math warpgroups, lean tile path).
+// The op's kernel (v2: 8 rows on four N = 128 math warpgroups, kLean2 tile loop).
 cudaError_t ci_launch_logits_v2() {
   return mqa_topk::launch_sm90_fp8_mqa_logits_v2(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 0,
                                                  0, 132, nullptr);
+}
+
+// The op's kernel until session 17 (the lean path without kLean2).
+cudaError_t ci_launch_logits_v2_lean() {
+  return mqa_topk::launch_sm90_fp8_mqa_logits_v2<mqa_topk::Sm90LogitsV2Lean>(
+      nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 0, 0, 132, nullptr);
 }
 
 // The v1 kernel: its main loop is the fused kernel's.

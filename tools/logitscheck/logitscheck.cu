@@ -4,7 +4,7 @@
 //
 //   check VARIANTS ROWS KEYS LAYOUT [seed=S]
 //       each variant into a NaN-poisoned buffer with extra rows and columns,
-//       against the op's kernel (variant 23): inside every row's [start, end)
+//       against the session-16 op kernel (variant 23): inside every row's [start, end)
 //       bitwise equal, and where it writes outside: only -inf, only in
 //       columns < keys of existing rows. Small shapes (rows * keys <= 2^22)
 //       also against a host reference (double sums; tolerance 4e-3 of the
@@ -16,7 +16,8 @@
 //       ms and PF/s (8192 FLOP per visible pair).
 // LAYOUT: causal (the last ROWS rows of a KEYS-key context), full, ragged
 // (random ranges, unaligned starts, empty and short rows).
-// VARIANTS (comma list): 23 the op's kernel (Sm90LogitsV2Default), 29 / 30 23
+// VARIANTS (comma list): 23 the op's kernel until session 17 (Sm90LogitsV2Lean),
+// 41 the op's kernel since (Sm90LogitsV2Default), 29 / 30 23
 // with block-cost shares, 31 kLean2, 32 kLean2 + kQPerm, 33 / 34 32 with
 // block-cost shares 2 / 4, 35 31 with block-cost shares 2, 36 kLean2 +
 // kQPermLong (the permuted Q only for blocks of >= 8 tiles in a share), 37 36
@@ -159,7 +160,8 @@ cudaError_t launch(int v, const Dev& d, cudaStream_t st = 0) {
                                                         d.ld, w.rows, w.keys, g_sms, st, &me);
   };
   switch (v) {
-    case 23: return go(Sm90LogitsV2Default{});
+    case 23: return go(Sm90LogitsV2Lean{});
+    case 41: return go(Sm90LogitsV2Default{});
     case 29: return go(Sm90LogitsV2Config<8, 4, 8, 0, 112, 1, true, 2, true, true, false, 2>{});
     case 30: return go(Sm90LogitsV2Config<8, 4, 8, 0, 112, 1, true, 2, true, true, false, 4>{});
     case 31: return go(Lean2<1>{});
@@ -172,7 +174,6 @@ cudaError_t launch(int v, const Dev& d, cudaStream_t st = 0) {
     case 38: return go(Lean2<13>{});
     case 39: return go(Lean2<13, 2>{});
     case 40: return go(Lean2<5 | (64 << 8), 2>{});
-    case 41: return go(Lean2<5 | (32 << 8), 2>{});
     case 42: return go(Lean2<5 | (128 << 8), 2>{});
     case 43: return go(Lean2<5 | (64 << 8)>{});
     default: std::fprintf(stderr, "unknown variant %d\n", v); std::exit(2);

@@ -8,9 +8,18 @@
 // tile, so each thread holds 64 accumulators and 16 math warps (4 per
 // scheduler, as in DeepGEMM's kernel) hide the epilogue by occupancy;
 // setmaxnreg 112 / 32; 8 K stages; the block's weights in registers; direct
-// st.global stores; the "lean" tile path: descriptor low words as warp-uniform
-// 32-bit values (the high word is constant), the lane's output row pointer
-// computed once per block. Its per-element arithmetic and reduction tree are
+// st.global stores. Since session 17 (kLean2): the producer warp computes each
+// block's span and rows and publishes them in a slot per Q buffer, so the math
+// warps run a per-block tile loop of 187-200 SASS instructions per tile (128 of
+// them the epilogue's FADD / FFMA; the session-16 loop had 259): stage and
+// phase counters, MMA descriptors held as 64-bit pairs, elected barrier
+// arrivals, a branch-free masked store; blocks of >= 32 tiles in a CTA's share
+// take the permuted Q layout (no select in the reduce-scatter); the work
+// shares count every block as 2 extra tiles (short causal blocks).
+// Why this matters on the H200: under sustained load the GPU sits at its 700 W
+// limit (1620-1755 MHz instead of 1980), so instructions are power and power
+// is clock; the leaner loop kept the clock up (headline 4.43 -> 3.75 ms in the
+// same interleaved run). Its per-element arithmetic and reduction tree are
 // those of sm90_fp8_mqa_logits.cuh (the fused kernel's main loop), so the dense
 // and fused logits stay bitwise equal (scripts/logits_variants.py checks it).
 // Output contract: as sm90_fp8_mqa_logits.cuh (inside [start, end) the logit,
@@ -1088,8 +1097,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   if constexpr (Cfg::kCluster > 1) ptx::cluster_sync();
 }
 
-// The op's configuration (dev variant 23 of scripts/logits_variants.py).
-using Sm90LogitsV2Default = Sm90LogitsV2Config<8, 4, 8, 0, 112, 1, true, 2, true, true>;
+// The op's configuration since session 17 (2026-12-04; dev variant 41 of
+// tools/logitscheck): the lean structure with kLean2 (producer-published
+// block slots, the tight per-block tile loop), the permuted Q for blocks of at
+// least 32 tiles in a share (kQPermLong), and work shares that count every
+// block as 2 extra tiles. docs/LOGITS.md has the measurements.
+using Sm90LogitsV2Default = Sm90LogitsV2Config<8, 4, 8, 0, 112, 1, true, 2, true, true, false, 2, 5 | (32 << 8)>;
+// The op's configuration until session 17 (dev variant 23).
+using Sm90LogitsV2Lean = Sm90LogitsV2Config<8, 4, 8, 0, 112, 1, true, 2, true, true>;
 
 // Launches the kernel: the arguments and error reporting of
 // launch_sm90_fp8_mqa_logits (sm90_fp8_mqa_logits.cuh).
