@@ -1,5 +1,5 @@
 """Small cases of every native op (the fused one included), for compute-sanitizer (memcheck): logits
-with causal and random ranges (awkward sizes), the top-k on short and long
+with causal and random ranges (awkward sizes, short and long blocks), the top-k on short and long
 rows with a padded row stride, and the dense path end to end."""
 import sys
 
@@ -10,7 +10,10 @@ from logits_probe import make  # noqa: E402
 
 from mqa_topk_cli import ops  # noqa: E402
 
-for rows, keys, layout in ((67, 1000, "causal"), (37, 3001, "random"), (5, 1, "random")):
+# (64 x 20000 causal and 300 x 70000 random: blocks of >= 32 tiles, the dense
+# kernel's permuted-Q path and its multi-block shares.)
+for rows, keys, layout in ((67, 1000, "causal"), (37, 3001, "random"), (5, 1, "random"), (64, 20000, "causal"),
+                           (300, 70000, "random")):
     q, k, scales, w, starts, ends = make(rows, keys, 11, layout)
     logits = ops.mqa_logits(q, k, scales, w, starts, ends)
     for topk in (512, 2048):
