@@ -587,7 +587,7 @@ int cmd_stats(int argc, char** argv) {
                 "each, check cycles %llu); total cycles per math warp %.0f; pair selects handed to one warp %llu\n",
                 v, argv[6], argv[7], w.rows, w.keys, w.topk, target, h[9], h[8], h[13], h[4] / sel, h[5] / sel, h[7] / warps,
                 h[0], h[0] ? double(h[1]) / h[0] : 0.0, h[3], h[6] / warps, h[10]);
-    if ((v >= 33 && v <= 37) || v == 43)  // kShares: 12 = the sample publications' cycles; 7 = the rest starts (gate, copy, waits)
+    if ((v >= 33 && v <= 37) || v == 43 || v == 63)  // kShares: 12 = the sample publications' cycles; 7 = the rest starts (gate, copy, waits)
       std::printf("  shares: sample publications per math warp %.0f cycles, rest starts (gate + copy + waits) %.0f\n",
                   h[12] / warps, h[7] / warps);
     else if (h[2] | h[11] | h[12] | h[14])  // kSelPhases (26): the pair select's phases, per select
