@@ -38,36 +38,12 @@
 
 #include "mqa_topk/sm90_fp8_mqa_logits_v2.cuh"
 
-#define CK(x)                                                                                   \
-  do {                                                                                          \
-    cudaError_t e_ = (x);                                                                       \
-    if (e_ != cudaSuccess) {                                                                    \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(2);                                                                             \
-    }                                                                                           \
-  } while (0)
+#include "../harness_common.h"
 
 namespace {
 using namespace mqa_topk;
+using namespace harness;
 
-struct Rng {
-  uint64_t s;
-  explicit Rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 1) {}
-  uint64_t next() {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    return s;
-  }
-  double uni() { return (next() >> 11) * (1.0 / 9007199254740992.0); }
-  double gauss() {
-    double u = uni(), v = uni();
-    if (u < 1e-300) u = 1e-300;
-    return std::sqrt(-2 * std::log(u)) * std::cos(6.283185307179586 * v);
-  }
-};
-
-uint8_t fp8(double x) { return __nv_fp8_e4m3(static_cast<float>(x)).__x; }
 double unfp8(uint8_t b) {
   __nv_fp8_e4m3 v;
   v.__x = b;
@@ -108,14 +84,6 @@ Work make_work(int rows, int keys, const std::string& layout, uint64_t seed) {
     x = static_cast<float>(rng.uni() < 0.1 ? -v : v);
   }
   return w;
-}
-
-template <class T>
-T* upload(const std::vector<T>& v) {
-  T* p = nullptr;
-  CK(cudaMalloc(&p, std::max<size_t>(16, v.size() * sizeof(T))));
-  if (!v.empty()) CK(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return p;
 }
 
 constexpr int kExtraRows = 9;   // poisoned rows past the last: nothing may land there
@@ -178,23 +146,6 @@ cudaError_t launch(int v, const Dev& d, cudaStream_t st = 0) {
     case 43: return go(Lean2<5 | (64 << 8)>{});
     default: std::fprintf(stderr, "unknown variant %d\n", v); std::exit(2);
   }
-}
-
-std::vector<int> parse_variants(const char* s) {
-  std::vector<int> v;
-  for (const char* p = s; *p;) {
-    v.push_back(std::atoi(p));
-    while (*p && *p != ',') ++p;
-    if (*p == ',') ++p;
-  }
-  return v;
-}
-
-int opt_int(int argc, char** argv, const char* name, int dflt) {
-  const size_t n = std::strlen(name);
-  for (int i = 1; i < argc; ++i)
-    if (!std::strncmp(argv[i], name, n) && argv[i][n] == '=') return std::atoi(argv[i] + n + 1);
-  return dflt;
 }
 
 std::vector<float> run_poisoned(int v, const Dev& d) {

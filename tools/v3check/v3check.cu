@@ -43,36 +43,11 @@
 #include "mqa_topk/sm90_fused_mqa_topk_v3.cuh"
 #include "mqa_topk/sm90_topk_per_row.cuh"
 
-#define CK(x)                                                                                   \
-  do {                                                                                          \
-    cudaError_t e_ = (x);                                                                       \
-    if (e_ != cudaSuccess) {                                                                    \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(2);                                                                             \
-    }                                                                                           \
-  } while (0)
+#include "../harness_common.h"
 
 namespace {
 using namespace mqa_topk;
-
-struct Rng {
-  uint64_t s;
-  explicit Rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 1) {}
-  uint64_t next() {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    return s;
-  }
-  double uni() { return (next() >> 11) * (1.0 / 9007199254740992.0); }
-  double gauss() {
-    double u = uni(), v = uni();
-    if (u < 1e-300) u = 1e-300;
-    return std::sqrt(-2 * std::log(u)) * std::cos(6.283185307179586 * v);
-  }
-};
-
-uint8_t fp8(double x) { return __nv_fp8_e4m3(static_cast<float>(x)).__x; }
+using namespace harness;
 
 struct Work {
   int rows = 0, keys = 0, topk = 0;
@@ -143,14 +118,6 @@ struct Dev {
   size_t ws_bytes = 0;
   int64_t ld = 0;
 };
-
-template <class T>
-T* upload(const std::vector<T>& v) {
-  T* p = nullptr;
-  CK(cudaMalloc(&p, std::max<size_t>(16, v.size() * sizeof(T))));
-  if (!v.empty()) CK(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return p;
-}
 
 Dev upload_work(const Work& w) {
   Dev d;
@@ -376,23 +343,6 @@ int wrong_rows(const Work& w, const std::vector<int>& out, const std::vector<std
     }
   }
   return bad;
-}
-
-std::vector<int> parse_variants(const char* s) {
-  std::vector<int> v;
-  for (const char* p = s; *p;) {
-    v.push_back(std::atoi(p));
-    while (*p && *p != ',') ++p;
-    if (*p == ',') ++p;
-  }
-  return v;
-}
-
-int opt_int(int argc, char** argv, const char* name, int dflt) {
-  const size_t n = std::strlen(name);
-  for (int i = 1; i < argc; ++i)
-    if (!std::strncmp(argv[i], name, n) && argv[i][n] == '=') return std::atoi(argv[i] + n + 1);
-  return dflt;
 }
 
 void poison(const Dev& d, int v) { CK(cudaMemset(d.out, v & 0xff, size_t(d.w->rows) * d.w->topk * 4)); }

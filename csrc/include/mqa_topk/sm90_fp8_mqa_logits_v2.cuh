@@ -287,13 +287,12 @@ __device__ __forceinline__ WorkShare find_work_share_v2(const Sm90LogitsParams& 
 // logits_epilogue_reduce's arithmetic, in its order, for W rows whose weights
 // this lane needs are given (w[r][jj] = weights[r * 32 + jj * 8 + 2 * quad],
 // +1), so the result is bitwise that of the real kernel.
+// The 8 head-partials of each (key half h, accumulator slot r) of a lane: relu
+// as (x + |x|) and the weight FMAs in the fixed order every kernel shares.
 template <int W, int kAcc>
-__device__ __forceinline__ void logits_epilogue_reduce_w(const float (&acc)[kAcc], const float2 (&w)[W][4], int quad,
-                                                         float (&fin)[2][W / 4]) {
+__device__ __forceinline__ void logits_head_partials(const float (&acc)[kAcc], const float2 (&w)[W][4],
+                                                     float (&part)[2][W]) {
   static_assert(kAcc == 16 * W, "2 keys x W rows x 8 heads per lane");
-  constexpr int RQ = W / 4;
-  const int hb = (quad >> 1) & 1, lb = quad & 1;
-  float part[2][W];
 #pragma unroll
   for (int r = 0; r < W; ++r) {
     float s0 = 0.f, s1 = 0.f;
@@ -308,6 +307,15 @@ __device__ __forceinline__ void logits_epilogue_reduce_w(const float (&acc)[kAcc
     part[0][r] = s0;
     part[1][r] = s1;
   }
+}
+
+template <int W, int kAcc>
+__device__ __forceinline__ void logits_epilogue_reduce_w(const float (&acc)[kAcc], const float2 (&w)[W][4], int quad,
+                                                         float (&fin)[2][W / 4]) {
+  constexpr int RQ = W / 4;
+  const int hb = (quad >> 1) & 1, lb = quad & 1;
+  float part[2][W];
+  logits_head_partials<W>(acc, w, part);
   float half[2][W / 2];
 #pragma unroll
   for (int h = 0; h < 2; ++h)
@@ -478,7 +486,7 @@ __device__ __forceinline__ void logits_v2_pingpong_math(const Sm90LogitsParams& 
 
 // ---- kLean2 (issue 10, session 17) ---------------------------------------------
 
-// The permuted-Q tile epilogue (kQPerm): logits_epilogue_reduce_w<4>'s
+// The permuted-Q tile epilogue (kQPerm; also the fused v3 kernel's): logits_epilogue_reduce_w<4>'s
 // arithmetic where slot s of this lane (accumulators 16 s .. 16 s + 15,
 // weights w[s]) holds row s ^ quad. The partial sums are the dense layout's
 // FMA chains (same heads, weights and order), and the butterfly forms the same
@@ -488,20 +496,7 @@ __device__ __forceinline__ void logits_v2_pingpong_math(const Sm90LogitsParams& 
 __device__ __forceinline__ void logits_reduce_perm(const float (&acc)[64], const float2 (&w)[4][4],
                                                    float (&fin)[2][1]) {
   float part[2][4];
-#pragma unroll
-  for (int r = 0; r < 4; ++r) {
-    float s0 = 0.f, s1 = 0.f;
-#pragma unroll
-    for (int jj = 0; jj < 4; ++jj) {
-      const int j = 4 * r + jj;
-      s0 = fmaf(w[r][jj].x, acc[4 * j + 0] + fabsf(acc[4 * j + 0]), s0);
-      s0 = fmaf(w[r][jj].y, acc[4 * j + 1] + fabsf(acc[4 * j + 1]), s0);
-      s1 = fmaf(w[r][jj].x, acc[4 * j + 2] + fabsf(acc[4 * j + 2]), s1);
-      s1 = fmaf(w[r][jj].y, acc[4 * j + 3] + fabsf(acc[4 * j + 3]), s1);
-    }
-    part[0][r] = s0;
-    part[1][r] = s1;
-  }
+  logits_head_partials<4>(acc, w, part);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const float h0 = part[h][0] + __shfl_xor_sync(0xffffffffu, part[h][2], 2);
@@ -510,7 +505,18 @@ __device__ __forceinline__ void logits_reduce_perm(const float (&acc)[64], const
   }
 }
 
-// A tile's MMA chain (m64n128, 4 k32 steps) from held 64-bit descriptors.
+// New low words (start addresses alo + 2 kk) into four held descriptor pairs;
+// the high words are constant (also the fused v3 kernel's).
+__device__ __forceinline__ void desc_pairs_set_lo(uint64_t (&d)[4], uint32_t alo) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    uint32_t dhi;
+    asm("{\n.reg .b32 lo;\nmov.b64 {lo, %0}, %1;\n}" : "=r"(dhi) : "l"(d[kk]));
+    asm("mov.b64 %0, {%1, %2};" : "=l"(d[kk]) : "r"(alo + 2 * kk), "r"(dhi));
+  }
+}
+
+// A tile's MMA chain (m64n128, 4 k32 steps) from held 64-bit descriptors (also the fused v3 kernel's).
 __device__ __forceinline__ void logits_mma_issue_dab(float (&acc)[64], const uint64_t (&da)[4], const uint64_t (&db)[4]) {
   ptx::wgmma_fence();
 #pragma unroll
@@ -726,14 +732,7 @@ __device__ __forceinline__ void logits_v2_lean2_math(const Sm90LogitsParams& p, 
 #pragma unroll 1
       for (int n = t1 - t0; n > 0; --n) {
         ptx::mbar_wait(full + st, ph);
-        // The A descriptors: new low words into the held pairs (the high words never change).
-        const uint32_t alo = a_lo0 + st * (Cfg::kKTileBytes >> 4);
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-          uint32_t dlo, dhi;
-          asm("mov.b64 {%0, %1}, %2;" : "=r"(dlo), "=r"(dhi) : "l"(da[kk]));
-          asm("mov.b64 %0, {%1, %2};" : "=l"(da[kk]) : "r"(alo + 2 * kk), "r"(dhi));
-        }
+        desc_pairs_set_lo(da, a_lo0 + st * (Cfg::kKTileBytes >> 4));  // the A descriptors: this stage
         float acc[64];
         logits_mma_issue_dab(acc, da, db);
         asm volatile("mov.b64 %0, %0;\n\tmov.b64 %1, %1;\n\tmov.b64 %2, %2;\n\tmov.b64 %3, %3;"

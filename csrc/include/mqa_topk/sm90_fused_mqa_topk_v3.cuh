@@ -1304,39 +1304,9 @@ __host__ __device__ constexpr int fused_v3_share_blocks(int nblocks, int grid) {
   return nblocks <= 2 * grid ? nblocks : nblocks % grid == 0 ? 0 : grid + nblocks % grid;
 }
 
-// kQPerm's tile epilogue: logits_epilogue_reduce_w<4>'s arithmetic on the
-// permuted Q layout, where slot s of this lane (accumulators 16 s .. 16 s + 15,
-// weights w[s]) holds row s ^ quad. The partial sums are the dense layout's
-// FMA chains (same heads, weights and order), and the butterfly forms the same
-// sums in the same order without selecting by the quad: after the xor-2 step
-// slot 0 holds (v_q + v_q^2) of row q and slot 1 that of row q ^ 1, which the
-// xor-1 partner (its slot 1 is row q) adds. fin[h][0]: this lane's row quad.
-template <int kAcc>
-__device__ __forceinline__ void fused_v3_reduce_perm(const float (&acc)[kAcc], const float2 (&w)[4][4],
-                                                     float (&fin)[2][1]) {
-  static_assert(kAcc == 64, "2 keys x 4 rows x 8 heads per lane");
-  float part[2][4];
-#pragma unroll
-  for (int r = 0; r < 4; ++r) {
-    float s0 = 0.f, s1 = 0.f;
-#pragma unroll
-    for (int jj = 0; jj < 4; ++jj) {
-      const int j = 4 * r + jj;
-      s0 = fmaf(w[r][jj].x, acc[4 * j + 0] + fabsf(acc[4 * j + 0]), s0);
-      s0 = fmaf(w[r][jj].y, acc[4 * j + 1] + fabsf(acc[4 * j + 1]), s0);
-      s1 = fmaf(w[r][jj].x, acc[4 * j + 2] + fabsf(acc[4 * j + 2]), s1);
-      s1 = fmaf(w[r][jj].y, acc[4 * j + 3] + fabsf(acc[4 * j + 3]), s1);
-    }
-    part[0][r] = s0;
-    part[1][r] = s1;
-  }
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const float h0 = part[h][0] + __shfl_xor_sync(0xffffffffu, part[h][2], 2);
-    const float h1 = part[h][1] + __shfl_xor_sync(0xffffffffu, part[h][3], 2);
-    fin[h][0] = h0 + __shfl_xor_sync(0xffffffffu, h1, 1);
-  }
-}
+// kQPerm's tile epilogue is logits_reduce_perm (sm90_fp8_mqa_logits_v2.cuh),
+// the dense kernel's for blocks in the permuted Q layout; kQPerm & 16's MMA
+// chain is logits_mma_issue_dab.
 
 // kQPerm & 8: a tile's MMA chain (logits_tile_mma_issue_lo) with the four B
 // descriptors given as 64-bit values.
@@ -1349,14 +1319,6 @@ __device__ __forceinline__ void fused_v3_mma_issue_db(float (&acc)[64], uint32_t
     asm("mov.b64 %0, {%1, %2};" : "=l"(da) : "r"(a_lo + 2 * kk), "r"(kDescHi));
     ptx::wgmma_e4m3<128>(acc, da, db[kk], kk);
   }
-  ptx::wgmma_commit();
-  ptx::fence_regs(acc);
-}
-
-__device__ __forceinline__ void fused_v3_mma_issue_dab(float (&acc)[64], const uint64_t (&da)[4], const uint64_t (&db)[4]) {
-  ptx::wgmma_fence();
-#pragma unroll
-  for (int kk = 0; kk < 4; ++kk) ptx::wgmma_e4m3<128>(acc, da[kk], db[kk], kk);
   ptx::wgmma_commit();
   ptx::fence_regs(acc);
 }
@@ -2017,14 +1979,8 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
           asm volatile("mov.b64 %0, %0;\n\tmov.b64 %1, %1;\n\tmov.b64 %2, %2;\n\tmov.b64 %3, %3;"
                        : "+l"(db_k[0]), "+l"(db_k[1]), "+l"(db_k[2]), "+l"(db_k[3]));
           if constexpr ((Cfg::kQPerm & 16) != 0) {  // the A descriptors: new low words into the held pairs
-            const uint32_t alo = a_lo0 + stage * (Cfg::kKTileBytes >> 4);
-#pragma unroll
-            for (int kk = 0; kk < 4; ++kk) {
-              uint32_t lo, hi;
-              asm("mov.b64 {%0, %1}, %2;" : "=r"(lo), "=r"(hi) : "l"(da_k[kk]));
-              asm("mov.b64 %0, {%1, %2};" : "=l"(da_k[kk]) : "r"(alo + 2 * kk), "r"(hi));
-            }
-            fused_v3_mma_issue_dab(acc, da_k, db_k);
+            desc_pairs_set_lo(da_k, a_lo0 + stage * (Cfg::kKTileBytes >> 4));
+            logits_mma_issue_dab(acc, da_k, db_k);
             asm volatile("mov.b64 %0, %0;\n\tmov.b64 %1, %1;\n\tmov.b64 %2, %2;\n\tmov.b64 %3, %3;"
                          : "+l"(da_k[0]), "+l"(da_k[1]), "+l"(da_k[2]), "+l"(da_k[3]));
           } else {
@@ -2063,7 +2019,7 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
           }
         }
         if constexpr (Cfg::kQPerm != 0)
-          fused_v3_reduce_perm(acc, w, fin);
+          logits_reduce_perm(acc, w, fin);
         else
           logits_epilogue_reduce_w<4>(acc, w, quad, fin);
       } else if constexpr (Cfg::kSmemWeights) {
@@ -2104,7 +2060,7 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
             }
         }
         if constexpr (Cfg::kQPerm != 0)
-          fused_v3_reduce_perm(acc, w, fin);
+          logits_reduce_perm(acc, w, fin);
         else
           logits_epilogue_reduce_w<4>(acc, w, quad, fin);
       } else {
