@@ -16,9 +16,10 @@ cudaError_t fused_v3_split_launch(const void* q, const void* k, const float* sca
                                   const int* starts, const int* ends, int* out, void* workspace, int rows, int keys,
                                   int topk, int num_sms, cudaStream_t stream, int* map_error, int probe,
                                   mqa_topk::RangeErrorSink range_err, int target) {
+  // (fewer CTAs than SMs for few row blocks: every block the same whole number of pieces)
   return mqa_topk::launch_sm90_fused_mqa_topk_v3<mqa_topk::Sm90FusedV3Split>(
-      q, k, scales, weights, starts, ends, out, workspace, rows, keys, topk, num_sms, stream, map_error, probe,
-      range_err, target);
+      q, k, scales, weights, starts, ends, out, workspace, rows, keys, topk,
+      mqa_topk::fused_v3_split_grid(rows, num_sms), stream, map_error, probe, range_err, target);
 }
 
 cudaError_t fused_v3_split_attributes(cudaFuncAttributes* attr, int* dynamic_smem) {

@@ -50,6 +50,12 @@ if hasattr(ops._native(), "fused_mqa_topk"):
         ops.fused_mqa_topk_prefill(q, k, scales, w, starts, ends, out)
         os.environ.pop("MQA_TOPK_FUSED_TARGET", None)
     del os.environ["MQA_TOPK_FUSED_SPLIT"]
+    # The split kernel on few row blocks (64 rows: 128 CTAs, 16 pieces per block).
+    os.environ["MQA_TOPK_FUSED_SPLIT"] = "1"
+    q, k, scales, w, starts, ends = make(64, 20000, 16, "causal")
+    out = torch.empty((64, 2048), dtype=torch.int32, device="cuda")
+    ops.fused_mqa_topk_prefill(q, k, scales, w, starts, ends, out)
+    del os.environ["MQA_TOPK_FUSED_SPLIT"]
     # Dev variant 10 (MQA_TOPK_DEV_PROBES=1 builds): shares that follow the blocks.
     ext = ops._native()
     if hasattr(ext, "fused_mqa_topk_probe"):

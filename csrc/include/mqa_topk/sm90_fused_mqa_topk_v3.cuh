@@ -1304,6 +1304,17 @@ __host__ __device__ constexpr int fused_v3_share_blocks(int nblocks, int grid) {
   return nblocks <= 2 * grid ? nblocks : nblocks % grid == 0 ? 0 : grid + nblocks % grid;
 }
 
+// The split kernel's grid (issue 12, session 17): with B row blocks of at
+// most a quarter of the SMs, every block gets the same whole number of pieces
+// (B * floor(sms / B) CTAs) when that keeps at least 90% of the SMs busy. A CTA
+// holding the ends of two blocks serialises their gates and merges: 64 rows x
+// 64K keys ran 0.269 ms on 132 CTAs, 0.181 on 128; 128 rows 0.285 / 0.196;
+// 192-520 rows within 2% either way (BENCHMARKS.md, session 17, round 10).
+__host__ __device__ constexpr int fused_v3_split_grid(int rows, int sms) {
+  const int b = (rows + 7) / 8;
+  return b <= 0 || 4 * b > sms ? sms : 10 * (b * (sms / b)) >= 9 * sms ? b * (sms / b) : sms;
+}
+
 // kQPerm's tile epilogue is logits_reduce_perm (sm90_fp8_mqa_logits_v2.cuh),
 // the dense kernel's for blocks in the permuted Q layout; kQPerm & 16's MMA
 // chain is logits_mma_issue_dab.
