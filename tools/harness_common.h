@@ -53,6 +53,14 @@ T* upload(const std::vector<T>& v) {
   return p;
 }
 
+// A workload's inputs (q, k, scales, weights, starts, ends) into the device
+// struct's fields of the same names.
+template <class W, class D>
+void upload_inputs(const W& w, D& d) {
+  d.q = upload(w.q), d.k = upload(w.k), d.scales = upload(w.scales), d.weights = upload(w.weights);
+  d.starts = upload(w.starts), d.ends = upload(w.ends);
+}
+
 // "12,13,15" -> {12, 13, 15}
 inline std::vector<int> parse_variants(const char* s) {
   std::vector<int> v;

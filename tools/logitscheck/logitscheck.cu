@@ -21,8 +21,8 @@
 // with block-cost shares, 31 kLean2, 32 kLean2 + kQPerm, 33 / 34 32 with
 // block-cost shares 2 / 4, 35 31 with block-cost shares 2, 36 kLean2 +
 // kQPermLong (the permuted Q only for blocks of >= 8 tiles in a share), 37 36
-// with block-cost shares 2, 38 36 + kEarlyQ (the next block's Q issued early,
-// permuted only then), 39 38 with block-cost shares 2; 40 / 41 / 42 37 with
+// with block-cost shares 2 (38 / 39, the next block's Q issued early and
+// permuted only then, were measured slower and removed); 40 / 41 / 42 37 with
 // the permuted Q only for blocks of >= 64 / 32 / 128 tiles, 43 40 without
 // the block-cost shares. Development only:
 // never part of the extension.
@@ -101,8 +101,7 @@ struct Dev {
 Dev upload_work(const Work& w) {
   Dev d;
   d.w = &w;
-  d.q = upload(w.q), d.k = upload(w.k), d.scales = upload(w.scales), d.weights = upload(w.weights);
-  d.starts = upload(w.starts), d.ends = upload(w.ends);
+  upload_inputs(w, d);
   d.ld = (w.keys + kExtraCols + 3) / 4 * 4;
   d.out_elems = size_t(w.rows + kExtraRows) * d.ld;
   CK(cudaMalloc(&d.logits, d.out_elems * 4));
@@ -139,8 +138,6 @@ cudaError_t launch(int v, const Dev& d, cudaStream_t st = 0) {
     case 35: return go(Lean2<1, 2>{});
     case 36: return go(Lean2<5>{});
     case 37: return go(Lean2<5, 2>{});
-    case 38: return go(Lean2<13>{});
-    case 39: return go(Lean2<13, 2>{});
     case 40: return go(Lean2<5 | (64 << 8), 2>{});
     case 42: return go(Lean2<5 | (128 << 8), 2>{});
     case 43: return go(Lean2<5 | (64 << 8)>{});

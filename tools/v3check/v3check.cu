@@ -122,8 +122,7 @@ struct Dev {
 Dev upload_work(const Work& w) {
   Dev d;
   d.w = &w;
-  d.q = upload(w.q), d.k = upload(w.k), d.scales = upload(w.scales), d.weights = upload(w.weights);
-  d.starts = upload(w.starts), d.ends = upload(w.ends);
+  upload_inputs(w, d);
   d.ld = (w.keys + 3) / 4 * 4;
   CK(cudaMalloc(&d.logits, std::max<size_t>(16, size_t(w.rows) * d.ld * 4)));
   CK(cudaMalloc(&d.out, size_t(w.rows) * w.topk * 4));

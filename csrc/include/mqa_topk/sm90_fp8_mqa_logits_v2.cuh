@@ -74,10 +74,8 @@ struct Sm90LogitsV2Config {
   static_assert(kLean2_ < 256 || kQPermLong, "kPermMinTiles only with kQPermLong");
   // (bits 8 and up: kPermMinTiles, default 8)
   static constexpr int kPermMinTiles = (kLean2_ >> 8) != 0 ? (kLean2_ >> 8) : 8;
-  // Bit 8 (kEarlyQ, with kQPermLong): the next block's Q issued kQLead tiles
-  // before the current block's last K tile; only such early loads permute.
-  static constexpr bool kEarlyQ = (kLean2_ & 8) != 0;
-  static constexpr int kQLead = 6;
+  // Whether a block with n tiles in the CTA's share loads Q permuted.
+  static constexpr __host__ __device__ bool q_perm(int n) { return kQPermLong ? n >= kPermMinTiles : kQPerm; }
   static constexpr int kSlotInts = 24;  // kLean2 slot: b, lo, t0, t1, last, -, -, -, start[8], len[8]
   // kBlockCost (dev): the work shares count every block as kBlockCost extra
   // tiles (its Q load from memory, its rows' setup), so a CTA whose share
@@ -140,9 +138,8 @@ struct Sm90LogitsV2Config {
   static_assert(kLean2_ == 0 || (kLean && !kPingPong && kBlockRows == 8 && kRowGroups == 2 && kKeyGroups == 2 &&
                                  kProbe_ == 0),
                 "kLean2: the lean 8-row, four-warpgroup structure");
-  static_assert(kLean2_ == 0 || (kLean2_ & 255) == 1 || (kLean2_ & 255) == 3 || (kLean2_ & 255) == 5 ||
-                    (kLean2_ & 255) == 13,
-                "kLean2: 1, 3 (kQPerm), 5 (kQPermLong) or 13 (kQPermLong + kEarlyQ)");
+  static_assert(kLean2_ == 0 || (kLean2_ & 255) == 1 || (kLean2_ & 255) == 3 || (kLean2_ & 255) == 5,
+                "kLean2: 1, 3 (kQPerm) or 5 (kQPermLong)");
   static_assert(kKTileBytes % 1024 == 0 && kQTileBytes % 1024 == 0, "swizzle atoms need 1 KB alignment");
   static_assert(kBlockKeys <= 256 && kN <= 256, "one TMA box per tile");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per CTA");
@@ -558,10 +555,8 @@ __device__ __forceinline__ int lean2_block_span(const Sm90LogitsParams& p, int b
 // publishes {b, lo, first tile, end tile, last, permuted} and its rows' clamped
 // starts and lengths in the Q buffer's slot (written by lane 0 before its
 // arrival on the buffer's q_full, which releases them to the math warps' wait).
-// kEarlyQ: the next block's Q and weights are issued kQLead tiles before the
-// current block's last K tile (not after it), so the permuted layout's 128
-// small loads land before the math warps need them, and only such early
-// loads (of blocks of >= kPermMinTiles tiles) use the permuted layout.
+// (Issuing the next block's Q a few tiles before the current block's end,
+// permuted only then, measured slower: dev variants 38 / 39, session 17.)
 template <class Cfg>
 __device__ __forceinline__ void logits_v2_lean2_producer(const Sm90LogitsParams& p, uint8_t* smem,
                                                          const WorkShare& share, uint64_t* full, uint64_t* empty,
@@ -623,12 +618,11 @@ __device__ __forceinline__ void logits_v2_lean2_producer(const Sm90LogitsParams&
   long long left = share.count;
   uint32_t st = 0, ph = 0;
   int n_here = static_cast<int>(min(static_cast<long long>(nt - t), left));
-  // The first block's Q: the whole-tile load when kEarlyQ (nothing to hide its latency behind).
-  load_q(0, b, lo, t, n_here, left == n_here,
-         Cfg::kEarlyQ ? false : Cfg::kQPermLong ? n_here >= Cfg::kPermMinTiles : Cfg::kQPerm, s, len);
+  load_q(0, b, lo, t, n_here, left == n_here, Cfg::q_perm(n_here), s, len);
   for (int qi = 0;; ++qi) {
     left -= n_here;
     const bool has_next = left > 0;
+    // The next block (found before this one's K loads: ptxas keeps the loop spill-free this way).
     int nb = b, nlo = lo, ns = 0, nlen = 0, nn = 0;
     if (has_next) {
       int nnt;
@@ -638,11 +632,8 @@ __device__ __forceinline__ void logits_v2_lean2_producer(const Sm90LogitsParams&
       } while (nnt == 0);
       nn = static_cast<int>(min(static_cast<long long>(nnt), left));
     }
-    const bool nlast = left == nn;
-    const int early_at = Cfg::kEarlyQ && has_next && n_here > Cfg::kQLead ? n_here - Cfg::kQLead : -1;
 #pragma unroll 1
     for (int i = 0; i < n_here; ++i) {
-      if (i == early_at) load_q(qi + 1, nb, nlo, 0, nn, nlast, nn >= Cfg::kPermMinTiles, ns, nlen);
       if (lane == 0) {
         ptx::mbar_wait(empty + st, ph ^ 1);
         ptx::mbar_arrive_expect_tx(full + st, Cfg::kKTileBytes + Cfg::kScaleBytes);
@@ -657,9 +648,7 @@ __device__ __forceinline__ void logits_v2_lean2_producer(const Sm90LogitsParams&
       __syncwarp();
     }
     if (!has_next) break;
-    if (early_at < 0)
-      load_q(qi + 1, nb, nlo, 0, nn, nlast,
-             Cfg::kEarlyQ ? false : Cfg::kQPermLong ? nn >= Cfg::kPermMinTiles : Cfg::kQPerm, ns, nlen);
+    load_q(qi + 1, nb, nlo, 0, nn, left == nn, Cfg::q_perm(nn), ns, nlen);
     b = nb, lo = nlo, t = 0, s = ns, len = nlen, n_here = nn;
   }
 }
