@@ -578,6 +578,7 @@ void groups_case(const std::string& name, std::vector<Row>& sl, uint64_t thr, ui
 // rounds, 1-8 lanes per segment by the piece count) and by one warp
 // (warp_finish_row: for_each_key4, warp_hist_pass and warp_emit over pieces).
 int g_piece_rounds = 0;
+int g_prebinned = 0;
 void pieces_case(const std::string& name, std::vector<Row>& sl, uint64_t thr, uint32_t k, bool gated, int start,
                  int c0, int slot0, int r) {
   const int np = static_cast<int>(sl.size());
@@ -609,7 +610,21 @@ void pieces_case(const std::string& name, std::vector<Row>& sl, uint64_t thr, ui
   auto segs = [&](int half) {
     return PieceSegs{ws.data() + size_t(r * NS) * 2 * cap, rec.data() + r * 32 + 8, cap, c0, slot0, np, half};
   };
-  for (int mode = 0; mode < 2; ++mode) {  // 0: the pair, 1: one warp
+  // mode 2 (the split merge from the pieces' published histograms,
+  // pair_finish_row_prebinned): smax the largest eligible key, one below it,
+  // one just above the gate; the bins summed here as the last piece sums them.
+  const uint32_t gk = static_cast<uint32_t>(thr >> 32);
+  std::vector<uint32_t> smaxes;
+  if (gated && static_cast<uint32_t>(thr) == 0u && gk >= 1u) {
+    std::vector<uint32_t> ek;
+    for (auto& x : sl)
+      for (auto& e : x.entries())
+        if (e.first >= gk) ek.push_back(e.first);
+    std::sort(ek.begin(), ek.end(), std::greater<uint32_t>());
+    for (uint32_t v : {ek.empty() ? 0u : ek[0], ek.size() > 3 ? ek[ek.size() / 4] : 0u, gk + 1u})
+      if (v > gk) smaxes.push_back(v);
+  }
+  for (int mode = 0; mode < 2 + static_cast<int>(smaxes.size()); ++mode) {  // 0: the pair, 1: one warp, 2+: prebinned
     std::vector<int> first;
     for (int rep = 0; rep < 2; ++rep) {
       std::vector<int> row(k, -7), writes(k, 0);
@@ -618,7 +633,19 @@ void pieces_case(const std::string& name, std::vector<Row>& sl, uint64_t thr, ui
       int res[64];
       uint32_t cands[64];
       bool bad_at = false;
-      if (mode == 0) {
+      if (mode >= 2) {
+        const uint32_t smax = smaxes[mode - 2];
+        const uint32_t m0 = range_mult(smax - gk);
+        for (auto& x : sl)
+          for (auto& e : x.entries())
+            if (e.first >= gk) ++sc.hist[std::min(range_bin(e.first, gk, m0), 255u)];
+        warp_emu::run2([&](int w, int lane) {
+          PairCtx pc{xch, 9, w, 0};
+          res[w * 32 + lane] = pair_finish_row_prebinned(segs(w), pc, thr, smax, k, need, w == 0 ? gated : false,
+                                                         start, sc.hist, sc.sk, sc.si, lane, &cands[w * 32 + lane],
+                                                         PosRecorder{row, writes, k, bad_at});
+        });
+      } else if (mode == 0) {
         warp_emu::run2([&](int w, int lane) {
           PairCtx pc{xch, 9, w, 0};
           res[w * 32 + lane] = pair_finish_row(segs(w), pc, thr, k, need, w == 0 ? gated : false, start, sc.hist,
@@ -631,7 +658,7 @@ void pieces_case(const std::string& name, std::vector<Row>& sl, uint64_t thr, ui
         });
         for (int l = 32; l < 64; ++l) res[l] = res[0];
       }
-      const std::string nm = name + (mode ? " one warp" : " pair");
+      const std::string nm = name + (mode == 0 ? " pair" : mode == 1 ? " one warp" : " prebinned smax #" + std::to_string(mode - 2));
       expect(!bad_at, nm + ": wrote out of range");
       for (int l = 1; l < 64; ++l) expect(res[l] == res[0], nm + ": lanes disagree");
       for (int i = 0; i < 256; ++i) expect(sc.hist[i] == 0, nm + ": histogram not left zeroed");
@@ -640,6 +667,7 @@ void pieces_case(const std::string& name, std::vector<Row>& sl, uint64_t thr, ui
         for (int v : row) expect(v == -7, nm + ": a fallback writes nothing");
         break;
       }
+      if (mode >= 2 && cands[0] > k) ++g_prebinned;
       expect(cands[0] == n, nm + ": candidate count");
       expect((res[0] == 0) == (gated && n < k), nm + ": unsafe exactly when a gated row has fewer than k");
       if (res[0] == 0) break;
@@ -678,6 +706,7 @@ void groups_cases() {
         groups_case(nm + " gate 0.4", sl, uint64_t(okey(0.4f)) << 32, k, true, 7);
         pieces_case(nm + " pieces", sl, 0, k, false, 7, 3, trial % 3, trial % 8);
         pieces_case(nm + " pieces gate 0.4", sl, uint64_t(okey(0.4f)) << 32, k, true, 7, 0, 1, 5);
+        pieces_case(nm + " pieces gate -1.5", sl, uint64_t(okey(-1.5f)) << 32, k, true, 7, 2, 2, 3);
       }
     }
   }
@@ -691,6 +720,7 @@ int main() {
   pair_cases();
   groups_cases();
   expect(g_piece_rounds > 0, "pieces: cases ran");
+  expect(g_prebinned > 0, "pieces: prebinned cases ran");
   std::printf("fused_v3 emulation: %d checks passed (%ld warp exchanges)\n", g_checks, warp_emu::st().exchanges);
   return 0;
 }

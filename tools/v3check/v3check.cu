@@ -134,7 +134,8 @@ Dev upload_work(const Work& w) {
                          fused_workspace_bytes<Sm90FusedSplit>(w.topk, sms),
                          fused_workspace_bytes<Sm90FusedSplitAlign>(w.topk, sms),
                          fused_v3_workspace_bytes<Sm90FusedV3Shares>(w.topk, sms),
-                         fused_v3_workspace_bytes<Sm90FusedV3SharesWhole>(w.topk, sms)});
+                         fused_v3_workspace_bytes<Sm90FusedV3SharesWhole>(w.topk, sms),
+                         fused_v3_workspace_bytes<Sm90FusedV3SplitHist>(w.topk, sms)});
   CK(cudaMalloc(&d.ws, d.ws_bytes));
   return d;
 }
@@ -207,6 +208,9 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
     case 42: return v3(Sm90FusedV3LeanFilter{});
     case 43: return v3(Sm90FusedV3HybridLean{});
     case 63: return v3(Sm90FusedV3HybridFastGate{});  // session 16: 43 with the one-pass sample gate
+    // session 18: 63 with the split selects from the pieces' published histograms (merge; merge + gate)
+    case 64: return v3(Sm90FusedV3SplitHistMerge{});
+    case 65: return v3(Sm90FusedV3SplitHist{});
     // session 14: 44 a timing cut (exact only while no compaction is due), 45-47
     case 44: return v3(Sm90FusedV3CutChecks{});
     case 45: return v3(Sm90FusedV3PipeTail{});
@@ -536,9 +540,12 @@ int cmd_stats(int argc, char** argv) {
                 "each, check cycles %llu); total cycles per math warp %.0f; pair selects handed to one warp %llu\n",
                 v, argv[6], argv[7], w.rows, w.keys, w.topk, target, h[9], h[8], h[13], h[4] / sel, h[5] / sel, h[7] / warps,
                 h[0], h[0] ? double(h[1]) / h[0] : 0.0, h[3], h[6] / warps, h[10]);
-    if ((v >= 33 && v <= 37) || v == 43 || v == 63)  // kShares: 12 = the sample publications' cycles; 7 = the rest starts (gate, copy, waits)
+    if ((v >= 33 && v <= 37) || v == 43 || (v >= 63 && v <= 65))  // kShares: 12 = the sample publications' cycles; 7 = the rest starts (gate, copy, waits)
       std::printf("  shares: sample publications per math warp %.0f cycles, rest starts (gate + copy + waits) %.0f\n",
                   h[12] / warps, h[7] / warps);
+    if (v == 64 || v == 65)  // kSplitHist (probe 2): the split phases
+      std::printf("  split: sample end per math warp %.0f cycles, wait for the samples %.0f, final bins' publication %.0f; "
+                  "merge per select %.0f\n", h[11] / warps, h[2] / warps, h[12] / warps, h[14] / sel);
     else if (h[2] | h[11] | h[12] | h[14])  // kSelPhases (26): the pair select's phases, per select
       std::printf("  pair select phases per select (cycles): range pass %.0f, histogram levels %.0f, gather + output %.0f, "
                   "scratch finish %.0f\n", h[2] / sel, h[11] / sel, h[12] / sel, h[14] / sel);

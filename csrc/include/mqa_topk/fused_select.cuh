@@ -1078,8 +1078,18 @@ struct PairNoMark {
 // kTieGate (kEmit = false only): with heavy ties at the k-th key, answer that
 // key's gate, composite(key, 0) (every entry of that key is then at or above
 // it: a gate just below the exact rank, still safe), instead of -1.
+// kPreHist (with kFromGate and kEmit): the caller has already written the
+// row's fast-path histogram to hist (both warps' halves, before the call: the
+// counts of the eligible entries, key >= the gate key, in bins
+// min(range_bin(key, gate key, range_mult(smax - gate key)), 255), e.g. the sum
+// of the split pieces' published histograms), so the first pass is skipped.
+// Where the fast path does not apply the histogram is cleared and the row
+// takes the general passes. The passes that follow check the counts: when
+// the entries disagree with them (never expected) the row is handed to one
+// warp (-1; some positions may already be written, and warp_finish_row
+// rewrites them all).
 template <bool kEmit, class Out, class Mark = PairNoMark, bool kFromGate = false, int kOutG = 4, class SS = SegLanes,
-          bool kTieGate = false>
+          bool kTieGate = false, bool kPreHist = false>
 __device__ __forceinline__ int pair_row_core(const SS& s, PairCtx& pc, uint64_t thr, uint32_t k, uint32_t need,
                                              bool gated, int start, uint32_t* hist, uint32_t* sk, uint32_t* si,
                                              int lane, uint32_t* cands, uint64_t* t_out, Out&& out,
@@ -1093,12 +1103,22 @@ __device__ __forceinline__ int pair_row_core(const SS& s, PairCtx& pc, uint64_t 
   if constexpr (kFromGate && kEmit) {
     const uint32_t gk = static_cast<uint32_t>(thr >> 32);
     fast = static_cast<uint32_t>(thr) == 0u && gk >= 1u && smax > gk;
+    if constexpr (kPreHist) {
+      if (!fast) {  // (counts the general passes do not use: cleared)
+        pair_sync(pc.bar);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) hist[pc.half * 128 + lane * 4 + j] = 0;
+        pair_sync(pc.bar);
+      }
+    }
     if (fast) {
       const uint32_t l0 = gk, s0 = smax - gk, m0 = range_mult(s0);
-      pair_for_each(s, lane, [&](uint32_t key, bool valid) {
-        if (valid && key >= l0) atomicAdd(hist + min(range_bin(key, l0, m0), 255u), 1u);
-      });
-      __syncwarp();
+      if constexpr (!kPreHist) {
+        pair_for_each(s, lane, [&](uint32_t key, bool valid) {
+          if (valid && key >= l0) atomicAdd(hist + min(range_bin(key, l0, m0), 255u), 1u);
+        });
+        __syncwarp();
+      }
       pair_sync(pc.bar);  // both warps' counts are in
       uint32_t tot = 0;
 #pragma unroll
@@ -1122,6 +1142,10 @@ __device__ __forceinline__ int pair_row_core(const SS& s, PairCtx& pc, uint64_t 
           if (in && at < c) out(static_cast<int>(at), static_cast<int>(idx) - start, key);
           pos += __popc(m);
         });
+        if constexpr (kPreHist) {  // (the counts against the entries)
+          const uint4 q = pair_exchange(pc, make_uint4(pos, 0u, 0u, 0u), lane);
+          if (pos + q.x != c) return -1;
+        }
         for (uint32_t j = c + static_cast<uint32_t>(pc.half * 32 + lane); j < k; j += 64) out(static_cast<int>(j), -1, 0u);
         return 1;
       }
@@ -1273,6 +1297,10 @@ __device__ __forceinline__ int pair_row_core(const SS& s, PairCtx& pc, uint64_t 
     gpos += __popc(me);
   });
   mark(2);
+  if constexpr (kPreHist) {  // (the counts against the entries)
+    const uint4 q = pair_exchange(pc, make_uint4(hpos, gpos, 0u, 0u), lane);
+    if (hpos + q.x != above || gpos + q.y != c) return -1;
+  }
   if (!gather) return 1;
   gmin = __reduce_min_sync(0xffffffffu, gmin);
   gmax = __reduce_max_sync(0xffffffffu, gmax);
@@ -1320,6 +1348,32 @@ __device__ __forceinline__ int pair_finish_row_gated(const SegLanes& s, PairCtx&
   uint64_t t = 0;
   return pair_row_core<true, Out, Mark, true, kOutG>(s, pc, thr, k, need, gated, start, hist, sk, si, lane, cands, &t,
                                               static_cast<Out&&>(out), static_cast<Mark&&>(mark), smax);
+}
+
+// pair_finish_row_gated over pieces whose counts are already summed in hist
+// (kPreHist; see pair_count_gate_bins). Both warps pass the same smax.
+template <class Out, int kOutG = 4, class SS = SegLanes>
+__device__ __forceinline__ int pair_finish_row_prebinned(const SS& s, PairCtx& pc, uint64_t thr, uint32_t smax,
+                                                         uint32_t k, uint32_t need, bool gated, int start,
+                                                         uint32_t* hist, uint32_t* sk, uint32_t* si, int lane,
+                                                         uint32_t* cands, Out&& out) {
+  uint64_t t = 0;
+  return pair_row_core<true, Out, PairNoMark, true, kOutG, SS, false, true>(
+      s, pc, thr, k, need, gated, start, hist, sk, si, lane, cands, &t, static_cast<Out&&>(out), PairNoMark{}, smax);
+}
+
+// The fast path's bins of the entries at or above the gate key gk (keys above
+// smax in the top bin; smax > gk >= 1): counts both warps' halves into hist
+// (zero on entry) and waits for both. The caller reads (and clears) them.
+template <class SS>
+__device__ __forceinline__ void pair_count_gate_bins(const SS& s, PairCtx& pc, uint32_t gk, uint32_t smax,
+                                                     uint32_t* hist, int lane) {
+  const uint32_t m0 = range_mult(smax - gk);
+  pair_for_each(s, lane, [&](uint32_t key, bool valid) {
+    if (valid && key >= gk) atomicAdd(hist + min(range_bin(key, gk, m0), 255u), 1u);
+  });
+  __syncwarp();
+  pair_sync(pc.bar);
 }
 
 // The k-th largest eligible composite (key >= thr's) over both warps' halves

@@ -104,8 +104,27 @@ template <int kNumStages_, int kSets_ = 1, int kCheckTiles_ = 8, int kWeightsMod
           int kOutGroups_ = 4, int kGateTargetQ_ = 2, int kRankFloorZ_ = 0, bool kFloorCappedOnly_ = false,
           int kShares_ = 0, bool kEarlyWeights_ = false, int kTimingCut_ = 0, bool kLeanFilter_ = false,
           bool kPipeTail_ = false, bool kRelaxedRelease_ = false, bool kLazyCheck_ = false, int kRegWRows_ = 0,
-          bool kSplitRG_ = false, int kLeanLoop_ = 0, int kFixedTopk_ = 0, int kQPerm_ = 0, bool kFastGate_ = false>
+          bool kSplitRG_ = false, int kLeanLoop_ = 0, int kFixedTopk_ = 0, int kQPerm_ = 0, bool kFastGate_ = false,
+          int kSplitHist_ = 0>
 struct Sm90FusedV3Config {
+  // kSplitHist (kShares, issue 12): the split blocks' cross-piece selects from
+  // histograms the pieces publish (workspace: two 8 x 256-word areas per
+  // region after the candidate regions, fused_v3_hist), instead of passes over
+  // every piece's entries in L2 by one warp pair per row. Bit 1: at its end
+  // each piece counts its own candidates of each gated row in the fast bins
+  // of [gate, the union sample's largest key] (pair_count_gate_bins) and
+  // publishes them; the last piece sums the np histograms and runs one
+  // gather + output pass (pair_finish_row_prebinned) where the general select
+  // ran a range pass, histogram levels and that pass. Bit 2: at its sample's
+  // end each piece publishes its rows' sample histograms (kFastGate's 256
+  // bins of 2^16 order keys below the piece's largest sample key); the shared
+  // gate sums them, each shifted onto the bins below the union's largest
+  // key, every entry moved to the lower of the two bins it may fall in (so
+  // at least rho entries are at or above the gate: never above the exact
+  // rho-th, at most about two bins below it), where the exact union select
+  // made its passes; rows whose rho-th is not within the 256 bins keep it.
+  static constexpr int kSplitHist = kSplitHist_;
+  static_assert(kSplitHist_ == 0 || kShares_ != 0, "kSplitHist: the split pieces' histograms (kShares)");
   // kFastGate (dev, with kPairGate and kGateRange): the sample gate by one
   // histogram pass below the row's largest sample key (fused_select.cuh,
   // pair_gate_fast: 256 bins of 2^16 order keys) instead of pair_select's
@@ -438,6 +457,7 @@ constexpr int kShareRecWords = 3 * 256;
 constexpr int kShareCtaWords = kShareCtrWords + kShareRecWords;
 constexpr int kRecSample = 0, kRecFinal = 8, kRecTileMax = 16, kRecTiles = 20;
 constexpr int kShareRegions = 3;
+constexpr int kShareHistWords = 8 * 256;  // kSplitHist: a region's 8 rows x 256 bins, twice (sample, final)
 constexpr int kVisitWhole = 0, kVisitSample = 1, kVisitRest = 2;
 constexpr int kShareMinTiles = 8;  // the fewest tiles a share gets (fewer CTAs on tiny calls)
 
@@ -459,7 +479,8 @@ template <class Cfg>
 inline size_t fused_v3_workspace_bytes(int topk, int num_sms) {
   if constexpr (Cfg::kShares)
     return kFusedHeaderBytes + size_t(num_sms) * kShareCtaWords * 4 +
-           size_t(kShareRegions) * size_t(num_sms) * 8 * Cfg::kSegs * 2 * size_t(Cfg::cap(topk)) * 4;
+           size_t(kShareRegions) * size_t(num_sms) * 8 * Cfg::kSegs * 2 * size_t(Cfg::cap(topk)) * 4 +
+           (Cfg::kSplitHist ? size_t(kShareRegions) * size_t(num_sms) * 2 * kShareHistWords * 4 : 0);
   return kFusedHeaderBytes + size_t(Cfg::kSets) * size_t(num_sms) * 8 * Cfg::kSegs * 2 * size_t(Cfg::cap(topk)) * 4;
 }
 
@@ -848,6 +869,28 @@ __device__ __forceinline__ uint32_t* fused_v3_rec(const Sm90FusedParams& p, int 
   return p.ws + size_t(gridDim.x) * kShareCtrWords + size_t(c * 3 + slot) * 256;
 }
 
+// kSplitHist: row r's published bins (which: 0 the sample's, 1 the final
+// candidates') of the piece in region (c, slot), after the candidate regions.
+template <class Cfg>
+__device__ __forceinline__ uint32_t* fused_v3_hist(const Sm90FusedParams& p, int c, int slot, int which, int r) {
+  const size_t set_words = size_t(8) * Cfg::kSegs * 2 * size_t(p.cap);
+  return p.ws + size_t(gridDim.x) * (kShareCtaWords + kShareRegions * set_words) +
+         (size_t(c * kShareRegions + slot) * 2 + static_cast<size_t>(which)) * kShareHistWords + size_t(r) * 256;
+}
+
+// The largest of the pieces' published largest sample-tile maxima of row r
+// (the union sample's largest key; 0: none). One warp, the same in every warp.
+__device__ __forceinline__ uint32_t fused_v3_union_smax(const Sm90FusedParams& p, int c0, int slot0, int np, int r,
+                                                        int lane) {
+  uint32_t m = 0;
+  np = __shfl_sync(0xffffffffu, np, 0);  // (said warp-uniform: see fused_v3_union_gate_call)
+  for (int i0 = 0; i0 < np; i0 += 32) {
+    const int i = i0 + lane;
+    if (i < np) m = max(m, __ldcg(fused_v3_rec(p, c0 + i, i == 0 ? slot0 : 0) + r * 32 + kRecTileMax));
+  }
+  return __reduce_max_sync(0xffffffffu, m);
+}
+
 // Row r's segments over the pieces of the split block (c0, slot0, np pieces):
 // the sample tails (sample) or the scan heads with their final counts.
 template <class Cfg>
@@ -914,9 +957,27 @@ __device__ __noinline__ void fused_v3_split_sample_end(const Sm90FusedParams* pp
   const int tid = threadIdx.x, lane = tid & 31;
   const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
   const int rg = wg >> 1, kg = wg & 1, warp_in_wg = (tid >> 5) & 3;
+  const long long ts0 = clock64();
   uint32_t* rec = fused_v3_rec(p, blockIdx.x, reg);
   if (lane < 4) __stcg(rec + (4 * rg + lane) * 32 + kRecSample + kg * 4 + warp_in_wg, cnt);
   ptx::named_barrier_sync(5 + rg, 256);  // the row group's tile maxima are complete
+  if constexpr ((Cfg::kSplitHist & 2) != 0) {  // the row's sample bins below the piece's largest sample key, published
+    const int r = 4 * rg + warp_in_wg;
+    uint32_t* hist = reinterpret_cast<uint32_t*>(smem + Cfg::kOffHist) + r * 256;
+    fused_detail::PairCtx pc{reinterpret_cast<uint32_t*>(smem + Cfg::kOffPairX) + r * 16, 8 + r, kg, 0};
+    const uint32_t smax = __reduce_max_sync(0xffffffffu, ctl->tile_max[r][lane]);
+    const fused_detail::PieceSegs ps = fused_v3_piece_segs<Cfg>(p, blockIdx.x, reg, 1, r, kg, true);
+    fused_detail::pair_for_each(ps, lane, [&](uint32_t key, bool valid) {
+      const uint32_t d = smax - key;
+      if (valid && key >= 1u && key <= smax && d < (256u << 16)) atomicAdd(hist + (d >> 16), 1u);
+    });
+    __syncwarp();
+    fused_detail::pair_sync(pc.bar);  // both warps' counts are in (and both have read the tile maxima)
+    uint4* hv = reinterpret_cast<uint4*>(hist + kg * 128 + lane * 4);
+    __stcg(reinterpret_cast<uint4*>(fused_v3_hist<Cfg>(p, blockIdx.x, reg, 0, r) + kg * 128 + lane * 4), *hv);
+    *hv = make_uint4(0u, 0u, 0u, 0u);
+    __threadfence();
+  }
   if (kg == 0) {
     const int r = 4 * rg + warp_in_wg;
     uint32_t v = ctl->tile_max[r][lane];
@@ -931,10 +992,66 @@ __device__ __noinline__ void fused_v3_split_sample_end(const Sm90FusedParams* pp
     ctl->tile_max[r][lane] = 0;
   }
   ptx::named_barrier_sync(5 + rg, 256);
+  if (Cfg::kSplitHist != 0 && p.probe == 2 && lane == 0)  // (kSplitHist, probe 2: the sample end, word 11)
+    atomicAdd(reinterpret_cast<unsigned long long*>(p.counter) + 1 + 11, static_cast<unsigned long long>(clock64() - ts0));
   if (slot0 < 2 && (tid & 255) == 0) {  // (a whole block, slot 2, has no other piece to tell)
     __threadfence();
     atomicAdd(fused_v3_ctr(p, c0, slot0) + rg, 1);
   }
+}
+
+// kSplitHist bit 2: the shared gate of row r from the pieces' published
+// sample bins (both warps of the row's pair; hist zero on entry and on exit):
+// piece i's bin j (keys in (smax_i - (j + 1) 2^16, smax_i - j 2^16]) counts
+// in bin j + ceil((M - smax_i) / 2^16) below the union's largest key M, the
+// lower of the two it may fall in, so every entry counted in bins 0 .. J is at
+// or above M - (J + 1) 2^16 + 1. Returns the lowest key of the bin that holds
+// the rho-th (at least rho entries at or above it; never above the exact
+// rho-th), or 0 when fewer than rho entries fall in the 256 bins.
+template <class Cfg>
+__device__ __forceinline__ uint32_t fused_v3_union_gate_fast(const Sm90FusedParams& p, int c0, int slot0, int np, int r,
+                                                             int kg, uint32_t rho, fused_detail::PairCtx& pc,
+                                                             uint32_t* hist, int lane) {
+  const uint32_t M = fused_v3_union_smax(p, c0, slot0, np, r, lane);
+  const uint32_t j_lane = static_cast<uint32_t>(kg * 128 + lane * 4);
+  np = __shfl_sync(0xffffffffu, np, 0);  // (said warp-uniform)
+#pragma unroll 1
+  for (int i0 = 0; i0 < np; i0 += 4) {  // (4 pieces' loads in flight)
+    uint32_t sm[4];
+    uint4 h[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int i = i0 + u;
+      const int c = c0 + (i < np ? i : 0), sl = i == 0 ? slot0 : 0;
+      sm[u] = i < np ? __ldcg(fused_v3_rec(p, c, sl) + r * 32 + kRecTileMax) : 0u;
+      h[u] = i < np ? __ldcg(reinterpret_cast<const uint4*>(fused_v3_hist<Cfg>(p, c, sl, 0, r) + j_lane))
+                    : make_uint4(0u, 0u, 0u, 0u);
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const uint32_t e = M - sm[u];  // (sm <= M; a piece without a sample has no counts)
+      const uint32_t j = j_lane + (e >> 16) + ((e & 0xffffu) != 0u ? 1u : 0u);
+      if (h[u].x && j < 256u) atomicAdd(hist + j, h[u].x);
+      if (h[u].y && j + 1u < 256u) atomicAdd(hist + j + 1u, h[u].y);
+      if (h[u].z && j + 2u < 256u) atomicAdd(hist + j + 2u, h[u].z);
+      if (h[u].w && j + 3u < 256u) atomicAdd(hist + j + 3u, h[u].w);
+    }
+  }
+  __syncwarp();
+  fused_detail::pair_sync(pc.bar);  // both warps' counts are in
+  uint32_t tot = 0;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) tot += hist[j * 32 + lane];
+  tot = __reduce_add_sync(0xffffffffu, tot);
+  uint32_t before = 0, in_bin = 0, bin = 0;
+  if (tot >= rho) bin = fused_detail::warp_find_digit_t<false>(hist, rho, false, &before, &in_bin, lane);
+  fused_detail::pair_sync(pc.bar);  // both warps have read the histogram
+#pragma unroll
+  for (int j = 0; j < 4; ++j) hist[kg * 128 + lane * 4 + j] = 0;
+  fused_detail::pair_sync(pc.bar);  // cleared before either warp counts into it again
+  if (M == 0u || tot < rho) return 0u;
+  const uint32_t below = (bin + 1u) << 16;
+  return M >= below ? M - below + 1u : 1u;
 }
 
 // kVisitRest's gate (all math warps): waits for every piece's sample, then
@@ -954,11 +1071,14 @@ __device__ __forceinline__ bool fused_v3_union_gate_call(const Sm90FusedParams* 
   // compiler cannot prove uniform in this call makes the tile loops' values
   // non-uniform after it, and costs them their registers.)
   (void)tid;
+  const long long tw0 = clock64();
   if (np > 1) {
     const volatile int* ctr = fused_v3_ctr(p, c0, slot0) + rg;
     while (__shfl_sync(0xffffffffu, *ctr, 0) < np) __nanosleep(64);
     __threadfence();
   }
+  if (Cfg::kSplitHist != 0 && p.probe == 2 && lane == 0)  // (kSplitHist, probe 2: the wait for the samples, word 2)
+    atomicAdd(rw.stats + 2, static_cast<unsigned long long>(clock64() - tw0));
   unsigned long long* thr_s = reinterpret_cast<unsigned long long*>(rw.smem + Cfg::kOffThr);
   FusedV3Shr* shr = reinterpret_cast<FusedV3Shr*>(rw.smem + Cfg::kOffShr);
   uint32_t m = 0, tiles = 0;
@@ -981,12 +1101,19 @@ __device__ __forceinline__ bool fused_v3_union_gate_call(const Sm90FusedParams* 
     PairCtx pc = rw.ctx();
     uint64_t th = 0;
     uint32_t c_unused = 0;
-    const PieceSegs ps = fused_v3_piece_segs<Cfg>(p, c0, slot0, np, r, kg, true);
-    // (heavy ties at the rank: the tied key's gate, kTieGate; a one-warp
-    // select over the pieces here would cost the tile loops their registers)
-    auto none = [](int, int, uint32_t) {};
-    pair_row_core<false, decltype(none)&, PairNoMark, false, 4, PieceSegs, true>(
-        ps, pc, 0, rho, 0u, false, 0, rw.hist, rw.sk, rw.si, lane, &c_unused, &th, none);
+    uint32_t fast = 0;
+    if constexpr ((Cfg::kSplitHist & 2) != 0) {
+      fast = fused_v3_union_gate_fast<Cfg>(p, c0, slot0, np, r, kg, rho, pc, rw.hist, lane);
+      th = static_cast<uint64_t>(fast) << 32;
+    }
+    if (fast == 0) {
+      const PieceSegs ps = fused_v3_piece_segs<Cfg>(p, c0, slot0, np, r, kg, true);
+      // (heavy ties at the rank: the tied key's gate, kTieGate; a one-warp
+      // select over the pieces here would cost the tile loops their registers)
+      auto none = [](int, int, uint32_t) {};
+      pair_row_core<false, decltype(none)&, PairNoMark, false, 4, PieceSegs, true>(
+          ps, pc, 0, rho, 0u, false, 0, rw.hist, rw.sk, rw.si, lane, &c_unused, &th, none);
+    }
     if (kg == 0) {
       const uint32_t c = tiles < static_cast<uint32_t>(kMinGateTiles) ? tiles : static_cast<uint32_t>(kMinGateTiles);
       const uint32_t tc = fused_v3_union_tile_cap(p, c0, slot0, np, r, c, lane);
@@ -1031,6 +1158,31 @@ __device__ __forceinline__ uint32_t fused_v3_split_copy(const Sm90FusedParams* p
     // (in order, one entry per lane and step, positions by ballot)
     const uint32_t gk = static_cast<uint32_t>(th >> 32);
     uint32_t kept = 0;
+    if constexpr (Cfg::kSplitHist != 0) {  // (every load of the row's tail in flight at once: kTail / 32 per lane)
+      constexpr int G = Cfg::kTail / 32;
+      static_assert(Cfg::kTail % 32 == 0, "whole lane groups");
+      uint32_t kk[G], ii[G];
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        const int j = g * 32 + lane;
+        kk[g] = j < c ? __ldcg(tail + j) : 0u;
+        ii[g] = j < c ? __ldcg(tail + cap + j) : 0u;
+      }
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        const int j = g * 32 + lane;
+        const bool keep = j < c && kk[g] >= gk;
+        const uint32_t m = __ballot_sync(0xffffffffu, keep);
+        if (keep) {
+          const uint32_t at = kept + __popc(m & ((1u << lane) - 1u));
+          __stcg(head + at, kk[g]);
+          __stcg(head + cap + at, ii[g]);
+        }
+        kept += __popc(m);
+      }
+      if (quad == i) mine = kept;
+      continue;
+    }
     for (int j0 = 0; j0 < c; j0 += 32) {
       const int j = j0 + lane;
       const uint32_t key = j < c ? __ldcg(tail + j) : 0u;
@@ -1093,6 +1245,65 @@ __device__ __noinline__ void fused_v3_prestart(const Sm90FusedParams* pp, int qi
   __syncwarp();
 }
 
+// kSplitHist bit 1, at a rest visit's end (all math warps, after the final
+// counts are published): row 4 rg + warp_in_wg's pair counts this piece's
+// candidates of the row in the fast bins of [gate, M], M the union sample's
+// largest key, and publishes them (fused_v3_hist, which 1). Returns M, or 0
+// where the row has no such bins (not gated, or M not above the gate). The
+// same answer in every piece of the block (the same published records).
+// Not inlined: its registers stay out of the tile loops'.
+template <class Cfg>
+__device__ __noinline__ uint32_t fused_v3_publish_final_bins(const Sm90FusedParams* pp, int reg, int c0, int slot0,
+                                                             int np) {
+  using namespace fused_detail;
+  const Sm90FusedParams& p = *pp;
+  const FusedV3PairRow<Cfg> rw(p, reg, 0, 0);
+  const int r = rw.r, lane = rw.lane, kg = rw.kg;
+  const uint32_t gk = reinterpret_cast<const FusedV3Shr*>(rw.smem + Cfg::kOffShr)->gkey[r];
+  const uint32_t M = gk ? fused_v3_union_smax(p, c0, slot0, np, r, lane) : 0u;
+  if (gk < 1u || M <= gk) return 0u;
+  PairCtx pc = rw.ctx();
+  pair_count_gate_bins(fused_v3_piece_segs<Cfg>(p, blockIdx.x, reg, 1, r, kg, false), pc, gk, M, rw.hist, lane);
+  uint4* hv = reinterpret_cast<uint4*>(rw.hist + kg * 128 + lane * 4);
+  __stcg(reinterpret_cast<uint4*>(fused_v3_hist<Cfg>(p, blockIdx.x, reg, 1, r) + kg * 128 + lane * 4), *hv);
+  *hv = make_uint4(0u, 0u, 0u, 0u);
+  __threadfence();
+  return M;
+}
+
+// kSplitHist bit 1, the block's last piece: row 4 rg + warp_in_wg's bins
+// summed over the np pieces' published ones into the row's histogram (each
+// warp of the pair its half), for pair_finish_row_prebinned. Not inlined, as
+// above.
+template <class Cfg>
+__device__ __noinline__ void fused_v3_sum_final_bins(const Sm90FusedParams* pp, int c0, int slot0, int np) {
+  const Sm90FusedParams& p = *pp;
+  const FusedV3PairRow<Cfg> rw(p, 0, 0, 0);
+  const int r = rw.r, lane = rw.lane, kg = rw.kg;
+  const uint32_t j_lane = static_cast<uint32_t>(kg * 128 + lane * 4);
+  uint4 a = make_uint4(0u, 0u, 0u, 0u);
+  np = __shfl_sync(0xffffffffu, np, 0);  // (said warp-uniform)
+#pragma unroll 1
+  for (int i0 = 0; i0 < np; i0 += 4) {  // (4 pieces' loads in flight)
+    uint4 h[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int i = i0 + u;
+      h[u] = i < np ? __ldcg(reinterpret_cast<const uint4*>(fused_v3_hist<Cfg>(p, c0 + i, i == 0 ? slot0 : 0, 1, r) +
+                                                             j_lane))
+                    : make_uint4(0u, 0u, 0u, 0u);
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      a.x += h[u].x;
+      a.y += h[u].y;
+      a.z += h[u].z;
+      a.w += h[u].w;
+    }
+  }
+  *reinterpret_cast<uint4*>(rw.hist + j_lane) = a;
+}
+
 // kVisitRest's end (all math warps; cnt: the lane's count): publishes the row
 // group's final counts, counts the piece on the block's counter, and when it
 // is the block's last piece, row 4 rg + warp_in_wg's pair selects the row
@@ -1113,6 +1324,17 @@ __device__ __noinline__ bool fused_v3_split_end_call(const Sm90FusedParams* pp, 
   uint32_t* rec = fused_v3_rec(p, blockIdx.x, reg);
   if (lane < 4) __stcg(rec + (4 * rg + lane) * 32 + kRecFinal + kg * 4 + ((tid >> 5) & 3), cnt);
   ptx::named_barrier_sync(5 + rg, 256);
+  // kSplitHist bit 1: every piece counts its own candidates of a gated row in
+  // the fast bins of [gate, the union's largest sample key] and publishes
+  // them before it counts itself done; hsmax, that key (0: no bins, the
+  // general select). The same in every piece (the same published records).
+  uint32_t hsmax = 0;
+  if constexpr ((Cfg::kSplitHist & 1) != 0) {
+    const long long tp0 = clock64();
+    if (np > 1) hsmax = fused_v3_publish_final_bins<Cfg>(pp, reg, c0, slot0, np);
+    if (p.probe == 2 && lane == 0)  // (probe 2: the bins' publication, word 12)
+      atomicAdd(rw.stats + 12, static_cast<unsigned long long>(clock64() - tp0));
+  }
   if (np > 1) {  // (one piece, or a redo: this CTA has every candidate)
     if ((tid & 255) == 0) {
       __threadfence();
@@ -1135,8 +1357,18 @@ __device__ __noinline__ bool fused_v3_split_end_call(const Sm90FusedParams* pp, 
   uint32_t cands = 0;
   PairCtx pc = rw.ctx();
   const PieceSegs ps = fused_v3_piece_segs<Cfg>(p, c0, slot0, np, r, kg, false);
-  const int res = pair_finish_row(ps, pc, thr, k, need, gk != 0, start, rw.hist, rw.sk, rw.si, lane, &cands,
-                                  [&](int at, int v, uint32_t) { orow[at] = v; });
+  auto out = [&](int at, int v, uint32_t) { orow[at] = v; };
+  int res;
+  if constexpr ((Cfg::kSplitHist & 1) != 0) {  // the pieces' bins summed, then one pass (hsmax 0: the general select)
+    const long long tm0 = clock64();
+    if (hsmax != 0u) fused_v3_sum_final_bins<Cfg>(pp, c0, slot0, np);
+    res = pair_finish_row_prebinned(ps, pc, thr, hsmax, k, need, gk != 0, start, rw.hist, rw.sk, rw.si, lane, &cands,
+                                    out);
+    if (p.probe == 2 && lane == 0 && kg == 0)  // (probe 2: the merge, word 14)
+      atomicAdd(rw.stats + 14, static_cast<unsigned long long>(clock64() - tm0));
+  } else {
+    res = pair_finish_row(ps, pc, thr, k, need, gk != 0, start, rw.hist, rw.sk, rw.si, lane, &cands, out);
+  }
   bool ok = res > 0;
   if (res < 0 && kg == 0)  // heavy ties at the k-th key: one warp
     ok = warp_finish_row<true>(fused_v3_piece_segs<Cfg>(p, c0, slot0, np, r, -1, false), thr, k, need, gk != 0, start,
@@ -2425,6 +2657,13 @@ using Sm90FusedV3FastGate = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, tr
 // 63: 43 (the op's split kernel) with the one-pass sample gate for its whole blocks
 using Sm90FusedV3HybridFastGate = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5,
                                                     true, 5, false, 0, true, false, false, false, 0, false, 0, 0, 0, true>;
+// session 18 (issue 12): 63 with the split blocks' selects from the pieces' published histograms
+// (kSplitHist): 64 the merge (bit 1), 65 the merge and the shared gate (bits 1, 2)
+using Sm90FusedV3SplitHistMerge = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5,
+                                                    true, 5, false, 0, true, false, false, false, 0, false, 0, 0, 0, true,
+                                                    1>;
+using Sm90FusedV3SplitHist = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5,
+                                               true, 5, false, 0, true, false, false, false, 0, false, 0, 0, 0, true, 3>;
 using Sm90FusedV3LeanFlagless = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5,
                                                   true, 0, false, 0, true, true, true, true, 0, false, 5>;  // 55: 52, the tail without a flag
 // (A 544-thread configuration with one producer warp and __maxnreg__(120) was
