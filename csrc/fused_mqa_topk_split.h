@@ -26,12 +26,12 @@ inline bool fused_use_split(int rows, int num_sms) {
   return waves * num_sms * 100 > 115 * blocks;
 }
 
-// The v3 kernel on shares (Sm90FusedV3Split = Sm90FusedV3HybridFastGate, issue
+// The v3 kernel on shares (Sm90FusedV3Split = Sm90FusedV3SplitHist, issue
 // 12): blocks of the partial last wave (and one full wave before it) split
 // across CTAs in equal tile shares, the rest whole. Same arguments as
 // launch_sm90_fused_mqa_topk_v3. Its workspace (3 candidate regions per CTA:
 // two for the share's split pieces, one for whole blocks) is the op's
-// largest: 192 MiB at top-2048 on 132 SMs.
+// largest: 198 MiB at top-2048 on 132 SMs (with the kSplitHist histograms).
 size_t fused_v3_split_workspace_bytes(int topk, int num_sms);
 cudaError_t fused_v3_split_launch(const void* q, const void* k, const float* scales, const float* weights,
                                   const int* starts, const int* ends, int* out, void* workspace, int rows, int keys,

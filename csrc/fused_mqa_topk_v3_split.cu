@@ -1,4 +1,5 @@
-// The v3 fused kernel on shares (Sm90FusedV3Split: dev variant 63 since session 16, 43 before; issue
+// The v3 fused kernel on shares (Sm90FusedV3Split: dev variant 65 since session 18, 63 since session 16,
+// 43 before; issue
 // 12), in its own translation unit so the JIT build compiles it beside the
 // whole-block kernel. fused_mqa_topk (fused_mqa_topk.cu) launches it when the
 // row blocks would leave the last wave of whole blocks poorly filled

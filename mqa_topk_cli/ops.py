@@ -344,9 +344,11 @@ def fused_mqa_topk_workspace_bytes(topk: int, num_sms: int) -> int:
     # The v3 split kernel's layout (csrc/fused_mqa_topk_v3_split.cu; the largest
     # need): header, per SM 8 counter words and 3 x 256 record words, then 3
     # candidate regions per SM of 8 rows x 8 segments x (key, index) x cap
-    # words, cap = ((k + 1920) / 4) rounded up to 4 (Sm90FusedV3Config::cap).
+    # words, cap = ((k + 1920) / 4) rounded up to 4 (Sm90FusedV3Config::cap),
+    # then per region two 8-row x 256-bin histograms (kSplitHist).
     cap3 = ((topk + 1920) // 4 + 3) & ~3
-    v3_split = _FUSED_HEADER_BYTES + num_sms * (8 + 3 * 256) * 4 + 3 * num_sms * 8 * 8 * 2 * cap3 * 4
+    v3_split = (_FUSED_HEADER_BYTES + num_sms * (8 + 3 * 256) * 4 + 3 * num_sms * 8 * 8 * 2 * cap3 * 4
+                + 3 * num_sms * 2 * 8 * 256 * 4)
     # The v2 split kernel's layout: header, three ints per region
     # (completion counter, published-sample counter, gate-ready flag; 3 KB), the
     # candidate buffers, the pieces' partial top-k (keys and indices, 2 x num_sms

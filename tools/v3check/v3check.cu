@@ -544,8 +544,9 @@ int cmd_stats(int argc, char** argv) {
       std::printf("  shares: sample publications per math warp %.0f cycles, rest starts (gate + copy + waits) %.0f\n",
                   h[12] / warps, h[7] / warps);
     if (v == 64 || v == 65)  // kSplitHist (probe 2): the split phases
-      std::printf("  split: sample end per math warp %.0f cycles, wait for the samples %.0f, final bins' publication %.0f; "
-                  "merge per select %.0f\n", h[11] / warps, h[2] / warps, h[12] / warps, h[14] / sel);
+      std::printf("  split: wait for the samples per math warp %.0f cycles; merge per select %.0f: bins' sum + first "
+                  "histogram %.0f, gather pass %.0f; merges without bins %llu; gate with its wait per math warp %.0f\n",
+                  h[2] / warps, h[14] / sel, h[11] / sel, h[12] / sel, h[3], h[1] / warps);
     else if (h[2] | h[11] | h[12] | h[14])  // kSelPhases (26): the pair select's phases, per select
       std::printf("  pair select phases per select (cycles): range pass %.0f, histogram levels %.0f, gather + output %.0f, "
                   "scratch finish %.0f\n", h[2] / sel, h[11] / sel, h[12] / sel, h[14] / sel);

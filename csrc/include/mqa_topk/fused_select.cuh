@@ -1352,14 +1352,15 @@ __device__ __forceinline__ int pair_finish_row_gated(const SegLanes& s, PairCtx&
 
 // pair_finish_row_gated over pieces whose counts are already summed in hist
 // (kPreHist; see pair_count_gate_bins). Both warps pass the same smax.
-template <class Out, int kOutG = 4, class SS = SegLanes>
+template <class Out, int kOutG = 4, class SS = SegLanes, class Mark = PairNoMark>
 __device__ __forceinline__ int pair_finish_row_prebinned(const SS& s, PairCtx& pc, uint64_t thr, uint32_t smax,
                                                          uint32_t k, uint32_t need, bool gated, int start,
                                                          uint32_t* hist, uint32_t* sk, uint32_t* si, int lane,
-                                                         uint32_t* cands, Out&& out) {
+                                                         uint32_t* cands, Out&& out, Mark&& mark = PairNoMark{}) {
   uint64_t t = 0;
-  return pair_row_core<true, Out, PairNoMark, true, kOutG, SS, false, true>(
-      s, pc, thr, k, need, gated, start, hist, sk, si, lane, cands, &t, static_cast<Out&&>(out), PairNoMark{}, smax);
+  return pair_row_core<true, Out, Mark, true, kOutG, SS, false, true>(
+      s, pc, thr, k, need, gated, start, hist, sk, si, lane, cands, &t, static_cast<Out&&>(out),
+      static_cast<Mark&&>(mark), smax);
 }
 
 // The fast path's bins of the entries at or above the gate key gk (keys above

@@ -957,7 +957,6 @@ __device__ __noinline__ void fused_v3_split_sample_end(const Sm90FusedParams* pp
   const int tid = threadIdx.x, lane = tid & 31;
   const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
   const int rg = wg >> 1, kg = wg & 1, warp_in_wg = (tid >> 5) & 3;
-  const long long ts0 = clock64();
   uint32_t* rec = fused_v3_rec(p, blockIdx.x, reg);
   if (lane < 4) __stcg(rec + (4 * rg + lane) * 32 + kRecSample + kg * 4 + warp_in_wg, cnt);
   ptx::named_barrier_sync(5 + rg, 256);  // the row group's tile maxima are complete
@@ -992,8 +991,6 @@ __device__ __noinline__ void fused_v3_split_sample_end(const Sm90FusedParams* pp
     ctl->tile_max[r][lane] = 0;
   }
   ptx::named_barrier_sync(5 + rg, 256);
-  if (Cfg::kSplitHist != 0 && p.probe == 2 && lane == 0)  // (kSplitHist, probe 2: the sample end, word 11)
-    atomicAdd(reinterpret_cast<unsigned long long*>(p.counter) + 1 + 11, static_cast<unsigned long long>(clock64() - ts0));
   if (slot0 < 2 && (tid & 255) == 0) {  // (a whole block, slot 2, has no other piece to tell)
     __threadfence();
     atomicAdd(fused_v3_ctr(p, c0, slot0) + rg, 1);
@@ -1214,8 +1211,11 @@ __device__ __noinline__ uint32_t fused_v3_split_rest_start(const Sm90FusedParams
   const volatile int* vis = reinterpret_cast<const FusedV3Shr*>(smem + Cfg::kOffShr)->vis[rg][qb];
   const int reg = __shfl_sync(0xffffffffu, vis[3], 0), c0 = __shfl_sync(0xffffffffu, vis[4], 0);
   const int slot0 = __shfl_sync(0xffffffffu, vis[5], 0), np = __shfl_sync(0xffffffffu, vis[6], 0);
+  const long long tg0 = clock64();
   fused_v3_union_gate_call<Cfg>(pp, reg, b, c0, slot0, np);
   ptx::named_barrier_sync(5 + rg, 256);  // the row group's gates are in thr_s
+  if (Cfg::kSplitHist != 0 && pp->probe == 2 && (threadIdx.x & 31) == 0)  // (probe 2: the gate with its wait, word 1)
+    atomicAdd(reinterpret_cast<unsigned long long*>(pp->counter) + 1 + 1, static_cast<unsigned long long>(clock64() - tg0));
   return fused_v3_split_copy<Cfg>(pp, reg, np);
 }
 
@@ -1330,10 +1330,7 @@ __device__ __noinline__ bool fused_v3_split_end_call(const Sm90FusedParams* pp, 
   // general select). The same in every piece (the same published records).
   uint32_t hsmax = 0;
   if constexpr ((Cfg::kSplitHist & 1) != 0) {
-    const long long tp0 = clock64();
     if (np > 1) hsmax = fused_v3_publish_final_bins<Cfg>(pp, reg, c0, slot0, np);
-    if (p.probe == 2 && lane == 0)  // (probe 2: the bins' publication, word 12)
-      atomicAdd(rw.stats + 12, static_cast<unsigned long long>(clock64() - tp0));
   }
   if (np > 1) {  // (one piece, or a redo: this CTA has every candidate)
     if ((tid & 255) == 0) {
@@ -1362,10 +1359,19 @@ __device__ __noinline__ bool fused_v3_split_end_call(const Sm90FusedParams* pp, 
   if constexpr ((Cfg::kSplitHist & 1) != 0) {  // the pieces' bins summed, then one pass (hsmax 0: the general select)
     const long long tm0 = clock64();
     if (hsmax != 0u) fused_v3_sum_final_bins<Cfg>(pp, c0, slot0, np);
+    long long tmk[4] = {tm0, tm0, tm0, tm0};
+    const bool timed = p.probe == 2 && lane == 0 && kg == 0;
+    auto mark = [&](int i) {
+      if (timed) tmk[i] = clock64();
+    };
     res = pair_finish_row_prebinned(ps, pc, thr, hsmax, k, need, gk != 0, start, rw.hist, rw.sk, rw.si, lane, &cands,
-                                    out);
-    if (p.probe == 2 && lane == 0 && kg == 0)  // (probe 2: the merge, word 14)
+                                    out, mark);
+    if (timed) {  // (probe 2: the merge, word 14; its first histogram (with the bins' sum), 11; the gather pass, 12)
       atomicAdd(rw.stats + 14, static_cast<unsigned long long>(clock64() - tm0));
+      atomicAdd(rw.stats + 11, static_cast<unsigned long long>(tmk[0] - tm0));
+      atomicAdd(rw.stats + 12, static_cast<unsigned long long>(tmk[2] - tmk[1]));
+      if (hsmax == 0u) atomicAdd(rw.stats + 3, 1ull);  // (word 3: merges without bins)
+    }
   } else {
     res = pair_finish_row(ps, pc, thr, k, need, gk != 0, start, rw.hist, rw.sk, rw.si, lane, &cands, out);
   }
@@ -2743,7 +2749,15 @@ using Sm90FusedV3Whole = Sm90FusedV3FastGate<kTopk>;
 // Since session 16: variant 63 (43 with the one-pass sample gate for its
 // whole blocks; tools/v3check at 64K keys: 1064 rows top-2048 0.746 against
 // 43's 0.772 ms, 2120 rows 1.371 against 1.401; BENCHMARKS.md, session 16).
-using Sm90FusedV3Split = Sm90FusedV3HybridFastGate;
+// Since session 18 (2026-12-04): variant 65, 63 with the split blocks'
+// cross-piece selects from the pieces' published histograms (kSplitHist 3:
+// the shared gate from shifted sample bins, the last piece's merge by one
+// gather pass over the summed final bins) and the sample copy's loads all in
+// flight. tools/v3check at 64K keys, top-2048 (fused / native ms): 64 rows
+// 0.136-0.141 against 63's 0.181 (0.078), 256 rows 0.268 / 0.311 (0.189),
+// 512 rows 0.384 / 0.445 (0.350), 1064 rows 0.729 / 0.751 (0.695), 2120 rows
+// 1.354 / 1.376 (1.333); exact on 16 checks (BENCHMARKS.md, session 18).
+using Sm90FusedV3Split = Sm90FusedV3SplitHist;
 static_assert(8 * Sm90FusedV3Default::kSegs * Sm90FusedV3Default::cap(2048) == 2 * 8 * Sm90FusedGated::cap(2048) &&
                   Sm90FusedV3Default::kSets == 1,
               "the op's workspace (sized for the v2 kernel) holds the v3 kernel's");
