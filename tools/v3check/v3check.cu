@@ -211,6 +211,7 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
     // session 18: 63 with the split selects from the pieces' published histograms (merge; merge + gate)
     case 64: return v3(Sm90FusedV3SplitHistMerge{});
     case 65: return v3(Sm90FusedV3SplitHist{});
+    case 66: return v3(Sm90FusedV3SplitHistRegs{});  // 65 with the gate's records read once
     // session 14: 44 a timing cut (exact only while no compaction is due), 45-47
     case 44: return v3(Sm90FusedV3CutChecks{});
     case 45: return v3(Sm90FusedV3PipeTail{});
@@ -540,10 +541,10 @@ int cmd_stats(int argc, char** argv) {
                 "each, check cycles %llu); total cycles per math warp %.0f; pair selects handed to one warp %llu\n",
                 v, argv[6], argv[7], w.rows, w.keys, w.topk, target, h[9], h[8], h[13], h[4] / sel, h[5] / sel, h[7] / warps,
                 h[0], h[0] ? double(h[1]) / h[0] : 0.0, h[3], h[6] / warps, h[10]);
-    if ((v >= 33 && v <= 37) || v == 43 || (v >= 63 && v <= 65))  // kShares: 12 = the sample publications' cycles; 7 = the rest starts (gate, copy, waits)
+    if ((v >= 33 && v <= 37) || v == 43 || (v >= 63 && v <= 66))  // kShares: 12 = the sample publications' cycles; 7 = the rest starts (gate, copy, waits)
       std::printf("  shares: sample publications per math warp %.0f cycles, rest starts (gate + copy + waits) %.0f\n",
                   h[12] / warps, h[7] / warps);
-    if (v == 64 || v == 65)  // kSplitHist (probe 2): the split phases
+    if (v >= 64 && v <= 66)  // kSplitHist (probe 2): the split phases
       std::printf("  split: wait for the samples per math warp %.0f cycles; merge per select %.0f: bins' sum + first "
                   "histogram %.0f, gather pass %.0f; merges without bins %llu; gate with its wait per math warp %.0f\n",
                   h[2] / warps, h[14] / sel, h[11] / sel, h[12] / sel, h[3], h[1] / warps);

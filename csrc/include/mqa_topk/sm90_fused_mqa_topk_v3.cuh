@@ -123,6 +123,12 @@ struct Sm90FusedV3Config {
   // at least rho entries are at or above the gate: never above the exact
   // rho-th, at most about two bins below it), where the exact union select
   // made its passes; rows whose rho-th is not within the 256 bins keep it.
+  // Bit 4 (with 2): the shared gate reads each piece's record once (sample
+  // counts, tiles and its 4 largest tile maxima in one round trip; the union
+  // maximum and the tile cap then from registers; at most 32 pieces) and
+  // keeps 8 pieces' bins in flight, where bit 2 alone reloads the maxima (two
+  // round trips per cap step). The merge's gather pass (bits 1) walks each
+  // lane's own run of entries (fused_select.cuh, piece_runs).
   static constexpr int kSplitHist = kSplitHist_;
   static_assert(kSplitHist_ == 0 || kShares_ != 0, "kSplitHist: the split pieces' histograms (kShares)");
   // kFastGate (dev, with kPairGate and kGateRange): the sample gate by one
@@ -943,6 +949,29 @@ __device__ __forceinline__ uint32_t fused_v3_union_tile_cap(const Sm90FusedParam
   return 0;
 }
 
+// fused_v3_union_tile_cap on maxima already in registers (t: lane i's piece
+// i's 4 largest, 0 for lanes past the pieces; at most 32 pieces).
+__device__ __forceinline__ uint32_t fused_v3_tile_cap_regs(const uint32_t (&t)[4], uint32_t c) {
+  uint64_t bound = 1ull << 32;
+  uint32_t acc = 0;
+#pragma unroll 1
+  for (uint32_t j = 0; j < c; ++j) {
+    uint32_t mx = 0;
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+      if (t[q] < bound) mx = max(mx, t[q]);
+    mx = __reduce_max_sync(0xffffffffu, mx);
+    if (mx == 0) return 0;
+    uint32_t eq = 0;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) eq += t[q] == mx ? 1u : 0u;
+    acc += __reduce_add_sync(0xffffffffu, eq);
+    if (acc >= c) return mx;
+    bound = mx;
+  }
+  return 0;
+}
+
 // kVisitSample's end (all math warps; cnt: the lane's count in its segment's
 // tail): publishes the row group's sample counts, each row's 4 largest sample
 // tile maxima and its sample tiles, clears the maxima, counts the row group's
@@ -1005,27 +1034,36 @@ __device__ __noinline__ void fused_v3_split_sample_end(const Sm90FusedParams* pp
 // or above M - (J + 1) 2^16 + 1. Returns the lowest key of the bin that holds
 // the rho-th (at least rho entries at or above it; never above the exact
 // rho-th), or 0 when fewer than rho entries fall in the 256 bins.
-template <class Cfg>
+// kRegs (kSplitHist bit 4, np <= 32): t0, lane i's piece i's largest sample
+// tile maximum, already loaded (fused_v3_union_gate_call): no record loads
+// here, and 8 pieces' bins in flight instead of 4.
+template <class Cfg, bool kRegs = false>
 __device__ __forceinline__ uint32_t fused_v3_union_gate_fast(const Sm90FusedParams& p, int c0, int slot0, int np, int r,
                                                              int kg, uint32_t rho, fused_detail::PairCtx& pc,
-                                                             uint32_t* hist, int lane) {
-  const uint32_t M = fused_v3_union_smax(p, c0, slot0, np, r, lane);
+                                                             uint32_t* hist, int lane, uint32_t t0 = 0) {
+  const uint32_t M = kRegs ? __reduce_max_sync(0xffffffffu, t0) : fused_v3_union_smax(p, c0, slot0, np, r, lane);
   const uint32_t j_lane = static_cast<uint32_t>(kg * 128 + lane * 4);
   np = __shfl_sync(0xffffffffu, np, 0);  // (said warp-uniform)
+  constexpr int B = kRegs ? 8 : 4;
 #pragma unroll 1
-  for (int i0 = 0; i0 < np; i0 += 4) {  // (4 pieces' loads in flight)
-    uint32_t sm[4];
-    uint4 h[4];
+  for (int i0 = 0; i0 < np; i0 += B) {  // (B pieces' loads in flight)
+    uint32_t sm[B];
+    uint4 h[B];
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
+    for (int u = 0; u < B; ++u) {
       const int i = i0 + u;
       const int c = c0 + (i < np ? i : 0), sl = i == 0 ? slot0 : 0;
-      sm[u] = i < np ? __ldcg(fused_v3_rec(p, c, sl) + r * 32 + kRecTileMax) : 0u;
+      if constexpr (kRegs) {
+        const uint32_t x = __shfl_sync(0xffffffffu, t0, i & 31);
+        sm[u] = i < np ? x : 0u;
+      } else {
+        sm[u] = i < np ? __ldcg(fused_v3_rec(p, c, sl) + r * 32 + kRecTileMax) : 0u;
+      }
       h[u] = i < np ? __ldcg(reinterpret_cast<const uint4*>(fused_v3_hist<Cfg>(p, c, sl, 0, r) + j_lane))
                     : make_uint4(0u, 0u, 0u, 0u);
     }
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
+    for (int u = 0; u < B; ++u) {
       const uint32_t e = M - sm[u];  // (sm <= M; a piece without a sample has no counts)
       const uint32_t j = j_lane + (e >> 16) + ((e & 0xffffu) != 0u ? 1u : 0u);
       if (h[u].x && j < 256u) atomicAdd(hist + j, h[u].x);
@@ -1079,6 +1117,8 @@ __device__ __forceinline__ bool fused_v3_union_gate_call(const Sm90FusedParams* 
   unsigned long long* thr_s = reinterpret_cast<unsigned long long*>(rw.smem + Cfg::kOffThr);
   FusedV3Shr* shr = reinterpret_cast<FusedV3Shr*>(rw.smem + Cfg::kOffShr);
   uint32_t m = 0, tiles = 0;
+  uint32_t tmx[4] = {0u, 0u, 0u, 0u};  // kSplitHist bit 4 (np <= 32): lane i's piece i's 4 largest tile maxima
+  constexpr bool kRegMax = (Cfg::kSplitHist & 4) != 0;
   for (int i0 = 0; i0 < np; i0 += 32) {
     const int i = i0 + lane;
     if (i < np) {
@@ -1086,6 +1126,12 @@ __device__ __forceinline__ bool fused_v3_union_gate_call(const Sm90FusedParams* 
 #pragma unroll
       for (int sg = 0; sg < 8; ++sg) m += __ldcg(rec + kRecSample + sg);
       tiles += __ldcg(rec + kRecTiles);
+      if constexpr (kRegMax) {
+        if (np <= 32) {
+#pragma unroll
+          for (int q = 0; q < 4; ++q) tmx[q] = __ldcg(rec + kRecTileMax + q);
+        }
+      }
     }
   }
   m = __reduce_add_sync(0xffffffffu, m);
@@ -1100,7 +1146,10 @@ __device__ __forceinline__ bool fused_v3_union_gate_call(const Sm90FusedParams* 
     uint32_t c_unused = 0;
     uint32_t fast = 0;
     if constexpr ((Cfg::kSplitHist & 2) != 0) {
-      fast = fused_v3_union_gate_fast<Cfg>(p, c0, slot0, np, r, kg, rho, pc, rw.hist, lane);
+      if (kRegMax && np <= 32)
+        fast = fused_v3_union_gate_fast<Cfg, true>(p, c0, slot0, np, r, kg, rho, pc, rw.hist, lane, tmx[0]);
+      else
+        fast = fused_v3_union_gate_fast<Cfg>(p, c0, slot0, np, r, kg, rho, pc, rw.hist, lane);
       th = static_cast<uint64_t>(fast) << 32;
     }
     if (fast == 0) {
@@ -1113,7 +1162,8 @@ __device__ __forceinline__ bool fused_v3_union_gate_call(const Sm90FusedParams* 
     }
     if (kg == 0) {
       const uint32_t c = tiles < static_cast<uint32_t>(kMinGateTiles) ? tiles : static_cast<uint32_t>(kMinGateTiles);
-      const uint32_t tc = fused_v3_union_tile_cap(p, c0, slot0, np, r, c, lane);
+      const uint32_t tc = kRegMax && np <= 32 ? fused_v3_tile_cap_regs(tmx, c)
+                                              : fused_v3_union_tile_cap(p, c0, slot0, np, r, c, lane);
       gk = min(static_cast<uint32_t>(th >> 32), tc);
     }
   }
@@ -2670,6 +2720,9 @@ using Sm90FusedV3SplitHistMerge = Sm90FusedV3Config<8, 1, 12, 2, false, false, 1
                                                     1>;
 using Sm90FusedV3SplitHist = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5,
                                                true, 5, false, 0, true, false, false, false, 0, false, 0, 0, 0, true, 3>;
+using Sm90FusedV3SplitHistRegs = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2,
+                                                   5, true, 5, false, 0, true, false, false, false, 0, false, 0, 0, 0,
+                                                   true, 7>;  // 66: 65 with the gate's records read once
 using Sm90FusedV3LeanFlagless = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5,
                                                   true, 0, false, 0, true, true, true, true, 0, false, 5>;  // 55: 52, the tail without a flag
 // (A 544-thread configuration with one producer warp and __maxnreg__(120) was
