@@ -941,11 +941,6 @@ struct PieceSegs {
   int c0, slot0, np, half;
 };
 
-template <class SS>
-constexpr bool is_piece_segs = false;
-template <>
-constexpr bool is_piece_segs<PieceSegs> = true;
-
 // Piece i's segments as this lane's SegLanes.
 __device__ __forceinline__ SegLanes piece_lanes(const PieceSegs& s, int i, int lane) {
   const uint32_t sl = static_cast<uint32_t>(s.c0 + i) * kPieceSlots + (i == 0 ? static_cast<uint32_t>(s.slot0) : 0u);
@@ -993,100 +988,6 @@ __device__ __forceinline__ void piece_each(const PieceSegs& s, int lane, F&& f) 
 template <bool kWithIdx = false, int kGIdx = 4, class F>
 __device__ __forceinline__ void pair_for_each(const PieceSegs& s, int lane, F&& f) {
   piece_each<kWithIdx, kGIdx>(s, lane, f);
-}
-
-// kPreHist's gather + output pass over a pair warp's half of the pieces
-// (pair_row_core): each lane walks its own run of entries, a segment, or a
-// chunk of one (4-entry aligned) when the warp has fewer than 32 segments,
-// with no warp-wide step per entry. Per round of segments: a count pass
-// (keys), a warp scan of the lanes' counts, then an emit pass (keys and
-// indices). cls(key, valid) -> 1 above the bin ("hi"), 2 in it ("eq"), 0
-// neither; hi(r, key, idx) / eq(r, key, idx) get the entry's rank among
-// this warp's hi / eq entries (rounds in order, lanes in order, entries in
-// order: deterministic). Returns the warp's hi and eq counts (x, y); *gmin / *gmax,
-// the eq entries' key range (warp-reduced).
-template <class Cls, class Hi, class Eq>
-__device__ __forceinline__ uint4 piece_runs(const PieceSegs& s, int lane, Cls&& cls, Hi&& hi, Eq&& eq, uint32_t* gmin,
-                                            uint32_t* gmax) {
-  const int T = __shfl_sync(0xffffffffu, s.np * 4, 0);  // (the pair's half: 4 segments per piece)
-  const int L = T >= 32 ? 1 : T >= 16 ? 2 : T >= 8 ? 4 : 8;  // lanes per segment
-  const int per_round = 32 / L;
-  const uint32_t lt = (1u << lane) - 1u;
-  (void)lt;
-  uint32_t hbase = 0, ebase = 0, mn = 0xffffffffu, mx = 0;
-#pragma unroll 1
-  for (int q0 = 0; q0 < T; q0 += per_round) {
-    const int q = q0 + lane / L, sub = lane & (L - 1);
-    const bool has = q < T;
-    const int pi = has ? q >> 2 : 0;
-    const uint32_t slr = static_cast<uint32_t>(s.c0 + pi) * kPieceSlots + (pi == 0 ? static_cast<uint32_t>(s.slot0) : 0u);
-    const uint32_t sg = 4u * static_cast<uint32_t>(s.half) + static_cast<uint32_t>(q & 3);
-    const uint32_t* kp = s.base + (size_t(slr) * 64u + sg) * (2u * s.cap);
-    const int n = has ? static_cast<int>(__ldcg(s.cnt + size_t(slr) * 256u + sg)) : 0;
-    const int chunk = ((n + L - 1) / L + 3) & ~3;
-    const int j_lo = min(n, sub * chunk), j_hi = min(n, j_lo + chunk);
-    // Count pass (keys).
-    uint32_t h = 0, e = 0;
-#pragma unroll 1
-    for (int j0 = j_lo; j0 < j_hi; j0 += 16) {
-      uint4 v[4];
-#pragma unroll
-      for (int u = 0; u < 4; ++u)
-        v[u] = j0 + 4 * u < j_hi ? __ldcg(reinterpret_cast<const uint4*>(kp + j0 + 4 * u)) : make_uint4(0, 0, 0, 0);
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const uint32_t kv[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
-#pragma unroll
-        for (int x = 0; x < 4; ++x) {
-          const int c = cls(kv[x], j0 + 4 * u + x < j_hi);
-          h += c == 1 ? 1u : 0u;
-          e += c == 2 ? 1u : 0u;
-          if (c == 2) {
-            mn = min(mn, kv[x]);
-            mx = max(mx, kv[x]);
-          }
-        }
-      }
-    }
-    // The lanes' exclusive offsets (a warp scan), then the emit pass (keys, indices).
-    uint32_t hs = h, es = e;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const uint32_t a = __shfl_up_sync(0xffffffffu, hs, o), b = __shfl_up_sync(0xffffffffu, es, o);
-      if (lane >= o) {
-        hs += a;
-        es += b;
-      }
-    }
-    const uint32_t htot = __shfl_sync(0xffffffffu, hs, 31), etot = __shfl_sync(0xffffffffu, es, 31);
-    uint32_t rh = hbase + hs - h, re = ebase + es - e;
-#pragma unroll 1
-    for (int j0 = j_lo; j0 < j_hi; j0 += 16) {
-      uint4 v[4], w[4];
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const bool in = j0 + 4 * u < j_hi;
-        v[u] = in ? __ldcg(reinterpret_cast<const uint4*>(kp + j0 + 4 * u)) : make_uint4(0, 0, 0, 0);
-        w[u] = in ? __ldcg(reinterpret_cast<const uint4*>(kp + s.cap + j0 + 4 * u)) : make_uint4(0, 0, 0, 0);
-      }
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const uint32_t kv[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
-        const uint32_t iv[4] = {w[u].x, w[u].y, w[u].z, w[u].w};
-#pragma unroll
-        for (int x = 0; x < 4; ++x) {
-          const int c = cls(kv[x], j0 + 4 * u + x < j_hi);
-          if (c == 1) hi(rh++, kv[x], iv[x]);
-          if (c == 2) eq(re++, kv[x], iv[x]);
-        }
-      }
-    }
-    hbase += htot;
-    ebase += etot;
-  }
-  *gmin = __reduce_min_sync(0xffffffffu, mn);
-  *gmax = __reduce_max_sync(0xffffffffu, mx);
-  return make_uint4(hbase, ebase, 0u, 0u);
 }
 
 // (one warp: the heavy-tie fallback, rare; piece by piece)
@@ -1365,34 +1266,6 @@ __device__ __forceinline__ int pair_row_core(const SS& s, PairCtx& pc, uint64_t 
   const uint32_t l0 = lo, s0 = span, m0 = mult, sl = sel;
   const bool binned = sliced, gather = t_all == 0;
   uint32_t hpos = 0, gpos = 0, gmin = 0xffffffffu, gmax = 0;
-  if constexpr (kPreHist && is_piece_segs<SS>) {  // (per-lane runs: no warp-wide step per entry)
-    auto cls = [&](uint32_t key, bool valid) {
-      const uint32_t d = key - l0;
-      const bool el = valid && key >= tk1;
-      const bool in = el && d <= s0;
-      const uint32_t bn = range_bin(key, l0, m0);
-      const bool eq = in && (!binned || bn == sl);
-      const bool hi = el && (d > s0 ? key > l0 : (binned && bn > sl));
-      return hi ? 1 : eq ? 2 : 0;
-    };
-    auto on_hi = [&](uint32_t r, uint32_t key, uint32_t idx) {
-      const uint32_t at = pc.half == 0 ? r : above - 1u - r;
-      if (kEmit && at < above) out(static_cast<int>(at), static_cast<int>(idx) - start, key);
-    };
-    auto on_eq = [&](uint32_t r, uint32_t key, uint32_t idx) {
-      const uint32_t at = pc.half == 0 ? r : c - 1u - r;
-      if (!gather) {  // heavy ties, all in: straight after the entries above
-        const uint32_t ot = above + at;
-        if (at < c && ot < k) out(static_cast<int>(ot), static_cast<int>(idx) - start, key);
-      } else if (at < c) {
-        sk[at] = key;
-        si[at] = idx;
-      }
-    };
-    const uint4 hg = piece_runs(s, lane, cls, on_hi, on_eq, &gmin, &gmax);
-    hpos = hg.x;
-    gpos = hg.y;
-  } else {
   pair_for_each<true, kOutG>(s, lane, [&](uint32_t key, uint32_t idx, bool valid) {
     const uint32_t d = key - l0;
     const bool el = valid && key >= tk1;
@@ -1423,7 +1296,6 @@ __device__ __forceinline__ int pair_row_core(const SS& s, PairCtx& pc, uint64_t 
     hpos += __popc(mh);
     gpos += __popc(me);
   });
-  }  // (pair_for_each)
   mark(2);
   if constexpr (kPreHist) {  // (the counts against the entries)
     const uint4 q = pair_exchange(pc, make_uint4(hpos, gpos, 0u, 0u), lane);

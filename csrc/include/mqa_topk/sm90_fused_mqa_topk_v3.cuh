@@ -127,8 +127,7 @@ struct Sm90FusedV3Config {
   // counts, tiles and its 4 largest tile maxima in one round trip; the union
   // maximum and the tile cap then from registers; at most 32 pieces) and
   // keeps 8 pieces' bins in flight, where bit 2 alone reloads the maxima (two
-  // round trips per cap step). The merge's gather pass (bits 1) walks each
-  // lane's own run of entries (fused_select.cuh, piece_runs).
+  // round trips per cap step).
   static constexpr int kSplitHist = kSplitHist_;
   static_assert(kSplitHist_ == 0 || kShares_ != 0, "kSplitHist: the split pieces' histograms (kShares)");
   // kFastGate (dev, with kPairGate and kGateRange): the sample gate by one
