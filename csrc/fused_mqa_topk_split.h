@@ -26,7 +26,7 @@ inline bool fused_use_split(int rows, int num_sms) {
   return waves * num_sms * 100 > 115 * blocks;
 }
 
-// The v3 kernel on shares (Sm90FusedV3Split = Sm90FusedV3SplitHist, issue
+// The v3 kernel on shares (Sm90FusedV3Split = Sm90FusedV3SplitHistRegs, issue
 // 12): blocks of the partial last wave (and one full wave before it) split
 // across CTAs in equal tile shares, the rest whole. Same arguments as
 // launch_sm90_fused_mqa_topk_v3. Its workspace (3 candidate regions per CTA:

@@ -1,4 +1,4 @@
-// The v3 fused kernel on shares (Sm90FusedV3Split: dev variant 65 since session 18, 63 since session 16,
+// The v3 fused kernel on shares (Sm90FusedV3Split: dev variant 66 since session 18, 63 since session 16,
 // 43 before; issue
 // 12), in its own translation unit so the JIT build compiles it beside the
 // whole-block kernel. fused_mqa_topk (fused_mqa_topk.cu) launches it when the

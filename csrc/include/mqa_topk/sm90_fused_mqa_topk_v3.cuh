@@ -2809,7 +2809,13 @@ using Sm90FusedV3Whole = Sm90FusedV3FastGate<kTopk>;
 // 0.136-0.141 against 63's 0.181 (0.078), 256 rows 0.268 / 0.311 (0.189),
 // 512 rows 0.384 / 0.445 (0.350), 1064 rows 0.729 / 0.751 (0.695), 2120 rows
 // 1.354 / 1.376 (1.333); exact on 16 checks (BENCHMARKS.md, session 18).
-using Sm90FusedV3Split = Sm90FusedV3SplitHist;
+// Then variant 66 (65 with the gate's records read once: the union maximum
+// and the tile cap from registers, 8 pieces' bins in flight; gate 32K -> 25K
+// cycles per math warp at 64 rows): same call, 64K keys, 65 / 66 ms: 64 rows
+// top-2048 0.142 / 0.138, top-512 0.119 / 0.114, 256 rows 0.257 / 0.254, 512
+// rows 0.389 / 0.387, 1064 rows 0.742 / 0.741, 1576 rows 1.062 / 1.058, 2120
+// rows 1.376 / 1.379 (round 6).
+using Sm90FusedV3Split = Sm90FusedV3SplitHistRegs;
 static_assert(8 * Sm90FusedV3Default::kSegs * Sm90FusedV3Default::cap(2048) == 2 * 8 * Sm90FusedGated::cap(2048) &&
                   Sm90FusedV3Default::kSets == 1,
               "the op's workspace (sized for the v2 kernel) holds the v3 kernel's");
