@@ -1139,6 +1139,35 @@ __device__ __forceinline__ bool fused_v3_union_gate_call(const Sm90FusedParams* 
   const uint32_t n = rw.row < p.rows ? static_cast<uint32_t>(row_length(p, rw.row, &start_unused)) : 0u;
   const uint32_t rho = np > 0 ? fused_v3_gate_rho_mn<Cfg>(p, m, n, r, 0xffu) : 0u;  // (np 0: a redo, no gate)
   uint32_t gk = 0;
+  if ((Cfg::kSplitHist & 8) != 0 && p.probe == 6 && kg == 0 && lane == 0 && np > 1) {
+    // (development, kSplitHist bit 8 with probe 6: single dependent loads, SM cycles, into stats words 1-5: another piece's
+    // record, its sample histogram, its sample tail (first touch), the same line again, this CTA's record)
+    auto after = [](uint32_t v) {
+      long long t;
+      asm volatile("add.u32 %1, %1, 0;\n\tmov.u64 %0, %%clock64;" : "=l"(t), "+r"(v));
+      return t;
+    };
+    const int o = np - 1;
+    const uint32_t* a = fused_v3_rec(p, c0 + o, 0) + r * 32 + kRecTiles;
+    const uint32_t* h = fused_v3_hist<Cfg>(p, c0 + o, 0, 0, r) + 5;
+    const uint32_t* g = p.ws + size_t(gridDim.x) * kShareCtaWords +
+                        (size_t(c0 + o) * kShareRegions * 64u + size_t(r) * 8u + 3u) * 2u * static_cast<uint32_t>(p.cap) +
+                        static_cast<uint32_t>(p.cap) - static_cast<uint32_t>(Cfg::kTail);
+    const uint32_t* e = fused_v3_rec(p, blockIdx.x, reg) + r * 32 + kRecTiles;
+    long long t0 = clock64();
+    const long long t1 = after(__ldcg(a));
+    const long long t2 = after(__ldcg(h));
+    const long long t3 = after(__ldcg(g));
+    const long long t4 = after(__ldcg(g + 1));
+    const long long t5 = after(__ldcg(e));
+    unsigned long long* st = rw.stats;
+    atomicAdd(st + 1, static_cast<unsigned long long>(t1 - t0));
+    atomicAdd(st + 2, static_cast<unsigned long long>(t2 - t1));
+    atomicAdd(st + 3, static_cast<unsigned long long>(t3 - t2));
+    atomicAdd(st + 4, static_cast<unsigned long long>(t4 - t3));
+    atomicAdd(st + 5, static_cast<unsigned long long>(t5 - t4));
+    atomicAdd(st + 6, 1ull);
+  }
   if (rho) {
     PairCtx pc = rw.ctx();
     uint64_t th = 0;
@@ -1406,21 +1435,9 @@ __device__ __noinline__ bool fused_v3_split_end_call(const Sm90FusedParams* pp, 
   auto out = [&](int at, int v, uint32_t) { orow[at] = v; };
   int res;
   if constexpr ((Cfg::kSplitHist & 1) != 0) {  // the pieces' bins summed, then one pass (hsmax 0: the general select)
-    const long long tm0 = clock64();
     if (hsmax != 0u) fused_v3_sum_final_bins<Cfg>(pp, c0, slot0, np);
-    long long tmk[4] = {tm0, tm0, tm0, tm0};
-    const bool timed = p.probe == 2 && lane == 0 && kg == 0;
-    auto mark = [&](int i) {
-      if (timed) tmk[i] = clock64();
-    };
     res = pair_finish_row_prebinned(ps, pc, thr, hsmax, k, need, gk != 0, start, rw.hist, rw.sk, rw.si, lane, &cands,
-                                    out, mark);
-    if (timed) {  // (probe 2: the merge, word 14; its first histogram (with the bins' sum), 11; the gather pass, 12)
-      atomicAdd(rw.stats + 14, static_cast<unsigned long long>(clock64() - tm0));
-      atomicAdd(rw.stats + 11, static_cast<unsigned long long>(tmk[0] - tm0));
-      atomicAdd(rw.stats + 12, static_cast<unsigned long long>(tmk[2] - tmk[1]));
-      if (hsmax == 0u) atomicAdd(rw.stats + 3, 1ull);  // (word 3: merges without bins)
-    }
+                                    out);
   } else {
     res = pair_finish_row(ps, pc, thr, k, need, gk != 0, start, rw.hist, rw.sk, rw.si, lane, &cands, out);
   }
@@ -2722,6 +2739,9 @@ using Sm90FusedV3SplitHist = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, t
 using Sm90FusedV3SplitHistRegs = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2,
                                                    5, true, 5, false, 0, true, false, false, false, 0, false, 0, 0, 0,
                                                    true, 7>;  // 66: 65 with the gate's records read once
+using Sm90FusedV3SplitHistLat = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2,
+                                                  5, true, 5, false, 0, true, false, false, false, 0, false, 0, 0, 0,
+                                                  true, 15>;  // 67: 66 with the gate's load-latency probe (probe 6)
 using Sm90FusedV3LeanFlagless = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5,
                                                   true, 0, false, 0, true, true, true, true, 0, false, 5>;  // 55: 52, the tail without a flag
 // (A 544-thread configuration with one producer warp and __maxnreg__(120) was
