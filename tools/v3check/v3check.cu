@@ -212,7 +212,6 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
     case 64: return v3(Sm90FusedV3SplitHistMerge{});
     case 65: return v3(Sm90FusedV3SplitHist{});
     case 66: return v3(Sm90FusedV3SplitHistRegs{});  // 65 with the gate's records read once
-    case 67: return v3(Sm90FusedV3SplitHistLat{});  // 66 with the gate's load-latency probe (stats ... probe=6)
     // session 14: 44 a timing cut (exact only while no compaction is due), 45-47
     case 44: return v3(Sm90FusedV3CutChecks{});
     case 45: return v3(Sm90FusedV3PipeTail{});
@@ -533,19 +532,6 @@ int cmd_stats(int argc, char** argv) {
   Dev d = upload_work(w);
   for (int v : vars) {
     if (v == 2) continue;
-    const int probe = opt_int(argc, argv, "probe", 2);  // (6: kSplitHist's single-load latencies)
-    if (probe == 6) {
-      const auto h6 = run_probe(v, d, opt_int(argc, argv, "grid", 0), 6, target);
-      unsigned long long q[15];
-      std::memcpy(q, h6.data() + 2, sizeof q);
-      const double n6 = q[6] ? double(q[6]) : 1.0;
-      std::printf("latency v%d %s-%s %dx%d top-%d (SM cycles, mean of %llu gates): another piece's record %.0f, its "
-                  "sample bins %.0f, its sample tail first touch %.0f, the same line again %.0f, this CTA's record %.0f\n",
-                  v, argv[6], argv[7], w.rows, w.keys, w.topk, q[6], q[1] / n6, q[2] / n6, q[3] / n6, q[4] / n6,
-                  q[5] / n6);
-      std::fflush(stdout);
-      continue;
-    }
     const auto hdr = run_probe(v, d, opt_int(argc, argv, "grid", 0), 2, target);
     unsigned long long h[15];  // the u64 statistics words from byte 8
     std::memcpy(h, hdr.data() + 2, sizeof h);
@@ -555,10 +541,10 @@ int cmd_stats(int argc, char** argv) {
                 "each, check cycles %llu); total cycles per math warp %.0f; pair selects handed to one warp %llu\n",
                 v, argv[6], argv[7], w.rows, w.keys, w.topk, target, h[9], h[8], h[13], h[4] / sel, h[5] / sel, h[7] / warps,
                 h[0], h[0] ? double(h[1]) / h[0] : 0.0, h[3], h[6] / warps, h[10]);
-    if ((v >= 33 && v <= 37) || v == 43 || (v >= 63 && v <= 67))  // kShares: 12 = the sample publications' cycles; 7 = the rest starts (gate, copy, waits)
+    if ((v >= 33 && v <= 37) || v == 43 || (v >= 63 && v <= 66))  // kShares: 12 = the sample publications' cycles; 7 = the rest starts (gate, copy, waits)
       std::printf("  shares: sample publications per math warp %.0f cycles, rest starts (gate + copy + waits) %.0f\n",
                   h[12] / warps, h[7] / warps);
-    if (v >= 64 && v <= 67)  // kSplitHist (probe 2): the rest start's parts
+    if (v >= 64 && v <= 66)  // kSplitHist (probe 2): the rest start's parts
       std::printf("  split: wait for the samples per math warp %.0f cycles; gate with its wait %.0f\n", h[2] / warps,
                   h[1] / warps);
     else if (h[2] | h[11] | h[12] | h[14])  // kSelPhases (26): the pair select's phases, per select

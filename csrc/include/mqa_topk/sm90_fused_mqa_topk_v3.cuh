@@ -1139,35 +1139,6 @@ __device__ __forceinline__ bool fused_v3_union_gate_call(const Sm90FusedParams* 
   const uint32_t n = rw.row < p.rows ? static_cast<uint32_t>(row_length(p, rw.row, &start_unused)) : 0u;
   const uint32_t rho = np > 0 ? fused_v3_gate_rho_mn<Cfg>(p, m, n, r, 0xffu) : 0u;  // (np 0: a redo, no gate)
   uint32_t gk = 0;
-  if ((Cfg::kSplitHist & 8) != 0 && p.probe == 6 && kg == 0 && lane == 0 && np > 1) {
-    // (development, kSplitHist bit 8 with probe 6: single dependent loads, SM cycles, into stats words 1-5: another piece's
-    // record, its sample histogram, its sample tail (first touch), the same line again, this CTA's record)
-    auto after = [](uint32_t v) {
-      long long t;
-      asm volatile("add.u32 %1, %1, 0;\n\tmov.u64 %0, %%clock64;" : "=l"(t), "+r"(v));
-      return t;
-    };
-    const int o = np - 1;
-    const uint32_t* a = fused_v3_rec(p, c0 + o, 0) + r * 32 + kRecTiles;
-    const uint32_t* h = fused_v3_hist<Cfg>(p, c0 + o, 0, 0, r) + 5;
-    const uint32_t* g = p.ws + size_t(gridDim.x) * kShareCtaWords +
-                        (size_t(c0 + o) * kShareRegions * 64u + size_t(r) * 8u + 3u) * 2u * static_cast<uint32_t>(p.cap) +
-                        static_cast<uint32_t>(p.cap) - static_cast<uint32_t>(Cfg::kTail);
-    const uint32_t* e = fused_v3_rec(p, blockIdx.x, reg) + r * 32 + kRecTiles;
-    long long t0 = clock64();
-    const long long t1 = after(__ldcg(a));
-    const long long t2 = after(__ldcg(h));
-    const long long t3 = after(__ldcg(g));
-    const long long t4 = after(__ldcg(g + 1));
-    const long long t5 = after(__ldcg(e));
-    unsigned long long* st = rw.stats;
-    atomicAdd(st + 1, static_cast<unsigned long long>(t1 - t0));
-    atomicAdd(st + 2, static_cast<unsigned long long>(t2 - t1));
-    atomicAdd(st + 3, static_cast<unsigned long long>(t3 - t2));
-    atomicAdd(st + 4, static_cast<unsigned long long>(t4 - t3));
-    atomicAdd(st + 5, static_cast<unsigned long long>(t5 - t4));
-    atomicAdd(st + 6, 1ull);
-  }
   if (rho) {
     PairCtx pc = rw.ctx();
     uint64_t th = 0;
@@ -2739,9 +2710,6 @@ using Sm90FusedV3SplitHist = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, t
 using Sm90FusedV3SplitHistRegs = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2,
                                                    5, true, 5, false, 0, true, false, false, false, 0, false, 0, 0, 0,
                                                    true, 7>;  // 66: 65 with the gate's records read once
-using Sm90FusedV3SplitHistLat = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2,
-                                                  5, true, 5, false, 0, true, false, false, false, 0, false, 0, 0, 0,
-                                                  true, 15>;  // 67: 66 with the gate's load-latency probe (probe 6)
 using Sm90FusedV3LeanFlagless = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5,
                                                   true, 0, false, 0, true, true, true, true, 0, false, 5>;  // 55: 52, the tail without a flag
 // (A 544-thread configuration with one producer warp and __maxnreg__(120) was
