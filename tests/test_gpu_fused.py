@@ -296,8 +296,9 @@ def test_fused_split_blocks_exact(dev, kw, variant):
 @pytest.mark.parametrize("kw", SPLIT_CASES, ids=lambda kw: f"{kw['layout']}-{kw['rows']}x{kw['keys']}-{kw['dist']}")
 def test_fused_op_split_kernels_exact(dev, monkeypatch, kw, kernel):
     """The op's split kernels on SPLIT_CASES with the split forced
-    (MQA_TOPK_FUSED_SPLIT=1): "v3" is variant 43 (shares over the partial
-    wave; the op's split kernel since session 14), "v2" the v2 split kernel
+    (MQA_TOPK_FUSED_SPLIT=1): "v3" is the op's v3 split kernel (variant 66
+    since session 18: shares over the partial wave, the pieces' gate and
+    merge from published histograms), "v2" the v2 split kernel
     (MQA_TOPK_FUSED_KERNEL=v2). In the normal build, no dev probes: few and
     long rows give many pieces per block, ragged and short rows pieces where a
     row has fewer keys than the piece or none (empty slices), 1064 rows whole
