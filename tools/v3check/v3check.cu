@@ -212,6 +212,7 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
     case 64: return v3(Sm90FusedV3SplitHistMerge{});
     case 65: return v3(Sm90FusedV3SplitHist{});
     case 66: return v3(Sm90FusedV3SplitHistRegs{});  // 65 with the gate's records read once
+    case 67: return v3(Sm90FusedV3SplitHistLat{});  // 66 with dependent-load chases in the gate and the merge (probe 6)
     // session 14: 44 a timing cut (exact only while no compaction is due), 45-47
     case 44: return v3(Sm90FusedV3CutChecks{});
     case 45: return v3(Sm90FusedV3PipeTail{});
@@ -532,6 +533,16 @@ int cmd_stats(int argc, char** argv) {
   Dev d = upload_work(w);
   for (int v : vars) {
     if (v == 2) continue;
+    if (opt_int(argc, argv, "probe", 2) == 6) {  // (67: dependent __ldcg chases inside the loaded kernel)
+      const auto h6 = run_probe(v, d, opt_int(argc, argv, "grid", 0), 6, target);
+      unsigned long long q[15];
+      std::memcpy(q, h6.data() + 2, sizeof q);
+      std::printf("chase v%d %s-%s %dx%d top-%d: dependent __ldcg in the gate %.0f cycles per load (%llu loads), "
+                  "before the merge %.0f (%llu loads)\n", v, argv[6], argv[7], w.rows, w.keys, w.topk,
+                  q[6] ? double(q[1]) / q[6] : 0.0, q[6], q[3] ? double(q[2]) / q[3] : 0.0, q[3]);
+      std::fflush(stdout);
+      continue;
+    }
     const auto hdr = run_probe(v, d, opt_int(argc, argv, "grid", 0), 2, target);
     unsigned long long h[15];  // the u64 statistics words from byte 8
     std::memcpy(h, hdr.data() + 2, sizeof h);

@@ -1139,6 +1139,18 @@ __device__ __forceinline__ bool fused_v3_union_gate_call(const Sm90FusedParams* 
   const uint32_t n = rw.row < p.rows ? static_cast<uint32_t>(row_length(p, rw.row, &start_unused)) : 0u;
   const uint32_t rho = np > 0 ? fused_v3_gate_rho_mn<Cfg>(p, m, n, r, 0xffu) : 0u;  // (np 0: a redo, no gate)
   uint32_t gk = 0;
+  if constexpr ((Cfg::kSplitHist & 8) != 0) {  // (dev, probe 6: dependent loads in the loaded kernel, words 1 / 6)
+    if (p.probe == 6 && kg == 0 && lane == 0 && np > 1) {
+      const uint32_t zero = static_cast<uint32_t>(p.probe) >> 8;  // (0, unknown to the compiler: a real dependence)
+      uint32_t v = 0;
+      const long long t0 = clock64();
+#pragma unroll 1
+      for (int i = 0; i < 16; ++i) v = __ldcg(fused_v3_rec(p, c0 + (i % np), 0) + r * 32 + kRecTiles + (v & zero));
+      const long long t1 = clock64();
+      atomicAdd(rw.stats + 1, static_cast<unsigned long long>(t1 - t0) + (v & zero));
+      atomicAdd(rw.stats + 6, 16ull);
+    }
+  }
   if (rho) {
     PairCtx pc = rw.ctx();
     uint64_t th = 0;
@@ -1405,6 +1417,18 @@ __device__ __noinline__ bool fused_v3_split_end_call(const Sm90FusedParams* pp, 
   const PieceSegs ps = fused_v3_piece_segs<Cfg>(p, c0, slot0, np, r, kg, false);
   auto out = [&](int at, int v, uint32_t) { orow[at] = v; };
   int res;
+  if constexpr ((Cfg::kSplitHist & 8) != 0) {  // (dev, probe 6: dependent loads before the merge, words 2 / 3)
+    if (p.probe == 6 && kg == 0 && lane == 0 && hsmax != 0u) {
+      const uint32_t zero = static_cast<uint32_t>(p.probe) >> 8;
+      uint32_t v = 0;
+      const long long t0 = clock64();
+#pragma unroll 1
+      for (int i = 0; i < 16; ++i) v = __ldcg(fused_v3_hist<Cfg>(p, c0 + (i % np), i % np == 0 ? slot0 : 0, 1, r) + (v & zero));
+      const long long t1 = clock64();
+      atomicAdd(rw.stats + 2, static_cast<unsigned long long>(t1 - t0) + (v & zero));
+      atomicAdd(rw.stats + 3, 16ull);
+    }
+  }
   if constexpr ((Cfg::kSplitHist & 1) != 0) {  // the pieces' bins summed, then one pass (hsmax 0: the general select)
     if (hsmax != 0u) fused_v3_sum_final_bins<Cfg>(pp, c0, slot0, np);
     res = pair_finish_row_prebinned(ps, pc, thr, hsmax, k, need, gk != 0, start, rw.hist, rw.sk, rw.si, lane, &cands,
@@ -2710,6 +2734,9 @@ using Sm90FusedV3SplitHist = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, t
 using Sm90FusedV3SplitHistRegs = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2,
                                                    5, true, 5, false, 0, true, false, false, false, 0, false, 0, 0, 0,
                                                    true, 7>;  // 66: 65 with the gate's records read once
+using Sm90FusedV3SplitHistLat = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2,
+                                                  5, true, 5, false, 0, true, false, false, false, 0, false, 0, 0, 0,
+                                                  true, 15>;  // 67 (dev): 66 with dependent-load chases (probe 6)
 using Sm90FusedV3LeanFlagless = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5,
                                                   true, 0, false, 0, true, true, true, true, 0, false, 5>;  // 55: 52, the tail without a flag
 // (A 544-thread configuration with one producer warp and __maxnreg__(120) was
