@@ -1141,7 +1141,7 @@ __device__ __forceinline__ bool fused_v3_union_gate_call(const Sm90FusedParams* 
   uint32_t gk = 0;
   if constexpr ((Cfg::kSplitHist & 8) != 0) {  // (dev, probe 6: dependent loads in the loaded kernel, words 1 / 6)
     if (p.probe == 6 && kg == 0 && lane == 0 && np > 1) {
-      const uint32_t zero = static_cast<uint32_t>(p.probe) >> 8;  // (0, unknown to the compiler: a real dependence)
+      const uint32_t zero = static_cast<uint32_t>(clock64() >> 62);  // (0, unknown to the compiler: a real dependence)
       uint32_t v = 0;
       const long long t0 = clock64();
 #pragma unroll 1
@@ -1419,7 +1419,7 @@ __device__ __noinline__ bool fused_v3_split_end_call(const Sm90FusedParams* pp, 
   int res;
   if constexpr ((Cfg::kSplitHist & 8) != 0) {  // (dev, probe 6: dependent loads before the merge, words 2 / 3)
     if (p.probe == 6 && kg == 0 && lane == 0 && hsmax != 0u) {
-      const uint32_t zero = static_cast<uint32_t>(p.probe) >> 8;
+      const uint32_t zero = static_cast<uint32_t>(clock64() >> 62);
       uint32_t v = 0;
       const long long t0 = clock64();
 #pragma unroll 1
