@@ -533,6 +533,19 @@ int cmd_stats(int argc, char** argv) {
   Dev d = upload_work(w);
   for (int v : vars) {
     if (v == 2) continue;
+    if (opt_int(argc, argv, "probe", 2) == 7) {  // (67: clock marks between the gate's and the merge's steps)
+      const auto h7 = run_probe(v, d, opt_int(argc, argv, "grid", 0), 7, target);
+      unsigned long long q[15];
+      std::memcpy(q, h7.data() + 2, sizeof q);
+      const double g = q[12] ? double(q[12]) : 1.0, mg = q[6] ? double(q[6]) : 1.0;
+      std::printf("marks v%d %s-%s %dx%d top-%d: gate per row (%llu): records %.0f, rho %.0f, bins %.0f, cap + set %.0f; "
+                  "row group barrier after it per warp %.0f; merge per row (%llu): bins' sum %.0f, first histogram %.0f, "
+                  "levels %.0f, gather pass %.0f, finish %.0f cycles\n", v, argv[6], argv[7], w.rows, w.keys, w.topk, q[12],
+                  q[7] / g, q[8] / g, q[9] / g, q[10] / g, q[13] / (double(g_sms) * 16), q[6], q[1] / mg, q[2] / mg,
+                  q[3] / mg, q[4] / mg, q[5] / mg);
+      std::fflush(stdout);
+      continue;
+    }
     if (opt_int(argc, argv, "probe", 2) == 6) {  // (67: dependent __ldcg chases inside the loaded kernel)
       const auto h6 = run_probe(v, d, opt_int(argc, argv, "grid", 0), 6, target);
       unsigned long long q[15];

@@ -1113,6 +1113,19 @@ __device__ __forceinline__ bool fused_v3_union_gate_call(const Sm90FusedParams* 
   }
   if (Cfg::kSplitHist != 0 && p.probe == 2 && lane == 0)  // (kSplitHist, probe 2: the wait for the samples, word 2)
     atomicAdd(rw.stats + 2, static_cast<unsigned long long>(clock64() - tw0));
+  // (dev variant 67, probe 7: clock marks between the gate's steps, words 7-10 and 12)
+  const bool mk7 = (Cfg::kSplitHist & 8) != 0 && p.probe == 7 && kg == 0 && lane == 0;
+  long long tq = 0;
+  auto mark7 = [&](int w) {
+    if constexpr ((Cfg::kSplitHist & 8) != 0) {
+      if (mk7) {
+        const long long t = clock64();
+        if (w > 0) atomicAdd(rw.stats + w, static_cast<unsigned long long>(t - tq));
+        tq = t;
+      }
+    }
+  };
+  mark7(0);
   unsigned long long* thr_s = reinterpret_cast<unsigned long long*>(rw.smem + Cfg::kOffThr);
   FusedV3Shr* shr = reinterpret_cast<FusedV3Shr*>(rw.smem + Cfg::kOffShr);
   uint32_t m = 0, tiles = 0;
@@ -1135,9 +1148,11 @@ __device__ __forceinline__ bool fused_v3_union_gate_call(const Sm90FusedParams* 
   }
   m = __reduce_add_sync(0xffffffffu, m);
   tiles = __reduce_add_sync(0xffffffffu, tiles);
+  mark7(7);
   int start_unused;
   const uint32_t n = rw.row < p.rows ? static_cast<uint32_t>(row_length(p, rw.row, &start_unused)) : 0u;
   const uint32_t rho = np > 0 ? fused_v3_gate_rho_mn<Cfg>(p, m, n, r, 0xffu) : 0u;  // (np 0: a redo, no gate)
+  mark7(8);
   uint32_t gk = 0;
   if constexpr ((Cfg::kSplitHist & 8) != 0) {  // (dev, probe 6: dependent loads in the loaded kernel, words 1 / 6)
     if (p.probe == 6 && kg == 0 && lane == 0 && np > 1) {
@@ -1163,6 +1178,7 @@ __device__ __forceinline__ bool fused_v3_union_gate_call(const Sm90FusedParams* 
         fast = fused_v3_union_gate_fast<Cfg>(p, c0, slot0, np, r, kg, rho, pc, rw.hist, lane);
       th = static_cast<uint64_t>(fast) << 32;
     }
+    mark7(9);
     if (fast == 0) {
       const PieceSegs ps = fused_v3_piece_segs<Cfg>(p, c0, slot0, np, r, kg, true);
       // (heavy ties at the rank: the tied key's gate, kTieGate; a one-warp
@@ -1182,6 +1198,10 @@ __device__ __forceinline__ bool fused_v3_union_gate_call(const Sm90FusedParams* 
     shr->gkey[r] = gk;
     thr_s[r] = gk ? gate_threshold(gk) : 0ull;
     if (gk && p.probe == 2) atomicAdd(rw.stats + 9, 1ull);
+  }
+  mark7(10);
+  if constexpr ((Cfg::kSplitHist & 8) != 0) {
+    if (mk7) atomicAdd(rw.stats + 12, 1ull);
   }
   return gk != 0;
 }
@@ -1274,7 +1294,10 @@ __device__ __noinline__ uint32_t fused_v3_split_rest_start(const Sm90FusedParams
   const int slot0 = __shfl_sync(0xffffffffu, vis[5], 0), np = __shfl_sync(0xffffffffu, vis[6], 0);
   const long long tg0 = clock64();
   fused_v3_union_gate_call<Cfg>(pp, reg, b, c0, slot0, np);
+  const long long tb0 = clock64();
   ptx::named_barrier_sync(5 + rg, 256);  // the row group's gates are in thr_s
+  if ((Cfg::kSplitHist & 8) != 0 && pp->probe == 7 && (threadIdx.x & 31) == 0)  // (67, probe 7: the barrier, word 13)
+    atomicAdd(reinterpret_cast<unsigned long long*>(pp->counter) + 1 + 13, static_cast<unsigned long long>(clock64() - tb0));
   if (Cfg::kSplitHist != 0 && pp->probe == 2 && (threadIdx.x & 31) == 0)  // (probe 2: the gate with its wait, word 1)
     atomicAdd(reinterpret_cast<unsigned long long*>(pp->counter) + 1 + 1, static_cast<unsigned long long>(clock64() - tg0));
   return fused_v3_split_copy<Cfg>(pp, reg, np);
@@ -1429,7 +1452,27 @@ __device__ __noinline__ bool fused_v3_split_end_call(const Sm90FusedParams* pp, 
       atomicAdd(rw.stats + 3, 16ull);
     }
   }
-  if constexpr ((Cfg::kSplitHist & 1) != 0) {  // the pieces' bins summed, then one pass (hsmax 0: the general select)
+  if constexpr ((Cfg::kSplitHist & 8) != 0) {  // (dev variant 67, probe 7: clock marks in the merge, words 1-6)
+    const bool timed = p.probe == 7 && lane == 0 && kg == 0 && hsmax != 0u;
+    const long long m0 = clock64();
+    if (hsmax != 0u) fused_v3_sum_final_bins<Cfg>(pp, c0, slot0, np);
+    const long long m1 = clock64();
+    long long tk[4] = {m1, m1, m1, m1};
+    auto mark = [&](int i) {
+      if (timed) tk[i] = clock64();
+    };
+    res = pair_finish_row_prebinned(ps, pc, thr, hsmax, k, need, gk != 0, start, rw.hist, rw.sk, rw.si, lane, &cands,
+                                    out, mark);
+    if (timed) {
+      const long long m2 = clock64();
+      atomicAdd(rw.stats + 1, static_cast<unsigned long long>(m1 - m0));
+      atomicAdd(rw.stats + 2, static_cast<unsigned long long>(tk[0] - m1));
+      atomicAdd(rw.stats + 3, static_cast<unsigned long long>(tk[1] - tk[0]));
+      atomicAdd(rw.stats + 4, static_cast<unsigned long long>(tk[2] - tk[1]));
+      atomicAdd(rw.stats + 5, static_cast<unsigned long long>(m2 - tk[2]));
+      atomicAdd(rw.stats + 6, 1ull);
+    }
+  } else if constexpr ((Cfg::kSplitHist & 1) != 0) {  // the pieces' bins summed, then one pass (hsmax 0: the general select)
     if (hsmax != 0u) fused_v3_sum_final_bins<Cfg>(pp, c0, slot0, np);
     res = pair_finish_row_prebinned(ps, pc, thr, hsmax, k, need, gk != 0, start, rw.hist, rw.sk, rw.si, lane, &cands,
                                     out);
