@@ -610,6 +610,24 @@ void pieces_case(const std::string& name, std::vector<Row>& sl, uint64_t thr, ui
   auto segs = [&](int half) {
     return PieceSegs{ws.data() + size_t(r * NS) * 2 * cap, rec.data() + r * 32 + 8, cap, c0, slot0, np, half};
   };
+  // piece_flat visits every entry of the half's (or all) segments once, in
+  // the same order on every call, with the right key / index pairs.
+  for (int half = -1; half < 2; ++half) {
+    std::vector<std::pair<uint32_t, uint32_t>> want_e, got;
+    for (int i = 0; i < np; ++i)
+      for (int sg = (half < 0 ? 0 : 4 * half); sg < (half < 0 ? NS : 4 * half + 4); ++sg)
+        for (int j = 0; j < sl[i].cnt[sg]; ++j) want_e.push_back({sl[i].key(sg)[j], sl[i].idx(sg)[j]});
+    std::vector<std::pair<uint32_t, uint32_t>> per_lane[32];
+    warp_emu::run([&](int lane) {
+      piece_flat<true, 4>(segs(half), lane, [&](uint32_t key, uint32_t idx, bool valid) {
+        if (valid) per_lane[lane].push_back({key, idx});
+      });
+    });
+    for (auto& v : per_lane) got.insert(got.end(), v.begin(), v.end());
+    std::sort(want_e.begin(), want_e.end());
+    std::sort(got.begin(), got.end());
+    expect(got == want_e, name + ": piece_flat visits every entry once (half " + std::to_string(half) + ")");
+  }
   // mode 2 (the split merge from the pieces' published histograms,
   // pair_finish_row_prebinned): smax the largest eligible key, one below it,
   // one just above the gate; the bins summed here as the last piece sums them.

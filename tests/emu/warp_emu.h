@@ -166,6 +166,7 @@ inline unsigned __ballot_sync(unsigned, int pred) {
   for (int i = 0; i < 32; ++i) m |= (v[i] ? 1u : 0u) << i;
   return m;
 }
+inline int __any_sync(unsigned, int pred) { return __ballot_sync(0xffffffffu, pred) != 0u; }
 template <class T>
 T __shfl_sync(unsigned, T v, int src) {
   const uint64_t* x = warp_emu::exchange(warp_emu::to_bits(v));

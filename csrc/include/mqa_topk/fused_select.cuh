@@ -361,6 +361,12 @@ __device__ __forceinline__ uint32_t range_bin(uint32_t key, uint32_t lo, uint32_
 __device__ __forceinline__ uint32_t range_mult(uint32_t range) {
   return range < 256u ? 0u : static_cast<uint32_t>((1ull << 40) / (static_cast<unsigned long long>(range) + 1ull));
 }
+// The smallest offset d with range_bin(lo + d, lo, mult) >= t: floor(d mult /
+// 2^32) >= t iff d >= ceil(t 2^32 / mult) (mult 0: d itself). Up to 2^32.
+__device__ __forceinline__ uint64_t range_bin_start(uint32_t t, uint32_t mult) {
+  if (mult == 0u) return t;
+  return ((static_cast<uint64_t>(t) << 32) + mult - 1u) / mult;
+}
 
 // The threshold that keeps a row's top-k among its candidates: entries with
 // composite >= thr (the row's running threshold) are eligible; returns the
@@ -970,6 +976,67 @@ __device__ __forceinline__ void piece_rounds(const PieceSegs& s, int lane, F&& f
   }
 }
 
+// The pieces' segments as one flat run of uint4 groups (a segment of n
+// entries holds ceil(n / 4) groups, the last one masked), 32 segments per
+// round: lane l takes groups j0 + 32 u + l of the round's run, so a warp's
+// loads are consecutive 16-byte groups (a few lines per instruction, where
+// one lane per segment touches 32) and no lane idles past a short segment.
+// A group's segment is found by a binary search over the round's inclusive
+// group counts (5 shuffles). Visits (round, step, u, lane, entry) in a fixed
+// order: ballot ranks inside f are deterministic. Warp-uniform bounds.
+template <bool kWithIdx, int kG, class F>
+__device__ __forceinline__ void piece_flat(const PieceSegs& s, int lane, F&& f) {
+  const int per_piece = s.half >= 0 ? 4 : 8;
+  const int total = __shfl_sync(0xffffffffu, s.np * per_piece, 0);  // (said warp-uniform)
+  const uint32_t sg0 = static_cast<uint32_t>(s.half >= 0 ? 4 * s.half : 0);
+#pragma unroll 1
+  for (int q0 = 0; q0 < total; q0 += 32) {
+    const int q = q0 + lane;
+    const int pc = q < total ? q / per_piece : 0;
+    const uint32_t sl = static_cast<uint32_t>(s.c0 + pc) * kPieceSlots + (pc == 0 ? static_cast<uint32_t>(s.slot0) : 0u);
+    const uint32_t sg = sg0 + static_cast<uint32_t>(q % per_piece);
+    const uint32_t off = (sl * 64u + sg) * (2u * s.cap);  // (words from base: < 2^32 for the op's workspace)
+    const int n = q < total ? static_cast<int>(__ldcg(s.cnt + size_t(sl) * 256u + sg)) : 0;
+    const int g = (n + 3) >> 2;
+    const int incl = warp_inclusive_sum(g, lane);
+    const int excl = incl - g;
+    const int T = __shfl_sync(0xffffffffu, incl, 31);
+#pragma unroll 1
+    for (int j0 = 0; j0 < T; j0 += 32 * kG) {
+      uint4 v[kG], w[kG];
+      int rem[kG];
+#pragma unroll
+      for (int u = 0; u < kG; ++u) {
+        const int j = j0 + u * 32 + lane;
+        int L = 0;  // the segment of group j: the number of segments whose groups end at or before it
+#pragma unroll
+        for (int b = 16; b; b >>= 1)
+          if (__shfl_sync(0xffffffffu, incl, L + b - 1) <= j) L += b;
+        const uint32_t o = __shfl_sync(0xffffffffu, off, L & 31);
+        const int e0 = (j - __shfl_sync(0xffffffffu, excl, L & 31)) * 4;
+        const int nL = __shfl_sync(0xffffffffu, n, L & 31);  // (every lane: not under the condition)
+        rem[u] = j < T ? nL - e0 : 0;
+        const uint32_t* kp = s.base + o + e0;
+        v[u] = rem[u] > 0 ? __ldcg(reinterpret_cast<const uint4*>(kp)) : make_uint4(0, 0, 0, 0);
+        if constexpr (kWithIdx)
+          w[u] = rem[u] > 0 ? __ldcg(reinterpret_cast<const uint4*>(kp + s.cap)) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int u = 0; u < kG; ++u) {
+        const uint32_t kv[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
+        if constexpr (kWithIdx) {
+          const uint32_t iv[4] = {w[u].x, w[u].y, w[u].z, w[u].w};
+#pragma unroll
+          for (int e = 0; e < 4; ++e) f(kv[e], iv[e], e < rem[u]);
+        } else {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) f(kv[e], e < rem[u]);
+        }
+      }
+    }
+  }
+}
+
 // Lanes per segment for np pieces of per_piece segments: one once every lane
 // has a segment, else 8 (piece by piece). (2 and 4 were tried: their code in
 // the kShares calls cost the tile loops a register, 2026-12-02.)
@@ -977,10 +1044,18 @@ __device__ __forceinline__ int piece_lanes_per_seg(int np, int per_piece) {
   return np * per_piece >= 32 ? 1 : 8;
 }
 
+// Many small pieces (a lane per segment or more): the flat run
+// (piece_flat: at 16 pieces the split merge's gather pass took 20K cycles
+// per row against 30K with a lane per segment, tools/gatherbench
+// 2026-12-04); fewer: 8 lanes per segment, piece by piece (at 2 pieces 10%
+// faster than the flat run).
 template <bool kWithIdx, int kGIdx, class F>
 __device__ __forceinline__ void piece_each(const PieceSegs& s, int lane, F&& f) {
   switch (__shfl_sync(0xffffffffu, piece_lanes_per_seg(s.np, s.half >= 0 ? 4 : 8), 0)) {
-    case 1: piece_rounds<kWithIdx, kGIdx, 1>(s, lane, f); break;
+    case 1:
+      if constexpr (kWithIdx) piece_flat<true, kGIdx>(s, lane, f);
+      else piece_rounds<false, kGIdx, 1>(s, lane, f);  // (key-only passes: the flat run's code here costs the tile loops)
+      break;
     default: piece_rounds<kWithIdx, kGIdx, 8>(s, lane, f); break;
   }
 }
@@ -1263,39 +1338,59 @@ __device__ __forceinline__ int pair_row_core(const SS& s, PairCtx& pc, uint64_t 
   // One pass (keys and indices): every entry above the bin is out (the first
   // warp ascending from 0, the second descending from above - 1); the bin's
   // entries go to the scratch (ascending / descending from c - 1).
-  const uint32_t l0 = lo, s0 = span, m0 = mult, sl = sel;
-  const bool binned = sliced, gather = t_all == 0;
-  uint32_t hpos = 0, gpos = 0, gmin = 0xffffffffu, gmax = 0;
+  // The bin's bounds as keys, once per row (range_bin is monotone in the key):
+  // an entry is above the bin iff key >= khi = lo + dhi (none when that is
+  // 2^32), in it iff klo = lo + dlo <= key < khi. Every key >= klo is
+  // eligible (lo >= the threshold's key on every path), so per entry the pass
+  // is one compare, one ballot and a store; the bin's few entries take a
+  // warp-uniform branch (2026-12-04: 50 SASS instructions per entry before,
+  // the pass issue-bound at 16 warps per SM; tools/gatherbench).
+  const bool gather = t_all == 0;
+  const uint64_t s1 = static_cast<uint64_t>(span) + 1u;
+  uint64_t dlo = 0, dhi = s1;
+  if (sliced) {
+    dlo = range_bin_start(sel, mult);
+    dhi = min(range_bin_start(sel + 1u, mult), s1);
+  }
+  // As unsigned ranges (one subtract and one compare per entry): above iff
+  // key - khi < hspan (keys from khi up; hspan 0 when khi is 2^32), in the
+  // bin iff key - klo < espan (klo >= lo >= 1, so 0 - klo is 2^32 - klo).
+  const uint64_t khi64 = static_cast<uint64_t>(lo) + dhi;
+  const uint32_t khi = static_cast<uint32_t>(khi64);
+  const uint32_t hspan = khi64 <= 0xffffffffull ? 0u - khi : 0u;
+  const uint32_t klo = lo + static_cast<uint32_t>(dlo < dhi ? dlo : 0u);
+  const uint32_t espan = dlo < dhi ? static_cast<uint32_t>(dhi - dlo) : 0u;
+  // positions: the first warp at hb + popc, the second at hb - popc (hs = -1)
+  const uint32_t hs = pc.half == 0 ? 1u : 0xffffffffu;
+  uint32_t hb = pc.half == 0 ? 0u : above - 1u, gb = pc.half == 0 ? 0u : c - 1u;
+  uint32_t gmin = 0xffffffffu, gmax = 0;
   pair_for_each<true, kOutG>(s, lane, [&](uint32_t key, uint32_t idx, bool valid) {
-    const uint32_t d = key - l0;
-    const bool el = valid && key >= tk1;
-    const bool in = el && d <= s0;
-    const uint32_t bn = range_bin(key, l0, m0);
-    const bool eq = in && (!binned || bn == sl);
-    const bool hi = el && (d > s0 ? key > l0 : (binned && bn > sl));
+    const bool hi = valid && key - khi < hspan;
     const uint32_t mh = __ballot_sync(0xffffffffu, hi);
-    const uint32_t me = __ballot_sync(0xffffffffu, eq);
-    if (kEmit && hi) {
-      const uint32_t r = hpos + __popc(mh & lt);
-      const uint32_t at = pc.half == 0 ? r : above - 1u - r;
-      if (at < above) out(static_cast<int>(at), static_cast<int>(idx) - start, key);
+    if constexpr (kEmit) {
+      const uint32_t at = hb + hs * static_cast<uint32_t>(__popc(mh & lt));
+      if (hi && at < above) out(static_cast<int>(at), static_cast<int>(idx) - start, key);
     }
-    if (eq) {
-      const uint32_t r = gpos + __popc(me & lt);
-      const uint32_t at = pc.half == 0 ? r : c - 1u - r;
-      if (!gather) {  // heavy ties, all in: straight after the entries above
-        const uint32_t ot = above + at;
-        if (at < c && ot < k) out(static_cast<int>(ot), static_cast<int>(idx) - start, key);
-      } else if (at < c) {
-        sk[at] = key;
-        si[at] = idx;
+    hb += hs * static_cast<uint32_t>(__popc(mh));
+    const bool eq = valid && key - klo < espan;
+    if (__any_sync(0xffffffffu, eq)) {  // (warp-uniform: the bin's entries, a few dozen per row)
+      const uint32_t me = __ballot_sync(0xffffffffu, eq);
+      if (eq) {
+        const uint32_t at = gb + hs * static_cast<uint32_t>(__popc(me & lt));
+        if (!gather) {  // heavy ties, all in: straight after the entries above
+          const uint32_t ot = above + at;
+          if (at < c && ot < k) out(static_cast<int>(ot), static_cast<int>(idx) - start, key);
+        } else if (at < c) {
+          sk[at] = key;
+          si[at] = idx;
+        }
+        gmin = min(gmin, key);
+        gmax = max(gmax, key);
       }
+      gb += hs * static_cast<uint32_t>(__popc(me));
     }
-    gmin = min(gmin, eq ? key : 0xffffffffu);
-    gmax = max(gmax, eq ? key : 0u);
-    hpos += __popc(mh);
-    gpos += __popc(me);
   });
+  const uint32_t hpos = pc.half == 0 ? hb : above - 1u - hb, gpos = pc.half == 0 ? gb : c - 1u - gb;
   mark(2);
   if constexpr (kPreHist) {  // (the counts against the entries)
     const uint4 q = pair_exchange(pc, make_uint4(hpos, gpos, 0u, 0u), lane);
