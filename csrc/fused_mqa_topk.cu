@@ -126,14 +126,18 @@ void fused_mqa_topk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
 std::vector<mqa_topk::KernelInfo> fused_mqa_topk_kernel_info() {
   using Cfg = mqa_topk::Sm90FusedDefault;
   // (the v3 kernels' attributes from their own translation units: one instantiation each)
-  cudaFuncAttributes wa{}, sa{};
-  int whole_smem = 0, split_smem = 0;
+  cudaFuncAttributes wa{}, sa{}, la{};
+  int whole_smem = 0, split_smem = 0, large_smem = 0;
   const cudaError_t werr = fused_v3_whole_attributes(&wa, &whole_smem);
   const cudaError_t serr = fused_v3_split_attributes(&sa, &split_smem);
+  const cudaError_t lerr = fused_v3_split_large_attributes(&la, &large_smem);
   return {mqa_topk::kernel_info("sm90_fused_mqa_topk_v3<rows=8,wg=4,stages=8,check=12,gate,lean-loop,qperm,fast-gate,topk=2048>",
                                 werr, wa, whole_smem),
           mqa_topk::kernel_info("sm90_fused_mqa_topk_v3<rows=8,wg=4,stages=8,check=12,gate,shares=partial-wave>",
                                 serr, sa, split_smem),
+          mqa_topk::kernel_info(
+              "sm90_fused_mqa_topk_v3<rows=8,wg=4,stages=8,check=12,gate,shares=partial-wave,lean-loop,qperm,topk=2048>",
+              lerr, la, large_smem),
           mqa_topk::kernel_info("sm90_fused_mqa_topk<rows=8,wg=2,stages=7,gate>",
                                 &mqa_topk::sm90_fused_mqa_topk_kernel<Cfg>, Cfg::kSmemBytes)};
 }

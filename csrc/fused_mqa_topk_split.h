@@ -40,6 +40,33 @@ cudaError_t fused_v3_split_launch(const void* q, const void* k, const float* sca
 // Its kernel's attributes and the dynamic shared memory it requests (for `mqa-topk build`'s table).
 cudaError_t fused_v3_split_attributes(cudaFuncAttributes* attr, int* dynamic_smem);
 
+// Where the split grid is every SM (more than SMs / 4 row blocks:
+// mqa_topk::fused_v3_split_large), fused_v3_split_launch runs the split
+// kernel on the lean loop instead, one configuration per topk
+// (Sm90FusedV3SplitLarge<kTopk>, dev variant 71; session 19), each in its own
+// translation unit (csrc/fused_mqa_topk_v3_split_t{512,1024,2048}.cu). Same
+// arguments; topk must be kTopk. Its workspace layout is the split kernel's
+// (fused_v3_split_workspace_bytes covers both).
+template <int kTopk>
+cudaError_t fused_v3_split_large_launch_t(const void* q, const void* k, const float* scales, const float* weights,
+                                          const int* starts, const int* ends, int* out, void* workspace, int rows,
+                                          int keys, int topk, int num_sms, cudaStream_t stream, int* map_error,
+                                          int probe, mqa_topk::RangeErrorSink range_err, int target);
+template <int kTopk>
+size_t fused_v3_split_large_workspace_bytes_t(int num_sms);
+#define MQA_TOPK_SPLIT_LARGE_EXTERN(T)                                                                              \
+  extern template cudaError_t fused_v3_split_large_launch_t<T>(const void*, const void*, const float*, const float*, \
+                                                               const int*, const int*, int*, void*, int, int, int,   \
+                                                               int, cudaStream_t, int*, int,                          \
+                                                               mqa_topk::RangeErrorSink, int);                        \
+  extern template size_t fused_v3_split_large_workspace_bytes_t<T>(int);
+MQA_TOPK_SPLIT_LARGE_EXTERN(512)
+MQA_TOPK_SPLIT_LARGE_EXTERN(1024)
+MQA_TOPK_SPLIT_LARGE_EXTERN(2048)
+#undef MQA_TOPK_SPLIT_LARGE_EXTERN
+// The topk-2048 configuration's attributes (for `mqa-topk build`'s table).
+cudaError_t fused_v3_split_large_attributes(cudaFuncAttributes* attr, int* dynamic_smem);
+
 // The op's whole-block v3 kernel, one configuration per topk
 // (Sm90FusedV3Whole<kTopk> = dev variant 56: its appends' index store at an
 // immediate offset from the key store), each in its own translation unit

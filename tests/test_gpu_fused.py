@@ -298,7 +298,8 @@ def test_fused_op_split_kernels_exact(dev, monkeypatch, kw, kernel):
     """The op's split kernels on SPLIT_CASES with the split forced
     (MQA_TOPK_FUSED_SPLIT=1): "v3" is the op's v3 split kernel (variant 66
     since session 18: shares over the partial wave, the pieces' gate and
-    merge from published histograms), "v2" the v2 split kernel
+    merge from published histograms; at 1064 rows variant 71, the same on
+    the lean loop, since session 19), "v2" the v2 split kernel
     (MQA_TOPK_FUSED_KERNEL=v2). In the normal build, no dev probes: few and
     long rows give many pieces per block, ragged and short rows pieces where a
     row has fewer keys than the piece or none (empty slices), 1064 rows whole
@@ -317,6 +318,38 @@ def test_fused_op_split_kernels_exact(dev, monkeypatch, kw, kernel):
         whole = run_fused(w, topk, -5)
         assert torch.equal(split.sort(dim=1).values, whole.sort(dim=1).values), (
             f"{kw} topk={topk}: the {kernel} split kernel's sets differ from the whole-block kernel's")
+
+
+# The op's split kernel where the split grid is every SM (more than SMs / 4
+# row blocks: Sm90FusedV3SplitLarge<topk>, variant 71, one configuration per
+# topk; session 19): the smallest such row count, ragged rows with short and
+# empty ones, many blocks beside whole ones, adversarial scores.
+LARGE_SPLIT_CASES = [
+    dict(layout="causal", rows=272, keys=12000, dist="gaussian"),
+    dict(layout="ragged", rows=600, keys=20000, dist="dsa", unaligned_starts=True),
+    dict(layout="full", rows=1100, keys=3000, dist="short_rows"),
+    dict(layout="causal", rows=1576, keys=6000, dist="relu_saturated"),
+    dict(layout="full", rows=530, keys=9000, dist="ties", tie_mode="whole"),
+]
+
+
+@pytest.mark.parametrize("kw", LARGE_SPLIT_CASES, ids=lambda kw: f"{kw['layout']}-{kw['rows']}x{kw['keys']}-{kw['dist']}")
+def test_fused_op_split_large_exact(dev, monkeypatch, kw):
+    """The lean-loop split kernel for every topk (its own configuration per
+    topk) with the split forced: exact, reruns bitwise equal, and the same
+    sets as the whole-block kernel."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    if 4 * ((kw["rows"] + 7) // 8) <= sms:
+        pytest.skip(f"{kw['rows']} rows do not take the lean-loop split kernel on {sms} SMs")
+    for topk in (512, 1024, 2048):
+        w = make_workload(device="cuda", seed=23, topk=topk, **kw)
+        monkeypatch.setenv("MQA_TOPK_FUSED_SPLIT", "1")
+        monkeypatch.delenv("MQA_TOPK_FUSED_KERNEL", raising=False)
+        split = check_fused(w, topk, f"op split kernel (large) {kw} topk={topk}")
+        monkeypatch.setenv("MQA_TOPK_FUSED_SPLIT", "0")
+        whole = run_fused(w, topk, -5)
+        assert torch.equal(split.sort(dim=1).values, whole.sort(dim=1).values), (
+            f"{kw} topk={topk}: the large split kernel's sets differ from the whole-block kernel's")
 
 
 @pytest.mark.parametrize("force", ["1", "0", ""])

@@ -69,6 +69,11 @@ template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3HybridFastGate>();  // v3
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3Whole<512>>();
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3Whole<1024>>();
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3Whole<2048>>();
+// Where the op's split launch takes Sm90FusedV3SplitLarge (csrc/fused_mqa_topk_v3_split_t*.cu; v3check variant 71,
+// compiled with tools/v3check): more than SMs / 4 row blocks.
+static_assert(!mqa_topk::fused_v3_split_large(256, 132) && !mqa_topk::fused_v3_split_large(264, 132) &&
+                  mqa_topk::fused_v3_split_large(272, 132) && mqa_topk::fused_v3_split_large(512, 132),
+              "the split kernel on the lean loop: more than SMs / 4 row blocks");
 // kHybrid's share blocks: all up to two waves, none on whole waves, else the partial wave and one more.
 static_assert(mqa_topk::fused_v3_share_blocks(8, 132) == 8 && mqa_topk::fused_v3_share_blocks(264, 132) == 264 &&
                   mqa_topk::fused_v3_share_blocks(265, 132) == 133 && mqa_topk::fused_v3_share_blocks(396, 132) == 0 &&

@@ -165,6 +165,18 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
                                                          w.rows, w.keys, w.topk, sms, st, &me, probe, {}, target);
   };
   switch (variant) {
+#ifdef V3CHECK_SPLIT  // (-DV3CHECK_SPLIT: the op's split kernel and session 19's split variants, the fastest build)
+    case 66: return v3(Sm90FusedV3SplitHistRegs{});
+    case 69: return v3(Sm90FusedV3SplitLean{});
+    case 71:
+      switch (w.topk) {
+        case 512: return v3(Sm90FusedV3SplitQPerm<512>{});
+        case 1024: return v3(Sm90FusedV3SplitQPerm<1024>{});
+        case 2048: return v3(Sm90FusedV3SplitQPerm<2048>{});
+        default: return cudaErrorInvalidValue;
+      }
+    default: std::fprintf(stderr, "variant %d not in this build (V3CHECK_SPLIT)\n", variant); return cudaErrorInvalidValue;
+#else
 #ifndef V3CHECK_MIN  // (-DV3CHECK_FEW -DV3CHECK_MIN: the op's kernel, 43 and the newest variants only)
     case 2:
       return launch_sm90_fused_mqa_topk<Sm90FusedDefault>(d.q, d.k, d.scales, d.weights, d.starts, d.ends, d.out, d.ws,
@@ -213,6 +225,19 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
     case 65: return v3(Sm90FusedV3SplitHist{});
     case 66: return v3(Sm90FusedV3SplitHistRegs{});  // 65 with the gate's records read once
     case 67: return v3(Sm90FusedV3SplitHistLat{});  // 66 with dependent-load chases in the gate and the merge (probe 6)
+    case 68: return v3(Sm90FusedV3SplitDist{});  // session 19: 66 with the merge by every piece
+    case 69: return v3(Sm90FusedV3SplitLean{});  // session 19: 66 on the lean loop (kLeanLoop 3, kRelaxedRelease)
+    case 70:  // 69 for one topk
+    case 71:  // 70 with kQPerm 7
+      switch (variant * 4096 + w.topk) {
+        case 70 * 4096 + 512: return v3(Sm90FusedV3SplitLeanFixed<512>{});
+        case 70 * 4096 + 1024: return v3(Sm90FusedV3SplitLeanFixed<1024>{});
+        case 70 * 4096 + 2048: return v3(Sm90FusedV3SplitLeanFixed<2048>{});
+        case 71 * 4096 + 512: return v3(Sm90FusedV3SplitQPerm<512>{});
+        case 71 * 4096 + 1024: return v3(Sm90FusedV3SplitQPerm<1024>{});
+        case 71 * 4096 + 2048: return v3(Sm90FusedV3SplitQPerm<2048>{});
+        default: return cudaErrorInvalidValue;
+      }
     // session 14: 44 a timing cut (exact only while no compaction is due), 45-47
     case 44: return v3(Sm90FusedV3CutChecks{});
     case 45: return v3(Sm90FusedV3PipeTail{});
@@ -271,6 +296,7 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
 #else
     default: std::fprintf(stderr, "variant %d not in this build (V3CHECK_FEW)\n", variant); return cudaErrorInvalidValue;
 #endif
+#endif  // V3CHECK_SPLIT
   }
 }
 

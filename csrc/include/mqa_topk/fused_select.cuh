@@ -368,6 +368,31 @@ __device__ __forceinline__ uint64_t range_bin_start(uint32_t t, uint32_t mult) {
   return ((static_cast<uint64_t>(t) << 32) + mult - 1u) / mult;
 }
 
+// The entries above a range bin and in it, as unsigned key ranges (one
+// subtract and one compare per entry): above iff key - khi < hspan (keys from
+// khi = lo + the next bin's start up; hspan 0 when that is 2^32), in the bin
+// iff key - klo < espan. sliced: the bin is slice `sel` of 256 over
+// [lo, lo + span] (range_bin with mult); otherwise the whole range is the bin.
+// Keys above lo + span count as above (the fast path's top bin). Needs lo >= 1.
+struct BinBounds {
+  uint32_t khi, hspan, klo, espan;
+};
+__device__ __forceinline__ BinBounds bin_bounds(uint32_t lo, uint32_t span, uint32_t mult, uint32_t sel, bool sliced) {
+  const uint64_t s1 = static_cast<uint64_t>(span) + 1u;
+  uint64_t dlo = 0, dhi = s1;
+  if (sliced) {
+    dlo = range_bin_start(sel, mult);
+    dhi = min(range_bin_start(sel + 1u, mult), s1);
+  }
+  const uint64_t khi64 = static_cast<uint64_t>(lo) + dhi;
+  BinBounds b;
+  b.khi = static_cast<uint32_t>(khi64);
+  b.hspan = khi64 <= 0xffffffffull ? 0u - b.khi : 0u;
+  b.klo = lo + static_cast<uint32_t>(dlo < dhi ? dlo : 0u);
+  b.espan = dlo < dhi ? static_cast<uint32_t>(dhi - dlo) : 0u;
+  return b;
+}
+
 // The threshold that keeps a row's top-k among its candidates: entries with
 // composite >= thr (the row's running threshold) are eligible; returns the
 // k-th largest eligible composite, or thr itself when at most k are eligible
@@ -1346,20 +1371,8 @@ __device__ __forceinline__ int pair_row_core(const SS& s, PairCtx& pc, uint64_t 
   // warp-uniform branch (2026-12-04: 50 SASS instructions per entry before,
   // the pass issue-bound at 16 warps per SM; tools/gatherbench).
   const bool gather = t_all == 0;
-  const uint64_t s1 = static_cast<uint64_t>(span) + 1u;
-  uint64_t dlo = 0, dhi = s1;
-  if (sliced) {
-    dlo = range_bin_start(sel, mult);
-    dhi = min(range_bin_start(sel + 1u, mult), s1);
-  }
-  // As unsigned ranges (one subtract and one compare per entry): above iff
-  // key - khi < hspan (keys from khi up; hspan 0 when khi is 2^32), in the
-  // bin iff key - klo < espan (klo >= lo >= 1, so 0 - klo is 2^32 - klo).
-  const uint64_t khi64 = static_cast<uint64_t>(lo) + dhi;
-  const uint32_t khi = static_cast<uint32_t>(khi64);
-  const uint32_t hspan = khi64 <= 0xffffffffull ? 0u - khi : 0u;
-  const uint32_t klo = lo + static_cast<uint32_t>(dlo < dhi ? dlo : 0u);
-  const uint32_t espan = dlo < dhi ? static_cast<uint32_t>(dhi - dlo) : 0u;
+  const BinBounds bb = bin_bounds(lo, span, mult, sel, sliced);
+  const uint32_t khi = bb.khi, hspan = bb.hspan, klo = bb.klo, espan = bb.espan;
   // positions: the first warp at hb + popc, the second at hb - popc (hs = -1)
   const uint32_t hs = pc.half == 0 ? 1u : 0xffffffffu;
   uint32_t hb = pc.half == 0 ? 0u : above - 1u, gb = pc.half == 0 ? 0u : c - 1u;
@@ -1456,6 +1469,37 @@ __device__ __forceinline__ int pair_finish_row_prebinned(const SS& s, PairCtx& p
   return pair_row_core<true, Out, Mark, true, kOutG, SS, false, true>(
       s, pc, thr, k, need, gated, start, hist, sk, si, lane, cands, &t, static_cast<Out&&>(out),
       static_cast<Mark&&>(mark), smax);
+}
+
+// One split piece's part of a row whose k-th lies in bin bb (kSplitHist bit
+// 16, the merge by every piece): this piece's entries above the bin go to
+// out_hi at [h0, h0 + hn) (the first warp ascending, the second descending),
+// its entries in the bin to out_eq at [g0, g0 + gn), in the pass's order
+// (deterministic). hn, gn: this piece's counts from its published bins;
+// positions past them are not written. Returns whether the pass found
+// exactly hn and gn (both warps the same answer).
+template <class OutHi, class OutEq, class SS>
+__device__ __forceinline__ bool pair_emit_binned(const SS& s, PairCtx& pc, const BinBounds& bb, uint32_t h0,
+                                                 uint32_t hn, uint32_t g0, uint32_t gn, int lane, OutHi&& out_hi,
+                                                 OutEq&& out_eq) {
+  const uint32_t lt = (1u << lane) - 1u;
+  uint32_t hc = 0, gc = 0;  // this warp's entries so far
+  pair_for_each<true, 4>(s, lane, [&](uint32_t key, uint32_t idx, bool valid) {
+    const bool hi = valid && key - bb.khi < bb.hspan;
+    const uint32_t mh = __ballot_sync(0xffffffffu, hi);
+    const uint32_t r = hc + static_cast<uint32_t>(__popc(mh & lt));
+    if (hi && r < hn) out_hi(pc.half == 0 ? h0 + r : h0 + hn - 1u - r, idx, key);
+    hc += static_cast<uint32_t>(__popc(mh));
+    const bool eq = valid && key - bb.klo < bb.espan;
+    if (__any_sync(0xffffffffu, eq)) {  // (warp-uniform: a few entries per piece)
+      const uint32_t me = __ballot_sync(0xffffffffu, eq);
+      const uint32_t q = gc + static_cast<uint32_t>(__popc(me & lt));
+      if (eq && q < gn) out_eq(pc.half == 0 ? g0 + q : g0 + gn - 1u - q, idx, key);
+      gc += static_cast<uint32_t>(__popc(me));
+    }
+  });
+  const uint4 o = pair_exchange(pc, make_uint4(hc, gc, 0u, 0u), lane);
+  return hc + o.x == hn && gc + o.y == gn;
 }
 
 // The fast path's bins of the entries at or above the gate key gk (keys above

@@ -187,7 +187,11 @@ struct Sm90FusedV3Config {
   static constexpr bool kAlwaysTail = (kLeanLoop_ & 4) != 0;
   static_assert(kLeanLoop_ == 0 || (kLeanLoop_ & 1), "kLeanLoop: bit 1 with the others");
   static_assert(kFixedTopk_ == 0 || (kLeanLoop_ & 2), "kFixedTopk: on the predicated appends");
-  static_assert(!kLeanLoop_ || (kLazyCheck_ && kRelaxedRelease_ && !kShares_), "kLeanLoop: on 48's whole-block loop");
+  // (kShares, session 19: bits 1 and 2 with kRelaxedRelease on the split
+  // kernel's loop, without kLazyCheck / kPipeTail: the check countdown starts
+  // at each visit's first tile, so a check still comes every kCheckTiles tiles.)
+  static_assert(!kLeanLoop_ || (kRelaxedRelease_ && (kShares_ ? !kLazyCheck_ && (kLeanLoop_ & 4) == 0 : kLazyCheck_)),
+                "kLeanLoop: on 48's whole-block loop, or bits 1 and 2 on the split kernel's");
   // kSplitRG (dev): the two row groups run independently, each on its own
   // 4-row blocks from the call's block counter, with its own producer warp
   // (producer warps 0 and 1), its own K ring (kNumStages / 2 stages), its own
@@ -471,6 +475,8 @@ struct FusedV3Shr {
   long long sh_g0, sh_count, sh_total;  // fused_split_share
   int sh_b0, sh_t0, sh_gp;
   int last[2];                          // per row group: this CTA merges the block it just finished
+  int dist[2];                          // kSplitHist bit 16, per row group: every piece merges its own entries
+  int bad[8];                           // kSplitHist bit 16, per row: this piece's pass disagreed with its bins
   uint32_t gkey[8];                     // the split visit's shared gate key per row (0: none)
   uint32_t rest_cnt[16][4];             // per math warp and row: its count after a rest visit's start
   // Per row group and Q buffer: the visit's fields after its tile loops (every
@@ -1035,7 +1041,8 @@ __device__ __noinline__ void fused_v3_split_sample_end(const Sm90FusedParams* pp
 // rho-th), or 0 when fewer than rho entries fall in the 256 bins.
 // kRegs (kSplitHist bit 4, np <= 32): t0, lane i's piece i's largest sample
 // tile maximum, already loaded (fused_v3_union_gate_call): no record loads
-// here, and 8 pieces' bins in flight instead of 4.
+// here, and 8 pieces' bins in flight instead of 4 (16 cost the split kernel's tile loops 11
+// instructions, 2026-12-04).
 template <class Cfg, bool kRegs = false>
 __device__ __forceinline__ uint32_t fused_v3_union_gate_fast(const Sm90FusedParams& p, int c0, int slot0, int np, int r,
                                                              int kg, uint32_t rho, fused_detail::PairCtx& pc,
@@ -1367,18 +1374,19 @@ __device__ __noinline__ void fused_v3_sum_final_bins(const Sm90FusedParams* pp, 
   const uint32_t j_lane = static_cast<uint32_t>(kg * 128 + lane * 4);
   uint4 a = make_uint4(0u, 0u, 0u, 0u);
   np = __shfl_sync(0xffffffffu, np, 0);  // (said warp-uniform)
+  constexpr int kB = 16;  // pieces' loads in flight (4 until 2026-12-04: four round trips at 16 pieces)
 #pragma unroll 1
-  for (int i0 = 0; i0 < np; i0 += 4) {  // (4 pieces' loads in flight)
-    uint4 h[4];
+  for (int i0 = 0; i0 < np; i0 += kB) {
+    uint4 h[kB];
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
+    for (int u = 0; u < kB; ++u) {
       const int i = i0 + u;
       h[u] = i < np ? __ldcg(reinterpret_cast<const uint4*>(fused_v3_hist<Cfg>(p, c0 + i, i == 0 ? slot0 : 0, 1, r) +
                                                              j_lane))
                     : make_uint4(0u, 0u, 0u, 0u);
     }
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
+    for (int u = 0; u < kB; ++u) {
       a.x += h[u].x;
       a.y += h[u].y;
       a.z += h[u].z;
@@ -1386,6 +1394,214 @@ __device__ __noinline__ void fused_v3_sum_final_bins(const Sm90FusedParams* pp, 
     }
   }
   *reinterpret_cast<uint4*>(rw.hist + j_lane) = a;
+}
+
+// kSplitHist bit 16: the merge by every piece (issue 12). Called at a rest
+// visit's end by the row group's 8 warps of every piece (np > 1), after the
+// piece's final bins are published (hsmax: fused_v3_publish_final_bins'
+// answer for the warp's row). `waiter`: this visit is the CTA's last share
+// visit (no visit of this CTA's share comes later, so waiting here for the
+// block's other pieces cannot hold up a piece: every piece counts itself
+// before it waits, and a CTA waits at most once, at its share's end; the
+// grid is resident, as the shared gate's wait already assumes).
+// Each piece counts itself on the block's final counter (a waiter adds 1,
+// another piece 2^16). A waiter then waits for every piece. When every piece
+// is a waiter, each pair sums the pieces' final bins of its row, finds the
+// k-th's bin (pair_row_core's fast path on the same sums: the same bin),
+// and writes its own piece's entries above the bin to the output at the
+// prefix of the lower pieces' counts above it (pair_emit_binned), and its
+// entries in the bin to a block-wide scratch in global memory (piece 0's and
+// piece 1's sample-bin areas: every piece has passed its gate once all have
+// counted themselves, so no one reads them again). Then each piece counts
+// itself again on the block's sample counter (np already: all sampled); the
+// last ranks the bin's entries (finish_in_scratch) and writes the winners
+// after the entries above. Rows where this does not apply (not gated, no
+// bins, at most k candidates, the k-th in the top bin, more than kScratch
+// in its bin) and row groups where a pass disagreed with its bins go to
+// the last piece's merge over every piece (returns 1 there); so do all rows
+// when some piece is not a waiter (then the last piece on the final counter
+// merges, as without bit 16). Returns 0 (nothing more to do; safe) or 1.
+// Deterministic: every position follows from the published counts and the
+// passes' fixed order. Not inlined (its registers stay out of the tile loops').
+template <class Cfg>
+__device__ __noinline__ int fused_v3_split_dist(const Sm90FusedParams* pp, int reg, int b, int c0, int slot0, int np,
+                                                uint32_t hsmax, uint32_t active, bool waiter) {
+  using namespace fused_detail;
+  const Sm90FusedParams& p = *pp;
+  const FusedV3PairRow<Cfg> rw(p, 0, 0, 0);  // (its row from b below: as fused_v3_sum_final_bins')
+  const int r = rw.r, lane = rw.lane, kg = rw.kg, rg = r >> 2, row = fused_v3_row<Cfg>(b, r);
+  const int tid = threadIdx.x;
+  FusedV3Shr* shr = reinterpret_cast<FusedV3Shr*>(rw.smem + Cfg::kOffShr);
+  volatile int* vsh = reinterpret_cast<volatile int*>(shr->last);  // last[2], dist[2], bad[8]
+  int* ctr1 = fused_v3_ctr(p, c0, slot0) + 2 + rg;  // the final counter
+  int* ctr2 = fused_v3_ctr(p, c0, slot0) + rg;      // the sample counter (np: every piece sampled)
+  np = __shfl_sync(0xffffffffu, np, 0);  // (said warp-uniform)
+  if ((tid & 255) == 0) {
+    __threadfence();
+    const int v = atomicAdd(ctr1, waiter ? 1 : 0x10000);
+    vsh[rg] = (v & 0xffff) + (v >> 16) == np - 1;
+    __threadfence();
+  }
+  ptx::named_barrier_sync(5 + rg, 256);
+  const bool last1 = vsh[rg] != 0;
+  if (!waiter) return last1 ? 1 : 0;
+  int w;  // every piece counted (each warp waits on its own: a warp-uniform loop)
+  while (w = __shfl_sync(0xffffffffu, *reinterpret_cast<volatile int*>(ctr1), 0), (w & 0xffff) + (w >> 16) < np)
+    __nanosleep(64);
+  __threadfence();
+  if ((w >> 16) != 0) return last1 ? 1 : 0;  // a piece did not wait: the last one merges
+  const int me = __shfl_sync(0xffffffffu, static_cast<int>(blockIdx.x) - c0, 0);  // this piece's index (said uniform)
+  const bool live = row < p.rows && ((active >> r) & 1u) && hsmax != 0u;
+  const uint32_t gk = shr->gkey[r];
+  const uint32_t k = static_cast<uint32_t>(p.topk);
+  PairCtx pc = rw.ctx();
+  const uint32_t j_lane = static_cast<uint32_t>(kg * 128 + lane * 4);
+  bool dist = false;
+  uint32_t above = 0, in_bin = 0, pre_hi = 0, pre_eq = 0, my_hi = 0, my_eq = 0, sel = 0;
+  if (live) {
+    // The pieces' summed bins (this warp's half of the row's 256), as the last piece sums them.
+    constexpr int kB = 8;
+    uint4 a = make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll 1
+    for (int i0 = 0; i0 < np; i0 += kB) {
+      uint4 h[kB];
+#pragma unroll
+      for (int u = 0; u < kB; ++u) {
+        const int i = i0 + u;
+        h[u] = i < np ? __ldcg(reinterpret_cast<const uint4*>(fused_v3_hist<Cfg>(p, c0 + i, i == 0 ? slot0 : 0, 1, r) +
+                                                               j_lane))
+                      : make_uint4(0u, 0u, 0u, 0u);
+      }
+#pragma unroll
+      for (int u = 0; u < kB; ++u) {
+        a.x += h[u].x;
+        a.y += h[u].y;
+        a.z += h[u].z;
+        a.w += h[u].w;
+      }
+    }
+    *reinterpret_cast<uint4*>(rw.hist + j_lane) = a;
+    pair_sync(pc.bar);  // both halves are in
+    uint32_t tot = 0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) tot += rw.hist[j * 32 + lane];
+    const uint32_t c = __reduce_add_sync(0xffffffffu, tot);
+    sel = 255u;
+    if (c > k) sel = warp_find_digit_t<false>(rw.hist, k, true, &above, &in_bin, lane);
+    pair_sync(pc.bar);  // both warps have read the histogram
+    *reinterpret_cast<uint4*>(rw.hist + j_lane) = make_uint4(0u, 0u, 0u, 0u);
+    dist = c > k && sel < 255u && in_bin <= static_cast<uint32_t>(kScratch);
+    if (dist) {  // the lower pieces' counts above and in the bin, and this piece's
+      uint32_t ph = 0, pe = 0, mh = 0, mq = 0;
+#pragma unroll 1
+      for (int i0 = 0; i0 <= me; i0 += kB) {
+        uint4 h[kB];
+#pragma unroll
+        for (int u = 0; u < kB; ++u) {
+          const int i = i0 + u;
+          h[u] = i <= me ? __ldcg(reinterpret_cast<const uint4*>(fused_v3_hist<Cfg>(p, c0 + i, i == 0 ? slot0 : 0, 1, r) +
+                                                                  j_lane))
+                         : make_uint4(0u, 0u, 0u, 0u);
+        }
+#pragma unroll
+        for (int u = 0; u < kB; ++u) {
+          const uint32_t v[4] = {h[u].x, h[u].y, h[u].z, h[u].w};
+          uint32_t hi = 0, eq = 0;
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            hi += j_lane + e > sel ? v[e] : 0u;
+            eq += j_lane + e == sel ? v[e] : 0u;
+          }
+          if (i0 + u < me) {
+            ph += hi;
+            pe += eq;
+          } else if (i0 + u == me) {
+            mh += hi;
+            mq += eq;
+          }
+        }
+      }
+      ph = __reduce_add_sync(0xffffffffu, ph);
+      pe = __reduce_add_sync(0xffffffffu, pe);
+      mh = __reduce_add_sync(0xffffffffu, mh);
+      mq = __reduce_add_sync(0xffffffffu, mq);
+      const uint4 o = pair_exchange(pc, make_uint4(ph, pe, mh, mq), lane);
+      pre_hi = ph + o.x;
+      pre_eq = pe + o.y;
+      my_hi = mh + o.z;
+      my_eq = mq + o.w;
+    }
+  }
+  bool bad = false;
+  if (dist) {  // this piece's entries: above the bin to the output, in it to the block's bin scratch
+    int start;
+    (void)row_length(p, row, &start);
+    int* orow = p.out + size_t(row) * k;
+    uint32_t* bk = fused_v3_hist<Cfg>(p, c0, slot0, 0, r);  // (piece 0's sample bins: the bin's keys)
+    uint32_t* bi = fused_v3_hist<Cfg>(p, c0 + 1, 0, 0, r);  // (piece 1's: their indices)
+    const uint32_t M = hsmax;
+    const BinBounds bb = bin_bounds(gk, M - gk, range_mult(M - gk), sel, true);
+    const PieceSegs own = fused_v3_piece_segs<Cfg>(p, blockIdx.x, reg, 1, r, kg, false);
+    bad = !pair_emit_binned(
+        own, pc, bb, pre_hi, my_hi, pre_eq, my_eq, lane,
+        [&](uint32_t at, uint32_t idx, uint32_t) { orow[at] = static_cast<int>(idx) - start; },
+        [&](uint32_t at, uint32_t idx, uint32_t key) {
+          __stcg(bk + at, key);
+          __stcg(bi + at, idx);
+        });
+  }
+  if (kg == 0 && lane == 0) vsh[4 + r] = bad ? 1 : 0;
+  __threadfence();
+  ptx::named_barrier_sync(5 + rg, 256);
+  if ((tid & 255) == 0) {
+    int nbad = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) nbad += vsh[4 + 4 * rg + i];
+    const int v = atomicAdd(ctr2, 1 + (nbad ? 0x10000 : 0));
+    const bool last2 = (v & 0xffff) == 2 * np - 1;
+    vsh[rg] = last2 ? 1 + (((v >> 16) + nbad) != 0 ? 2 : 0) : 0;
+    __threadfence();
+  }
+  ptx::named_barrier_sync(5 + rg, 256);
+  const int l2 = vsh[rg];
+  if (l2 == 0) return 0;  // another piece finishes the block
+  if (row >= p.rows || !((active >> r) & 1u)) return 0;
+  if (!dist || (l2 & 2)) return 1;  // the merge over every piece (it rewrites the whole row)
+  // The last piece: the bin's in_bin entries (every piece's, in piece order) ranked in shared memory;
+  // the winners follow the `above` entries (the first warp; the second only loads).
+  const uint32_t* bk = fused_v3_hist<Cfg>(p, c0, slot0, 0, r);
+  const uint32_t* bi = fused_v3_hist<Cfg>(p, c0 + 1, 0, 0, r);
+  uint32_t gmin = 0xffffffffu, gmax = 0;
+  for (uint32_t j0 = 0; j0 < in_bin; j0 += 64) {  // (a warp-uniform loop)
+    const uint32_t j = j0 + static_cast<uint32_t>(kg * 32 + lane);
+    if (j < in_bin) {
+      const uint32_t key = __ldcg(bk + j);
+      rw.sk[j] = key;
+      rw.si[j] = __ldcg(bi + j);
+      gmin = min(gmin, key);
+      gmax = max(gmax, key);
+    }
+  }
+  gmin = __reduce_min_sync(0xffffffffu, gmin);
+  gmax = __reduce_max_sync(0xffffffffu, gmax);
+  const uint4 q = pair_exchange(pc, make_uint4(gmin, gmax, 0u, 0u), lane);  // (also: the scratch is complete)
+  if (kg != 0) return 0;
+  int start;
+  (void)row_length(p, row, &start);
+  int* orow = p.out + size_t(row) * k;
+  const uint64_t t = finish_in_scratch(rw.sk, rw.si, in_bin, min(gmin, q.x), max(gmax, q.y), k - above, rw.hist, lane);
+  const uint32_t lt = (1u << lane) - 1u;
+  uint32_t pos = above;
+  for (uint32_t j0 = 0; j0 < in_bin; j0 += 32) {
+    const uint32_t j = j0 + static_cast<uint32_t>(lane);
+    const bool keep = j < in_bin && composite(rw.sk[j], rw.si[j]) >= t;
+    const uint32_t m = __ballot_sync(0xffffffffu, keep);
+    const uint32_t at = pos + __popc(m & lt);
+    if (keep && at < k) orow[at] = static_cast<int>(rw.si[j]) - start;
+    pos += __popc(m);
+  }
+  __syncwarp();
+  return 0;
 }
 
 // kVisitRest's end (all math warps; cnt: the lane's count): publishes the row
@@ -1417,14 +1633,19 @@ __device__ __noinline__ bool fused_v3_split_end_call(const Sm90FusedParams* pp, 
     if (np > 1) hsmax = fused_v3_publish_final_bins<Cfg>(pp, reg, c0, slot0, np);
   }
   if (np > 1) {  // (one piece, or a redo: this CTA has every candidate)
-    if ((tid & 255) == 0) {
-      __threadfence();
-      const int done = atomicAdd(fused_v3_ctr(p, c0, slot0) + 2 + rg, 1);
-      last[rg] = done == np - 1;
-      __threadfence();
+    if constexpr ((Cfg::kSplitHist & 16) != 0) {  // the merge by every piece, where it applies
+      const int dm = fused_v3_split_dist<Cfg>(pp, reg, b, c0, slot0, np, hsmax, active & 0xffu, (active >> 31) != 0u);
+      if (__shfl_sync(0xffffffffu, dm, 0) == 0) return true;  // (said warp-uniform)
+    } else {
+      if ((tid & 255) == 0) {
+        __threadfence();
+        const int done = atomicAdd(fused_v3_ctr(p, c0, slot0) + 2 + rg, 1);
+        last[rg] = done == np - 1;
+        __threadfence();
+      }
+      ptx::named_barrier_sync(5 + rg, 256);
+      if (!last[rg]) return true;
     }
-    ptx::named_barrier_sync(5 + rg, 256);
-    if (!last[rg]) return true;
   }
   if (row >= p.rows || !((active >> r) & 1u)) return true;
   const uint32_t gk = np > 0 ? shr->gkey[r] : 0u;
@@ -1615,8 +1836,14 @@ __device__ __noinline__ void fused_v3_visit_end(const Sm90FusedParams* pp, int q
     }
     fused_v3_split_sample_end<Cfg>(pp, vis_u(3), vis_u(4), vis_u(5), vis_u(2), cnt);
   } else {  // a rest visit: publish; the block's last piece selects its rows
-    const bool ok = fused_v3_split_end_call<Cfg>(pp, vis_u(3), b, vis_u(4), vis_u(5), vis_u(6), cnt,
-                                                 static_cast<uint32_t>(vis_u(8)));
+    // (kSplitHist bit 16: a waiter is the CTA's last share visit: its last split
+    // piece, or its first when the share ends inside that block)
+    const int reg = vis_u(3);
+    const bool waiter = (Cfg::kSplitHist & 16) != 0 &&
+                        (reg == 1 || (reg == 0 && static_cast<long long>(vis_u(7)) ==
+                                                      reinterpret_cast<const FusedV3Shr*>(smem + Cfg::kOffShr)->sh_count));
+    const bool ok = fused_v3_split_end_call<Cfg>(pp, reg, b, vis_u(4), vis_u(5), vis_u(6), cnt,
+                                                 static_cast<uint32_t>(vis_u(8)) | (waiter ? 0x80000000u : 0u));
     if (p.probe == 2 && lane == 0 && kg == 0) atomicAdd(stats + 5, static_cast<unsigned long long>(clock64() - t0));
     if (kg == 0) {
       if (lane == 0) {
@@ -1821,7 +2048,16 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
           return;
         }
         ptx::mbar_arrive_expect_tx(q_full + qb, Cfg::kQTileBytes + Cfg::kWeightBytes);
-        ptx::tma_load_2d(smem + Cfg::kOffQ + qb * Cfg::kQTileBytes, &tm_q, q_full + qb, 0, b * R * 32);
+        if constexpr (Cfg::kQPerm != 0) {  // (the permuted rows, as the whole-block producer loads them)
+          uint8_t* qdst = smem + Cfg::kOffQ + qb * Cfg::kQTileBytes;
+#pragma unroll 1
+          for (int n = 0; n < 256; n += 2) {
+            const int sl2 = (n >> 5) & 3, q = (n >> 1) & 3;
+            ptx::tma_load_2d(qdst + n * 128, &tm_q, q_full + qb, 0, b * R * 32 + (n & 128) + 32 * (sl2 ^ q) + (n & 31));
+          }
+        } else {
+          ptx::tma_load_2d(smem + Cfg::kOffQ + qb * Cfg::kQTileBytes, &tm_q, q_full + qb, 0, b * R * 32);
+        }
         ptx::tma_load_2d(smem + Cfg::kOffWeights + qb * Cfg::kWeightBytes, &tm_weights, q_full + qb, 0, b * R);
         for (int t = 0, tp = np - 1; t < te; ++t, tp = next_tile(tp, np, stride)) {
           if (t < tb) continue;
@@ -2780,6 +3016,20 @@ using Sm90FusedV3SplitHistRegs = Sm90FusedV3Config<8, 1, 12, 2, false, false, 11
 using Sm90FusedV3SplitHistLat = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2,
                                                   5, true, 5, false, 0, true, false, false, false, 0, false, 0, 0, 0,
                                                   true, 15>;  // 67 (dev): 66 with dependent-load chases (probe 6)
+using Sm90FusedV3SplitDist = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2,
+                                               5, true, 5, false, 0, true, false, false, false, 0, false, 0, 0, 0,
+                                               true, 23>;  // 68: 66 with the merge by every piece (kSplitHist 16)
+using Sm90FusedV3SplitLean = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2,
+                                               5, true, 5, false, 0, true, false, true, false, 0, false, 3, 0, 0,
+                                               true, 7>;  // 69: 66 on the lean loop (kLeanLoop 3, kRelaxedRelease)
+template <int kTopk>  // 70: 69 for one topk (the appends' index store at an immediate offset)
+using Sm90FusedV3SplitLeanFixed = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2,
+                                                    5, true, 5, false, 0, true, false, true, false, 0, false, 3, kTopk, 0,
+                                                    true, 7>;
+template <int kTopk>  // 71: 70 with the select-free reduce-scatter (kQPerm 7: permuted Q rows, masks and weight rows held)
+using Sm90FusedV3SplitQPerm = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2,
+                                                5, true, 5, false, 0, true, false, true, false, 0, false, 3, kTopk, 7,
+                                                true, 7>;
 using Sm90FusedV3LeanFlagless = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5,
                                                   true, 0, false, 0, true, true, true, true, 0, false, 5>;  // 55: 52, the tail without a flag
 // (A 544-thread configuration with one producer warp and __maxnreg__(120) was
@@ -2874,6 +3124,21 @@ using Sm90FusedV3Whole = Sm90FusedV3FastGate<kTopk>;
 // rows 0.389 / 0.387, 1064 rows 0.742 / 0.741, 1576 rows 1.062 / 1.058, 2120
 // rows 1.376 / 1.379 (round 6).
 using Sm90FusedV3Split = Sm90FusedV3SplitHistRegs;
+// Since session 19 (2026-12-04): where the split grid is every SM (more than
+// SMs / 4 row blocks: fused_v3_split_large), variant 71, one configuration
+// per topk: 66 on the lean loop (kLeanLoop 3: stage counters, the check
+// countdown, predicated appends; kRelaxedRelease; kFixedTopk) with the
+// select-free reduce-scatter (kQPerm 7). Tile loops 321 / 300 SASS
+// instructions against 66's 357 / 337. tools/v3check (round 7, same call,
+// 64K keys, 66 / 71 ms, native): 512 rows top-2048 0.370 / 0.363 (0.345),
+// 1064 rows 0.711 / 0.679 (0.687), 1576 rows top-1024 0.990 / 0.945
+// (0.964), 2120 rows 1.321 / 1.236 (1.314); exact on 17 checks. At fewer
+// blocks (grid 128 at 64 and 256 rows) 66 stays: there 71 was slower (64
+// rows 0.117 / 0.122, 256 rows top-512 0.242 / 0.249), its Q buffer loaded
+// as 128 two-row boxes per visit (a piece makes two visits of few tiles).
+template <int kTopk>
+using Sm90FusedV3SplitLarge = Sm90FusedV3SplitQPerm<kTopk>;
+__host__ __device__ constexpr bool fused_v3_split_large(int rows, int sms) { return 4 * ((rows + 7) / 8) > sms; }
 static_assert(8 * Sm90FusedV3Default::kSegs * Sm90FusedV3Default::cap(2048) == 2 * 8 * Sm90FusedGated::cap(2048) &&
                   Sm90FusedV3Default::kSets == 1,
               "the op's workspace (sized for the v2 kernel) holds the v3 kernel's");
