@@ -136,7 +136,7 @@ std::vector<mqa_topk::KernelInfo> fused_mqa_topk_kernel_info() {
           mqa_topk::kernel_info("sm90_fused_mqa_topk_v3<rows=8,wg=4,stages=8,check=12,gate,shares=partial-wave>",
                                 serr, sa, split_smem),
           mqa_topk::kernel_info(
-              "sm90_fused_mqa_topk_v3<rows=8,wg=4,stages=8,check=12,gate,shares=partial-wave,lean-loop,qperm,topk=2048>",
+              "sm90_fused_mqa_topk_v3<rows=8,wg=4,stages=8,check=12,gate,shares=partial-wave,lean-loop,qperm,pipe-tail,topk=2048>",
               lerr, la, large_smem),
           mqa_topk::kernel_info("sm90_fused_mqa_topk<rows=8,wg=2,stages=7,gate>",
                                 &mqa_topk::sm90_fused_mqa_topk_kernel<Cfg>, Cfg::kSmemBytes)};

@@ -43,7 +43,7 @@ cudaError_t fused_v3_split_attributes(cudaFuncAttributes* attr, int* dynamic_sme
 // Where the split grid is every SM (more than SMs / 4 row blocks:
 // mqa_topk::fused_v3_split_large), fused_v3_split_launch runs the split
 // kernel on the lean loop instead, one configuration per topk
-// (Sm90FusedV3SplitLarge<kTopk>, dev variant 71; session 19), each in its own
+// (Sm90FusedV3SplitLarge<kTopk>, dev variant 72: the lean loop with kPipeTail; session 19), each in its own
 // translation unit (csrc/fused_mqa_topk_v3_split_t{512,1024,2048}.cu). Same
 // arguments; topk must be kTopk. Its workspace layout is the split kernel's
 // (fused_v3_split_workspace_bytes covers both).
@@ -54,16 +54,18 @@ cudaError_t fused_v3_split_large_launch_t(const void* q, const void* k, const fl
                                           int probe, mqa_topk::RangeErrorSink range_err, int target);
 template <int kTopk>
 size_t fused_v3_split_large_workspace_bytes_t(int num_sms);
-#define MQA_TOPK_SPLIT_LARGE_EXTERN(T)                                                                              \
-  extern template cudaError_t fused_v3_split_large_launch_t<T>(const void*, const void*, const float*, const float*, \
-                                                               const int*, const int*, int*, void*, int, int, int,   \
-                                                               int, cudaStream_t, int*, int,                          \
-                                                               mqa_topk::RangeErrorSink, int);                        \
-  extern template size_t fused_v3_split_large_workspace_bytes_t<T>(int);
-MQA_TOPK_SPLIT_LARGE_EXTERN(512)
-MQA_TOPK_SPLIT_LARGE_EXTERN(1024)
-MQA_TOPK_SPLIT_LARGE_EXTERN(2048)
-#undef MQA_TOPK_SPLIT_LARGE_EXTERN
+extern template cudaError_t fused_v3_split_large_launch_t<512>(const void*, const void*, const float*, const float*,
+                                                              const int*, const int*, int*, void*, int, int, int, int,
+                                                              cudaStream_t, int*, int, mqa_topk::RangeErrorSink, int);
+extern template size_t fused_v3_split_large_workspace_bytes_t<512>(int);
+extern template cudaError_t fused_v3_split_large_launch_t<1024>(const void*, const void*, const float*, const float*,
+                                                              const int*, const int*, int*, void*, int, int, int, int,
+                                                              cudaStream_t, int*, int, mqa_topk::RangeErrorSink, int);
+extern template size_t fused_v3_split_large_workspace_bytes_t<1024>(int);
+extern template cudaError_t fused_v3_split_large_launch_t<2048>(const void*, const void*, const float*, const float*,
+                                                              const int*, const int*, int*, void*, int, int, int, int,
+                                                              cudaStream_t, int*, int, mqa_topk::RangeErrorSink, int);
+extern template size_t fused_v3_split_large_workspace_bytes_t<2048>(int);
 // The topk-2048 configuration's attributes (for `mqa-topk build`'s table).
 cudaError_t fused_v3_split_large_attributes(cudaFuncAttributes* attr, int* dynamic_smem);
 

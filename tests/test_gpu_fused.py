@@ -298,7 +298,7 @@ def test_fused_op_split_kernels_exact(dev, monkeypatch, kw, kernel):
     """The op's split kernels on SPLIT_CASES with the split forced
     (MQA_TOPK_FUSED_SPLIT=1): "v3" is the op's v3 split kernel (variant 66
     since session 18: shares over the partial wave, the pieces' gate and
-    merge from published histograms; at 1064 rows variant 71, the same on
+    merge from published histograms; at 1064 rows variant 72, the same on
     the lean loop, since session 19), "v2" the v2 split kernel
     (MQA_TOPK_FUSED_KERNEL=v2). In the normal build, no dev probes: few and
     long rows give many pieces per block, ragged and short rows pieces where a
@@ -321,7 +321,7 @@ def test_fused_op_split_kernels_exact(dev, monkeypatch, kw, kernel):
 
 
 # The op's split kernel where the split grid is every SM (more than SMs / 4
-# row blocks: Sm90FusedV3SplitLarge<topk>, variant 71, one configuration per
+# row blocks: Sm90FusedV3SplitLarge<topk>, variant 72, one configuration per
 # topk; session 19): the smallest such row count, ragged rows with short and
 # empty ones, many blocks beside whole ones, adversarial scores.
 LARGE_SPLIT_CASES = [

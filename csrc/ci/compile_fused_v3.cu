@@ -69,7 +69,7 @@ template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3HybridFastGate>();  // v3
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3Whole<512>>();
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3Whole<1024>>();
 template cudaError_t ci_launch_v3<mqa_topk::Sm90FusedV3Whole<2048>>();
-// Where the op's split launch takes Sm90FusedV3SplitLarge (csrc/fused_mqa_topk_v3_split_t*.cu; v3check variant 71,
+// Where the op's split launch takes Sm90FusedV3SplitLarge (csrc/fused_mqa_topk_v3_split_t*.cu; v3check variant 72,
 // compiled with tools/v3check): more than SMs / 4 row blocks.
 static_assert(!mqa_topk::fused_v3_split_large(256, 132) && !mqa_topk::fused_v3_split_large(264, 132) &&
                   mqa_topk::fused_v3_split_large(272, 132) && mqa_topk::fused_v3_split_large(512, 132),

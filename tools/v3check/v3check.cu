@@ -175,6 +175,8 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
         case 2048: return v3(Sm90FusedV3SplitQPerm<2048>{});
         default: return cudaErrorInvalidValue;
       }
+    case 72: return w.topk == 2048 ? v3(Sm90FusedV3SplitPipe<2048>{}) : cudaErrorInvalidValue;  // (top-2048 only here)
+    case 73: return w.topk == 2048 ? v3(Sm90FusedV3SplitPipeDesc<2048>{}) : cudaErrorInvalidValue;
     default: std::fprintf(stderr, "variant %d not in this build (V3CHECK_SPLIT)\n", variant); return cudaErrorInvalidValue;
 #else
 #ifndef V3CHECK_MIN  // (-DV3CHECK_FEW -DV3CHECK_MIN: the op's kernel, 43 and the newest variants only)
@@ -236,6 +238,17 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
         case 71 * 4096 + 512: return v3(Sm90FusedV3SplitQPerm<512>{});
         case 71 * 4096 + 1024: return v3(Sm90FusedV3SplitQPerm<1024>{});
         case 71 * 4096 + 2048: return v3(Sm90FusedV3SplitQPerm<2048>{});
+        default: return cudaErrorInvalidValue;
+      }
+    case 72:  // 71 with kPipeTail (session 19)
+    case 73:  // 72 with the descriptors held (kQPerm 31)
+      switch (variant * 4096 + w.topk) {
+        case 72 * 4096 + 512: return v3(Sm90FusedV3SplitPipe<512>{});
+        case 72 * 4096 + 1024: return v3(Sm90FusedV3SplitPipe<1024>{});
+        case 72 * 4096 + 2048: return v3(Sm90FusedV3SplitPipe<2048>{});
+        case 73 * 4096 + 512: return v3(Sm90FusedV3SplitPipeDesc<512>{});
+        case 73 * 4096 + 1024: return v3(Sm90FusedV3SplitPipeDesc<1024>{});
+        case 73 * 4096 + 2048: return v3(Sm90FusedV3SplitPipeDesc<2048>{});
         default: return cudaErrorInvalidValue;
       }
     // session 14: 44 a timing cut (exact only while no compaction is due), 45-47

@@ -280,8 +280,11 @@ struct Sm90FusedV3Config {
   // instructions fewer per tile in 32's loops) and the appends' addresses
   // from 32-bit word offsets (one wide multiply-add per store).
   static constexpr bool kLeanFilter = kLeanFilter_;
-  static_assert(!kPipeTail || (kLeanFilter && !kShares_ && !kEarlyWeights_ && kTimingCut_ == 0),
-                "kPipeTail: on the lean filter of whole blocks");
+  // (kShares, session 19: each visit flushes its pending tail before its
+  // checks, its gate and its end, as a whole block does; not with kLazyCheck,
+  // whose check slots assume one visit per block.)
+  static_assert(!kPipeTail || (kLeanFilter && (!kShares_ || !kLazyCheck_) && !kEarlyWeights_ && kTimingCut_ == 0),
+                "kPipeTail: on the lean filter (with kShares: no kLazyCheck)");
   // kShares (issue 12, and the last wave of every call): the call's key tiles
   // are cut into equal contiguous shares, one per CTA, as the dense kernel
   // does (fused_split_share), instead of whole blocks from a counter. A block
@@ -2019,6 +2022,11 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       const FusedV3Shr* shr = reinterpret_cast<const FusedV3Shr*>(smem + Cfg::kOffShr);
       const Sm90LogitsParams lp{p.starts, p.ends, nullptr, 0, p.rows, p.keys};
       int it = 0, qi = 0, issued = 0, head = 0;
+      // kQPerm: the block whose Q and weights each buffer holds (-1: none). A
+      // visit of the block a buffer still holds (a split piece's rest visit
+      // after its sample visit two visits earlier) skips the 128 two-row box
+      // loads: only the TMA writes these buffers.
+      int qheld[2] = {-1, -1};
       // The walk positions [tb, te) of the piece [t0, t0 + np) of block b's tiles.
       auto visit = [&](int b, int t0, int np, int ns, uint32_t active, int kind, int tb, int te, int reg, int c0,
                        int slot0, int npieces) {
@@ -2047,18 +2055,23 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
           ptx::mbar_arrive(q_full + qb);
           return;
         }
-        ptx::mbar_arrive_expect_tx(q_full + qb, Cfg::kQTileBytes + Cfg::kWeightBytes);
-        if constexpr (Cfg::kQPerm != 0) {  // (the permuted rows, as the whole-block producer loads them)
-          uint8_t* qdst = smem + Cfg::kOffQ + qb * Cfg::kQTileBytes;
-#pragma unroll 1
-          for (int n = 0; n < 256; n += 2) {
-            const int sl2 = (n >> 5) & 3, q = (n >> 1) & 3;
-            ptx::tma_load_2d(qdst + n * 128, &tm_q, q_full + qb, 0, b * R * 32 + (n & 128) + 32 * (sl2 ^ q) + (n & 31));
-          }
+        if (Cfg::kQPerm != 0 && qheld[qb] == b) {
+          ptx::mbar_arrive(q_full + qb);  // (the buffer still holds block b's Q and weights)
         } else {
-          ptx::tma_load_2d(smem + Cfg::kOffQ + qb * Cfg::kQTileBytes, &tm_q, q_full + qb, 0, b * R * 32);
+          ptx::mbar_arrive_expect_tx(q_full + qb, Cfg::kQTileBytes + Cfg::kWeightBytes);
+          if constexpr (Cfg::kQPerm != 0) {  // (the permuted rows, as the whole-block producer loads them)
+            uint8_t* qdst = smem + Cfg::kOffQ + qb * Cfg::kQTileBytes;
+#pragma unroll 1
+            for (int n = 0; n < 256; n += 2) {
+              const int sl2 = (n >> 5) & 3, q = (n >> 1) & 3;
+              ptx::tma_load_2d(qdst + n * 128, &tm_q, q_full + qb, 0, b * R * 32 + (n & 128) + 32 * (sl2 ^ q) + (n & 31));
+            }
+            qheld[qb] = b;
+          } else {
+            ptx::tma_load_2d(smem + Cfg::kOffQ + qb * Cfg::kQTileBytes, &tm_q, q_full + qb, 0, b * R * 32);
+          }
+          ptx::tma_load_2d(smem + Cfg::kOffWeights + qb * Cfg::kWeightBytes, &tm_weights, q_full + qb, 0, b * R);
         }
-        ptx::tma_load_2d(smem + Cfg::kOffWeights + qb * Cfg::kWeightBytes, &tm_weights, q_full + qb, 0, b * R);
         for (int t = 0, tp = np - 1; t < te; ++t, tp = next_tile(tp, np, stride)) {
           if (t < tb) continue;
           const int stage = it % S;
@@ -3030,6 +3043,14 @@ template <int kTopk>  // 71: 70 with the select-free reduce-scatter (kQPerm 7: p
 using Sm90FusedV3SplitQPerm = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2,
                                                 5, true, 5, false, 0, true, false, true, false, 0, false, 3, kTopk, 7,
                                                 true, 7>;
+template <int kTopk>  // 72: 71 with each tile's filter and appends overlapping the next tile's MMAs (kPipeTail)
+using Sm90FusedV3SplitPipe = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2,
+                                               5, true, 5, false, 0, true, true, true, false, 0, false, 3, kTopk, 7,
+                                               true, 7>;
+template <int kTopk>  // 73: 72 with the Q and A descriptors held (kQPerm 31)
+using Sm90FusedV3SplitPipeDesc = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4,
+                                                   2, 5, true, 5, false, 0, true, true, true, false, 0, false, 3, kTopk,
+                                                   31, true, 7>;
 using Sm90FusedV3LeanFlagless = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5,
                                                   true, 0, false, 0, true, true, true, true, 0, false, 5>;  // 55: 52, the tail without a flag
 // (A 544-thread configuration with one producer warp and __maxnreg__(120) was
@@ -3125,7 +3146,7 @@ using Sm90FusedV3Whole = Sm90FusedV3FastGate<kTopk>;
 // rows 1.376 / 1.379 (round 6).
 using Sm90FusedV3Split = Sm90FusedV3SplitHistRegs;
 // Since session 19 (2026-12-04): where the split grid is every SM (more than
-// SMs / 4 row blocks: fused_v3_split_large), variant 71, one configuration
+// SMs / 4 row blocks: fused_v3_split_large), first variant 71, one configuration
 // per topk: 66 on the lean loop (kLeanLoop 3: stage counters, the check
 // countdown, predicated appends; kRelaxedRelease; kFixedTopk) with the
 // select-free reduce-scatter (kQPerm 7). Tile loops 321 / 300 SASS
@@ -3136,8 +3157,15 @@ using Sm90FusedV3Split = Sm90FusedV3SplitHistRegs;
 // blocks (grid 128 at 64 and 256 rows) 66 stays: there 71 was slower (64
 // rows 0.117 / 0.122, 256 rows top-512 0.242 / 0.249), its Q buffer loaded
 // as 128 two-row boxes per visit (a piece makes two visits of few tiles).
+// Then variant 72 (71 with kPipeTail: each tile's filter and appends overlap
+// the next tile's MMAs; every visit flushes its pending tail before its
+// checks, gate and end): tile loops 353 / 315, and in time (round 10, 64K
+// keys, top-2048, 71 / 72 ms) 512 rows 0.357 / 0.354, 1064 rows 0.680 /
+// 0.672, 1576 rows 0.958 / 0.944, 2120 rows 1.241 / 1.235; exact on 8
+// checks (ragged, relu-saturated, equal, rising). (73, 72 with the Q and A
+// descriptors held, was no faster and once gave reruns a different order.)
 template <int kTopk>
-using Sm90FusedV3SplitLarge = Sm90FusedV3SplitQPerm<kTopk>;
+using Sm90FusedV3SplitLarge = Sm90FusedV3SplitPipe<kTopk>;
 __host__ __device__ constexpr bool fused_v3_split_large(int rows, int sms) { return 4 * ((rows + 7) / 8) > sms; }
 static_assert(8 * Sm90FusedV3Default::kSegs * Sm90FusedV3Default::cap(2048) == 2 * 8 * Sm90FusedGated::cap(2048) &&
                   Sm90FusedV3Default::kSets == 1,
