@@ -19,6 +19,8 @@ bool valid_topk(int64_t t) { return t == 512 || t == 1024 || t == 2048; }
 // MQA_TOPK_FUSED_TARGET=N sets the gate's candidate target (results stay exact),
 // MQA_TOPK_FUSED_SPLIT=0/1 never / always splits blocks across CTAs (unset: fused_use_split),
 // MQA_TOPK_FUSED_GRID=N launches min(N, SMs) CTAs (fewer, longer pieces of split blocks),
+// MQA_TOPK_FUSED_SPLIT_LARGE=1 runs the split kernel on the lean loop where
+// its grid is every SM (fused_mqa_topk_split.h; exact, reruns may differ in order),
 // MQA_TOPK_FUSED_KERNEL=v2 runs the whole-block calls on the v2 kernel instead
 // of the v3 one (sm90_fused_mqa_topk_v3.cuh, the dense op's main loop; the
 // default since 2026-12-02; MQA_TOPK_FUSED_CAP, a v2 knob, also selects v2).
@@ -102,6 +104,8 @@ void fused_mqa_topk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
   const void* kp = a.keys ? k.data_ptr() : nullptr;
   const float* sp = a.keys ? scales.data_ptr<float>() : nullptr;
   const bool use_v3 = !split && !split_v3 && !v2;
+  const char* large_env = env_str("MQA_TOPK_FUSED_SPLIT_LARGE");
+  const bool split_large = large_env && *large_env && std::atoi(large_env) != 0;
   const cudaError_t err =
       use_v3 ? fused_v3_whole_launch(q.data_ptr(), kp, sp, weights.data_ptr<float>(), starts.data_ptr<int>(),
                                      ends.data_ptr<int>(), output.data_ptr<int>(), workspace.data_ptr(), a.rows,
@@ -110,7 +114,7 @@ void fused_mqa_topk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
       : split_v3 ? fused_v3_split_launch(q.data_ptr(), kp, sp, weights.data_ptr<float>(), starts.data_ptr<int>(),
                                          ends.data_ptr<int>(), output.data_ptr<int>(), workspace.data_ptr(), a.rows,
                                          a.keys, a.topk, a.num_sms, stream, &map_error, a.probe,
-                                         mqa_topk::range_error_sink(q.device().index()), a.target)
+                                         mqa_topk::range_error_sink(q.device().index()), a.target, split_large)
       : split ? fused_split_launch(q.data_ptr(), kp, sp, weights.data_ptr<float>(), starts.data_ptr<int>(),
                                  ends.data_ptr<int>(), output.data_ptr<int>(), workspace.data_ptr(), a.rows, a.keys,
                                  a.topk, a.num_sms, stream, &map_error, a.probe, a.cap,

@@ -22,8 +22,8 @@ size_t fused_v3_split_workspace_bytes(int topk, int num_sms) {
 cudaError_t fused_v3_split_launch(const void* q, const void* k, const float* scales, const float* weights,
                                   const int* starts, const int* ends, int* out, void* workspace, int rows, int keys,
                                   int topk, int num_sms, cudaStream_t stream, int* map_error, int probe,
-                                  mqa_topk::RangeErrorSink range_err, int target) {
-  if (mqa_topk::fused_v3_split_large(rows, num_sms)) {  // every SM: the lean loop (one configuration per topk)
+                                  mqa_topk::RangeErrorSink range_err, int target, bool large) {
+  if (large && mqa_topk::fused_v3_split_large(rows, num_sms)) {  // every SM: the lean loop (one configuration per topk)
     switch (topk) {
       case 512:
         return fused_v3_split_large_launch_t<512>(q, k, scales, weights, starts, ends, out, workspace, rows, keys,

@@ -445,7 +445,16 @@ int cmd_check(int argc, char** argv) {
       for (int r = 0; r < rows; ++r) {
         auto a = std::vector<int>(outs[0].begin() + size_t(r) * topk, outs[0].begin() + size_t(r + 1) * topk);
         auto b = std::vector<int>(outs[i].begin() + size_t(r) * topk, outs[i].begin() + size_t(r + 1) * topk);
-        if (a != b) ++order_diff;
+        if (a != b) {
+          if (++order_diff <= 4) {  // (which rows: their range, block, the first differing position)
+            int j = 0;
+            while (a[j] == b[j]) ++j;
+            int neg = 0;
+            for (int x : a) neg += x < 0;
+            std::printf("  order differs: run %d row %d (block %d) keys [%d, %d) len %d, padding %d, first at %d of %d: %d vs %d\n",
+                        i, r, r / 8, w.starts[r], w.ends[r], w.ends[r] - w.starts[r], neg, j, topk, a[j], b[j]);
+          }
+        }
         std::sort(a.begin(), a.end()), std::sort(b.begin(), b.end());
         if (a != b) ++set_diff;
       }
