@@ -1,4 +1,5 @@
-// The op's split v3 kernel for topk = 1024 where the split grid is every SM
+// The split v3 kernel on the lean loop for topk = 1024 where the split grid is every SM
+// (opt-in: MQA_TOPK_FUSED_SPLIT_LARGE=1)
 // (Sm90FusedV3SplitLarge<1024>; see fused_mqa_topk_split.h), in its own
 // translation unit. Torch-free.
 #include "fused_mqa_topk_v3_split_large.h"

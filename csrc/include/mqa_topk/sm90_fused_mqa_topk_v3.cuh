@@ -3145,9 +3145,10 @@ using Sm90FusedV3Whole = Sm90FusedV3FastGate<kTopk>;
 // rows 0.389 / 0.387, 1064 rows 0.742 / 0.741, 1576 rows 1.062 / 1.058, 2120
 // rows 1.376 / 1.379 (round 6).
 using Sm90FusedV3Split = Sm90FusedV3SplitHistRegs;
-// Since session 19 (2026-12-04): where the split grid is every SM (more than
-// SMs / 4 row blocks: fused_v3_split_large), first variant 71, one configuration
-// per topk: 66 on the lean loop (kLeanLoop 3: stage counters, the check
+// Session 19 (2026-12-04), opt-in (MQA_TOPK_FUSED_SPLIT_LARGE=1; the op keeps
+// Sm90FusedV3Split: these variants' reruns can differ in order, BENCHMARKS.md
+// rounds 12-13): where the split grid is every SM (more than SMs / 4 row
+// blocks: fused_v3_split_large), first variant 71, one configuration per topk: 66 on the lean loop (kLeanLoop 3: stage counters, the check
 // countdown, predicated appends; kRelaxedRelease; kFixedTopk) with the
 // select-free reduce-scatter (kQPerm 7). Tile loops 321 / 300 SASS
 // instructions against 66's 357 / 337. tools/v3check (round 7, same call,
