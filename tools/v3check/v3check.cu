@@ -168,15 +168,9 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
 #ifdef V3CHECK_SPLIT  // (-DV3CHECK_SPLIT: the op's split kernel and session 19's split variants, the fastest build)
     case 66: return v3(Sm90FusedV3SplitHistRegs{});
     case 69: return v3(Sm90FusedV3SplitLean{});
-    case 71:
-      switch (w.topk) {
-        case 512: return v3(Sm90FusedV3SplitQPerm<512>{});
-        case 1024: return v3(Sm90FusedV3SplitQPerm<1024>{});
-        case 2048: return v3(Sm90FusedV3SplitQPerm<2048>{});
-        default: return cudaErrorInvalidValue;
-      }
     case 72: return w.topk == 2048 ? v3(Sm90FusedV3SplitPipe<2048>{}) : cudaErrorInvalidValue;  // (top-2048 only here)
-    case 73: return w.topk == 2048 ? v3(Sm90FusedV3SplitPipeDesc<2048>{}) : cudaErrorInvalidValue;
+    case 74: return v3(Sm90FusedV3SplitRelaxed{});
+    case 75: return v3(Sm90FusedV3SplitLean1{});
     default: std::fprintf(stderr, "variant %d not in this build (V3CHECK_SPLIT)\n", variant); return cudaErrorInvalidValue;
 #else
 #ifndef V3CHECK_MIN  // (-DV3CHECK_FEW -DV3CHECK_MIN: the op's kernel, 43 and the newest variants only)
@@ -240,6 +234,8 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
         case 71 * 4096 + 2048: return v3(Sm90FusedV3SplitQPerm<2048>{});
         default: return cudaErrorInvalidValue;
       }
+    case 74: return v3(Sm90FusedV3SplitRelaxed{});  // (session 19: 66 + kRelaxedRelease)
+    case 75: return v3(Sm90FusedV3SplitLean1{});  // (74 + kLeanLoop 1)
     case 72:  // 71 with kPipeTail (session 19)
     case 73:  // 72 with the descriptors held (kQPerm 31)
       switch (variant * 4096 + w.topk) {

@@ -2712,8 +2712,9 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
     int t = 0, tp = nt - 1;
     if constexpr (Cfg::kShares)
       for (; t < t_begin; ++t) tp = next_tile(tp, nt, stride);
-    // kLeanLoop: tiles left until the next check ((t + 1) % kCheckTiles == 0 as a countdown)
-    int chk_left = Cfg::kCheckTiles;
+    // kLeanLoop: tiles left until the next check ((t + 1) % kCheckTiles == 0 as a countdown;
+    // kShares: from the visit's first walk position t_begin, so the checks fall where 66's do)
+    int chk_left = Cfg::kCheckTiles - (Cfg::kShares ? t_begin % Cfg::kCheckTiles : 0);
     auto check_due = [&](int tt) {
       if constexpr (Cfg::kLeanLoop) {
         if (--chk_left != 0) return false;
@@ -3051,6 +3052,13 @@ template <int kTopk>  // 73: 72 with the Q and A descriptors held (kQPerm 31)
 using Sm90FusedV3SplitPipeDesc = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4,
                                                    2, 5, true, 5, false, 0, true, true, true, false, 0, false, 3, kTopk,
                                                    31, true, 7>;
+// (session 19, bisecting 69's reruns' order: 74 = 66 + kRelaxedRelease, 75 = 74 + kLeanLoop 1)
+using Sm90FusedV3SplitRelaxed = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2,
+                                                  5, true, 5, false, 0, true, false, true, false, 0, false, 0, 0, 0,
+                                                  true, 7>;
+using Sm90FusedV3SplitLean1 = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2,
+                                                5, true, 5, false, 0, true, false, true, false, 0, false, 1, 0, 0,
+                                                true, 7>;
 using Sm90FusedV3LeanFlagless = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2, 5,
                                                   true, 0, false, 0, true, true, true, true, 0, false, 5>;  // 55: 52, the tail without a flag
 // (A 544-thread configuration with one producer warp and __maxnreg__(120) was
