@@ -30,6 +30,12 @@ if ! "$NVCC" -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed
     tools/logitscheck/logitscheck.cu -o "$out/logitscheck" 2> "$out/log"; then
   cat "$out/log"; status=1
 fi
+# The split merge's microbenchmark (tools/gatherbench, a development tool), likewise.
+echo "== tools/gatherbench/gatherbench.cu"
+if ! "$NVCC" -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -Icsrc/include \
+    tools/gatherbench/gatherbench.cu -o "$out/gatherbench" 2> "$out/log"; then
+  cat "$out/log"; status=1
+fi
 # The dependent-load latency probe (tools/latprobe, a development tool), likewise.
 echo "== tools/latprobe/latprobe.cu"
 if ! "$NVCC" -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a tools/latprobe/latprobe.cu -o "$out/latprobe" \

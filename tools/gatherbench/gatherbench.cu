@@ -12,25 +12,8 @@
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -Icsrc/include \
 //     tools/gatherbench/gatherbench.cu -o build/gatherbench
 //   build/gatherbench            (prints one line per configuration and variant)
-#include <cuda_runtime.h>
-
-#include <algorithm>
-#include <cmath>
-#include <cstdint>
-#include <cstdio>
-#include <cstring>
-#include <vector>
-
+#include "../harness_common.h"  // (CK, harness::Rng)
 #include "mqa_topk/fused_select.cuh"
-
-#define CK(x)                                                                                   \
-  do {                                                                                          \
-    cudaError_t e_ = (x);                                                                       \
-    if (e_ != cudaSuccess) {                                                                    \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(2);                                                                             \
-    }                                                                                           \
-  } while (0)
 
 using namespace mqa_topk::fused_detail;
 
@@ -290,17 +273,8 @@ static uint32_t order_key_h(float x) {
   return ((u ^ m) - m) ^ (~m & 0x80000000u);
 }
 
-struct Rng {
-  uint64_t s;
-  explicit Rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 1) {}
-  uint64_t next() {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    return s;
-  }
-  double uni() { return ((next() >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
-};
+// A uniform double in (0, 1) (never 0: it feeds a logarithm).
+static double uni_open(harness::Rng& rng) { return ((rng.next() >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
 
 template <int V>
 static void run(const Params& base, int B, size_t smem, const std::vector<std::vector<uint32_t>>& ref, int* d_out,
@@ -352,7 +326,7 @@ int main(int argc, char** argv) {
     std::vector<uint32_t> ws(regions * 64 * 2 * cap, 0u), cnt(regions * 256, 0u);
     std::vector<uint32_t> gk(size_t(B) * kRows), smax(size_t(B) * kRows);
     std::vector<std::vector<uint32_t>> ref(size_t(B) * kRows);
-    Rng rng(1234 + np * 7 + cf.C);
+    harness::Rng rng(1234 + np * 7 + cf.C);
     for (int b = 0; b < B; ++b)
       for (int r = 0; r < kRows; ++r) {
         const int row = b * kRows + r;
@@ -362,7 +336,7 @@ int main(int argc, char** argv) {
           const size_t sl = size_t(b * np + pc) * kPieceSlots;
           uint32_t& n = cnt[sl * 256 + r * 32 + sg];
           if (n >= cap) continue;
-          const float v = 5.0f + static_cast<float>(-std::log(rng.uni()));
+          const float v = 5.0f + static_cast<float>(-std::log(uni_open(rng)));
           const uint32_t key = order_key_h(v), idx = static_cast<uint32_t>(pc * 8192 + sg * 1024) + n;
           uint32_t* seg = ws.data() + (sl * 64 + size_t(r * kSegsPerRow + sg)) * 2 * cap;
           seg[n] = key;

@@ -1365,19 +1365,12 @@ __device__ __noinline__ uint32_t fused_v3_publish_final_bins(const Sm90FusedPara
   return M;
 }
 
-// kSplitHist bit 1, the block's last piece: row 4 rg + warp_in_wg's bins
-// summed over the np pieces' published ones into the row's histogram (each
-// warp of the pair its half), for pair_finish_row_prebinned. Not inlined, as
-// above.
-template <class Cfg>
-__device__ __noinline__ void fused_v3_sum_final_bins(const Sm90FusedParams* pp, int c0, int slot0, int np) {
-  const Sm90FusedParams& p = *pp;
-  const FusedV3PairRow<Cfg> rw(p, 0, 0, 0);
-  const int r = rw.r, lane = rw.lane, kg = rw.kg;
-  const uint32_t j_lane = static_cast<uint32_t>(kg * 128 + lane * 4);
+// The np pieces' published final bins j_lane .. j_lane + 3 of row r summed
+// (kB pieces' loads in flight). np warp-uniform.
+template <class Cfg, int kB>
+__device__ __forceinline__ uint4 fused_v3_sum_bins(const Sm90FusedParams& p, int c0, int slot0, int np, int r,
+                                                   uint32_t j_lane) {
   uint4 a = make_uint4(0u, 0u, 0u, 0u);
-  np = __shfl_sync(0xffffffffu, np, 0);  // (said warp-uniform)
-  constexpr int kB = 16;  // pieces' loads in flight (4 until 2026-12-04: four round trips at 16 pieces)
 #pragma unroll 1
   for (int i0 = 0; i0 < np; i0 += kB) {
     uint4 h[kB];
@@ -1396,6 +1389,22 @@ __device__ __noinline__ void fused_v3_sum_final_bins(const Sm90FusedParams* pp, 
       a.w += h[u].w;
     }
   }
+  return a;
+}
+
+// kSplitHist bit 1, the block's last piece: row 4 rg + warp_in_wg's bins
+// summed over the np pieces' published ones into the row's histogram (each
+// warp of the pair its half), for pair_finish_row_prebinned. Not inlined, as
+// above.
+template <class Cfg>
+__device__ __noinline__ void fused_v3_sum_final_bins(const Sm90FusedParams* pp, int c0, int slot0, int np) {
+  const Sm90FusedParams& p = *pp;
+  const FusedV3PairRow<Cfg> rw(p, 0, 0, 0);
+  const int r = rw.r, lane = rw.lane, kg = rw.kg;
+  const uint32_t j_lane = static_cast<uint32_t>(kg * 128 + lane * 4);
+  np = __shfl_sync(0xffffffffu, np, 0);  // (said warp-uniform)
+  // (16 pieces' loads in flight; 4 until 2026-12-04: four round trips at 16 pieces)
+  const uint4 a = fused_v3_sum_bins<Cfg, 16>(p, c0, slot0, np, r, j_lane);
   *reinterpret_cast<uint4*>(rw.hist + j_lane) = a;
 }
 
@@ -1464,25 +1473,7 @@ __device__ __noinline__ int fused_v3_split_dist(const Sm90FusedParams* pp, int r
   if (live) {
     // The pieces' summed bins (this warp's half of the row's 256), as the last piece sums them.
     constexpr int kB = 8;
-    uint4 a = make_uint4(0u, 0u, 0u, 0u);
-#pragma unroll 1
-    for (int i0 = 0; i0 < np; i0 += kB) {
-      uint4 h[kB];
-#pragma unroll
-      for (int u = 0; u < kB; ++u) {
-        const int i = i0 + u;
-        h[u] = i < np ? __ldcg(reinterpret_cast<const uint4*>(fused_v3_hist<Cfg>(p, c0 + i, i == 0 ? slot0 : 0, 1, r) +
-                                                               j_lane))
-                      : make_uint4(0u, 0u, 0u, 0u);
-      }
-#pragma unroll
-      for (int u = 0; u < kB; ++u) {
-        a.x += h[u].x;
-        a.y += h[u].y;
-        a.z += h[u].z;
-        a.w += h[u].w;
-      }
-    }
+    const uint4 a = fused_v3_sum_bins<Cfg, kB>(p, c0, slot0, np, r, j_lane);
     *reinterpret_cast<uint4*>(rw.hist + j_lane) = a;
     pair_sync(pc.bar);  // both halves are in
     uint32_t tot = 0;
