@@ -45,23 +45,17 @@ __device__ __forceinline__ void gather_pass(const PieceSegs& s, const PairCtx& p
   const uint32_t lt = (1u << lane) - 1u;
   uint32_t hpos = 0, gpos = 0, gmin = 0xffffffffu, gmax = 0, a = 0;
   // kMode 4: the op's new body (keys against the bin's bounds, one ballot)
-  const uint64_t s1 = static_cast<uint64_t>(s0) + 1u;
-  const uint64_t dlo = range_bin_start(sl, m0), dhi = min(range_bin_start(sl + 1u, m0), s1);
-  const uint64_t khi64 = static_cast<uint64_t>(l0) + dhi;
-  const uint32_t khi = static_cast<uint32_t>(khi64);
-  const uint32_t hspan = khi64 <= 0xffffffffull ? 0u - khi : 0u;
-  const uint32_t klo = l0 + static_cast<uint32_t>(dlo < dhi ? dlo : 0u);
-  const uint32_t espan = dlo < dhi ? static_cast<uint32_t>(dhi - dlo) : 0u;
+  const BinBounds bb = bin_bounds(l0, s0, m0, sl, true);  // (the op's bounds, fused_select.cuh)
   const uint32_t hs = pc.half == 0 ? 1u : 0xffffffffu;
   uint32_t hb = pc.half == 0 ? 0u : above - 1u, gb = pc.half == 0 ? 0u : c - 1u;
   auto f = [&](uint32_t key, uint32_t idx, bool valid) {
     if constexpr (kMode == 4) {
-      const bool hi = valid && key - khi < hspan;
+      const bool hi = valid && key - bb.khi < bb.hspan;
       const uint32_t mh = __ballot_sync(0xffffffffu, hi);
       const uint32_t at = hb + hs * static_cast<uint32_t>(__popc(mh & lt));
       if (hi && at < above) out(static_cast<int>(at), static_cast<int>(idx), key);
       hb += hs * static_cast<uint32_t>(__popc(mh));
-      const bool eq = valid && key - klo < espan;
+      const bool eq = valid && key - bb.klo < bb.espan;
       if (__any_sync(0xffffffffu, eq)) {
         const uint32_t me = __ballot_sync(0xffffffffu, eq);
         if (eq) {
