@@ -105,7 +105,9 @@ void fused_mqa_topk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
   const float* sp = a.keys ? scales.data_ptr<float>() : nullptr;
   const bool use_v3 = !split && !split_v3 && !v2;
   const char* large_env = env_str("MQA_TOPK_FUSED_SPLIT_LARGE");
-  const bool split_large = large_env && *large_env && std::atoi(large_env) != 0;
+  // (the lean-loop split kernel where its grid is every SM: the default since
+  // session 20; MQA_TOPK_FUSED_SPLIT_LARGE=0 keeps the split kernel 66 there)
+  const bool split_large = !(large_env && *large_env && std::atoi(large_env) == 0);
   const cudaError_t err =
       use_v3 ? fused_v3_whole_launch(q.data_ptr(), kp, sp, weights.data_ptr<float>(), starts.data_ptr<int>(),
                                      ends.data_ptr<int>(), output.data_ptr<int>(), workspace.data_ptr(), a.rows,

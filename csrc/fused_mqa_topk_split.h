@@ -40,12 +40,12 @@ cudaError_t fused_v3_split_launch(const void* q, const void* k, const float* sca
 // Its kernel's attributes and the dynamic shared memory it requests (for `mqa-topk build`'s table).
 cudaError_t fused_v3_split_attributes(cudaFuncAttributes* attr, int* dynamic_smem);
 
-// With `large` (the op: MQA_TOPK_FUSED_SPLIT_LARGE=1, development only) and
-// where the split grid is every SM (more than SMs / 4 row blocks:
+// With `large` (the op's default; MQA_TOPK_FUSED_SPLIT_LARGE=0 turns it off)
+// and where the split grid is every SM (more than SMs / 4 row blocks:
 // mqa_topk::fused_v3_split_large), fused_v3_split_launch runs the split
-// kernel on the lean loop instead (exact, faster at 1064-2120 rows, but its
-// reruns can differ in order: session 19 saw it on ragged rows, so it is not
-// the default), one configuration per topk
+// kernel on the lean loop instead (exact, faster at 1064-2120 rows; its
+// reruns' order differed in session 19 until the merge's race was fixed in
+// session 20), one configuration per topk
 // (Sm90FusedV3SplitLarge<kTopk>, dev variant 72: the lean loop with kPipeTail; session 19), each in its own
 // translation unit (csrc/fused_mqa_topk_v3_split_t{512,1024,2048}.cu). Same
 // arguments; topk must be kTopk. Its workspace layout is the split kernel's

@@ -55,7 +55,7 @@ if hasattr(ops._native(), "fused_mqa_topk"):
     q, k, scales, w, starts, ends = make(64, 20000, 16, "causal")
     out = torch.empty((64, 2048), dtype=torch.int32, device="cuda")
     ops.fused_mqa_topk_prefill(q, k, scales, w, starts, ends, out)
-    # The lean-loop split kernel (opt-in; more than SMs / 4 row blocks; one
+    # The lean-loop split kernel (the default above SMs / 4 row blocks; one
     # configuration per topk): random ranges, causal rows, a low gate target (redos).
     os.environ["MQA_TOPK_FUSED_SPLIT_LARGE"] = "1"
     for rows, keys, layout, topk, target in ((600, 4000, "random", 1024, None), (300, 9000, "causal", 2048, None),

@@ -35,9 +35,9 @@ def run_fused(w, topk, poison):
     return out
 
 
-def check_fused(w, topk=None, what="", bitwise_reruns=True):
-    """Exact, inputs untouched, reruns equal (bitwise; with bitwise_reruns=False
-    as sets only). Returns the first run's output."""
+def check_fused(w, topk=None, what=""):
+    """Exact, inputs untouched, reruns bitwise equal. Returns the first run's
+    output."""
     topk = topk or w.topk
     inputs = [t.clone() for t in (w.q.view(torch.uint8), w.k.view(torch.uint8), w.scales, w.weights, w.starts,
                                   w.ends)]
@@ -45,10 +45,7 @@ def check_fused(w, topk=None, what="", bitwise_reruns=True):
     out2 = run_fused(w, topk, -3)
     after = (w.q.view(torch.uint8), w.k.view(torch.uint8), w.scales, w.weights, w.starts, w.ends)
     assert all(torch.equal(a, b) for a, b in zip(inputs, after)), f"{what}: inputs modified"
-    if bitwise_reruns:
-        assert torch.equal(out1, out2), f"{what}: reruns differ"
-    else:
-        assert torch.equal(out1.sort(dim=1).values, out2.sort(dim=1).values), f"{what}: reruns' sets differ"
+    assert torch.equal(out1, out2), f"{what}: reruns differ"
     logits = ops.mqa_logits(w.q, w.k, w.scales, w.weights, w.starts, w.ends)
     assert_exact(out1, logits, w.starts, w.ends, topk, what)
     return out1
@@ -326,9 +323,9 @@ def test_fused_op_split_kernels_exact(dev, monkeypatch, kw, kernel):
 
 # The split kernel on the lean tile loop where its grid is every SM (more than
 # SMs / 4 row blocks: Sm90FusedV3SplitLarge<topk>, variant 72, one
-# configuration per topk; session 19; development only, opted in with
-# MQA_TOPK_FUSED_SPLIT_LARGE=1): the smallest such row count, ragged rows with
-# short and empty ones, many blocks, adversarial scores.
+# configuration per topk; the op's default there since session 20,
+# MQA_TOPK_FUSED_SPLIT_LARGE=0 runs 66 instead): the smallest such row count,
+# ragged rows with short and empty ones, many blocks, adversarial scores.
 LARGE_SPLIT_CASES = [
     dict(layout="causal", rows=272, keys=12000, dist="gaussian"),
     dict(layout="ragged", rows=600, keys=20000, dist="dsa", unaligned_starts=True),
@@ -341,22 +338,26 @@ LARGE_SPLIT_CASES = [
 @pytest.mark.parametrize("kw", LARGE_SPLIT_CASES, ids=lambda kw: f"{kw['layout']}-{kw['rows']}x{kw['keys']}-{kw['dist']}")
 def test_fused_op_split_large_exact(dev, monkeypatch, kw):
     """The lean-loop split kernel for every topk with the split forced: exact,
-    inputs untouched, reruns the same sets, and the same sets as the
-    whole-block kernel. (Its reruns can differ in ORDER: session 19 saw it on
-    ragged rows in tools/v3check, the reason it is opt-in; bitwise reruns are
-    not asserted here until that is found.)"""
+    inputs untouched, reruns bitwise equal (session 19's reruns that differed
+    in order were the merge summing bins not yet stored: fixed in session 20),
+    and the same sets as the split kernel 66 (MQA_TOPK_FUSED_SPLIT_LARGE=0)
+    and as the whole-block kernel."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     if 4 * ((kw["rows"] + 7) // 8) <= sms:
         pytest.skip(f"{kw['rows']} rows do not take the lean-loop split kernel on {sms} SMs")
     for topk in (512, 1024, 2048):
         w = make_workload(device="cuda", seed=23, topk=topk, **kw)
         monkeypatch.setenv("MQA_TOPK_FUSED_SPLIT", "1")
-        monkeypatch.setenv("MQA_TOPK_FUSED_SPLIT_LARGE", "1")
-        monkeypatch.delenv("MQA_TOPK_FUSED_KERNEL", raising=False)
-        out1 = check_fused(w, topk, f"op split kernel (large) {kw} topk={topk}", bitwise_reruns=False)
-        monkeypatch.setenv("MQA_TOPK_FUSED_SPLIT", "0")
         monkeypatch.delenv("MQA_TOPK_FUSED_SPLIT_LARGE", raising=False)
+        monkeypatch.delenv("MQA_TOPK_FUSED_KERNEL", raising=False)
+        out1 = check_fused(w, topk, f"op split kernel (large) {kw} topk={topk}")
+        monkeypatch.setenv("MQA_TOPK_FUSED_SPLIT_LARGE", "0")
+        out66 = run_fused(w, topk, -5)
+        monkeypatch.delenv("MQA_TOPK_FUSED_SPLIT_LARGE", raising=False)
+        monkeypatch.setenv("MQA_TOPK_FUSED_SPLIT", "0")
         whole = run_fused(w, topk, -5)
+        assert torch.equal(out1.sort(dim=1).values, out66.sort(dim=1).values), (
+            f"{kw} topk={topk}: the large split kernel's sets differ from the split kernel 66's")
         assert torch.equal(out1.sort(dim=1).values, whole.sort(dim=1).values), (
             f"{kw} topk={topk}: the large split kernel's sets differ from the whole-block kernel's")
 
@@ -442,10 +443,7 @@ def check_variant(variant, w, topk, what):
         pytest.skip("built without MQA_TOPK_DEV_PROBES=1")
     out1 = run_variant(ext, variant, w, topk, -7)
     out2 = run_variant(ext, variant, w, topk, -3)
-    if bitwise_reruns:
-        assert torch.equal(out1, out2), f"{what}: reruns differ"
-    else:
-        assert torch.equal(out1.sort(dim=1).values, out2.sort(dim=1).values), f"{what}: reruns' sets differ"
+    assert torch.equal(out1, out2), f"{what}: reruns differ"
     logits = ops.mqa_logits(w.q, w.k, w.scales, w.weights, w.starts, w.ends)
     assert_exact(out1, logits, w.starts, w.ends, topk, what)
     return out1

@@ -1624,7 +1624,15 @@ __device__ __noinline__ bool fused_v3_split_end_call(const Sm90FusedParams* pp, 
   // general select). The same in every piece (the same published records).
   uint32_t hsmax = 0;
   if constexpr ((Cfg::kSplitHist & 1) != 0) {
-    if (np > 1) hsmax = fused_v3_publish_final_bins<Cfg>(pp, reg, c0, slot0, np);
+    if (np > 1) {
+      hsmax = fused_v3_publish_final_bins<Cfg>(pp, reg, c0, slot0, np);
+      // Every pair's bins are stored (and fenced) before the row group's
+      // thread 0 counts the piece done below. (Without this barrier, session
+      // 19's race: the block's last piece could sum bins another piece had
+      // not yet stored, its pass then disagreed with them and the row went
+      // to one warp's select: the same set in another order, now and then.)
+      ptx::named_barrier_sync(5 + rg, 256);
+    }
   }
   if (np > 1) {  // (one piece, or a redo: this CTA has every candidate)
     if constexpr ((Cfg::kSplitHist & 16) != 0) {  // the merge by every piece, where it applies
