@@ -20,6 +20,9 @@
 //          candidates and cycles of the gate, selects and compactions)
 //   wcheck VARIANTS ROWS KEYS TOPK LAYOUT DIST (probe 5: the weight copy
 //          compared with the TMA buffer at every tile; copy variants only)
+//   timeline VARIANTS ROWS KEYS TOPK LAYOUT DIST [grid=G] (probe 8, kShares
+//          variants: thread 0's global-timer marks per CTA and visit, from
+//          the kernel's start: the split phases' spread over the CTAs)
 //   time   VARIANTS ROWS KEYS TOPK LAYOUT DIST (cold-L2 medians: dense logits
 //          alone, native dense = logits + top-k, fused v2 (the op's kernel),
 //          fused v3 variants; and each path's wrong rows)
@@ -125,7 +128,8 @@ Dev upload_work(const Work& w) {
   upload_inputs(w, d);
   d.ld = (w.keys + 3) / 4 * 4;
   CK(cudaMalloc(&d.logits, std::max<size_t>(16, size_t(w.rows) * d.ld * 4)));
-  CK(cudaMalloc(&d.out, size_t(w.rows) * w.topk * 4));
+  // (+ probe 8's timeline marks after the output: 128 words per CTA)
+  CK(cudaMalloc(&d.out, (size_t(w.rows) * w.topk + size_t(256) * 128) * 4));
   int sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   d.ws_bytes = std::max({fused_v3_workspace_bytes<Sm90FusedV3S7Sets2>(w.topk, sms),
@@ -167,10 +171,10 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
   switch (variant) {
 #ifdef V3CHECK_SPLIT  // (-DV3CHECK_SPLIT: the op's split kernel and session 19's split variants, the fastest build)
     case 66: return v3(Sm90FusedV3SplitHistRegs{});
-    case 69: return v3(Sm90FusedV3SplitLean{});
     case 72: return w.topk == 2048 ? v3(Sm90FusedV3SplitPipe<2048>{}) : cudaErrorInvalidValue;  // (top-2048 only here)
-    case 74: return v3(Sm90FusedV3SplitRelaxed{});
-    case 75: return v3(Sm90FusedV3SplitLean1{});
+    case 67: return v3(Sm90FusedV3SplitHistLat{});  // (66 with the dev probes: 6, 7, and 8's timeline)
+    case 76: return w.topk == 2048 ? v3(Sm90FusedV3SplitPipeMarks<2048>{}) : cudaErrorInvalidValue;  // (72 with them)
+    case 85: return v3(Sm90FusedV3SplitGateTwice{});  // (67 ranking its gate twice, probe 8)
     default: std::fprintf(stderr, "variant %d not in this build (V3CHECK_SPLIT)\n", variant); return cudaErrorInvalidValue;
 #else
 #ifndef V3CHECK_MIN  // (-DV3CHECK_FEW -DV3CHECK_MIN: the op's kernel, 43 and the newest variants only)
@@ -236,6 +240,22 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
       }
     case 74: return v3(Sm90FusedV3SplitRelaxed{});  // (session 19: 66 + kRelaxedRelease)
     case 75: return v3(Sm90FusedV3SplitLean1{});  // (74 + kLeanLoop 1)
+    case 76: return w.topk == 2048 ? v3(Sm90FusedV3SplitPipeMarks<2048>{}) : cudaErrorInvalidValue;  // (72 + probe 8's marks)
+    case 77: return v3(Sm90FusedV3SplitGatePub{});  // (session 20: 66 with the published shared gate)
+    case 78: return w.topk == 2048 ? v3(Sm90FusedV3SplitPipePub<2048>{}) : cudaErrorInvalidValue;  // (72 with it)
+    case 79: return v3(Sm90FusedV3SplitGatePubMarks{});  // (77 + probe 8's marks)
+    case 80: return w.topk == 2048 ? v3(Sm90FusedV3SplitPipePubMarks<2048>{}) : cudaErrorInvalidValue;  // (78 + them)
+    case 81: return v3(Sm90FusedV3SplitGateSum{});  // (session 20: 66 with the gate's bins summed by loads, no atomics)
+    case 82: return v3(Sm90FusedV3SplitGateSumMarks{});  // (81 + probe 8's marks)
+    case 83:  // (72 with it)
+      switch (w.topk) {
+        case 512: return v3(Sm90FusedV3SplitPipeSum<512>{});
+        case 1024: return v3(Sm90FusedV3SplitPipeSum<1024>{});
+        case 2048: return v3(Sm90FusedV3SplitPipeSum<2048>{});
+        default: return cudaErrorInvalidValue;
+      }
+    case 84: return w.topk == 2048 ? v3(Sm90FusedV3SplitPipeSumMarks<2048>{}) : cudaErrorInvalidValue;  // (83 + the marks)
+    case 85: return v3(Sm90FusedV3SplitGateTwice{});  // (67 ranking its gate twice, probe 8)
     case 72:  // 71 with kPipeTail (session 19)
     case 73:  // 72 with the descriptors held (kQPerm 31)
       switch (variant * 4096 + w.topk) {
@@ -624,6 +644,62 @@ int cmd_stats(int argc, char** argv) {
   return 0;
 }
 
+// Probe 8 (kShares variants; fused_v3_mark in sm90_fused_mqa_topk_v3.cuh):
+// thread 0's global-timer marks after the output (rows x topk words), CTA c's
+// visit slot v mark id at word c * 128 + v * 16 + id. Prints, per (slot, id) present, the spread over
+// the CTAs (min / median / max microseconds from the earliest kernel start),
+// and the marks of a few CTAs.
+int cmd_timeline(int argc, char** argv) {
+  if (argc < 8) return std::fprintf(stderr, "timeline VARIANTS ROWS KEYS TOPK LAYOUT DIST [grid=G]\n"), 1;
+  const auto vars = parse_variants(argv[2]);
+  const int grid = opt_int(argc, argv, "grid", 0);
+  Work w = work_from_args(argv, 11);
+  Dev d = upload_work(w);
+  const int ctas = grid > 0 ? std::min(grid, g_sms) : g_sms;
+  static const char* names[16] = {"", "loops done", "publish/merge done", "next start done", "Q in", "gate wait done",
+                                  "gate done", "copy done", "merge entry", "bins published", "counted (last)",
+                                  "merged", "gate: records", "gate: rho", "gate: bins", "kernel start"};
+  for (int v : vars) {
+    for (int rep = 0; rep < 2; ++rep) {  // (the first run warms the clocks; the second is printed)
+      CK(cudaMemset(d.out, 0, (size_t(w.rows) * w.topk + size_t(ctas) * 128) * 4));
+      scramble_ws(d, 0x5a);
+      CK(launch_fused(v, d, grid, 8, 0));
+      sync_or_report("fused probe 8");
+    }
+    std::vector<uint32_t> h(size_t(ctas) * 128);
+    CK(cudaMemcpy(h.data(), d.out + size_t(w.rows) * w.topk, h.size() * 4, cudaMemcpyDeviceToHost));
+    uint32_t base = 0;
+    bool have = false;
+    for (int c = 0; c < ctas; ++c) {
+      const uint32_t t = h[size_t(c) * 128 + 15];
+      if (t && (!have || static_cast<int32_t>(t - base) < 0)) base = t, have = true;
+    }
+    std::printf("timeline v%d %s-%s %dx%d top-%d on %d CTAs (us from the first kernel start; min / median / max over CTAs)\n",
+                v, argv[6], argv[7], w.rows, w.keys, w.topk, ctas);
+    auto us = [&](uint32_t t) { return static_cast<int32_t>(t - base) / 1000.0; };
+    for (int sl = 0; sl < 8; ++sl)
+      for (int id = 1; id < 16; ++id) {
+        std::vector<double> x;
+        for (int c = 0; c < ctas; ++c)
+          if (const uint32_t t = h[size_t(c) * 128 + sl * 16 + id]) x.push_back(us(t));
+        if (x.empty() || !names[id][0]) continue;
+        std::sort(x.begin(), x.end());
+        std::printf("  slot %d %-20s CTAs %3zu: %8.1f %8.1f %8.1f\n", sl, names[id], x.size(), x.front(),
+                    x[x.size() / 2], x.back());
+      }
+    for (int c : {0, 1, ctas / 2, ctas - 1}) {
+      std::printf("  CTA %3d:", c);
+      for (int sl = 0; sl < 8; ++sl)
+        for (int id = 1; id < 16; ++id)
+          if (const uint32_t t = h[size_t(c) * 128 + sl * 16 + id]) std::printf(" %d.%d=%.1f", sl, id, us(t));
+      std::printf("\n");
+    }
+    std::fflush(stdout);
+  }
+  free_dev(d);
+  return 0;
+}
+
 int cmd_time(int argc, char** argv) {
   if (argc < 8) return std::fprintf(stderr, "time VARIANTS ROWS KEYS TOPK LAYOUT DIST [reps=N] [target=T] [probe=P] [grid=G]\n"), 1;
   const auto vars = parse_variants(argv[2]);
@@ -710,6 +786,7 @@ int main(int argc, char** argv) {
            : cmd == "time"  ? cmd_time(argc, argv)
            : cmd == "wcheck" ? cmd_wcheck(argc, argv)
            : cmd == "stats" ? cmd_stats(argc, argv)
+           : cmd == "timeline" ? cmd_timeline(argc, argv)
                             : (std::fprintf(stderr, "unknown command %s\n", cmd.c_str()), 1);
   std::printf("[%s: %.1f s]\n", cmd.c_str(),
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());

@@ -128,8 +128,18 @@ struct Sm90FusedV3Config {
   // maximum and the tile cap then from registers; at most 32 pieces) and
   // keeps 8 pieces' bins in flight, where bit 2 alone reloads the maxima (two
   // round trips per cap step).
+  // Bit 32 (with 2, session 20): the shared gate is ranked once per block and
+  // row group, by the piece whose sample publication completes the block's
+  // count (at its sample visit's end), and published (kRecGate of the first
+  // piece's record; the counter then reads np + 1); every piece's rest visit
+  // waits for that and reads its rows' gate keys, where each of the np pieces
+  // ranked the same gate from every piece's records and bins (np times the
+  // loads on the same lines: at 64 rows 16 pieces, 26K cycles per gate).
   static constexpr int kSplitHist = kSplitHist_;
+  static constexpr bool kGatePub = (kSplitHist_ & 32) != 0;
   static_assert(kSplitHist_ == 0 || kShares_ != 0, "kSplitHist: the split pieces' histograms (kShares)");
+  static_assert(!kGatePub || ((kSplitHist_ & 2) != 0 && (kShares_ & 2) == 0),
+                "kSplitHist bit 32: the published shared gate (bit 2; split pieces in slots 0 and 1 only)");
   // kFastGate (dev, with kPairGate and kGateRange): the sample gate by one
   // histogram pass below the row's largest sample key (fused_select.cuh,
   // pair_gate_fast: 256 bins of 2^16 order keys) instead of pair_select's
@@ -468,6 +478,7 @@ constexpr int kShareCtrWords = 8;
 constexpr int kShareRecWords = 3 * 256;
 constexpr int kShareCtaWords = kShareCtrWords + kShareRecWords;
 constexpr int kRecSample = 0, kRecFinal = 8, kRecTileMax = 16, kRecTiles = 20;
+constexpr int kRecGate = 21;  // (kSplitHist bit 32: the block's shared gate key of the row, in the first piece's record)
 constexpr int kShareRegions = 3;
 constexpr int kShareHistWords = 8 * 256;  // kSplitHist: a region's 8 rows x 256 bins, twice (sample, final)
 constexpr int kVisitWhole = 0, kVisitSample = 1, kVisitRest = 2;
@@ -883,6 +894,28 @@ __device__ __forceinline__ uint32_t* fused_v3_rec(const Sm90FusedParams& p, int 
   return p.ws + size_t(gridDim.x) * kShareCtrWords + size_t(c * 3 + slot) * 256;
 }
 
+// Development probe 8 (kShares; tools/v3check `timeline`, which allocates
+// the room): thread 0's global-timer marks (low 32 bits, ns) after the
+// output's rows x topk words, CTA c's visit qi mark id at word c * 128 +
+// (qi & 7) * 16 + id (ids: 1 the visit's tile loops
+// done, 2 its publication / merge done, 3 the next visit's start done, 4 that
+// visit's Q in, 5 its gate's wait done, 6 its gate done, 7 its copy done; the
+// merge's in visit slot 7: 8 entry, 9 bins published, 10 counted, 11 merged;
+// 15 the math warps' start in slot 0).
+// Compiled only into the dev configurations with kSplitHist bit 8 (67, 76):
+// a mark's code in the split calls costs 66's tile loops 10 instructions.
+template <class Cfg>
+__device__ __forceinline__ void fused_v3_mark(const Sm90FusedParams& p, int qi, int id) {
+  if constexpr ((Cfg::kSplitHist & 8) != 0) {
+    if (p.probe == 8 && threadIdx.x == 0) {
+      uint32_t t;
+      asm volatile("mov.u32 %0, %%globaltimer_lo;" : "=r"(t));
+      __stcg(reinterpret_cast<uint32_t*>(p.out) + size_t(p.rows) * p.topk + blockIdx.x * 128u +
+                 static_cast<uint32_t>((qi & 7) * 16 + id), t);
+    }
+  }
+}
+
 // kSplitHist: row r's published bins (which: 0 the sample's, 1 the final
 // candidates') of the piece in region (c, slot), after the candidate regions.
 template <class Cfg>
@@ -984,9 +1017,12 @@ __device__ __forceinline__ uint32_t fused_v3_tile_cap_regs(const uint32_t (&t)[4
 // tail): publishes the row group's sample counts, each row's 4 largest sample
 // tile maxima and its sample tiles, clears the maxima, counts the row group's
 // publication on the block's counter.
+template <class Cfg, bool kPub = false>  // (below: the shared gate)
+__device__ __forceinline__ bool fused_v3_union_gate_call(const Sm90FusedParams* pp, int reg, int b, int c0, int slot0,
+                                                      int np, int qi = 0);
 template <class Cfg>
 __device__ __noinline__ void fused_v3_split_sample_end(const Sm90FusedParams* pp, int reg, int c0, int slot0, int ns,
-                                                       uint32_t cnt) {
+                                                       uint32_t cnt, int b, int np) {
   const Sm90FusedParams& p = *pp;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
@@ -1028,9 +1064,50 @@ __device__ __noinline__ void fused_v3_split_sample_end(const Sm90FusedParams* pp
     ctl->tile_max[r][lane] = 0;
   }
   ptx::named_barrier_sync(5 + rg, 256);
+  [[maybe_unused]] volatile int* last = reinterpret_cast<FusedV3Shr*>(smem + Cfg::kOffShr)->last;
   if (slot0 < 2 && (tid & 255) == 0) {  // (a whole block, slot 2, has no other piece to tell)
     __threadfence();
-    atomicAdd(fused_v3_ctr(p, c0, slot0) + rg, 1);
+    const int done = atomicAdd(fused_v3_ctr(p, c0, slot0) + rg, 1);
+    if constexpr (Cfg::kGatePub) {
+      last[rg] = done == np - 1;
+      __threadfence();
+    }
+  }
+  if constexpr (Cfg::kGatePub) {  // the block's last sampler ranks the row group's gates and publishes them
+    ptx::named_barrier_sync(5 + rg, 256);
+    if (last[rg]) {
+      np = __shfl_sync(0xffffffffu, np, 0);  // (said warp-uniform)
+      fused_v3_union_gate_call<Cfg, true>(pp, reg, b, c0, slot0, np);
+      __threadfence();
+      ptx::named_barrier_sync(5 + rg, 256);  // every row's gate key stored
+      if ((tid & 255) == 0) {
+        __threadfence();
+        atomicAdd(fused_v3_ctr(p, c0, slot0) + rg, 1);  // np + 1: the gates are out
+      }
+    }
+  }
+}
+
+// kSplitHist bit 32, a rest visit's start (all math warps): waits for the
+// block's published gates (the counter at np + 1) and takes row 4 rg +
+// warp_in_wg's into gkey and thr_s, as fused_v3_union_gate_call sets them.
+template <class Cfg>
+__device__ __forceinline__ void fused_v3_gate_fetch(const Sm90FusedParams* pp, int reg, int b, int c0, int slot0, int np,
+                                                    int qi) {
+  const Sm90FusedParams& p = *pp;
+  const FusedV3PairRow<Cfg> rw(p, reg, 0, b);
+  const int r = rw.r, lane = rw.lane, kg = rw.kg, rg = r >> 2;
+  if (np > 0) {
+    const volatile int* ctr = fused_v3_ctr(p, c0, slot0) + rg;
+    while (__shfl_sync(0xffffffffu, *ctr, 0) < np + 1) __nanosleep(64);
+    __threadfence();
+  }
+  fused_v3_mark<Cfg>(p, qi, 5);
+  if (kg == 0 && lane == 0) {
+    const uint32_t gk = np > 0 ? __ldcg(fused_v3_rec(p, c0, slot0) + r * 32 + kRecGate) : 0u;
+    FusedV3Shr* shr = reinterpret_cast<FusedV3Shr*>(rw.smem + Cfg::kOffShr);
+    shr->gkey[r] = gk;
+    reinterpret_cast<unsigned long long*>(rw.smem + Cfg::kOffThr)[r] = gk ? fused_detail::gate_threshold(gk) : 0ull;
   }
 }
 
@@ -1054,8 +1131,45 @@ __device__ __forceinline__ uint32_t fused_v3_union_gate_fast(const Sm90FusedPara
   const uint32_t j_lane = static_cast<uint32_t>(kg * 128 + lane * 4);
   np = __shfl_sync(0xffffffffu, np, 0);  // (said warp-uniform)
   constexpr int B = kRegs ? 8 : 4;
+  if constexpr ((Cfg::kSplitHist & 64) != 0) {
+    // (bit 64: each lane sums its own 4 union bins J from every piece's bin
+    // J - shift, loaded at that offset, and stores them: no shared-memory
+    // atomics, where the loop below adds each piece's 4 bins into the shifted
+    // ones, 4 atomics per piece and lane at 4-way bank conflicts: at 16
+    // pieces 15K cycles per row, 2026-12-04)
+    uint32_t acc[4] = {0u, 0u, 0u, 0u};
 #pragma unroll 1
-  for (int i0 = 0; i0 < np; i0 += B) {  // (B pieces' loads in flight)
+    for (int i0 = 0; i0 < np; i0 += B) {
+      uint32_t v[B][4];
+#pragma unroll
+      for (int u = 0; u < B; ++u) {
+        const int i = i0 + u;
+        const int c = c0 + (i < np ? i : 0), sl = i == 0 ? slot0 : 0;
+        uint32_t smx;
+        if constexpr (kRegs) {
+          const uint32_t x = __shfl_sync(0xffffffffu, t0, i & 31);
+          smx = i < np ? x : 0u;
+        } else {
+          smx = i < np ? __ldcg(fused_v3_rec(p, c, sl) + r * 32 + kRecTileMax) : 0u;
+        }
+        const uint32_t e = M - smx;  // (smx <= M)
+        const uint32_t sh = (e >> 16) + ((e & 0xffffu) != 0u ? 1u : 0u);
+        const uint32_t* hp = fused_v3_hist<Cfg>(p, c, sl, 0, r);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const uint32_t src = j_lane + static_cast<uint32_t>(q) - sh;  // (wraps past 255 when below 0)
+          v[u][q] = smx != 0u && src < 256u ? __ldcg(hp + src) : 0u;
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < B; ++u)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) acc[q] += v[u][q];
+    }
+    *reinterpret_cast<uint4*>(hist + j_lane) = make_uint4(acc[0], acc[1], acc[2], acc[3]);
+  }
+#pragma unroll 1
+  for (int i0 = 0; i0 < ((Cfg::kSplitHist & 64) != 0 ? 0 : np); i0 += B) {  // (B pieces' loads in flight)
     uint32_t sm[B];
     uint4 h[B];
 #pragma unroll
@@ -1103,9 +1217,12 @@ __device__ __forceinline__ uint32_t fused_v3_union_gate_fast(const Sm90FusedPara
 // (fused_v3_gate_rho's rule on the union; the cap is the C-th largest of all
 // the pieces' sample tile maxima, C = min(4, sample tiles)); the first warp
 // sets thr_s and gkey. Returns whether the row is gated (the first warp's).
-template <class Cfg>
+// kPub (kSplitHist bit 32): called by the block's last sampler at its sample
+// visit's end: no wait (every piece's sample is in), and the gate key goes to
+// the first piece's record (kRecGate) instead of this CTA's thr_s and gkey.
+template <class Cfg, bool kPub>
 __device__ __forceinline__ bool fused_v3_union_gate_call(const Sm90FusedParams* pp, int reg, int b, int c0, int slot0,
-                                                      int np) {
+                                                      int np, int qi) {
   using namespace fused_detail;
   const Sm90FusedParams& p = *pp;
   const FusedV3PairRow<Cfg> rw(p, reg, 0, b);
@@ -1116,11 +1233,12 @@ __device__ __forceinline__ bool fused_v3_union_gate_call(const Sm90FusedParams* 
   // non-uniform after it, and costs them their registers.)
   (void)tid;
   const long long tw0 = clock64();
-  if (np > 1) {
+  if (!kPub && np > 1) {
     const volatile int* ctr = fused_v3_ctr(p, c0, slot0) + rg;
     while (__shfl_sync(0xffffffffu, *ctr, 0) < np) __nanosleep(64);
     __threadfence();
   }
+  fused_v3_mark<Cfg>(p, qi, 5);
   if (Cfg::kSplitHist != 0 && p.probe == 2 && lane == 0)  // (kSplitHist, probe 2: the wait for the samples, word 2)
     atomicAdd(rw.stats + 2, static_cast<unsigned long long>(clock64() - tw0));
   // (dev variant 67, probe 7: clock marks between the gate's steps, words 7-10 and 12)
@@ -1159,10 +1277,12 @@ __device__ __forceinline__ bool fused_v3_union_gate_call(const Sm90FusedParams* 
   m = __reduce_add_sync(0xffffffffu, m);
   tiles = __reduce_add_sync(0xffffffffu, tiles);
   mark7(7);
+  if (!kPub) fused_v3_mark<Cfg>(p, qi, 12);  // (probe 8: the records are in)
   int start_unused;
   const uint32_t n = rw.row < p.rows ? static_cast<uint32_t>(row_length(p, rw.row, &start_unused)) : 0u;
   const uint32_t rho = np > 0 ? fused_v3_gate_rho_mn<Cfg>(p, m, n, r, 0xffu) : 0u;  // (np 0: a redo, no gate)
   mark7(8);
+  if (!kPub) fused_v3_mark<Cfg>(p, qi, 13);  // (probe 8: rho)
   uint32_t gk = 0;
   if constexpr ((Cfg::kSplitHist & 8) != 0) {  // (dev, probe 6: dependent loads in the loaded kernel, words 1 / 6)
     if (p.probe == 6 && kg == 0 && lane == 0 && np > 1) {
@@ -1189,6 +1309,7 @@ __device__ __forceinline__ bool fused_v3_union_gate_call(const Sm90FusedParams* 
       th = static_cast<uint64_t>(fast) << 32;
     }
     mark7(9);
+    if (!kPub) fused_v3_mark<Cfg>(p, qi, 14);  // (probe 8: the bins)
     if (fast == 0) {
       const PieceSegs ps = fused_v3_piece_segs<Cfg>(p, c0, slot0, np, r, kg, true);
       // (heavy ties at the rank: the tied key's gate, kTieGate; a one-warp
@@ -1205,8 +1326,12 @@ __device__ __forceinline__ bool fused_v3_union_gate_call(const Sm90FusedParams* 
     }
   }
   if (kg == 0 && lane == 0) {
-    shr->gkey[r] = gk;
-    thr_s[r] = gk ? gate_threshold(gk) : 0ull;
+    if constexpr (kPub) {
+      __stcg(fused_v3_rec(p, c0, slot0) + r * 32 + kRecGate, gk);
+    } else {
+      shr->gkey[r] = gk;
+      thr_s[r] = gk ? gate_threshold(gk) : 0ull;
+    }
     if (gk && p.probe == 2) atomicAdd(rw.stats + 9, 1ull);
   }
   mark7(10);
@@ -1295,7 +1420,7 @@ __device__ __forceinline__ uint32_t fused_v3_split_copy(const Sm90FusedParams* p
 // it copied to its segments' heads (fused_v3_split_copy). Returns the lane's
 // count; the rows' thresholds are in thr_s.
 template <class Cfg>
-__device__ __noinline__ uint32_t fused_v3_split_rest_start(const Sm90FusedParams* pp, int qb, int b) {
+__device__ __noinline__ uint32_t fused_v3_split_rest_start(const Sm90FusedParams* pp, int qb, int b, int qi) {
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
   const int rg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 256, 0);
@@ -1303,14 +1428,25 @@ __device__ __noinline__ uint32_t fused_v3_split_rest_start(const Sm90FusedParams
   const int reg = __shfl_sync(0xffffffffu, vis[3], 0), c0 = __shfl_sync(0xffffffffu, vis[4], 0);
   const int slot0 = __shfl_sync(0xffffffffu, vis[5], 0), np = __shfl_sync(0xffffffffu, vis[6], 0);
   const long long tg0 = clock64();
-  fused_v3_union_gate_call<Cfg>(pp, reg, b, c0, slot0, np);
+  if constexpr (Cfg::kGatePub) {
+    fused_v3_gate_fetch<Cfg>(pp, reg, b, c0, slot0, np, qi);
+  } else {
+    fused_v3_union_gate_call<Cfg>(pp, reg, b, c0, slot0, np, qi);
+    if constexpr ((Cfg::kSplitHist & 128) != 0) {  // (dev, probe 8: the same gate again, its marks in visit slot 6)
+      ptx::named_barrier_sync(5 + rg, 256);
+      fused_v3_union_gate_call<Cfg>(pp, reg, b, c0, slot0, np, 6);
+    }
+  }
+  fused_v3_mark<Cfg>(*pp, qi, 6);
   const long long tb0 = clock64();
   ptx::named_barrier_sync(5 + rg, 256);  // the row group's gates are in thr_s
   if ((Cfg::kSplitHist & 8) != 0 && pp->probe == 7 && (threadIdx.x & 31) == 0)  // (67, probe 7: the barrier, word 13)
     atomicAdd(reinterpret_cast<unsigned long long*>(pp->counter) + 1 + 13, static_cast<unsigned long long>(clock64() - tb0));
   if (Cfg::kSplitHist != 0 && pp->probe == 2 && (threadIdx.x & 31) == 0)  // (probe 2: the gate with its wait, word 1)
     atomicAdd(reinterpret_cast<unsigned long long*>(pp->counter) + 1 + 1, static_cast<unsigned long long>(clock64() - tg0));
-  return fused_v3_split_copy<Cfg>(pp, reg, np);
+  const uint32_t c = fused_v3_split_copy<Cfg>(pp, reg, np);
+  fused_v3_mark<Cfg>(*pp, qi, 7);
+  return c;
 }
 
 // kShares, at the end of visit qi (all math warps; after its tile loops: a
@@ -1328,13 +1464,14 @@ __device__ __noinline__ void fused_v3_prestart(const Sm90FusedParams* pp, int qi
   const int qb = qi & 1;
   uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + Cfg::kOffBars) + 2 * Cfg::kNumStages;
   ptx::mbar_wait(q_full + qb, (qi >> 1) & 1);
+  fused_v3_mark<Cfg>(*pp, qi, 4);
   const volatile int* slot = reinterpret_cast<const volatile int*>(smem + Cfg::kOffSlot) + SI * qb;
   FusedV3Shr* shr = reinterpret_cast<FusedV3Shr*>(smem + Cfg::kOffShr);
   const int b = __shfl_sync(0xffffffffu, slot[0], 0);
   if (b < 0 || __shfl_sync(0xffffffffu, slot[6], 0) != kVisitRest) return;
   if (lane < 9) shr->vis[rg][qb][lane] = slot[lane < 7 ? 6 + lane : lane == 7 ? 2 : 5];
   __syncwarp();
-  const uint32_t c = fused_v3_split_rest_start<Cfg>(pp, qb, b);
+  const uint32_t c = fused_v3_split_rest_start<Cfg>(pp, qb, b, qi);
   if (lane < 4) shr->rest_cnt[tid >> 5][lane] = c;  // (lane l holds row 4 rg + l, as every lane of quad l)
   __syncwarp();
 }
@@ -1616,6 +1753,7 @@ __device__ __noinline__ bool fused_v3_split_end_call(const Sm90FusedParams* pp, 
   FusedV3Shr* shr = reinterpret_cast<FusedV3Shr*>(rw.smem + Cfg::kOffShr);
   volatile int* last = shr->last;
   uint32_t* rec = fused_v3_rec(p, blockIdx.x, reg);
+  fused_v3_mark<Cfg>(p, 7, 8);
   if (lane < 4) __stcg(rec + (4 * rg + lane) * 32 + kRecFinal + kg * 4 + ((tid >> 5) & 3), cnt);
   ptx::named_barrier_sync(5 + rg, 256);
   // kSplitHist bit 1: every piece counts its own candidates of a gated row in
@@ -1634,6 +1772,7 @@ __device__ __noinline__ bool fused_v3_split_end_call(const Sm90FusedParams* pp, 
       ptx::named_barrier_sync(5 + rg, 256);
     }
   }
+  fused_v3_mark<Cfg>(p, 7, 9);
   if (np > 1) {  // (one piece, or a redo: this CTA has every candidate)
     if constexpr ((Cfg::kSplitHist & 16) != 0) {  // the merge by every piece, where it applies
       const int dm = fused_v3_split_dist<Cfg>(pp, reg, b, c0, slot0, np, hsmax, active & 0xffu, (active >> 31) != 0u);
@@ -1649,6 +1788,7 @@ __device__ __noinline__ bool fused_v3_split_end_call(const Sm90FusedParams* pp, 
       if (!last[rg]) return true;
     }
   }
+  fused_v3_mark<Cfg>(p, 7, 10);
   if (row >= p.rows || !((active >> r) & 1u)) return true;
   const uint32_t gk = np > 0 ? shr->gkey[r] : 0u;
   np = np > 0 ? np : 1;
@@ -1702,6 +1842,7 @@ __device__ __noinline__ bool fused_v3_split_end_call(const Sm90FusedParams* pp, 
   } else {
     res = pair_finish_row(ps, pc, thr, k, need, gk != 0, start, rw.hist, rw.sk, rw.si, lane, &cands, out);
   }
+  fused_v3_mark<Cfg>(p, 7, 11);
   bool ok = res > 0;
   if (res < 0 && kg == 0)  // heavy ties at the k-th key: one warp
     ok = warp_finish_row<true>(fused_v3_piece_segs<Cfg>(p, c0, slot0, np, r, -1, false), thr, k, need, gk != 0, start,
@@ -1831,12 +1972,13 @@ __device__ __noinline__ void fused_v3_visit_end(const Sm90FusedParams* pp, int q
   FusedV3Ctl* ctl = reinterpret_cast<FusedV3Ctl*>(smem + Cfg::kOffCtl);
   unsigned long long* stats = reinterpret_cast<unsigned long long*>(p.counter) + 1;
   const long long t0 = clock64();
+  fused_v3_mark<Cfg>(p, qi, 1);
   if (vis_u(0) == kVisitSample) {  // publish the piece's sample; its rest visit comes later
     if (vis_u(2) != vis_u(7)) {  // its last MMA was not the piece's last tile: release the Q buffer now
       __syncwarp();
       if (lane == 0) ptx::mbar_arrive(q_empty + qb);
     }
-    fused_v3_split_sample_end<Cfg>(pp, vis_u(3), vis_u(4), vis_u(5), vis_u(2), cnt);
+    fused_v3_split_sample_end<Cfg>(pp, vis_u(3), vis_u(4), vis_u(5), vis_u(2), cnt, b, vis_u(6));
   } else {  // a rest visit: publish; the block's last piece selects its rows
     // (kSplitHist bit 16: a waiter is the CTA's last share visit: its last split
     // piece, or its first when the share ends inside that block)
@@ -1863,7 +2005,9 @@ __device__ __noinline__ void fused_v3_visit_end(const Sm90FusedParams* pp, int q
     ptx::named_barrier_sync(5 + rg, 256);
   }
   const long long t1 = clock64();
+  fused_v3_mark<Cfg>(p, qi, 2);
   fused_v3_prestart<Cfg>(pp, qi + 1);
+  fused_v3_mark<Cfg>(p, qi, 3);
   if (p.probe == 2 && lane == 0) atomicAdd(stats + 7, static_cast<unsigned long long>(clock64() - t1));
 }
 
@@ -2310,6 +2454,7 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
   const int key_in_tile = kg * 64 + warp_in_wg * 16 + (lane >> 2);  // this lane's first key of a tile (and + 8)
 
   const long long t_start = clock64();
+  if constexpr (Cfg::kShares) fused_v3_mark<Cfg>(p, 0, 15);  // (dev configurations only)
   int it = 0;
   int st_i = 0;        // kLeanLoop: the next tile's stage in the ring, and its phase
   uint32_t st_ph = 0;
@@ -3051,6 +3196,47 @@ template <int kTopk>  // 73: 72 with the Q and A descriptors held (kQPerm 31)
 using Sm90FusedV3SplitPipeDesc = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4,
                                                    2, 5, true, 5, false, 0, true, true, true, false, 0, false, 3, kTopk,
                                                    31, true, 7>;
+template <int kTopk>  // 76 (dev, session 20): 72 with probe 8's timeline marks (kSplitHist bit 8)
+using Sm90FusedV3SplitPipeMarks = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4,
+                                                    2, 5, true, 5, false, 0, true, true, true, false, 0, false, 3, kTopk,
+                                                    7, true, 15>;
+// session 20: the shared gate ranked once per block and published (kSplitHist bit 32): 77 = 66 + it,
+// 78 = 72 + it; 79 and 80: the same with probe 8's timeline marks (bit 8)
+using Sm90FusedV3SplitGatePub = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2,
+                                                  5, true, 5, false, 0, true, false, false, false, 0, false, 0, 0, 0,
+                                                  true, 39>;
+template <int kTopk>
+using Sm90FusedV3SplitPipePub = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2,
+                                                  5, true, 5, false, 0, true, true, true, false, 0, false, 3, kTopk, 7,
+                                                  true, 39>;
+using Sm90FusedV3SplitGatePubMarks = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4,
+                                                       2, 5, true, 5, false, 0, true, false, false, false, 0, false, 0,
+                                                       0, 0, true, 47>;
+template <int kTopk>
+using Sm90FusedV3SplitPipePubMarks = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4,
+                                                       2, 5, true, 5, false, 0, true, true, true, false, 0, false, 3,
+                                                       kTopk, 7, true, 47>;
+// session 20: the shared gate's bins summed by loads at the shifted offsets, no atomics (kSplitHist bit 64):
+// 81 = 66 + it, 82 = 81 + probe 8's marks, 83 = 72 + it, 84 = 83 + the marks
+using Sm90FusedV3SplitGateSum = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2,
+                                                  5, true, 5, false, 0, true, false, false, false, 0, false, 0, 0, 0,
+                                                  true, 71>;
+using Sm90FusedV3SplitGateSumMarks = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4,
+                                                       2, 5, true, 5, false, 0, true, false, false, false, 0, false, 0,
+                                                       0, 0, true, 79>;
+// 85 (dev, probe 8): 67 ranking its shared gate twice (kSplitHist bit 128; the second's marks in visit slot 6):
+// whether the gate's time is its round trips under load or first touches
+using Sm90FusedV3SplitGateTwice = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4,
+                                                    2, 5, true, 5, false, 0, true, false, false, false, 0, false, 0,
+                                                    0, 0, true, 143>;
+template <int kTopk>
+using Sm90FusedV3SplitPipeSum = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2,
+                                                  5, true, 5, false, 0, true, true, true, false, 0, false, 3, kTopk, 7,
+                                                  true, 71>;
+template <int kTopk>
+using Sm90FusedV3SplitPipeSumMarks = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4,
+                                                       2, 5, true, 5, false, 0, true, true, true, false, 0, false, 3,
+                                                       kTopk, 7, true, 79>;
 // (session 19, bisecting 69's reruns' order: 74 = 66 + kRelaxedRelease, 75 = 74 + kLeanLoop 1)
 using Sm90FusedV3SplitRelaxed = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2,
                                                   5, true, 5, false, 0, true, false, true, false, 0, false, 0, 0, 0,
