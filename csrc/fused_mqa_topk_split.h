@@ -26,7 +26,7 @@ inline bool fused_use_split(int rows, int num_sms) {
   return waves * num_sms * 100 > 115 * blocks;
 }
 
-// The v3 kernel on shares (Sm90FusedV3Split = Sm90FusedV3SplitHistRegs, issue
+// The v3 kernel on shares (Sm90FusedV3Split = Sm90FusedV3SplitFence, issue
 // 12): blocks of the partial last wave (and one full wave before it) split
 // across CTAs in equal tile shares, the rest whole. Same arguments as
 // launch_sm90_fused_mqa_topk_v3. Its workspace (3 candidate regions per CTA:
@@ -46,7 +46,7 @@ cudaError_t fused_v3_split_attributes(cudaFuncAttributes* attr, int* dynamic_sme
 // kernel on the lean loop instead (exact, faster at 1064-2120 rows; its
 // reruns' order differed in session 19 until the merge's race was fixed in
 // session 20), one configuration per topk
-// (Sm90FusedV3SplitLarge<kTopk>, dev variant 72: the lean loop with kPipeTail; session 19), each in its own
+// (Sm90FusedV3SplitLarge<kTopk>, dev variant 87: 72, the lean loop with kPipeTail, with the lean fences), each in its own
 // translation unit (csrc/fused_mqa_topk_v3_split_t{512,1024,2048}.cu). Same
 // arguments; topk must be kTopk. Its workspace layout is the split kernel's
 // (fused_v3_split_workspace_bytes covers both).

@@ -1,5 +1,6 @@
-// The v3 fused kernel on shares (Sm90FusedV3Split: dev variant 66 since session 18, 63 since session 16,
-// 43 before; issue 12; where the split grid is every SM, Sm90FusedV3SplitLarge<topk> since session 19,
+// The v3 fused kernel on shares (Sm90FusedV3Split: dev variant 86 since session 20, 66 since session 18,
+// 63 since session 16, 43 before; issue 12; where the split grid is every SM, Sm90FusedV3SplitLarge<topk>
+// (87 since session 20; opt-in 72 in session 19),
 // from csrc/fused_mqa_topk_v3_split_t*.cu), in its own translation unit so the JIT build compiles it beside the
 // whole-block kernel. fused_mqa_topk (fused_mqa_topk.cu) launches it when the
 // row blocks would leave the last wave of whole blocks poorly filled

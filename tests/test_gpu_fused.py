@@ -322,9 +322,9 @@ def test_fused_op_split_kernels_exact(dev, monkeypatch, kw, kernel):
 
 
 # The split kernel on the lean tile loop where its grid is every SM (more than
-# SMs / 4 row blocks: Sm90FusedV3SplitLarge<topk>, variant 72, one
+# SMs / 4 row blocks: Sm90FusedV3SplitLarge<topk>, variant 87, one
 # configuration per topk; the op's default there since session 20,
-# MQA_TOPK_FUSED_SPLIT_LARGE=0 runs 66 instead): the smallest such row count,
+# MQA_TOPK_FUSED_SPLIT_LARGE=0 runs the split kernel 86 instead): the smallest such row count,
 # ragged rows with short and empty ones, many blocks, adversarial scores.
 LARGE_SPLIT_CASES = [
     dict(layout="causal", rows=272, keys=12000, dist="gaussian"),
@@ -340,7 +340,7 @@ def test_fused_op_split_large_exact(dev, monkeypatch, kw):
     """The lean-loop split kernel for every topk with the split forced: exact,
     inputs untouched, reruns bitwise equal (session 19's reruns that differed
     in order were the merge summing bins not yet stored: fixed in session 20),
-    and the same sets as the split kernel 66 (MQA_TOPK_FUSED_SPLIT_LARGE=0)
+    and the same sets as the split kernel 86 (MQA_TOPK_FUSED_SPLIT_LARGE=0)
     and as the whole-block kernel."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     if 4 * ((kw["rows"] + 7) // 8) <= sms:
@@ -357,7 +357,7 @@ def test_fused_op_split_large_exact(dev, monkeypatch, kw):
         monkeypatch.setenv("MQA_TOPK_FUSED_SPLIT", "0")
         whole = run_fused(w, topk, -5)
         assert torch.equal(out1.sort(dim=1).values, out66.sort(dim=1).values), (
-            f"{kw} topk={topk}: the large split kernel's sets differ from the split kernel 66's")
+            f"{kw} topk={topk}: the large split kernel's sets differ from the split kernel 86's")
         assert torch.equal(out1.sort(dim=1).values, whole.sort(dim=1).values), (
             f"{kw} topk={topk}: the large split kernel's sets differ from the whole-block kernel's")
 

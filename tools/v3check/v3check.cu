@@ -172,9 +172,8 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
 #ifdef V3CHECK_SPLIT  // (-DV3CHECK_SPLIT: the op's split kernel and session 19's split variants, the fastest build)
     case 66: return v3(Sm90FusedV3SplitHistRegs{});
     case 72: return w.topk == 2048 ? v3(Sm90FusedV3SplitPipe<2048>{}) : cudaErrorInvalidValue;  // (top-2048 only here)
-    case 67: return v3(Sm90FusedV3SplitHistLat{});  // (66 with the dev probes: 6, 7, and 8's timeline)
-    case 76: return w.topk == 2048 ? v3(Sm90FusedV3SplitPipeMarks<2048>{}) : cudaErrorInvalidValue;  // (72 with them)
-    case 85: return v3(Sm90FusedV3SplitGateTwice{});  // (67 ranking its gate twice, probe 8)
+    case 86: return v3(Sm90FusedV3SplitFence{});  // (session 20: 66 with the lean fences)
+    case 87: return w.topk == 2048 ? v3(Sm90FusedV3SplitPipeFence<2048>{}) : cudaErrorInvalidValue;  // (72 with them)
     default: std::fprintf(stderr, "variant %d not in this build (V3CHECK_SPLIT)\n", variant); return cudaErrorInvalidValue;
 #else
 #ifndef V3CHECK_MIN  // (-DV3CHECK_FEW -DV3CHECK_MIN: the op's kernel, 43 and the newest variants only)
@@ -256,6 +255,14 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
       }
     case 84: return w.topk == 2048 ? v3(Sm90FusedV3SplitPipeSumMarks<2048>{}) : cudaErrorInvalidValue;  // (83 + the marks)
     case 85: return v3(Sm90FusedV3SplitGateTwice{});  // (67 ranking its gate twice, probe 8)
+    case 86: return v3(Sm90FusedV3SplitFence{});  // (session 20: 66 with the split protocol's lean fences)
+    case 87:  // (72 with them)
+      switch (w.topk) {
+        case 512: return v3(Sm90FusedV3SplitPipeFence<512>{});
+        case 1024: return v3(Sm90FusedV3SplitPipeFence<1024>{});
+        case 2048: return v3(Sm90FusedV3SplitPipeFence<2048>{});
+        default: return cudaErrorInvalidValue;
+      }
     case 72:  // 71 with kPipeTail (session 19)
     case 73:  // 72 with the descriptors held (kQPerm 31)
       switch (variant * 4096 + w.topk) {

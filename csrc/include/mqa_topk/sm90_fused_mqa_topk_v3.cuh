@@ -894,6 +894,26 @@ __device__ __forceinline__ uint32_t* fused_v3_rec(const Sm90FusedParams& p, int 
   return p.ws + size_t(gridDim.x) * kShareCtrWords + size_t(c * 3 + slot) * 256;
 }
 
+// The split protocol's fences (kShares). A piece publishes by: every thread
+// stores, the row group's barrier, then one thread fences and counts (the
+// barrier orders the others' stores before its fence, as cooperative groups'
+// grid sync does); a reader polls the count, fences, then loads.
+// kSplitHist bit 256 (session 20): those fences as fence.acq_rel.gpu, and no
+// fence of each writer's own before the barrier (fused_v3_fence_pub); without
+// it each is __threadfence() (fence.sc.gpu: ncu's membar stalls, 2% of the
+// 64-row kernel's warp samples).
+template <class Cfg>
+__device__ __forceinline__ void fused_v3_fence() {
+  if constexpr ((Cfg::kSplitHist & 256) != 0)
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
+  else
+    __threadfence();
+}
+template <class Cfg>
+__device__ __forceinline__ void fused_v3_fence_pub() {
+  if constexpr ((Cfg::kSplitHist & 256) == 0) __threadfence();
+}
+
 // Development probe 8 (kShares; tools/v3check `timeline`, which allocates
 // the room): thread 0's global-timer marks (low 32 bits, ns) after the
 // output's rows x topk words, CTA c's visit qi mark id at word c * 128 +
@@ -1048,7 +1068,7 @@ __device__ __noinline__ void fused_v3_split_sample_end(const Sm90FusedParams* pp
     uint4* hv = reinterpret_cast<uint4*>(hist + kg * 128 + lane * 4);
     __stcg(reinterpret_cast<uint4*>(fused_v3_hist<Cfg>(p, blockIdx.x, reg, 0, r) + kg * 128 + lane * 4), *hv);
     *hv = make_uint4(0u, 0u, 0u, 0u);
-    __threadfence();
+    fused_v3_fence_pub<Cfg>();
   }
   if (kg == 0) {
     const int r = 4 * rg + warp_in_wg;
@@ -1066,7 +1086,7 @@ __device__ __noinline__ void fused_v3_split_sample_end(const Sm90FusedParams* pp
   ptx::named_barrier_sync(5 + rg, 256);
   [[maybe_unused]] volatile int* last = reinterpret_cast<FusedV3Shr*>(smem + Cfg::kOffShr)->last;
   if (slot0 < 2 && (tid & 255) == 0) {  // (a whole block, slot 2, has no other piece to tell)
-    __threadfence();
+    fused_v3_fence<Cfg>();
     const int done = atomicAdd(fused_v3_ctr(p, c0, slot0) + rg, 1);
     if constexpr (Cfg::kGatePub) {
       last[rg] = done == np - 1;
@@ -1236,7 +1256,7 @@ __device__ __forceinline__ bool fused_v3_union_gate_call(const Sm90FusedParams* 
   if (!kPub && np > 1) {
     const volatile int* ctr = fused_v3_ctr(p, c0, slot0) + rg;
     while (__shfl_sync(0xffffffffu, *ctr, 0) < np) __nanosleep(64);
-    __threadfence();
+    fused_v3_fence<Cfg>();
   }
   fused_v3_mark<Cfg>(p, qi, 5);
   if (Cfg::kSplitHist != 0 && p.probe == 2 && lane == 0)  // (kSplitHist, probe 2: the wait for the samples, word 2)
@@ -1498,7 +1518,7 @@ __device__ __noinline__ uint32_t fused_v3_publish_final_bins(const Sm90FusedPara
   uint4* hv = reinterpret_cast<uint4*>(rw.hist + kg * 128 + lane * 4);
   __stcg(reinterpret_cast<uint4*>(fused_v3_hist<Cfg>(p, blockIdx.x, reg, 1, r) + kg * 128 + lane * 4), *hv);
   *hv = make_uint4(0u, 0u, 0u, 0u);
-  __threadfence();
+  fused_v3_fence_pub<Cfg>();
   return M;
 }
 
@@ -1779,10 +1799,10 @@ __device__ __noinline__ bool fused_v3_split_end_call(const Sm90FusedParams* pp, 
       if (__shfl_sync(0xffffffffu, dm, 0) == 0) return true;  // (said warp-uniform)
     } else {
       if ((tid & 255) == 0) {
-        __threadfence();
+        fused_v3_fence<Cfg>();
         const int done = atomicAdd(fused_v3_ctr(p, c0, slot0) + 2 + rg, 1);
         last[rg] = done == np - 1;
-        __threadfence();
+        fused_v3_fence<Cfg>();
       }
       ptx::named_barrier_sync(5 + rg, 256);
       if (!last[rg]) return true;
@@ -3237,6 +3257,14 @@ template <int kTopk>
 using Sm90FusedV3SplitPipeSumMarks = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4,
                                                        2, 5, true, 5, false, 0, true, true, true, false, 0, false, 3,
                                                        kTopk, 7, true, 79>;
+// session 20: the split protocol's lean fences (kSplitHist bit 256): 86 = 66 + them, 87 = 72 + them
+using Sm90FusedV3SplitFence = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2,
+                                                5, true, 5, false, 0, true, false, false, false, 0, false, 0, 0, 0,
+                                                true, 263>;
+template <int kTopk>
+using Sm90FusedV3SplitPipeFence = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2,
+                                                    5, true, 5, false, 0, true, true, true, false, 0, false, 3, kTopk, 7,
+                                                    true, 263>;
 // (session 19, bisecting 69's reruns' order: 74 = 66 + kRelaxedRelease, 75 = 74 + kLeanLoop 1)
 using Sm90FusedV3SplitRelaxed = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2,
                                                   5, true, 5, false, 0, true, false, true, false, 0, false, 0, 0, 0,
@@ -3337,10 +3365,16 @@ using Sm90FusedV3Whole = Sm90FusedV3FastGate<kTopk>;
 // top-2048 0.142 / 0.138, top-512 0.119 / 0.114, 256 rows 0.257 / 0.254, 512
 // rows 0.389 / 0.387, 1064 rows 0.742 / 0.741, 1576 rows 1.062 / 1.058, 2120
 // rows 1.376 / 1.379 (round 6).
-using Sm90FusedV3Split = Sm90FusedV3SplitHistRegs;
-// Session 19 (2026-12-04), opt-in (MQA_TOPK_FUSED_SPLIT_LARGE=1; the op keeps
-// Sm90FusedV3Split: these variants' reruns can differ in order, BENCHMARKS.md
-// rounds 12-13): where the split grid is every SM (more than SMs / 4 row
+// Since session 20: variant 86, 66 with the split protocol's lean fences
+// (kSplitHist bit 256: fence.acq_rel.gpu by the one signalling / acquiring
+// thread after the row group's barrier, where every writer ran
+// __threadfence, fence.sc.gpu); same call, 64K keys, 66 / 86 ms: 64 rows
+// top-512 0.110 / 0.108, top-2048 0.119 / 0.117, 256 rows 0.232 / 0.227 and
+// 0.243 / 0.241 (round 7); exact on 7 checks.
+using Sm90FusedV3Split = Sm90FusedV3SplitFence;
+// Session 19 (2026-12-04), opt-in until session 20 found the merge's race
+// (its reruns' order, BENCHMARKS.md session 19 rounds 12-13, session 20),
+// the default since: where the split grid is every SM (more than SMs / 4 row
 // blocks: fused_v3_split_large), first variant 71, one configuration per topk: 66 on the lean loop (kLeanLoop 3: stage counters, the check
 // countdown, predicated appends; kRelaxedRelease; kFixedTopk) with the
 // select-free reduce-scatter (kQPerm 7). Tile loops 321 / 300 SASS
@@ -3358,8 +3392,10 @@ using Sm90FusedV3Split = Sm90FusedV3SplitHistRegs;
 // 0.672, 1576 rows 0.958 / 0.944, 2120 rows 1.241 / 1.235; exact on 8
 // checks (ragged, relu-saturated, equal, rising). (73, 72 with the Q and A
 // descriptors held, was no faster and once gave reruns a different order.)
+// Since session 20: variant 87, 72 with the lean fences (1064 rows top-2048
+// 0.669 / 0.664, 512 rows 0.355 / 0.354 ms; round 7).
 template <int kTopk>
-using Sm90FusedV3SplitLarge = Sm90FusedV3SplitPipe<kTopk>;
+using Sm90FusedV3SplitLarge = Sm90FusedV3SplitPipeFence<kTopk>;
 __host__ __device__ constexpr bool fused_v3_split_large(int rows, int sms) { return 4 * ((rows + 7) / 8) > sms; }
 static_assert(8 * Sm90FusedV3Default::kSegs * Sm90FusedV3Default::cap(2048) == 2 * 8 * Sm90FusedGated::cap(2048) &&
                   Sm90FusedV3Default::kSets == 1,
