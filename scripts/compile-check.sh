@@ -42,5 +42,11 @@ if ! "$NVCC" -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a tools/latprobe
     2> "$out/log"; then
   cat "$out/log"; status=1
 fi
+# The cluster probe (tools/clusterprobe, a development tool), likewise.
+echo "== tools/clusterprobe/clusterprobe.cu"
+if ! "$NVCC" -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a tools/clusterprobe/clusterprobe.cu \
+    -o "$out/clusterprobe" 2> "$out/log"; then
+  cat "$out/log"; status=1
+fi
 [ $status -eq 0 ] && echo "compile-check: every kernel compiles for sm_90a"
 exit $status

@@ -1,0 +1,123 @@
+// clusterprobe: can the split kernel's shape (640 threads, ~232 KB of shared
+// memory per CTA, one CTA per SM) run as thread block clusters on this GPU,
+// and how far is a cluster peer's shared memory? (issue 12, session 20: the
+// plan to exchange a split block's samples, bins and candidates through
+// distributed shared memory instead of global memory and counters.)
+//   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a tools/clusterprobe/clusterprobe.cu -o build/clusterprobe
+// Prints, per cluster size, the most clusters resident at once
+// (cudaOccupancyMaxActiveClusters), then launches 128 CTAs in clusters of 8
+// and of 16 (non-portable) and times, in CTA 0 of each cluster, dependent
+// loads from a peer's shared memory, a cluster barrier, and dependent
+// global loads of lines another CTA wrote (__ldcg), in cycles.
+// Development only: never part of the extension or the op.
+#include <cooperative_groups.h>
+#include <cstdio>
+#include <vector>
+
+namespace cg = cooperative_groups;
+
+#define CK(x)                                                                              \
+  do {                                                                                     \
+    cudaError_t e_ = (x);                                                                  \
+    if (e_ != cudaSuccess) {                                                               \
+      std::printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));    \
+      return 1;                                                                            \
+    }                                                                                      \
+  } while (0)
+
+constexpr int kThreads = 640;
+constexpr int kSmem = 231 * 1024;
+
+__global__ void __launch_bounds__(kThreads, 1) probe(unsigned long long* out, unsigned* g) {
+  extern __shared__ unsigned sm[];
+  cg::cluster_group cl = cg::this_cluster();
+  const unsigned rank = cl.block_rank(), n = cl.num_blocks();
+  for (int i = threadIdx.x; i < 1024; i += blockDim.x) sm[i] = (i + 1) & 1023;  // a chain: sm[i] -> next index
+  // every CTA writes its own global lines for the chase below
+  for (int i = threadIdx.x; i < 1024; i += blockDim.x) __stcg(g + blockIdx.x * 1024 + i, (i * 33 + 1) & 1023);
+  __threadfence();
+  cl.sync();
+  if (threadIdx.x == 0) {
+    unsigned* peer = cl.map_shared_rank(sm, (rank + 1) % n);
+    unsigned v = 0;
+    long long t0 = clock64();
+    for (int i = 0; i < 64; ++i) v = *(volatile unsigned*)(peer + v);
+    long long t1 = clock64();
+    out[blockIdx.x * 4 + 0] = (t1 - t0) / 64;
+    out[blockIdx.x * 4 + 3] = v;
+  }
+  __syncthreads();
+  long long t2 = clock64();
+  for (int i = 0; i < 16; ++i) cl.sync();
+  long long t3 = clock64();
+  if (threadIdx.x == 0) {
+    out[blockIdx.x * 4 + 1] = (t3 - t2) / 16;
+    const unsigned* other = g + ((blockIdx.x + 17) % gridDim.x) * 1024;
+    unsigned v = 0;
+    long long t4 = clock64();
+    for (int i = 0; i < 64; ++i) v = __ldcg(other + v);
+    long long t5 = clock64();
+    out[blockIdx.x * 4 + 2] = (t5 - t4) / 64 + (v & 0);
+  }
+}
+
+int main() {
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  CK(cudaFuncSetAttribute(probe, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  CK(cudaFuncSetAttribute(probe, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  std::printf("SMs %d, %d threads, %d KB shared memory per CTA\n", sms, kThreads, kSmem / 1024);
+  for (int cs : {1, 2, 4, 8, 16}) {
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = cs;
+    at[0].val.clusterDim.y = 1;
+    at[0].val.clusterDim.z = 1;
+    cfg.gridDim = dim3(cs * (128 / cs));
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = kSmem;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    int nc = 0;
+    const cudaError_t e = cudaOccupancyMaxActiveClusters(&nc, probe, &cfg);
+    std::printf("cluster size %2d: max active clusters %d (%d CTAs)%s%s\n", cs, nc, nc * cs,
+                e == cudaSuccess ? "" : " error: ", e == cudaSuccess ? "" : cudaGetErrorString(e));
+  }
+  unsigned long long* out = nullptr;
+  unsigned* g = nullptr;
+  CK(cudaMalloc(&out, 128 * 4 * sizeof(unsigned long long)));
+  CK(cudaMalloc(&g, 128 * 1024 * sizeof(unsigned)));
+  for (int cs : {8, 16}) {
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = cs;
+    at[0].val.clusterDim.y = 1;
+    at[0].val.clusterDim.z = 1;
+    cfg.gridDim = dim3(128);
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = kSmem;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    CK(cudaMemset(out, 0, 128 * 4 * sizeof(unsigned long long)));
+    const cudaError_t e = cudaLaunchKernelEx(&cfg, probe, out, g);
+    if (e != cudaSuccess) {
+      std::printf("cluster size %d, 128 CTAs: launch failed: %s\n", cs, cudaGetErrorString(e));
+      cudaGetLastError();
+      continue;
+    }
+    const cudaError_t s = cudaDeviceSynchronize();
+    if (s != cudaSuccess) {
+      std::printf("cluster size %d: %s\n", cs, cudaGetErrorString(s));
+      return 1;
+    }
+    std::vector<unsigned long long> h(128 * 4);
+    CK(cudaMemcpy(h.data(), out, h.size() * 8, cudaMemcpyDeviceToHost));
+    double a = 0, b = 0, c = 0;
+    for (int i = 0; i < 128; ++i) a += h[i * 4], b += h[i * 4 + 1], c += h[i * 4 + 2];
+    std::printf("cluster size %2d, 128 CTAs: peer shared-memory dependent load %.0f cycles, cluster barrier %.0f, "
+                "dependent __ldcg of another CTA's lines %.0f (means over CTAs)\n", cs, a / 128, b / 128, c / 128);
+  }
+  return 0;
+}
