@@ -61,6 +61,21 @@ __global__ void __launch_bounds__(kThreads, 1) probe(unsigned long long* out, un
   }
 }
 
+// 128 CTAs of the probe in clusters of cs (at: the attribute's storage).
+cudaLaunchConfig_t cluster_config(int cs, cudaLaunchAttribute (&at)[1]) {
+  at[0].id = cudaLaunchAttributeClusterDimension;
+  at[0].val.clusterDim.x = cs;
+  at[0].val.clusterDim.y = 1;
+  at[0].val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(128);
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = kSmem;
+  cfg.attrs = at;
+  cfg.numAttrs = 1;
+  return cfg;
+}
+
 int main() {
   int sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
@@ -68,17 +83,8 @@ int main() {
   CK(cudaFuncSetAttribute(probe, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
   std::printf("SMs %d, %d threads, %d KB shared memory per CTA\n", sms, kThreads, kSmem / 1024);
   for (int cs : {1, 2, 4, 8, 16}) {
-    cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = cs;
-    at[0].val.clusterDim.y = 1;
-    at[0].val.clusterDim.z = 1;
-    cfg.gridDim = dim3(cs * (128 / cs));
-    cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = kSmem;
-    cfg.attrs = at;
-    cfg.numAttrs = 1;
+    const cudaLaunchConfig_t cfg = cluster_config(cs, at);
     int nc = 0;
     const cudaError_t e = cudaOccupancyMaxActiveClusters(&nc, probe, &cfg);
     std::printf("cluster size %2d: max active clusters %d (%d CTAs)%s%s\n", cs, nc, nc * cs,
@@ -89,17 +95,8 @@ int main() {
   CK(cudaMalloc(&out, 128 * 4 * sizeof(unsigned long long)));
   CK(cudaMalloc(&g, 128 * 1024 * sizeof(unsigned)));
   for (int cs : {8, 16}) {
-    cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = cs;
-    at[0].val.clusterDim.y = 1;
-    at[0].val.clusterDim.z = 1;
-    cfg.gridDim = dim3(128);
-    cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = kSmem;
-    cfg.attrs = at;
-    cfg.numAttrs = 1;
+    const cudaLaunchConfig_t cfg = cluster_config(cs, at);
     CK(cudaMemset(out, 0, 128 * 4 * sizeof(unsigned long long)));
     const cudaError_t e = cudaLaunchKernelEx(&cfg, probe, out, g);
     if (e != cudaSuccess) {
