@@ -913,6 +913,17 @@ template <class Cfg>
 __device__ __forceinline__ void fused_v3_fence_pub() {
   if constexpr ((Cfg::kSplitHist & 256) == 0) __threadfence();
 }
+// A warp waits until counter word `w` of the split block (c0, slot0) reaches
+// n, then fences (its reads after it see what the count publishes). Every
+// warp waits for itself, on a warp-uniform condition: a loop the compiler
+// cannot prove uniform in these calls makes the tile loops' values
+// non-uniform after it, and costs them their registers.
+template <class Cfg>
+__device__ __forceinline__ void fused_v3_wait_ctr(const Sm90FusedParams& p, int c0, int slot0, int w, int n) {
+  const volatile int* ctr = fused_v3_ctr(p, c0, slot0) + w;
+  while (__shfl_sync(0xffffffffu, *ctr, 0) < n) __nanosleep(64);
+  fused_v3_fence<Cfg>();
+}
 
 // Development probe 8 (kShares; tools/v3check `timeline`, which allocates
 // the room): thread 0's global-timer marks (low 32 bits, ns) after the
@@ -1090,7 +1101,7 @@ __device__ __noinline__ void fused_v3_split_sample_end(const Sm90FusedParams* pp
     const int done = atomicAdd(fused_v3_ctr(p, c0, slot0) + rg, 1);
     if constexpr (Cfg::kGatePub) {
       last[rg] = done == np - 1;
-      __threadfence();
+      fused_v3_fence<Cfg>();
     }
   }
   if constexpr (Cfg::kGatePub) {  // the block's last sampler ranks the row group's gates and publishes them
@@ -1098,10 +1109,10 @@ __device__ __noinline__ void fused_v3_split_sample_end(const Sm90FusedParams* pp
     if (last[rg]) {
       np = __shfl_sync(0xffffffffu, np, 0);  // (said warp-uniform)
       fused_v3_union_gate_call<Cfg, true>(pp, reg, b, c0, slot0, np);
-      __threadfence();
+      fused_v3_fence_pub<Cfg>();
       ptx::named_barrier_sync(5 + rg, 256);  // every row's gate key stored
       if ((tid & 255) == 0) {
-        __threadfence();
+        fused_v3_fence<Cfg>();
         atomicAdd(fused_v3_ctr(p, c0, slot0) + rg, 1);  // np + 1: the gates are out
       }
     }
@@ -1117,11 +1128,7 @@ __device__ __forceinline__ void fused_v3_gate_fetch(const Sm90FusedParams* pp, i
   const Sm90FusedParams& p = *pp;
   const FusedV3PairRow<Cfg> rw(p, reg, 0, b);
   const int r = rw.r, lane = rw.lane, kg = rw.kg, rg = r >> 2;
-  if (np > 0) {
-    const volatile int* ctr = fused_v3_ctr(p, c0, slot0) + rg;
-    while (__shfl_sync(0xffffffffu, *ctr, 0) < np + 1) __nanosleep(64);
-    __threadfence();
-  }
+  if (np > 0) fused_v3_wait_ctr<Cfg>(p, c0, slot0, rg, np + 1);
   fused_v3_mark<Cfg>(p, qi, 5);
   if (kg == 0 && lane == 0) {
     const uint32_t gk = np > 0 ? __ldcg(fused_v3_rec(p, c0, slot0) + r * 32 + kRecGate) : 0u;
@@ -1187,9 +1194,9 @@ __device__ __forceinline__ uint32_t fused_v3_union_gate_fast(const Sm90FusedPara
         for (int q = 0; q < 4; ++q) acc[q] += v[u][q];
     }
     *reinterpret_cast<uint4*>(hist + j_lane) = make_uint4(acc[0], acc[1], acc[2], acc[3]);
-  }
+  } else {
 #pragma unroll 1
-  for (int i0 = 0; i0 < ((Cfg::kSplitHist & 64) != 0 ? 0 : np); i0 += B) {  // (B pieces' loads in flight)
+  for (int i0 = 0; i0 < np; i0 += B) {  // (B pieces' loads in flight)
     uint32_t sm[B];
     uint4 h[B];
 #pragma unroll
@@ -1214,6 +1221,7 @@ __device__ __forceinline__ uint32_t fused_v3_union_gate_fast(const Sm90FusedPara
       if (h[u].z && j + 2u < 256u) atomicAdd(hist + j + 2u, h[u].z);
       if (h[u].w && j + 3u < 256u) atomicAdd(hist + j + 3u, h[u].w);
     }
+  }
   }
   __syncwarp();
   fused_detail::pair_sync(pc.bar);  // both warps' counts are in
@@ -1253,11 +1261,7 @@ __device__ __forceinline__ bool fused_v3_union_gate_call(const Sm90FusedParams* 
   // non-uniform after it, and costs them their registers.)
   (void)tid;
   const long long tw0 = clock64();
-  if (!kPub && np > 1) {
-    const volatile int* ctr = fused_v3_ctr(p, c0, slot0) + rg;
-    while (__shfl_sync(0xffffffffu, *ctr, 0) < np) __nanosleep(64);
-    fused_v3_fence<Cfg>();
-  }
+  if (!kPub && np > 1) fused_v3_wait_ctr<Cfg>(p, c0, slot0, rg, np);
   fused_v3_mark<Cfg>(p, qi, 5);
   if (Cfg::kSplitHist != 0 && p.probe == 2 && lane == 0)  // (kSplitHist, probe 2: the wait for the samples, word 2)
     atomicAdd(rw.stats + 2, static_cast<unsigned long long>(clock64() - tw0));
@@ -2474,7 +2478,7 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
   const int key_in_tile = kg * 64 + warp_in_wg * 16 + (lane >> 2);  // this lane's first key of a tile (and + 8)
 
   const long long t_start = clock64();
-  if constexpr (Cfg::kShares) fused_v3_mark<Cfg>(p, 0, 15);  // (dev configurations only)
+  fused_v3_mark<Cfg>(p, 0, 15);  // (dev configurations only)
   int it = 0;
   int st_i = 0;        // kLeanLoop: the next tile's stage in the ring, and its phase
   uint32_t st_ph = 0;
