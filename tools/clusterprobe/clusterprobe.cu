@@ -5,7 +5,8 @@
 // distributed shared memory instead of global memory and counters.)
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a tools/clusterprobe/clusterprobe.cu -o build/clusterprobe
 // Prints, per cluster size, the most clusters resident at once
-// (cudaOccupancyMaxActiveClusters), then launches 128 CTAs in clusters of 8
+// (cudaOccupancyMaxActiveClusters), whether 128 / 132 CTAs in clusters of
+// 1-16 are in fact resident together (`resident`), then launches 128 CTAs in clusters of 8
 // and of 16 (non-portable) and times, in CTA 0 of each cluster, dependent
 // loads from a peer's shared memory, a cluster barrier, and dependent
 // global loads of lines another CTA wrote (__ldcg), in cycles.
@@ -61,6 +62,32 @@ __global__ void __launch_bounds__(kThreads, 1) probe(unsigned long long* out, un
   }
 }
 
+// Co-residency (session 21): every CTA counts itself on a global counter and
+// waits (at most ~0.5 s of clock64) until all gridDim.x have: ok[0] counts the
+// CTAs that saw every other one arrive, ok[1] the largest %smid + 1 seen. With
+// grid CTAs in clusters of cs this shows whether grid / cs clusters of this
+// shape are resident at once (what a split block as a cluster needs: 8 of 16
+// at 64 rows, 32 of 4 at 256, 64 of 2 at 512).
+__global__ void __launch_bounds__(kThreads, 1) resident(unsigned* ctr, unsigned* ok) {
+  extern __shared__ unsigned sm[];
+  if (threadIdx.x == 0) {
+    sm[0] = 0;
+    atomicAdd(ctr, 1u);
+    const long long t0 = clock64();
+    bool all = false;
+    while (clock64() - t0 < (1ll << 30)) {
+      if (*(volatile unsigned*)ctr >= gridDim.x) {
+        all = true;
+        break;
+      }
+    }
+    unsigned smid;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+    if (all) atomicAdd(ok, 1u);
+    atomicMax(ok + 1, smid + 1);
+  }
+}
+
 // 128 CTAs of the probe in clusters of cs (at: the attribute's storage).
 cudaLaunchConfig_t cluster_config(int cs, cudaLaunchAttribute (&at)[1]) {
   at[0].id = cudaLaunchAttributeClusterDimension;
@@ -89,6 +116,36 @@ int main() {
     const cudaError_t e = cudaOccupancyMaxActiveClusters(&nc, probe, &cfg);
     std::printf("cluster size %2d: max active clusters %d (%d CTAs)%s%s\n", cs, nc, nc * cs,
                 e == cudaSuccess ? "" : " error: ", e == cudaSuccess ? "" : cudaGetErrorString(e));
+  }
+  CK(cudaFuncSetAttribute(resident, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  CK(cudaFuncSetAttribute(resident, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  {
+    unsigned* rc = nullptr;
+    CK(cudaMalloc(&rc, 4 * sizeof(unsigned)));
+    for (int cs : {1, 2, 4, 8, 16}) {
+      for (int grid : {128, 132}) {
+        if (grid % cs) continue;
+        cudaLaunchAttribute at[1];
+        cudaLaunchConfig_t cfg = cluster_config(cs, at);
+        cfg.gridDim = dim3(grid);
+        int nc = 0;
+        CK(cudaOccupancyMaxActiveClusters(&nc, resident, &cfg));
+        CK(cudaMemset(rc, 0, 4 * sizeof(unsigned)));
+        const cudaError_t e = cudaLaunchKernelEx(&cfg, resident, rc, rc + 2);
+        if (e != cudaSuccess) {
+          std::printf("resident: %d CTAs in clusters of %d: launch failed: %s\n", grid, cs, cudaGetErrorString(e));
+          cudaGetLastError();
+          continue;
+        }
+        const cudaError_t sy = cudaDeviceSynchronize();
+        unsigned h[4] = {};
+        CK(cudaMemcpy(h, rc, sizeof(h), cudaMemcpyDeviceToHost));
+        std::printf("resident: %3d CTAs in %2d clusters of %2d (max active %d): %u of %u CTAs saw all arrive%s; "
+                    "largest smid + 1 %u\n", grid, grid / cs, cs, nc, h[2], h[0], sy == cudaSuccess ? "" : " (error)",
+                    h[3]);
+      }
+    }
+    cudaFree(rc);
   }
   unsigned long long* out = nullptr;
   unsigned* g = nullptr;

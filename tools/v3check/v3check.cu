@@ -173,7 +173,22 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
     case 66: return v3(Sm90FusedV3SplitHistRegs{});
     case 72: return w.topk == 2048 ? v3(Sm90FusedV3SplitPipe<2048>{}) : cudaErrorInvalidValue;  // (top-2048 only here)
     case 86: return v3(Sm90FusedV3SplitFence{});  // (session 20: 66 with the lean fences)
-    case 87: return w.topk == 2048 ? v3(Sm90FusedV3SplitPipeFence<2048>{}) : cudaErrorInvalidValue;  // (72 with them)
+    case 87:  // (72 with them; every topk since session 21)
+      switch (w.topk) {
+        case 512: return v3(Sm90FusedV3SplitPipeFence<512>{});
+        case 1024: return v3(Sm90FusedV3SplitPipeFence<1024>{});
+        case 2048: return v3(Sm90FusedV3SplitPipeFence<2048>{});
+        default: return cudaErrorInvalidValue;
+      }
+    case 88: return v3(Sm90FusedV3SplitAlign{});  // (session 21: 86 on aligned pieces, kSplitHist bit 512)
+    case 90: return v3(Sm90FusedV3SplitAlignMarks{});  // (88 with probe 8's timeline marks)
+    case 89:  // (87 on aligned pieces)
+      switch (w.topk) {
+        case 512: return v3(Sm90FusedV3SplitPipeAlign<512>{});
+        case 1024: return v3(Sm90FusedV3SplitPipeAlign<1024>{});
+        case 2048: return v3(Sm90FusedV3SplitPipeAlign<2048>{});
+        default: return cudaErrorInvalidValue;
+      }
     default: std::fprintf(stderr, "variant %d not in this build (V3CHECK_SPLIT)\n", variant); return cudaErrorInvalidValue;
 #else
 #ifndef V3CHECK_MIN  // (-DV3CHECK_FEW -DV3CHECK_MIN: the op's kernel, 43 and the newest variants only)
@@ -261,6 +276,15 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
         case 512: return v3(Sm90FusedV3SplitPipeFence<512>{});
         case 1024: return v3(Sm90FusedV3SplitPipeFence<1024>{});
         case 2048: return v3(Sm90FusedV3SplitPipeFence<2048>{});
+        default: return cudaErrorInvalidValue;
+      }
+    case 88: return v3(Sm90FusedV3SplitAlign{});  // (session 21: 86 on aligned pieces, kSplitHist bit 512)
+    case 90: return v3(Sm90FusedV3SplitAlignMarks{});  // (88 with probe 8's timeline marks)
+    case 89:  // (87 on aligned pieces)
+      switch (w.topk) {
+        case 512: return v3(Sm90FusedV3SplitPipeAlign<512>{});
+        case 1024: return v3(Sm90FusedV3SplitPipeAlign<1024>{});
+        case 2048: return v3(Sm90FusedV3SplitPipeAlign<2048>{});
         default: return cudaErrorInvalidValue;
       }
     case 72:  // 71 with kPipeTail (session 19)

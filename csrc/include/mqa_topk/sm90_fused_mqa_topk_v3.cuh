@@ -69,6 +69,7 @@ struct FusedV3Ctl {
   int rq_valid[16];
   int rq_reserve;
   int halves_done;  // block halves (row groups) finished: rows written or queued for a redo
+  int share_ready;  // kShares: fused_v3_align_piece has written the CTA's share (FusedV3Shr)
 };
 
 // kSplitRG: the second row group's redo queue and finished count (the first's
@@ -135,7 +136,15 @@ struct Sm90FusedV3Config {
   // waits for that and reads its rows' gate keys, where each of the np pieces
   // ranked the same gate from every piece's records and bins (np times the
   // loads on the same lines: at 64 rows 16 pieces, 26K cycles per gate).
+  // Bit 512 (session 21): aligned pieces (kAlignPieces, fused_v3_align_piece):
+  // where there are at most gp / 2 row blocks of about equal length, each is
+  // cut into m = gp / B equal pieces on m B CTAs, instead of equal shares of
+  // the call's tiles that cut most blocks off their boundaries (at 256 rows
+  // on 128 CTAs, 29 CTAs held pieces of two blocks and paid two samples, two
+  // gates and two merges: session 20's timeline; the v2 kernel's kSplitAlign
+  // gained 10-17% at 256-512 rows, session 4).
   static constexpr int kSplitHist = kSplitHist_;
+  static constexpr bool kAlignPieces = (kSplitHist_ & 512) != 0;
   static constexpr bool kGatePub = (kSplitHist_ & 32) != 0;
   static_assert(kSplitHist_ == 0 || kShares_ != 0, "kSplitHist: the split pieces' histograms (kShares)");
   static_assert(!kGatePub || ((kSplitHist_ & 2) != 0 && (kShares_ & 2) == 0),
@@ -488,6 +497,7 @@ constexpr int kShareMinTiles = 8;  // the fewest tiles a share gets (fewer CTAs 
 struct FusedV3Shr {
   long long sh_g0, sh_count, sh_total;  // fused_split_share
   int sh_b0, sh_t0, sh_gp;
+  int sh_m;                             // pieces per block where they follow the blocks (fused_v3_align_piece; 0: equal shares)
   int last[2];                          // per row group: this CTA merges the block it just finished
   int dist[2];                          // kSplitHist bit 16, per row group: every piece merges its own entries
   int bad[8];                           // kSplitHist bit 16, per row: this piece's pass disagreed with its bins
@@ -933,7 +943,7 @@ __device__ __forceinline__ void fused_v3_wait_ctr(const Sm90FusedParams& p, int 
 // visit's Q in, 5 its gate's wait done, 6 its gate done, 7 its copy done; the
 // merge's in visit slot 7: 8 entry, 9 bins published, 10 counted, 11 merged;
 // 15 the math warps' start in slot 0).
-// Compiled only into the dev configurations with kSplitHist bit 8 (67, 76):
+// Compiled only into the dev configurations with kSplitHist bit 8 (67, 76, 90):
 // a mark's code in the split calls costs 66's tile loops 10 instructions.
 template <class Cfg>
 __device__ __forceinline__ void fused_v3_mark(const Sm90FusedParams& p, int qi, int id) {
@@ -2054,6 +2064,67 @@ __host__ __device__ constexpr int fused_v3_split_grid(int rows, int sms) {
   return b <= 0 || 4 * b > sms ? sms : 10 * (b * (sms / b)) >= 9 * sms ? b * (sms / b) : sms;
 }
 
+// kAlignPieces (kSplitHist bit 512, session 21): this CTA's piece where the
+// shares follow the blocks (split_align_pieces: B <= gp / 2 blocks of about
+// equal length, each cut into m equal pieces on m B CTAs; CTA c holds piece
+// c mod m of block c / m) replaces fused_split_share's equal share in shr
+// (sh_b0, sh_t0, sh_count; no share for a CTA past m B) and shr->sh_m = m;
+// else sh_m = 0 and the equal share stands. Collective over the producer
+// warpgroup's second warp (a checker warp), after fused_split_share
+// (shr->sh_gp, nblocks: its); each lane spans blocks lane, lane + 32, ... (at
+// most 66 on 132 SMs); then ctl->share_ready (zeroed at the kernel's start),
+// which the producer thread waits for before it reads shr. Not inlined, not
+// run by every thread (fused_split_share's kAlign), nor by the producer
+// thread's warp: each of those cost the split kernel's tile loops 2-7
+// instructions (ptxas's allocation of the whole kernel); here 2 moves.
+template <class Cfg>
+__device__ __noinline__ void fused_v3_align_piece(const Sm90FusedParams* pp, FusedV3Shr* shr, FusedV3Ctl* ctl,
+                                                  int nblocks) {
+  const Sm90FusedParams& p = *pp;
+  const int lane = threadIdx.x & 31;
+  const int gp = shr->sh_gp;
+  long long m = 0;
+  if (nblocks > 0 && 2 * static_cast<long long>(nblocks) <= gp) {
+    const Sm90LogitsParams lp{p.starts, p.ends, nullptr, 0, p.rows, p.keys};
+    long long total = 0;
+    int tmin = 0x7fffffff, tmax = 0;
+    for (int b = lane; b < nblocks; b += 32) {
+      int lo, hi;
+      const int n = block_span<Cfg::kBlockRows, Cfg::kBlockKeys>(lp, b, lo, hi);
+      total += n;
+      tmin = min(tmin, n);
+      tmax = max(tmax, n);
+    }
+#pragma unroll
+    for (int d = 16; d > 0; d >>= 1) {
+      total += __shfl_xor_sync(0xffffffffu, total, d);
+      tmin = min(tmin, __shfl_xor_sync(0xffffffffu, tmin, d));
+      tmax = max(tmax, __shfl_xor_sync(0xffffffffu, tmax, d));
+    }
+    m = split_align_pieces(nblocks, gp, total, tmin, tmax);
+    const long long c = blockIdx.x;
+    if (m > 0 && lane == 0) {
+      if (c < m * nblocks) {
+        const int b = static_cast<int>(c / m), i = static_cast<int>(c % m);
+        int lo, hi;
+        const long long n = block_span<Cfg::kBlockRows, Cfg::kBlockKeys>(lp, b, lo, hi);
+        shr->sh_b0 = b;
+        shr->sh_t0 = static_cast<int>(n * i / m);
+        shr->sh_count = n * (i + 1) / m - n * i / m;
+      } else {
+        shr->sh_b0 = -1;
+        shr->sh_count = 0;
+      }
+    }
+  }
+  if (lane == 0) {
+    shr->sh_m = static_cast<int>(m);
+    __threadfence_block();
+    reinterpret_cast<volatile int*>(ctl)[offsetof(FusedV3Ctl, share_ready) / 4] = 1;
+  }
+  __syncwarp();
+}
+
 // kQPerm's tile epilogue is logits_reduce_perm (sm90_fp8_mqa_logits_v2.cuh),
 // the dense kernel's for blocks in the permuted Q layout; kQPerm & 16's MMA
 // chain is logits_mma_issue_dab.
@@ -2174,6 +2245,12 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       // The producer warpgroup's other threads check the row ranges (range_check.cuh) and leave.
       constexpr int kCheckLo = Cfg::kMathThreads + (Cfg::kSplitRG ? 64 : 32);
       constexpr int kCheckers = Cfg::kThreads - kCheckLo;
+      // (kAlignPieces: the producer warpgroup's second warp first gives the
+      // producer thread its piece, fused_v3_align_piece)
+      if constexpr (Cfg::kAlignPieces)
+        if (tid >= Cfg::kMathThreads + 32 && tid < Cfg::kMathThreads + 64)
+          fused_v3_align_piece<Cfg>(&p, reinterpret_cast<FusedV3Shr*>(smem + Cfg::kOffShr), ctl,
+                                    Cfg::kHybrid ? fused_v3_share_blocks(nblocks, gridDim.x) : nblocks);
       check_row_ranges(p.err, p.starts, p.ends, p.rows, p.keys, kKernelFused,
                        range_checker_index(tid, kCheckLo, kCheckers), gridDim.x * kCheckers);
       if constexpr (Cfg::kAsyncSelect)
@@ -2263,6 +2340,11 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
         }
         ++issued;
       };
+      if constexpr (Cfg::kAlignPieces) {  // (the second warp's fused_v3_align_piece: its share)
+        while (reinterpret_cast<volatile int*>(ctl)[offsetof(FusedV3Ctl, share_ready) / 4] == 0) {
+        }
+        __threadfence_block();
+      }
       const long long total = shr->sh_total, g0 = shr->sh_g0, count = shr->sh_count;
       const int gp = shr->sh_gp;
       if (shr->sh_b0 >= 0 && count > 0) {
@@ -2270,9 +2352,17 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
         // the slot it keeps the block in (0: the block opens c0's share), its
         // pieces; sample tiles in proportion to the piece (at least one, at
         // most kSplitSampleTiles).
-        auto c0_of = [&](long long G) { return split_owner(G, total, gp); };
-        auto slot0_of = [&](long long G) { return total * c0_of(G) / gp == G ? 0 : 1; };
-        auto pieces_of = [&](long long G, int ntb) { return split_owner(G + ntb - 1, total, gp) - c0_of(G) + 1; };
+        // Aligned pieces (sh_m = m > 0, fused_v3_align_piece): CTA c holds
+        // piece c mod m of block c / m, so the block's pieces are CTAs
+        // [c - c mod m, +m), each at its slot 0 (every piece opens its CTA's
+        // share, which is that one piece).
+        const int am = Cfg::kAlignPieces ? shr->sh_m : 0;  // (read after the wait above)
+        const int ac0 = am > 0 ? static_cast<int>(blockIdx.x) / am * am : 0;
+        auto c0_of = [&](long long G) { return am > 0 ? ac0 : split_owner(G, total, gp); };
+        auto slot0_of = [&](long long G) { return am > 0 ? 0 : total * c0_of(G) / gp == G ? 0 : 1; };
+        auto pieces_of = [&](long long G, int ntb) {
+          return am > 0 ? am : split_owner(G + ntb - 1, total, gp) - c0_of(G) + 1;
+        };
         auto ns_of = [&](int ntb, int np) {
           const int nsb = fused_sample_tiles(ntb, k, p.target);
           int v = (nsb * np + ntb - 1) / ntb;
@@ -3269,6 +3359,18 @@ template <int kTopk>
 using Sm90FusedV3SplitPipeFence = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2,
                                                     5, true, 5, false, 0, true, true, true, false, 0, false, 3, kTopk, 7,
                                                     true, 263>;
+// session 21: aligned pieces (kSplitHist bit 512, fused_v3_align_piece): 88 = 86 + them, 89 = 87 + them
+using Sm90FusedV3SplitAlign = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2,
+                                                5, true, 5, false, 0, true, false, false, false, 0, false, 0, 0, 0,
+                                                true, 775>;
+template <int kTopk>
+using Sm90FusedV3SplitPipeAlign = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2,
+                                                    5, true, 5, false, 0, true, true, true, false, 0, false, 3, kTopk, 7,
+                                                    true, 775>;
+// 90 (dev, probe 8): 88 with the timeline's marks (kSplitHist bit 8), for `v3check timeline`
+using Sm90FusedV3SplitAlignMarks = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4,
+                                                     2, 5, true, 5, false, 0, true, false, false, false, 0, false, 0,
+                                                     0, 0, true, 783>;
 // (session 19, bisecting 69's reruns' order: 74 = 66 + kRelaxedRelease, 75 = 74 + kLeanLoop 1)
 using Sm90FusedV3SplitRelaxed = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2,
                                                   5, true, 5, false, 0, true, false, true, false, 0, false, 0, 0, 0,
