@@ -6,7 +6,9 @@
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a tools/clusterprobe/clusterprobe.cu -o build/clusterprobe
 // Prints, per cluster size, the most clusters resident at once
 // (cudaOccupancyMaxActiveClusters), whether 128 / 132 CTAs in clusters of
-// 1-16 are in fact resident together (`resident`), then launches 128 CTAs in clusters of 8
+// 1-16 are in fact resident together (`resident`), the cost of summing 8 rows
+// of 256 bins over a cluster through DSMEM and through global memory
+// (`gatesum`, the shared gate's core), then launches 128 CTAs in clusters of 8
 // and of 16 (non-portable) and times, in CTA 0 of each cluster, dependent
 // loads from a peer's shared memory, a cluster barrier, and dependent
 // global loads of lines another CTA wrote (__ldcg), in cycles.
@@ -88,6 +90,53 @@ __global__ void __launch_bounds__(kThreads, 1) resident(unsigned* ctr, unsigned*
   }
 }
 
+// The shared gate's core as a cluster would run it (session 21): every CTA
+// holds 8 rows x 256 bins; after a cluster barrier warp r (< 8) sums row r's
+// bins over the cluster's cs CTAs, each lane 8 bins of every peer, all loads
+// in flight: through DSMEM (t[0]) and, the same sums, from copies each CTA
+// published in global memory (__ldcg, t[1]); cycles of lane 0, summed over
+// the 8 warps (out[c * 4 + 0 / 1]; out[c * 4 + 2] a checksum).
+__global__ void __launch_bounds__(kThreads, 1) gatesum(unsigned long long* out, unsigned* g) {
+  extern __shared__ unsigned sm[];
+  cg::cluster_group cl = cg::this_cluster();
+  const unsigned n = cl.num_blocks(), c0 = blockIdx.x - cl.block_rank();
+  for (int i = threadIdx.x; i < 8 * 256; i += blockDim.x) {
+    sm[i] = (blockIdx.x * 7 + i) & 15;
+    __stcg(g + blockIdx.x * 2048 + i, sm[i]);
+  }
+  __threadfence();
+  cl.sync();
+  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (w < 8) {
+    unsigned a[8] = {}, b[8] = {};
+    const long long t0 = clock64();
+    for (unsigned q = 0; q < n; ++q) {
+      const unsigned* peer = cl.map_shared_rank(sm, q) + w * 256 + lane * 8;
+      const uint4 x = *reinterpret_cast<const uint4*>(peer), y = *reinterpret_cast<const uint4*>(peer + 4);
+      a[0] += x.x, a[1] += x.y, a[2] += x.z, a[3] += x.w, a[4] += y.x, a[5] += y.y, a[6] += y.z, a[7] += y.w;
+    }
+    unsigned s = 0;
+    for (int j = 0; j < 8; ++j) s += a[j];
+    s = __reduce_add_sync(0xffffffffu, s);
+    const long long t1 = clock64();
+    for (unsigned q = 0; q < n; ++q) {
+      const unsigned* src = g + (c0 + q) * 2048 + w * 256 + lane * 8;
+      const uint4 x = __ldcg(reinterpret_cast<const uint4*>(src)), y = __ldcg(reinterpret_cast<const uint4*>(src + 4));
+      b[0] += x.x, b[1] += x.y, b[2] += x.z, b[3] += x.w, b[4] += y.x, b[5] += y.y, b[6] += y.z, b[7] += y.w;
+    }
+    unsigned u = 0;
+    for (int j = 0; j < 8; ++j) u += b[j];
+    u = __reduce_add_sync(0xffffffffu, u);
+    const long long t2 = clock64();
+    if (lane == 0) {
+      atomicAdd(out + blockIdx.x * 4 + 0, static_cast<unsigned long long>(t1 - t0));
+      atomicAdd(out + blockIdx.x * 4 + 1, static_cast<unsigned long long>(t2 - t1));
+      atomicAdd(out + blockIdx.x * 4 + 2, static_cast<unsigned long long>(s == u ? 0 : 1));
+    }
+  }
+  cl.sync();  // (no CTA leaves while a peer may still read its shared memory)
+}
+
 // 128 CTAs of the probe in clusters of cs (at: the attribute's storage).
 cudaLaunchConfig_t cluster_config(int cs, cudaLaunchAttribute (&at)[1]) {
   at[0].id = cudaLaunchAttributeClusterDimension;
@@ -149,6 +198,36 @@ int main() {
   }
   unsigned long long* out = nullptr;
   unsigned* g = nullptr;
+  CK(cudaMalloc(&out, 132 * 4 * sizeof(unsigned long long)));
+  CK(cudaMalloc(&g, 132 * 2048 * sizeof(unsigned)));
+  CK(cudaFuncSetAttribute(gatesum, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  CK(cudaFuncSetAttribute(gatesum, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  for (int cs : {2, 4, 8, 16}) {
+    cudaLaunchAttribute at[1];
+    const cudaLaunchConfig_t cfg = cluster_config(cs, at);
+    CK(cudaMemset(out, 0, 132 * 4 * sizeof(unsigned long long)));
+    const cudaError_t e = cudaLaunchKernelEx(&cfg, gatesum, out, g);
+    if (e != cudaSuccess) {
+      std::printf("gatesum: clusters of %d: launch failed: %s\n", cs, cudaGetErrorString(e));
+      cudaGetLastError();
+      continue;
+    }
+    const cudaError_t sy = cudaDeviceSynchronize();
+    if (sy != cudaSuccess) {
+      std::printf("gatesum: clusters of %d: %s\n", cs, cudaGetErrorString(sy));
+      return 1;
+    }
+    std::vector<unsigned long long> h(128 * 4);
+    CK(cudaMemcpy(h.data(), out, h.size() * 8, cudaMemcpyDeviceToHost));
+    double a = 0, b = 0, bad = 0;
+    for (int i = 0; i < 128; ++i) a += h[i * 4], b += h[i * 4 + 1], bad += h[i * 4 + 2];
+    std::printf("gatesum: 128 CTAs in clusters of %2d, 8 warps x 256 bins summed over the cluster: DSMEM %.0f cycles, "
+                "global (__ldcg) %.0f cycles per warp (mean); mismatches %.0f\n", cs, a / 128 / 8, b / 128 / 8, bad);
+  }
+  cudaFree(out);
+  cudaFree(g);
+  out = nullptr;
+  g = nullptr;
   CK(cudaMalloc(&out, 128 * 4 * sizeof(unsigned long long)));
   CK(cudaMalloc(&g, 128 * 1024 * sizeof(unsigned)));
   for (int cs : {8, 16}) {
