@@ -256,6 +256,11 @@ SPLIT_CASES = [
     dict(layout="full", rows=16, keys=70000, dist="ties", tie_mode="whole"),
     dict(layout="full", rows=9, keys=50000, dist="relu_saturated"),
     dict(layout="causal", rows=24, keys=30000, dist="rising"),
+    # (session 21) about equal blocks, at most SMs / 4 of them: equal shares
+    # cut pieces that straddle two blocks; pieces that follow the blocks
+    # (kSplitAlign, the v3 kernels' kSplitHist bit 512) give every block 8 / 4.
+    dict(layout="full", rows=128, keys=9000, dist="rising"),
+    dict(layout="causal", rows=256, keys=20000, dist="gaussian"),
 ]
 
 
@@ -332,6 +337,9 @@ LARGE_SPLIT_CASES = [
     dict(layout="full", rows=1100, keys=3000, dist="short_rows"),
     dict(layout="causal", rows=1576, keys=6000, dist="relu_saturated"),
     dict(layout="full", rows=530, keys=9000, dist="ties", tie_mode="whole"),
+    # (session 21) 64-66 about equal blocks: two pieces each where the shares follow the blocks
+    dict(layout="causal", rows=512, keys=30000, dist="gaussian"),
+    dict(layout="full", rows=520, keys=9000, dist="relu_saturated"),
 ]
 
 
