@@ -159,6 +159,20 @@ cudaError_t launch_dense_logits(const Dev& d, cudaStream_t st = 0) {
                                        g_sms, st, &me);
 }
 
+// Variants 91 / 92 (kSplitHist bit 1024): whether their launch is a cluster
+// launch here (fused_v3_cluster_plan), printed before they run.
+void report_cluster_plan(int variant, const Work& w, int grid) {
+  if (variant != 91 && variant != 92) return;
+  const int sms = grid > 0 ? std::min(grid, g_sms) : g_sms;
+  int mc = 0;
+  const int m = variant == 91 ? fused_v3_cluster_plan<Sm90FusedV3SplitAlignCl>(w.rows, sms, &mc)
+                : fused_v3_cluster_plan<Sm90FusedV3SplitPipeAlignCl<2048>>(w.rows, sms, &mc);
+  const int nb = (w.rows + 7) / 8;
+  std::printf("  (v%d: %d row blocks on %d CTAs: %s; cudaOccupancyMaxActiveClusters %d)\n", variant, nb, sms,
+              m ? (std::string("clusters of ") + std::to_string(m) + ", " + std::to_string(m * nb) + " CTAs").c_str()
+                : "no cluster launch", mc);
+}
+
 // Runs one fused variant into d.out (2 = the op's v2 kernel).
 cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int target, cudaStream_t st = 0) {
   const Work& w = *d.w;
@@ -187,6 +201,14 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
         case 512: return v3(Sm90FusedV3SplitPipeAlign<512>{});
         case 1024: return v3(Sm90FusedV3SplitPipeAlign<1024>{});
         case 2048: return v3(Sm90FusedV3SplitPipeAlign<2048>{});
+        default: return cudaErrorInvalidValue;
+      }
+    case 91: return v3(Sm90FusedV3SplitAlignCl{});  // (88 launched as clusters of the aligned pieces)
+    case 92:  // (89 launched as clusters)
+      switch (w.topk) {
+        case 512: return v3(Sm90FusedV3SplitPipeAlignCl<512>{});
+        case 1024: return v3(Sm90FusedV3SplitPipeAlignCl<1024>{});
+        case 2048: return v3(Sm90FusedV3SplitPipeAlignCl<2048>{});
         default: return cudaErrorInvalidValue;
       }
     default: std::fprintf(stderr, "variant %d not in this build (V3CHECK_SPLIT)\n", variant); return cudaErrorInvalidValue;
@@ -285,6 +307,14 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
         case 512: return v3(Sm90FusedV3SplitPipeAlign<512>{});
         case 1024: return v3(Sm90FusedV3SplitPipeAlign<1024>{});
         case 2048: return v3(Sm90FusedV3SplitPipeAlign<2048>{});
+        default: return cudaErrorInvalidValue;
+      }
+    case 91: return v3(Sm90FusedV3SplitAlignCl{});  // (88 launched as clusters of the aligned pieces)
+    case 92:  // (89 launched as clusters)
+      switch (w.topk) {
+        case 512: return v3(Sm90FusedV3SplitPipeAlignCl<512>{});
+        case 1024: return v3(Sm90FusedV3SplitPipeAlignCl<1024>{});
+        case 2048: return v3(Sm90FusedV3SplitPipeAlignCl<2048>{});
         default: return cudaErrorInvalidValue;
       }
     case 72:  // 71 with kPipeTail (session 19)
@@ -477,6 +507,7 @@ int cmd_check(int argc, char** argv) {
   sync_or_report("dense logits");
   const auto ref = reference_sets(w, host_logits(d), d.ld);
   for (int v : vars) {
+    report_cluster_plan(v, w, grid);
     std::vector<std::vector<int>> outs;
     int wrong = 0;
     for (int run = 0; run < 3; ++run) {
@@ -789,6 +820,7 @@ int cmd_time(int argc, char** argv) {
   std::printf("time %s-%s %dx%d top-%d: logits alone %.3f ms (%.3f PF/s), native dense %.3f ms (wrong rows %d)\n",
               layout.c_str(), dist.c_str(), rows, keys, topk, t_logits, flops / t_logits * 1e-12, t_native, wrong_native);
   for (int v : vars) {
+    report_cluster_plan(v, w, grid);
     poison(d, 0xff);
     const float t = timed([&] { return launch_fused(v, d, grid, probe, target); });
     sync_or_report("fused");

@@ -145,6 +145,14 @@ struct Sm90FusedV3Config {
   // gained 10-17% at 256-512 rows, session 4).
   static constexpr int kSplitHist = kSplitHist_;
   static constexpr bool kAlignPieces = (kSplitHist_ & 512) != 0;
+  // Bit 1024 (dev, session 21; with 512): the aligned pieces' launch as
+  // thread block clusters, block b's m pieces one cluster
+  // (fused_v3_cluster_plan): the first step of the split protocol on
+  // clusters. The kernel does not use the clusters yet (same code as without
+  // the bit): this measures whether such a launch runs, resident in one wave,
+  // at the unclustered speed.
+  static constexpr bool kClusterLaunch = (kSplitHist_ & 1024) != 0;
+  static_assert(!kClusterLaunch || kAlignPieces, "kSplitHist bit 1024: clusters of the aligned pieces (bit 512)");
   static constexpr bool kGatePub = (kSplitHist_ & 32) != 0;
   static_assert(kSplitHist_ == 0 || kShares_ != 0, "kSplitHist: the split pieces' histograms (kShares)");
   static_assert(!kGatePub || ((kSplitHist_ & 2) != 0 && (kShares_ & 2) == 0),
@@ -3367,6 +3375,14 @@ template <int kTopk>
 using Sm90FusedV3SplitPipeAlign = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2,
                                                     5, true, 5, false, 0, true, true, true, false, 0, false, 3, kTopk, 7,
                                                     true, 775>;
+// 91 = 88, 92 = 89 launched as clusters of the aligned pieces (kSplitHist bit 1024, fused_v3_cluster_plan)
+using Sm90FusedV3SplitAlignCl = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4, 2,
+                                                  5, true, 5, false, 0, true, false, false, false, 0, false, 0, 0, 0,
+                                                  true, 1799>;
+template <int kTopk>
+using Sm90FusedV3SplitPipeAlignCl = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4,
+                                                      2, 5, true, 5, false, 0, true, true, true, false, 0, false, 3,
+                                                      kTopk, 7, true, 1799>;
 // 90 (dev, probe 8): 88 with the timeline's marks (kSplitHist bit 8), for `v3check timeline`
 using Sm90FusedV3SplitAlignMarks = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4,
                                                      2, 5, true, 5, false, 0, true, false, false, false, 0, false, 0,
@@ -3507,6 +3523,51 @@ static_assert(8 * Sm90FusedV3Default::kSegs * Sm90FusedV3Default::cap(2048) == 2
                   Sm90FusedV3Default::kSets == 1,
               "the op's workspace (sized for the v2 kernel) holds the v3 kernel's");
 
+// kClusterLaunch (dev): the cluster launch of the aligned pieces of `rows`
+// rows on at most num_sms CTAs: B = ceil(rows / 8) row blocks, m = num_sms /
+// B pieces each (at most 16), m B CTAs in clusters of m. Returns m, or 0 where
+// no cluster launch applies (fewer than 2 pieces per block) or the GPU cannot
+// hold the B clusters at once (*max_clusters, when given: what
+// cudaOccupancyMaxActiveClusters said; the split protocol waits across a
+// block's pieces, so its clusters must all be resident): the caller then
+// launches num_sms CTAs without clusters.
+template <class Cfg>
+inline int fused_v3_cluster_plan(int rows, int num_sms, int* max_clusters = nullptr) {
+  if (max_clusters) *max_clusters = 0;
+  const int nb = (rows + Cfg::kBlockRows - 1) / Cfg::kBlockRows;
+  if (nb <= 0) return 0;
+  const int m = min(num_sms / nb, 16);
+  if (m < 2) return 0;
+  auto kernel = &sm90_fused_mqa_topk_v3_kernel<Cfg>;
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes) != cudaSuccess ||
+      (m > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess)) {
+    cudaGetLastError();
+    return 0;
+  }
+  static int cached[17] = {};  // per configuration and cluster size (one device in the dev harness)
+  if (cached[m] == 0) {
+    cudaLaunchConfig_t lc = {};
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = m;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    lc.gridDim = dim3(m * nb);
+    lc.blockDim = dim3(Cfg::kThreads);
+    lc.dynamicSmemBytes = Cfg::kSmemBytes;
+    lc.attrs = attr;
+    lc.numAttrs = 1;
+    int n = 0;
+    if (cudaOccupancyMaxActiveClusters(&n, kernel, &lc) != cudaSuccess) {
+      cudaGetLastError();
+      n = 0;
+    }
+    cached[m] = n > 0 ? n : -1;
+  }
+  if (max_clusters) *max_clusters = cached[m] > 0 ? cached[m] : 0;
+  return cached[m] >= nb ? m : 0;
+}
+
 // Launches the v3 kernel: arguments and contract of launch_sm90_fused_mqa_topk
 // (workspace of fused_v3_workspace_bytes<Cfg>(topk, num_sms) bytes).
 template <class Cfg>
@@ -3543,6 +3604,23 @@ inline cudaError_t launch_sm90_fused_mqa_topk_v3(const void* q, const void* k, c
   uint32_t* ws = reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(workspace) + kFusedHeaderBytes);
   const int gate_target = target > 0 ? target : Cfg::gate_target(topk);  // a development target, or the configuration's
   Sm90FusedParams p{starts, ends, out, ws, counter, rows, keys, topk, Cfg::cap(topk), probe, range_err, gate_target};
+  if constexpr (Cfg::kClusterLaunch) {
+    if (const int m = fused_v3_cluster_plan<Cfg>(rows, num_sms)) {
+      cudaLaunchConfig_t lc = {};
+      cudaLaunchAttribute attr[1];
+      attr[0].id = cudaLaunchAttributeClusterDimension;
+      attr[0].val.clusterDim.x = m;
+      attr[0].val.clusterDim.y = 1;
+      attr[0].val.clusterDim.z = 1;
+      lc.gridDim = dim3(m * ((rows + Cfg::kBlockRows - 1) / Cfg::kBlockRows));
+      lc.blockDim = dim3(Cfg::kThreads);
+      lc.dynamicSmemBytes = Cfg::kSmemBytes;
+      lc.stream = stream;
+      lc.attrs = attr;
+      lc.numAttrs = 1;
+      return cudaLaunchKernelEx(&lc, kernel, tm_q, tm_k, tm_s, tm_w, p);
+    }
+  }
   kernel<<<num_sms, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(tm_q, tm_k, tm_s, tm_w, p);
   return cudaGetLastError();
 }
