@@ -3,6 +3,11 @@
 # page; the carried build/v3check, built with -lineinfo): where the split
 # kernel's warps wait. Usage: ncu_source.sh "V3CHECK ARGS" [NAME]
 #   e.g. tools/v3check/ncu_source.sh "timeline 66 64 65536 2048 causal gaussian grid=128" r64
+# $OUT/NAME-top.txt starts with the samples per function, unnamed (segments in
+# address order); to name them, here afterwards: tools/sass/one_config.sh
+# CONFIG; nvdisasm -c build/sass/CONFIG.cubin > X.dis; python3
+# tools/sass/functions.py X.dis > F.txt; python3 tools/v3check/ncu_top.py
+# <(zcat NAME-source.csv.gz) 70 F.txt
 export OUT=${OUT:-$PWD/device-out}; mkdir -p "$OUT"
 args=$1; name=${2:-ncu}
 ncu --clock-control none -k regex:v3_kernel --launch-skip 1 -c 1 --section WarpStateStats --section SourceCounters \
