@@ -204,6 +204,14 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
         default: return cudaErrorInvalidValue;
       }
     case 91: return v3(Sm90FusedV3SplitAlignCl{});  // (88 launched as clusters of the aligned pieces)
+    case 93: return v3(Sm90FusedV3SplitAlignList{});  // (88 with the list gate, kSplitHist bit 2048)
+    case 94:  // (89 with the list gate)
+      switch (w.topk) {
+        case 512: return v3(Sm90FusedV3SplitPipeAlignList<512>{});
+        case 1024: return v3(Sm90FusedV3SplitPipeAlignList<1024>{});
+        case 2048: return v3(Sm90FusedV3SplitPipeAlignList<2048>{});
+        default: return cudaErrorInvalidValue;
+      }
     case 92:  // (89 launched as clusters)
       switch (w.topk) {
         case 512: return v3(Sm90FusedV3SplitPipeAlignCl<512>{});
@@ -310,6 +318,14 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
         default: return cudaErrorInvalidValue;
       }
     case 91: return v3(Sm90FusedV3SplitAlignCl{});  // (88 launched as clusters of the aligned pieces)
+    case 93: return v3(Sm90FusedV3SplitAlignList{});  // (88 with the list gate, kSplitHist bit 2048)
+    case 94:  // (89 with the list gate)
+      switch (w.topk) {
+        case 512: return v3(Sm90FusedV3SplitPipeAlignList<512>{});
+        case 1024: return v3(Sm90FusedV3SplitPipeAlignList<1024>{});
+        case 2048: return v3(Sm90FusedV3SplitPipeAlignList<2048>{});
+        default: return cudaErrorInvalidValue;
+      }
     case 92:  // (89 launched as clusters)
       switch (w.topk) {
         case 512: return v3(Sm90FusedV3SplitPipeAlignCl<512>{});
@@ -691,10 +707,10 @@ int cmd_stats(int argc, char** argv) {
                 "each, check cycles %llu); total cycles per math warp %.0f; pair selects handed to one warp %llu\n",
                 v, argv[6], argv[7], w.rows, w.keys, w.topk, target, h[9], h[8], h[13], h[4] / sel, h[5] / sel, h[7] / warps,
                 h[0], h[0] ? double(h[1]) / h[0] : 0.0, h[3], h[6] / warps, h[10]);
-    if ((v >= 33 && v <= 37) || v == 43 || (v >= 63 && v <= 66))  // kShares: 12 = the sample publications' cycles; 7 = the rest starts (gate, copy, waits)
+    if ((v >= 33 && v <= 37) || v == 43 || (v >= 63 && v <= 66) || (v >= 86 && v <= 94))  // kShares: 12 = the sample publications' cycles; 7 = the rest starts (gate, copy, waits)
       std::printf("  shares: sample publications per math warp %.0f cycles, rest starts (gate + copy + waits) %.0f\n",
                   h[12] / warps, h[7] / warps);
-    if (v >= 64 && v <= 66)  // kSplitHist (probe 2): the rest start's parts
+    if ((v >= 64 && v <= 66) || (v >= 86 && v <= 94))  // kSplitHist (probe 2): the rest start's parts
       std::printf("  split: wait for the samples per math warp %.0f cycles; gate with its wait %.0f\n", h[2] / warps,
                   h[1] / warps);
     else if (h[2] | h[11] | h[12] | h[14])  // kSelPhases (26): the pair select's phases, per select

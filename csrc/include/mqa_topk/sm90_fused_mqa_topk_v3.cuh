@@ -152,6 +152,21 @@ struct Sm90FusedV3Config {
   // the bit): this measures whether such a launch runs, resident in one wave,
   // at the unclustered speed.
   static constexpr bool kClusterLaunch = (kSplitHist_ & 1024) != 0;
+  // Bit 2048 (dev, session 21; with 2): the list gate. Where a block has at
+  // most kListGatePieces pieces, each piece publishes, per row, every sample
+  // key at or above a boundary of its sample histogram (the bins that hold at
+  // most J = fused_list_keys(np) keys, np J <= 512; the boundary, its floor,
+  // in its record) beside the 256 bins packed to 16 bits; the shared gate is
+  // the rho-th largest of the np lists, ranked from registers after one
+  // round trip (16 keys a lane), where bit 2's gate sums np shifted
+  // histograms (the bins step: 14.6K cycles per row at 16 pieces, session
+  // 18). That is the union sample's exact rho-th when it is at or above
+  // every piece's floor; below some floor (a piece holds more than J of the
+  // union's top: scores correlated with position) the gate takes bit 2's
+  // bins, so it is never lower than bit 2's. More pieces: bit 2 alone.
+  static constexpr bool kListGate = (kSplitHist_ & 2048) != 0;
+  static_assert(!kListGate || ((kSplitHist_ & 2) != 0 && (kSplitHist_ & (32 | 64)) == 0),
+                "kSplitHist bit 2048: the list gate beside bit 2's bins (not bits 32 / 64)");
   static_assert(!kClusterLaunch || kAlignPieces, "kSplitHist bit 1024: clusters of the aligned pieces (bit 512)");
   static constexpr bool kGatePub = (kSplitHist_ & 32) != 0;
   static_assert(kSplitHist_ == 0 || kShares_ != 0, "kSplitHist: the split pieces' histograms (kShares)");
@@ -496,10 +511,18 @@ constexpr int kShareRecWords = 3 * 256;
 constexpr int kShareCtaWords = kShareCtrWords + kShareRecWords;
 constexpr int kRecSample = 0, kRecFinal = 8, kRecTileMax = 16, kRecTiles = 20;
 constexpr int kRecGate = 21;  // (kSplitHist bit 32: the block's shared gate key of the row, in the first piece's record)
+constexpr int kRecListFloor = 22;  // (kSplitHist bit 2048: the piece's key list of the row holds every sample key >= it)
 constexpr int kShareRegions = 3;
 constexpr int kShareHistWords = 8 * 256;  // kSplitHist: a region's 8 rows x 256 bins, twice (sample, final)
 constexpr int kVisitWhole = 0, kVisitSample = 1, kVisitRest = 2;
 constexpr int kShareMinTiles = 8;  // the fewest tiles a share gets (fewer CTAs on tiny calls)
+constexpr int kListGatePieces = 16;  // kListGate: the most pieces of a block with published key lists (np J <= 512)
+// kListGate: the keys a piece lists per row for np pieces (the first half of
+// its sample-bin row; the bins, 16 bits each, fill the second half).
+__host__ __device__ constexpr int fused_list_keys(int np) { return np <= 4 ? 128 : np <= 8 ? 64 : 32; }
+static_assert(kListGatePieces * fused_list_keys(kListGatePieces) <= 512 && 4 * fused_list_keys(4) <= 512 &&
+                  8 * fused_list_keys(8) <= 512,
+              "kListGate: every block's lists fit 16 keys a lane");
 
 // kShares: the CTA's share and the split visits' per-row state (shared memory).
 struct FusedV3Shr {
@@ -1066,6 +1089,86 @@ __device__ __forceinline__ uint32_t fused_v3_tile_cap_regs(const uint32_t (&t)[4
 // tail): publishes the row group's sample counts, each row's 4 largest sample
 // tile maxima and its sample tiles, clears the maxima, counts the row group's
 // publication on the block's counter.
+// kListGate (kSplitHist bit 2048), a sample visit's end: row r's pair
+// publishes, in the row's sample-bin row (fused_v3_hist(.., 0, r), 256
+// words): words [0, J) the piece's sample keys (its half's segments ps, both
+// warps) in the bins of hist (the 256 bins of 2^16 keys below smax, complete:
+// both warps' counts are in) that hold at most J = fused_list_keys(np) keys
+// in all (the first warp's from word 0 up, the second's from word J - 1 down,
+// 0 between), words [128, 256) the 256 bins at 16 bits (bin 2 i in word 128 +
+// i's low half), and in its record (kRecListFloor) the lowest key the list is
+// complete above, its floor. Clears this warp's half of hist. np <=
+// kListGatePieces, warp-uniform.
+template <class Cfg>
+__device__ __forceinline__ void fused_v3_publish_list(const Sm90FusedParams& p, int reg, int r, int kg, uint32_t smax,
+                                                      const fused_detail::PieceSegs& ps, fused_detail::PairCtx& pc,
+                                                      uint32_t* hist, int lane, int np) {
+  using namespace fused_detail;
+  const uint32_t J = static_cast<uint32_t>(fused_list_keys(np));
+  uint32_t tot = 0;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) tot += hist[j * 32 + lane];
+  tot = __reduce_add_sync(0xffffffffu, tot);
+  uint32_t bin = 256u, before = 0, in_bin = 0;  // (bins below `bin` hold at most J keys)
+  if (tot > J) bin = warp_find_digit_t<false>(hist, J + 1u, false, &before, &in_bin, lane);
+  uint32_t* dst = fused_v3_hist<Cfg>(p, blockIdx.x, reg, 0, r);
+  {  // this warp's 128 bins packed: bins kg 128 + 4 lane .. + 3 into words 128 + kg 64 + 2 lane, + 1
+    const uint4 h = *reinterpret_cast<const uint4*>(hist + kg * 128 + lane * 4);
+    __stcg(reinterpret_cast<uint2*>(dst + 128 + kg * 64 + lane * 2),
+           make_uint2((h.x & 0xffffu) | (h.y << 16), (h.z & 0xffffu) | (h.w << 16)));
+  }
+  pair_sync(pc.bar);  // both warps have read the histogram
+  *reinterpret_cast<uint4*>(hist + kg * 128 + lane * 4) = make_uint4(0u, 0u, 0u, 0u);
+  const uint32_t lim = bin << 16;  // (a key is listed when smax - key < lim)
+  if (kg == 0 && lane == 0)
+    __stcg(fused_v3_rec(p, blockIdx.x, reg) + r * 32 + kRecListFloor, smax >= lim ? smax - lim + 1u : 1u);
+  const uint32_t lt = (1u << lane) - 1u;
+  uint32_t pos = 0;
+  pair_for_each(ps, lane, [&](uint32_t key, bool valid) {
+    const bool in = valid && key >= 1u && key <= smax && smax - key < lim;
+    const uint32_t m = __ballot_sync(0xffffffffu, in);
+    const uint32_t at = pos + static_cast<uint32_t>(__popc(m & lt));
+    if (in && at < J) __stcg(dst + (kg == 0 ? at : J - 1u - at), key);
+    pos += static_cast<uint32_t>(__popc(m));
+  });
+  const uint4 o = pair_exchange(pc, make_uint4(pos, 0u, 0u, 0u), lane);
+  const uint32_t n0 = min(kg == 0 ? pos : o.x, J), n1 = min(kg == 0 ? o.x : pos, J - n0);
+  for (uint32_t j = n0 + static_cast<uint32_t>(kg * 32 + lane); j + n1 < J; j += 64) __stcg(dst + j, 0u);
+}
+
+// kListGate's shared gate of row r (np <= kListGatePieces, warp-uniform): the
+// rho-th largest of the np pieces' published key lists (fused_v3_publish_list),
+// 16 keys a lane loaded at once, ranked bit by bit (warp_rank_key's steps);
+// 0 when the lists hold fewer than rho nonzero keys. The caller checks it
+// against the pieces' floors. One warp; both warps of the pair compute the same.
+template <class Cfg>
+__device__ __forceinline__ uint32_t fused_v3_union_gate_list(const Sm90FusedParams& p, int c0, int slot0, int np, int r,
+                                                             uint32_t rho, int lane) {
+  const int J = fused_list_keys(np);
+  const int lj = __ffs(J) - 1;  // (J a power of two)
+  const int total = np * J;
+  constexpr int kL = 512 / 32;
+  uint32_t x[kL];
+#pragma unroll
+  for (int j = 0; j < kL; ++j) {
+    const int e = j * 32 + lane;
+    const int i = e >> lj;
+    x[j] = e < total ? __ldcg(fused_v3_hist<Cfg>(p, c0 + i, i == 0 ? slot0 : 0, 0, r) + (e & (J - 1))) : 0u;
+  }
+  uint32_t prefix = 0, need = rho;
+#pragma unroll 1
+  for (int bit = 31; bit >= 0; --bit) {
+    const uint32_t hi = bit == 31 ? 0u : (~0u << (bit + 1));
+    uint32_t c = 0;
+#pragma unroll
+    for (int j = 0; j < kL; ++j) c += ((x[j] & hi) == prefix && ((x[j] >> bit) & 1u)) ? 1u : 0u;
+    c = __reduce_add_sync(0xffffffffu, c);
+    if (c >= need) prefix |= 1u << bit;
+    else need -= c;
+  }
+  return rho >= 1u ? prefix : 0u;
+}
+
 template <class Cfg, bool kPub = false>  // (below: the shared gate)
 __device__ __forceinline__ bool fused_v3_union_gate_call(const Sm90FusedParams* pp, int reg, int b, int c0, int slot0,
                                                       int np, int qi = 0);
@@ -1095,8 +1198,18 @@ __device__ __noinline__ void fused_v3_split_sample_end(const Sm90FusedParams* pp
     __syncwarp();
     fused_detail::pair_sync(pc.bar);  // both warps' counts are in (and both have read the tile maxima)
     uint4* hv = reinterpret_cast<uint4*>(hist + kg * 128 + lane * 4);
-    __stcg(reinterpret_cast<uint4*>(fused_v3_hist<Cfg>(p, blockIdx.x, reg, 0, r) + kg * 128 + lane * 4), *hv);
-    *hv = make_uint4(0u, 0u, 0u, 0u);
+    bool listed = false;
+    if constexpr (Cfg::kListGate) {
+      np = __shfl_sync(0xffffffffu, np, 0);  // (said warp-uniform: the visit's pieces)
+      if (np <= kListGatePieces) {
+        listed = true;
+        fused_v3_publish_list<Cfg>(p, reg, r, kg, smax, ps, pc, hist, lane, np);
+      }
+    }
+    if (!listed) {
+      __stcg(reinterpret_cast<uint4*>(fused_v3_hist<Cfg>(p, blockIdx.x, reg, 0, r) + kg * 128 + lane * 4), *hv);
+      *hv = make_uint4(0u, 0u, 0u, 0u);
+    }
     fused_v3_fence_pub<Cfg>();
   }
   if (kg == 0) {
@@ -1168,10 +1281,13 @@ __device__ __forceinline__ void fused_v3_gate_fetch(const Sm90FusedParams* pp, i
 // tile maximum, already loaded (fused_v3_union_gate_call): no record loads
 // here, and 8 pieces' bins in flight instead of 4 (16 cost the split kernel's tile loops 11
 // instructions, 2026-12-04).
-template <class Cfg, bool kRegs = false>
+// kPacked (kListGate): the pieces' bins at 16 bits in the second half of
+// their sample-bin rows (fused_v3_publish_list).
+template <class Cfg, bool kRegs = false, bool kPacked = false>
 __device__ __forceinline__ uint32_t fused_v3_union_gate_fast(const Sm90FusedParams& p, int c0, int slot0, int np, int r,
                                                              int kg, uint32_t rho, fused_detail::PairCtx& pc,
                                                              uint32_t* hist, int lane, uint32_t t0 = 0) {
+  static_assert(!kPacked || (Cfg::kSplitHist & 64) == 0, "packed bins: the atomics' path");
   const uint32_t M = kRegs ? __reduce_max_sync(0xffffffffu, t0) : fused_v3_union_smax(p, c0, slot0, np, r, lane);
   const uint32_t j_lane = static_cast<uint32_t>(kg * 128 + lane * 4);
   np = __shfl_sync(0xffffffffu, np, 0);  // (said warp-uniform)
@@ -1227,8 +1343,14 @@ __device__ __forceinline__ uint32_t fused_v3_union_gate_fast(const Sm90FusedPara
       } else {
         sm[u] = i < np ? __ldcg(fused_v3_rec(p, c, sl) + r * 32 + kRecTileMax) : 0u;
       }
-      h[u] = i < np ? __ldcg(reinterpret_cast<const uint4*>(fused_v3_hist<Cfg>(p, c, sl, 0, r) + j_lane))
-                    : make_uint4(0u, 0u, 0u, 0u);
+      if constexpr (kPacked) {
+        const uint2 w = i < np ? __ldcg(reinterpret_cast<const uint2*>(fused_v3_hist<Cfg>(p, c, sl, 0, r) + 128 + j_lane / 2))
+                               : make_uint2(0u, 0u);
+        h[u] = make_uint4(w.x & 0xffffu, w.x >> 16, w.y & 0xffffu, w.y >> 16);
+      } else {
+        h[u] = i < np ? __ldcg(reinterpret_cast<const uint4*>(fused_v3_hist<Cfg>(p, c, sl, 0, r) + j_lane))
+                      : make_uint4(0u, 0u, 0u, 0u);
+      }
     }
 #pragma unroll
     for (int u = 0; u < B; ++u) {
@@ -1301,6 +1423,7 @@ __device__ __forceinline__ bool fused_v3_union_gate_call(const Sm90FusedParams* 
   uint32_t m = 0, tiles = 0;
   uint32_t tmx[4] = {0u, 0u, 0u, 0u};  // kSplitHist bit 4 (np <= 32): lane i's piece i's 4 largest tile maxima
   constexpr bool kRegMax = (Cfg::kSplitHist & 4) != 0;
+  uint32_t lfloor = 0;  // kListGate: the pieces' largest list floor
   for (int i0 = 0; i0 < np; i0 += 32) {
     const int i = i0 + lane;
     if (i < np) {
@@ -1308,6 +1431,7 @@ __device__ __forceinline__ bool fused_v3_union_gate_call(const Sm90FusedParams* 
 #pragma unroll
       for (int sg = 0; sg < 8; ++sg) m += __ldcg(rec + kRecSample + sg);
       tiles += __ldcg(rec + kRecTiles);
+      if constexpr (Cfg::kListGate) lfloor = max(lfloor, __ldcg(rec + kRecListFloor));
       if constexpr (kRegMax) {
         if (np <= 32) {
 #pragma unroll
@@ -1318,6 +1442,7 @@ __device__ __forceinline__ bool fused_v3_union_gate_call(const Sm90FusedParams* 
   }
   m = __reduce_add_sync(0xffffffffu, m);
   tiles = __reduce_add_sync(0xffffffffu, tiles);
+  if constexpr (Cfg::kListGate) lfloor = __reduce_max_sync(0xffffffffu, lfloor);
   mark7(7);
   if (!kPub) fused_v3_mark<Cfg>(p, qi, 12);  // (probe 8: the records are in)
   int start_unused;
@@ -1344,7 +1469,18 @@ __device__ __forceinline__ bool fused_v3_union_gate_call(const Sm90FusedParams* 
     uint32_t c_unused = 0;
     uint32_t fast = 0;
     if constexpr ((Cfg::kSplitHist & 2) != 0) {
-      if (kRegMax && np <= 32)
+      if (Cfg::kListGate && np <= kListGatePieces) {
+        // (the lists' rank is the union's exact rank at or above every floor;
+        // below one, the packed bins: warp-uniform, the same in both warps)
+        const uint32_t g = fused_v3_union_gate_list<Cfg>(p, c0, slot0, np, r, rho, lane);
+        if (g != 0u && g >= lfloor)
+          fast = g;
+        else if (kRegMax)
+          fast = fused_v3_union_gate_fast<Cfg, true, Cfg::kListGate>(p, c0, slot0, np, r, kg, rho, pc, rw.hist, lane,
+                                                                     tmx[0]);
+        else
+          fast = fused_v3_union_gate_fast<Cfg, false, Cfg::kListGate>(p, c0, slot0, np, r, kg, rho, pc, rw.hist, lane);
+      } else if (kRegMax && np <= 32)
         fast = fused_v3_union_gate_fast<Cfg, true>(p, c0, slot0, np, r, kg, rho, pc, rw.hist, lane, tmx[0]);
       else
         fast = fused_v3_union_gate_fast<Cfg>(p, c0, slot0, np, r, kg, rho, pc, rw.hist, lane);
@@ -3383,6 +3519,14 @@ template <int kTopk>
 using Sm90FusedV3SplitPipeAlignCl = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4,
                                                       2, 5, true, 5, false, 0, true, true, true, false, 0, false, 3,
                                                       kTopk, 7, true, 1799>;
+// 93 = 88, 94 = 89 with the list gate (kSplitHist bit 2048, fused_v3_publish_list / fused_v3_union_gate_list)
+using Sm90FusedV3SplitAlignList = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4,
+                                                    2, 5, true, 5, false, 0, true, false, false, false, 0, false, 0,
+                                                    0, 0, true, 2823>;
+template <int kTopk>
+using Sm90FusedV3SplitPipeAlignList = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true,
+                                                        4, 2, 5, true, 5, false, 0, true, true, true, false, 0, false,
+                                                        3, kTopk, 7, true, 2823>;
 // 90 (dev, probe 8): 88 with the timeline's marks (kSplitHist bit 8), for `v3check timeline`
 using Sm90FusedV3SplitAlignMarks = Sm90FusedV3Config<8, 1, 12, 2, false, false, 112, true, true, true, false, true, 4,
                                                      2, 5, true, 5, false, 0, true, false, false, false, 0, false, 0,
