@@ -15,6 +15,7 @@
 // Development only: never part of the extension or the op.
 #include <cooperative_groups.h>
 #include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 namespace cg = cooperative_groups;
@@ -152,6 +153,30 @@ cudaLaunchConfig_t cluster_config(int cs, cudaLaunchAttribute (&at)[1]) {
   return cfg;
 }
 
+// Runs kernel(out, g) on 128 CTAs in clusters of cs (out zeroed first) and
+// returns out's 128 x 4 words; empty when the launch failed (reported). A
+// failed run ends the probe.
+template <class Kernel>
+std::vector<unsigned long long> run_clusters(Kernel kernel, int cs, unsigned long long* out, unsigned* g,
+                                             const char* what) {
+  cudaLaunchAttribute at[1];
+  const cudaLaunchConfig_t cfg = cluster_config(cs, at);
+  std::vector<unsigned long long> h(128 * 4);
+  if (cudaMemset(out, 0, h.size() * 8) != cudaSuccess) std::exit(1);
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, out, g);
+  if (e != cudaSuccess) {
+    std::printf("%s: 128 CTAs in clusters of %d: launch failed: %s\n", what, cs, cudaGetErrorString(e));
+    cudaGetLastError();
+    return {};
+  }
+  const cudaError_t s = cudaDeviceSynchronize();
+  if (s != cudaSuccess || cudaMemcpy(h.data(), out, h.size() * 8, cudaMemcpyDeviceToHost) != cudaSuccess) {
+    std::printf("%s: clusters of %d: %s\n", what, cs, cudaGetErrorString(s));
+    std::exit(1);
+  }
+  return h;
+}
+
 int main() {
   int sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
@@ -198,55 +223,21 @@ int main() {
   }
   unsigned long long* out = nullptr;
   unsigned* g = nullptr;
-  CK(cudaMalloc(&out, 132 * 4 * sizeof(unsigned long long)));
-  CK(cudaMalloc(&g, 132 * 2048 * sizeof(unsigned)));
+  CK(cudaMalloc(&out, 128 * 4 * sizeof(unsigned long long)));
+  CK(cudaMalloc(&g, 128 * 2048 * sizeof(unsigned)));
   CK(cudaFuncSetAttribute(gatesum, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   CK(cudaFuncSetAttribute(gatesum, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
   for (int cs : {2, 4, 8, 16}) {
-    cudaLaunchAttribute at[1];
-    const cudaLaunchConfig_t cfg = cluster_config(cs, at);
-    CK(cudaMemset(out, 0, 132 * 4 * sizeof(unsigned long long)));
-    const cudaError_t e = cudaLaunchKernelEx(&cfg, gatesum, out, g);
-    if (e != cudaSuccess) {
-      std::printf("gatesum: clusters of %d: launch failed: %s\n", cs, cudaGetErrorString(e));
-      cudaGetLastError();
-      continue;
-    }
-    const cudaError_t sy = cudaDeviceSynchronize();
-    if (sy != cudaSuccess) {
-      std::printf("gatesum: clusters of %d: %s\n", cs, cudaGetErrorString(sy));
-      return 1;
-    }
-    std::vector<unsigned long long> h(128 * 4);
-    CK(cudaMemcpy(h.data(), out, h.size() * 8, cudaMemcpyDeviceToHost));
+    const auto h = run_clusters(gatesum, cs, out, g, "gatesum");
+    if (h.empty()) continue;
     double a = 0, b = 0, bad = 0;
     for (int i = 0; i < 128; ++i) a += h[i * 4], b += h[i * 4 + 1], bad += h[i * 4 + 2];
     std::printf("gatesum: 128 CTAs in clusters of %2d, 8 warps x 256 bins summed over the cluster: DSMEM %.0f cycles, "
                 "global (__ldcg) %.0f cycles per warp (mean); mismatches %.0f\n", cs, a / 128 / 8, b / 128 / 8, bad);
   }
-  cudaFree(out);
-  cudaFree(g);
-  out = nullptr;
-  g = nullptr;
-  CK(cudaMalloc(&out, 128 * 4 * sizeof(unsigned long long)));
-  CK(cudaMalloc(&g, 128 * 1024 * sizeof(unsigned)));
   for (int cs : {8, 16}) {
-    cudaLaunchAttribute at[1];
-    const cudaLaunchConfig_t cfg = cluster_config(cs, at);
-    CK(cudaMemset(out, 0, 128 * 4 * sizeof(unsigned long long)));
-    const cudaError_t e = cudaLaunchKernelEx(&cfg, probe, out, g);
-    if (e != cudaSuccess) {
-      std::printf("cluster size %d, 128 CTAs: launch failed: %s\n", cs, cudaGetErrorString(e));
-      cudaGetLastError();
-      continue;
-    }
-    const cudaError_t s = cudaDeviceSynchronize();
-    if (s != cudaSuccess) {
-      std::printf("cluster size %d: %s\n", cs, cudaGetErrorString(s));
-      return 1;
-    }
-    std::vector<unsigned long long> h(128 * 4);
-    CK(cudaMemcpy(h.data(), out, h.size() * 8, cudaMemcpyDeviceToHost));
+    const auto h = run_clusters(probe, cs, out, g, "probe");
+    if (h.empty()) continue;
     double a = 0, b = 0, c = 0;
     for (int i = 0; i < 128; ++i) a += h[i * 4], b += h[i * 4 + 1], c += h[i * 4 + 2];
     std::printf("cluster size %2d, 128 CTAs: peer shared-memory dependent load %.0f cycles, cluster barrier %.0f, "

@@ -173,6 +173,35 @@ void report_cluster_plan(int variant, const Work& w, int grid) {
                 : "no cluster launch", mc);
 }
 
+// The per-topk configurations C<512>, C<1024>, C<2048> through v3 (any other topk: invalid).
+template <template <int> class C, class F>
+cudaError_t per_topk(int topk, F&& v3) {
+  switch (topk) {
+    case 512: return v3(C<512>{});
+    case 1024: return v3(C<1024>{});
+    case 2048: return v3(C<2048>{});
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+// Variants 86-94, in every build: the op's split kernels (86, 87) and session
+// 21's (88-94). False when `variant` is none of them.
+template <class F>
+bool launch_split_86_94(int variant, int topk, F&& v3, cudaError_t* e) {
+  switch (variant) {
+    case 86: *e = v3(Sm90FusedV3SplitFence{}); return true;  // (session 20: 66 with the split protocol's lean fences)
+    case 87: *e = per_topk<Sm90FusedV3SplitPipeFence>(topk, v3); return true;  // (72 with them)
+    case 88: *e = v3(Sm90FusedV3SplitAlign{}); return true;  // (86 on aligned pieces, kSplitHist bit 512)
+    case 89: *e = per_topk<Sm90FusedV3SplitPipeAlign>(topk, v3); return true;  // (87 on aligned pieces)
+    case 90: *e = v3(Sm90FusedV3SplitAlignMarks{}); return true;  // (88 with probe 8's timeline marks)
+    case 91: *e = v3(Sm90FusedV3SplitAlignCl{}); return true;  // (88 launched as clusters of the aligned pieces)
+    case 92: *e = per_topk<Sm90FusedV3SplitPipeAlignCl>(topk, v3); return true;  // (89 launched as clusters)
+    case 93: *e = v3(Sm90FusedV3SplitAlignList{}); return true;  // (88 with the list gate, kSplitHist bit 2048)
+    case 94: *e = per_topk<Sm90FusedV3SplitPipeAlignList>(topk, v3); return true;  // (89 with the list gate)
+    default: return false;
+  }
+}
+
 // Runs one fused variant into d.out (2 = the op's v2 kernel).
 cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int target, cudaStream_t st = 0) {
   const Work& w = *d.w;
@@ -182,43 +211,12 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
     return launch_sm90_fused_mqa_topk_v3<decltype(cfg)>(d.q, d.k, d.scales, d.weights, d.starts, d.ends, d.out, d.ws,
                                                          w.rows, w.keys, w.topk, sms, st, &me, probe, {}, target);
   };
+  cudaError_t split_err = cudaSuccess;
+  if (launch_split_86_94(variant, w.topk, v3, &split_err)) return split_err;
   switch (variant) {
 #ifdef V3CHECK_SPLIT  // (-DV3CHECK_SPLIT: the op's split kernel and session 19's split variants, the fastest build)
     case 66: return v3(Sm90FusedV3SplitHistRegs{});
     case 72: return w.topk == 2048 ? v3(Sm90FusedV3SplitPipe<2048>{}) : cudaErrorInvalidValue;  // (top-2048 only here)
-    case 86: return v3(Sm90FusedV3SplitFence{});  // (session 20: 66 with the lean fences)
-    case 87:  // (72 with them; every topk since session 21)
-      switch (w.topk) {
-        case 512: return v3(Sm90FusedV3SplitPipeFence<512>{});
-        case 1024: return v3(Sm90FusedV3SplitPipeFence<1024>{});
-        case 2048: return v3(Sm90FusedV3SplitPipeFence<2048>{});
-        default: return cudaErrorInvalidValue;
-      }
-    case 88: return v3(Sm90FusedV3SplitAlign{});  // (session 21: 86 on aligned pieces, kSplitHist bit 512)
-    case 90: return v3(Sm90FusedV3SplitAlignMarks{});  // (88 with probe 8's timeline marks)
-    case 89:  // (87 on aligned pieces)
-      switch (w.topk) {
-        case 512: return v3(Sm90FusedV3SplitPipeAlign<512>{});
-        case 1024: return v3(Sm90FusedV3SplitPipeAlign<1024>{});
-        case 2048: return v3(Sm90FusedV3SplitPipeAlign<2048>{});
-        default: return cudaErrorInvalidValue;
-      }
-    case 91: return v3(Sm90FusedV3SplitAlignCl{});  // (88 launched as clusters of the aligned pieces)
-    case 93: return v3(Sm90FusedV3SplitAlignList{});  // (88 with the list gate, kSplitHist bit 2048)
-    case 94:  // (89 with the list gate)
-      switch (w.topk) {
-        case 512: return v3(Sm90FusedV3SplitPipeAlignList<512>{});
-        case 1024: return v3(Sm90FusedV3SplitPipeAlignList<1024>{});
-        case 2048: return v3(Sm90FusedV3SplitPipeAlignList<2048>{});
-        default: return cudaErrorInvalidValue;
-      }
-    case 92:  // (89 launched as clusters)
-      switch (w.topk) {
-        case 512: return v3(Sm90FusedV3SplitPipeAlignCl<512>{});
-        case 1024: return v3(Sm90FusedV3SplitPipeAlignCl<1024>{});
-        case 2048: return v3(Sm90FusedV3SplitPipeAlignCl<2048>{});
-        default: return cudaErrorInvalidValue;
-      }
     default: std::fprintf(stderr, "variant %d not in this build (V3CHECK_SPLIT)\n", variant); return cudaErrorInvalidValue;
 #else
 #ifndef V3CHECK_MIN  // (-DV3CHECK_FEW -DV3CHECK_MIN: the op's kernel, 43 and the newest variants only)
@@ -300,39 +298,6 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
       }
     case 84: return w.topk == 2048 ? v3(Sm90FusedV3SplitPipeSumMarks<2048>{}) : cudaErrorInvalidValue;  // (83 + the marks)
     case 85: return v3(Sm90FusedV3SplitGateTwice{});  // (67 ranking its gate twice, probe 8)
-    case 86: return v3(Sm90FusedV3SplitFence{});  // (session 20: 66 with the split protocol's lean fences)
-    case 87:  // (72 with them)
-      switch (w.topk) {
-        case 512: return v3(Sm90FusedV3SplitPipeFence<512>{});
-        case 1024: return v3(Sm90FusedV3SplitPipeFence<1024>{});
-        case 2048: return v3(Sm90FusedV3SplitPipeFence<2048>{});
-        default: return cudaErrorInvalidValue;
-      }
-    case 88: return v3(Sm90FusedV3SplitAlign{});  // (session 21: 86 on aligned pieces, kSplitHist bit 512)
-    case 90: return v3(Sm90FusedV3SplitAlignMarks{});  // (88 with probe 8's timeline marks)
-    case 89:  // (87 on aligned pieces)
-      switch (w.topk) {
-        case 512: return v3(Sm90FusedV3SplitPipeAlign<512>{});
-        case 1024: return v3(Sm90FusedV3SplitPipeAlign<1024>{});
-        case 2048: return v3(Sm90FusedV3SplitPipeAlign<2048>{});
-        default: return cudaErrorInvalidValue;
-      }
-    case 91: return v3(Sm90FusedV3SplitAlignCl{});  // (88 launched as clusters of the aligned pieces)
-    case 93: return v3(Sm90FusedV3SplitAlignList{});  // (88 with the list gate, kSplitHist bit 2048)
-    case 94:  // (89 with the list gate)
-      switch (w.topk) {
-        case 512: return v3(Sm90FusedV3SplitPipeAlignList<512>{});
-        case 1024: return v3(Sm90FusedV3SplitPipeAlignList<1024>{});
-        case 2048: return v3(Sm90FusedV3SplitPipeAlignList<2048>{});
-        default: return cudaErrorInvalidValue;
-      }
-    case 92:  // (89 launched as clusters)
-      switch (w.topk) {
-        case 512: return v3(Sm90FusedV3SplitPipeAlignCl<512>{});
-        case 1024: return v3(Sm90FusedV3SplitPipeAlignCl<1024>{});
-        case 2048: return v3(Sm90FusedV3SplitPipeAlignCl<2048>{});
-        default: return cudaErrorInvalidValue;
-      }
     case 72:  // 71 with kPipeTail (session 19)
     case 73:  // 72 with the descriptors held (kQPerm 31)
       switch (variant * 4096 + w.topk) {

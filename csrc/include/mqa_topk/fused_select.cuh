@@ -731,16 +731,12 @@ __device__ __forceinline__ void top4_insert(uint32_t (&t)[4], uint32_t x) {
   t[3] = max(t[3], x);
 }
 
-// The rank-th largest (1-based, rank <= N) of the N keys at v (N a multiple of
-// 32; lane reads v[j * 32 + lane]), by 32 bit steps; 0 when fewer than rank
-// keys are nonzero (padding is 0).
-template <int N>
-__device__ __forceinline__ uint32_t warp_rank_key(const uint32_t* v, uint32_t rank, int lane) {
-  static_assert(N % 32 == 0, "whole warps");
-  constexpr int J = N / 32;
-  uint32_t x[J];
-#pragma unroll
-  for (int j = 0; j < J; ++j) x[j] = v[j * 32 + lane];
+// warp_rank_key: the rank-th largest (1-based, rank <= N) of the N keys at v
+// (N a multiple of 32; lane reads v[j * 32 + lane]), by 32 bit steps; 0 when
+// fewer than rank keys are nonzero (padding is 0). warp_rank_regs: the same
+// over the J x 32 keys the warp holds in registers (x[j] of every lane).
+template <int J>
+__device__ __forceinline__ uint32_t warp_rank_regs(const uint32_t (&x)[J], uint32_t rank) {
   uint32_t prefix = 0, need = rank;
 #pragma unroll 1
   for (int bit = 31; bit >= 0; --bit) {
@@ -753,6 +749,15 @@ __device__ __forceinline__ uint32_t warp_rank_key(const uint32_t* v, uint32_t ra
     else need -= c;
   }
   return prefix;
+}
+template <int N>
+__device__ __forceinline__ uint32_t warp_rank_key(const uint32_t* v, uint32_t rank, int lane) {
+  static_assert(N % 32 == 0, "whole warps");
+  constexpr int J = N / 32;
+  uint32_t x[J];
+#pragma unroll
+  for (int j = 0; j < J; ++j) x[j] = v[j * 32 + lane];
+  return warp_rank_regs(x, rank);
 }
 
 // The gate of a row: the key of sample rank rho in its lists (256 keys), but

@@ -1138,7 +1138,7 @@ __device__ __forceinline__ void fused_v3_publish_list(const Sm90FusedParams& p, 
 
 // kListGate's shared gate of row r (np <= kListGatePieces, warp-uniform): the
 // rho-th largest of the np pieces' published key lists (fused_v3_publish_list),
-// 16 keys a lane loaded at once, ranked bit by bit (warp_rank_key's steps);
+// 16 keys a lane loaded at once, ranked from registers (warp_rank_regs);
 // 0 when the lists hold fewer than rho nonzero keys. The caller checks it
 // against the pieces' floors. One warp; both warps of the pair compute the same.
 template <class Cfg>
@@ -1155,18 +1155,7 @@ __device__ __forceinline__ uint32_t fused_v3_union_gate_list(const Sm90FusedPara
     const int i = e >> lj;
     x[j] = e < total ? __ldcg(fused_v3_hist<Cfg>(p, c0 + i, i == 0 ? slot0 : 0, 0, r) + (e & (J - 1))) : 0u;
   }
-  uint32_t prefix = 0, need = rho;
-#pragma unroll 1
-  for (int bit = 31; bit >= 0; --bit) {
-    const uint32_t hi = bit == 31 ? 0u : (~0u << (bit + 1));
-    uint32_t c = 0;
-#pragma unroll
-    for (int j = 0; j < kL; ++j) c += ((x[j] & hi) == prefix && ((x[j] >> bit) & 1u)) ? 1u : 0u;
-    c = __reduce_add_sync(0xffffffffu, c);
-    if (c >= need) prefix |= 1u << bit;
-    else need -= c;
-  }
-  return rho >= 1u ? prefix : 0u;
+  return rho >= 1u ? fused_detail::warp_rank_regs(x, rho) : 0u;
 }
 
 template <class Cfg, bool kPub = false>  // (below: the shared gate)
@@ -3676,33 +3665,36 @@ static_assert(8 * Sm90FusedV3Default::kSegs * Sm90FusedV3Default::cap(2048) == 2
 // block's pieces, so its clusters must all be resident): the caller then
 // launches num_sms CTAs without clusters.
 template <class Cfg>
+inline cudaLaunchConfig_t fused_v3_cluster_config(int m, int nb, cudaLaunchAttribute (&attr)[1], cudaStream_t stream) {
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = m;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cudaLaunchConfig_t lc = {};
+  lc.gridDim = dim3(m * nb);
+  lc.blockDim = dim3(Cfg::kThreads);
+  lc.dynamicSmemBytes = Cfg::kSmemBytes;
+  lc.stream = stream;
+  lc.attrs = attr;
+  lc.numAttrs = 1;
+  return lc;
+}
+template <class Cfg>
 inline int fused_v3_cluster_plan(int rows, int num_sms, int* max_clusters = nullptr) {
   if (max_clusters) *max_clusters = 0;
   const int nb = (rows + Cfg::kBlockRows - 1) / Cfg::kBlockRows;
   if (nb <= 0) return 0;
   const int m = min(num_sms / nb, 16);
   if (m < 2) return 0;
-  auto kernel = &sm90_fused_mqa_topk_v3_kernel<Cfg>;
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes) != cudaSuccess ||
-      (m > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess)) {
-    cudaGetLastError();
-    return 0;
-  }
   static int cached[17] = {};  // per configuration and cluster size (one device in the dev harness)
   if (cached[m] == 0) {
-    cudaLaunchConfig_t lc = {};
+    auto kernel = &sm90_fused_mqa_topk_v3_kernel<Cfg>;
     cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = m;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    lc.gridDim = dim3(m * nb);
-    lc.blockDim = dim3(Cfg::kThreads);
-    lc.dynamicSmemBytes = Cfg::kSmemBytes;
-    lc.attrs = attr;
-    lc.numAttrs = 1;
+    const cudaLaunchConfig_t lc = fused_v3_cluster_config<Cfg>(m, nb, attr, nullptr);
     int n = 0;
-    if (cudaOccupancyMaxActiveClusters(&n, kernel, &lc) != cudaSuccess) {
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes) != cudaSuccess ||
+        (m > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) ||
+        cudaOccupancyMaxActiveClusters(&n, kernel, &lc) != cudaSuccess) {
       cudaGetLastError();
       n = 0;
     }
@@ -3750,18 +3742,9 @@ inline cudaError_t launch_sm90_fused_mqa_topk_v3(const void* q, const void* k, c
   Sm90FusedParams p{starts, ends, out, ws, counter, rows, keys, topk, Cfg::cap(topk), probe, range_err, gate_target};
   if constexpr (Cfg::kClusterLaunch) {
     if (const int m = fused_v3_cluster_plan<Cfg>(rows, num_sms)) {
-      cudaLaunchConfig_t lc = {};
       cudaLaunchAttribute attr[1];
-      attr[0].id = cudaLaunchAttributeClusterDimension;
-      attr[0].val.clusterDim.x = m;
-      attr[0].val.clusterDim.y = 1;
-      attr[0].val.clusterDim.z = 1;
-      lc.gridDim = dim3(m * ((rows + Cfg::kBlockRows - 1) / Cfg::kBlockRows));
-      lc.blockDim = dim3(Cfg::kThreads);
-      lc.dynamicSmemBytes = Cfg::kSmemBytes;
-      lc.stream = stream;
-      lc.attrs = attr;
-      lc.numAttrs = 1;
+      const cudaLaunchConfig_t lc =
+          fused_v3_cluster_config<Cfg>(m, (rows + Cfg::kBlockRows - 1) / Cfg::kBlockRows, attr, stream);
       return cudaLaunchKernelEx(&lc, kernel, tm_q, tm_k, tm_s, tm_w, p);
     }
   }
