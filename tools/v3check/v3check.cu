@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "mqa_topk/sm90_fp8_mqa_logits_v2.cuh"
+#include "mqa_topk/sm90_fused_cluster_topk.cuh"
 #include "mqa_topk/sm90_fused_mqa_topk_v3.cuh"
 #include "mqa_topk/sm90_topk_per_row.cuh"
 
@@ -162,6 +163,17 @@ cudaError_t launch_dense_logits(const Dev& d, cudaStream_t st = 0) {
 // Variants 91 / 92 (kSplitHist bit 1024): whether their launch is a cluster
 // launch here (fused_v3_cluster_plan), printed before they run.
 void report_cluster_plan(int variant, const Work& w, int grid) {
+  if (variant == 95) {  // (the cluster kernel: its cluster size here)
+    const int sms = grid > 0 ? std::min(grid, g_sms) : g_sms;
+    int mc = 0;
+    const int m = fused_cluster_plan(w.rows, w.keys, sms, &mc);
+    std::printf("  (v95: %d row blocks, clusters of %d (size rule %d), cudaOccupancyMaxActiveClusters %d)\n",
+                (w.rows + 7) / 8, m, fused_cluster_size(w.rows, w.keys, sms), mc);
+    return;
+  }
+#ifdef V3CHECK_CLUSTER
+  (void)w, (void)grid;
+#else
   if (variant != 91 && variant != 92) return;
   const int sms = grid > 0 ? std::min(grid, g_sms) : g_sms;
   int mc = 0;
@@ -171,6 +183,7 @@ void report_cluster_plan(int variant, const Work& w, int grid) {
   std::printf("  (v%d: %d row blocks on %d CTAs: %s; cudaOccupancyMaxActiveClusters %d)\n", variant, nb, sms,
               m ? (std::string("clusters of ") + std::to_string(m) + ", " + std::to_string(m * nb) + " CTAs").c_str()
                 : "no cluster launch", mc);
+#endif
 }
 
 // The per-topk configurations C<512>, C<1024>, C<2048> through v3 (any other topk: invalid).
@@ -211,6 +224,19 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
     return launch_sm90_fused_mqa_topk_v3<decltype(cfg)>(d.q, d.k, d.scales, d.weights, d.starts, d.ends, d.out, d.ws,
                                                          w.rows, w.keys, w.topk, sms, st, &me, probe, {}, target);
   };
+  if (variant == 95) {  // session 22: the cluster kernel (sm90_fused_cluster_topk.cuh), the logits buffer its workspace
+    const int m = fused_cluster_plan(w.rows, w.keys, sms);
+    if (m == 0) return cudaErrorInvalidConfiguration;
+    return launch_sm90_fused_cluster_topk(d.q, d.k, d.scales, d.weights, d.starts, d.ends, d.logits, d.ld, d.out,
+                                          w.rows, w.keys, w.topk, m, st, &me);
+  }
+#ifdef V3CHECK_CLUSTER  // (-DV3CHECK_CLUSTER: 95 and the op's split kernels 86 / 87 only, a fast build)
+  switch (variant) {
+    case 86: return v3(Sm90FusedV3SplitFence{});
+    case 87: return per_topk<Sm90FusedV3SplitPipeFence>(w.topk, v3);
+    default: std::fprintf(stderr, "variant %d not in this build (V3CHECK_CLUSTER)\n", variant); return cudaErrorInvalidValue;
+  }
+#else
   cudaError_t split_err = cudaSuccess;
   if (launch_split_86_94(variant, w.topk, v3, &split_err)) return split_err;
   switch (variant) {
@@ -369,6 +395,7 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
 #endif
 #endif  // V3CHECK_SPLIT
   }
+#endif  // V3CHECK_CLUSTER
 }
 
 uint32_t okey(float x) {
