@@ -531,3 +531,67 @@ def test_v2_op_switch(dev, monkeypatch):
     monkeypatch.setenv("MQA_TOPK_FUSED_KERNEL", "v2")
     out = check_fused(w, what="op on v2")
     assert torch.equal(out.sort(dim=1).values, ref.sort(dim=1).values)
+
+
+# The cluster kernel (issue 12, session 22; sm90_fused_cluster_topk.cuh): at
+# most SMs / 2 row blocks, each on a cluster of m CTAs (16 at <= 8 blocks)
+# that store the block's logits and select its top-k through distributed
+# shared memory. Few rows, rows not a multiple of 8, one row, rows shorter
+# than a CTA's piece or empty (empty pieces), n = k and n = k + 1, ragged
+# requests with unaligned starts, whole-row ties, near ties, relu-saturated
+# and rising scores, all-zero and negative weights, the most keys a piece takes.
+CLUSTER_CASES = [
+    dict(layout="causal", rows=64, keys=65536, dist="gaussian"),
+    dict(layout="causal", rows=1, keys=40000, dist="gaussian"),
+    dict(layout="full", rows=5, keys=2049, dist="gaussian"),
+    dict(layout="full", rows=13, keys=2048, dist="ties", tie_mode="whole"),
+    dict(layout="ragged", rows=61, keys=20000, dist="dsa", unaligned_starts=True),
+    dict(layout="full", rows=40, keys=3000, dist="short_rows"),
+    dict(layout="causal", rows=200, keys=9000, dist="ties"),
+    dict(layout="causal", rows=64, keys=30000, dist="ties", near_ties=True),
+    dict(layout="full", rows=24, keys=30000, dist="relu_saturated"),
+    dict(layout="causal", rows=256, keys=30000, dist="rising"),
+    dict(layout="ragged", rows=90, keys=20000, dist="zero_weights"),
+    dict(layout="full", rows=17, keys=30001, dist="negative_weights"),
+    dict(layout="full", rows=8, keys=524000, dist="gaussian"),
+    dict(layout="causal", rows=520, keys=12000, dist="gaussian"),
+]
+
+
+@pytest.mark.parametrize("kw", CLUSTER_CASES, ids=lambda kw: f"{kw['layout']}-{kw['rows']}x{kw['keys']}-{kw['dist']}")
+def test_fused_op_cluster_exact(dev, monkeypatch, kw):
+    """The op's cluster kernel (MQA_TOPK_FUSED_CLUSTER=1) for every topk:
+    exact against the reference, inputs untouched, reruns bitwise equal, and
+    the same sets as the whole-block kernel (MQA_TOPK_FUSED_CLUSTER=0 with
+    MQA_TOPK_FUSED_SPLIT=0) and as native dense."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    if 2 * ((kw["rows"] + 7) // 8) > sms:
+        pytest.skip(f"{kw['rows']} rows are more than {sms} / 2 row blocks")
+    for topk in TOPKS:
+        w = make_workload(device="cuda", seed=31, topk=topk, **kw)
+        monkeypatch.delenv("MQA_TOPK_FUSED_SPLIT", raising=False)
+        monkeypatch.setenv("MQA_TOPK_FUSED_CLUSTER", "1")
+        out = check_fused(w, topk, f"cluster kernel {kw} topk={topk}")
+        monkeypatch.setenv("MQA_TOPK_FUSED_CLUSTER", "0")
+        monkeypatch.setenv("MQA_TOPK_FUSED_SPLIT", "0")
+        whole = run_fused(w, topk, -5)
+        assert torch.equal(out.sort(dim=1).values, whole.sort(dim=1).values), (
+            f"{kw} topk={topk}: the cluster kernel's sets differ from the whole-block kernel's")
+        dense = torch.full_like(out, -9)
+        ops.dense_mqa_topk_prefill(w.q, w.k, w.scales, w.weights, w.starts, w.ends, dense)
+        assert torch.equal(out.sort(dim=1).values, dense.sort(dim=1).values), (
+            f"{kw} topk={topk}: the cluster kernel's sets differ from native dense")
+
+
+def test_fused_op_cluster_batch_invariant(dev, monkeypatch):
+    """A row's set does not depend on the rows beside it: sub-batches (other
+    row blocks, other cluster sizes) give the full batch's sets."""
+    monkeypatch.setenv("MQA_TOPK_FUSED_CLUSTER", "1")
+    w = make_workload("ragged", rows=120, keys=40000, topk=2048, dist="dsa", seed=32, device="cuda",
+                      unaligned_starts=True)
+    full = run_fused(w, 2048, -1)
+    for a, b in ((0, 1), (3, 50), (40, 41), (17, 120)):
+        out = torch.full((b - a, 2048), -4, dtype=torch.int32, device="cuda")
+        ops.fused_mqa_topk_prefill(w.q[a:b], w.k, w.scales, w.weights[a:b], w.starts[a:b].clone(),
+                                   w.ends[a:b].clone(), out)
+        assert torch.equal(out.sort(dim=1).values, full[a:b].sort(dim=1).values), (a, b)

@@ -499,6 +499,23 @@ __device__ __forceinline__ void cluster_select(const ClusterTopkParams& P, uint8
   }
 }
 
+// The select's entry after the tile loops: the cluster, the block and the
+// piece found again here (not in values held across the loops: a call
+// boundary, so the tile loop keeps the dense kernel's registers).
+__device__ __noinline__ void cluster_select_entry(const ClusterTopkParams P) {
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
+  const int lane = threadIdx.x & 31;
+  const int m = static_cast<int>(nctarank()), rank = static_cast<int>(ptx::cluster_ctarank());
+  const int b = static_cast<int>(clusterid_x());
+  int lo = 0, s_l = 0, len_l = 0;
+  const int nt = lean2_block_span(P.lg, b, lane, lo, s_l, len_l);
+  const int t0 = static_cast<int>(static_cast<long long>(nt) * rank / m);
+  const int t1 = static_cast<int>(static_cast<long long>(nt) * (rank + 1) / m);
+  const int k0 = t1 > t0 ? min(lo + t0 * 128, P.lg.keys) : 0, k1 = t1 > t0 ? min(lo + t1 * 128, P.lg.keys) : 0;
+  cluster_select(P, smem, m, rank, b, k0, k1);
+}
+
 }  // namespace cluster_topk
 
 // The kernel: grid = B * m CTAs in clusters of m (B = ceil(rows / 8)); cluster
@@ -548,8 +565,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   }
   ptx::setmaxnreg_inc<Cfg::kMathRegs>();
   if (t1 > t0) logits_v2_lean2_math<Cfg>(p, smem, full, empty, q_full, q_empty, wg, lean2_slot);
-  const int k0 = min(lo + t0 * Cfg::kBlockKeys, p.keys), k1 = min(lo + t1 * Cfg::kBlockKeys, p.keys);
-  cluster_topk::cluster_select(P, smem, m, rank, b, t1 > t0 ? k0 : 0, t1 > t0 ? k1 : 0);
+  cluster_topk::cluster_select_entry(P);
 }
 
 // The cluster size for rows x keys on num_sms SMs (0: this kernel does not
