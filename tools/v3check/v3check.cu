@@ -163,7 +163,7 @@ cudaError_t launch_dense_logits(const Dev& d, cudaStream_t st = 0) {
 // Variants 91 / 92 (kSplitHist bit 1024): whether their launch is a cluster
 // launch here (fused_v3_cluster_plan), printed before they run.
 void report_cluster_plan(int variant, const Work& w, int grid) {
-  if (variant == 95) {  // (the cluster kernel: its cluster size here)
+  if (variant == 95 || variant == 96) {  // (the cluster kernel: its cluster size here)
     const int sms = grid > 0 ? std::min(grid, g_sms) : g_sms;
     int mc = 0;
     const int m = fused_cluster_plan(w.rows, w.keys, sms, &mc);
@@ -224,11 +224,13 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
     return launch_sm90_fused_mqa_topk_v3<decltype(cfg)>(d.q, d.k, d.scales, d.weights, d.starts, d.ends, d.out, d.ws,
                                                          w.rows, w.keys, w.topk, sms, st, &me, probe, {}, target);
   };
-  if (variant == 95) {  // session 22: the cluster kernel (sm90_fused_cluster_topk.cuh), the logits buffer its workspace
+  if (variant == 95 || variant == 96) {  // session 22: the cluster kernel (sm90_fused_cluster_topk.cuh), the logits
+    // buffer its workspace; 96: with thread 0's timeline marks after the output (`timeline`)
     const int m = fused_cluster_plan(w.rows, w.keys, sms);
     if (m == 0) return cudaErrorInvalidConfiguration;
+    uint32_t* marks = variant == 96 ? reinterpret_cast<uint32_t*>(d.out + size_t(w.rows) * w.topk) : nullptr;
     return launch_sm90_fused_cluster_topk(d.q, d.k, d.scales, d.weights, d.starts, d.ends, d.logits, d.ld, d.out,
-                                          w.rows, w.keys, w.topk, m, st, &me);
+                                          w.rows, w.keys, w.topk, m, st, &me, {}, marks);
   }
 #ifdef V3CHECK_CLUSTER  // (-DV3CHECK_CLUSTER: 95 and the op's split kernels 86 / 87 only, a fast build)
   switch (variant) {
@@ -729,7 +731,44 @@ int cmd_timeline(int argc, char** argv) {
   static const char* names[16] = {"", "loops done", "publish/merge done", "next start done", "Q in", "gate wait done",
                                   "gate done", "copy done", "merge entry", "bins published", "counted (last)",
                                   "merged", "gate: records", "gate: rho", "gate: bins", "kernel start"};
+  // (variant 96, the cluster kernel: 16 words per CTA, its own marks; sm90_fused_cluster_topk.cuh)
+  static const char* names96[16] = {"", "loops done", "digit 0 hist", "digit 0 barrier", "digit 0 owners",
+                                    "digit 1 hist", "digit 1 barrier", "digit 1 owners", "digit 2 hist",
+                                    "digit 2 barrier", "digit 2 owners", "marks + staging", "counts",
+                                    "counts barrier", "written", "kernel start"};
   for (int v : vars) {
+    if (v == 96) {
+      const int m = fused_cluster_plan(w.rows, w.keys, ctas);
+      const int n = m * ((w.rows + 7) / 8);
+      for (int rep = 0; rep < 2; ++rep) {
+        CK(cudaMemset(d.out, 0, (size_t(w.rows) * w.topk + size_t(std::max(n, 1)) * 16) * 4));
+        CK(launch_fused(v, d, grid, 0, 0));
+        sync_or_report("fused 96");
+      }
+      std::vector<uint32_t> h(size_t(std::max(n, 1)) * 16);
+      CK(cudaMemcpy(h.data(), d.out + size_t(w.rows) * w.topk, h.size() * 4, cudaMemcpyDeviceToHost));
+      uint32_t base = 0;
+      bool have = false;
+      for (int c = 0; c < n; ++c) {
+        const uint32_t t = h[size_t(c) * 16 + 15];
+        if (t && (!have || static_cast<int32_t>(t - base) < 0)) base = t, have = true;
+      }
+      std::printf("timeline v96 %s-%s %dx%d top-%d on %d CTAs in clusters of %d (us from the first start; min / median / max)\n",
+                  argv[6], argv[7], w.rows, w.keys, w.topk, n, m);
+      for (int id = 15; id >= 1; id = id == 15 ? 1 : id + 1) {
+        std::vector<double> x;
+        for (int c = 0; c < n; ++c)
+          if (const uint32_t t = h[size_t(c) * 16 + id]) x.push_back(static_cast<int32_t>(t - base) / 1000.0);
+        if (!x.empty()) {
+          std::sort(x.begin(), x.end());
+          std::printf("  %-16s CTAs %3zu: %8.1f %8.1f %8.1f\n", names96[id], x.size(), x.front(), x[x.size() / 2],
+                      x.back());
+        }
+        if (id == 14) break;
+      }
+      std::fflush(stdout);
+      continue;
+    }
     for (int rep = 0; rep < 2; ++rep) {  // (the first run warms the clocks; the second is printed)
       CK(cudaMemset(d.out, 0, (size_t(w.rows) * w.topk + size_t(ctas) * 128) * 4));
       scramble_ws(d, 0x5a);

@@ -58,6 +58,7 @@ struct ClusterTopkParams {
   Sm90LogitsParams lg;  // starts, ends, the logits workspace (pitch ld), rows, keys, range errors
   int* out;             // [rows, topk] int32
   int topk;
+  uint32_t* marks;      // (dev, kMarks) thread 0's globaltimer marks: 16 words per CTA
 };
 
 namespace cluster_topk {
@@ -154,6 +155,15 @@ __device__ __forceinline__ void bar_row(int r) {
 // writes, acquire the peers'.
 __device__ __forceinline__ void cluster_barrier() {
   asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
+}
+
+// (dev) thread 0's global-timer mark `id` of this CTA (v3check timeline, variant 96).
+__device__ __forceinline__ void mark(const ClusterTopkParams& P, int id) {
+  if (P.marks != nullptr && threadIdx.x == 0) {
+    uint32_t t;
+    asm volatile("mov.u32 %0, %%globaltimer_lo;" : "=r"(t));
+    P.marks[blockIdx.x * 16 + id] = t | 1u;
+  }
 }
 
 // Whether key u is in the class (P, s).
@@ -311,6 +321,7 @@ __device__ __forceinline__ void cluster_select(const ClusterTopkParams& P, uint8
   uint32_t* brow = bitsB + r_me * kWords;
 
   bar_math();  // every math warp's tile loop is done: the K ring and Q buffers are free, the logits stored
+  mark(P, 1);
   if (sub == 0) {
     ctl->st[r_me] = RowState{0u, 32, topk, row >= p.rows ? kAbsent : n <= topk ? kTakeAll : kActive};
     ctl->staged[r_me] = 0;
@@ -349,10 +360,13 @@ __device__ __forceinline__ void cluster_select(const ClusterTopkParams& P, uint8
       }
     }
     bar_math();
+    mark(P, 2 + 3 * L);
     cluster_barrier();  // every CTA's histograms of this digit are complete
+    mark(P, 3 + 3 * L);
     for (int r = rank; r < kRows; r += m)
       if (ctl->st[r].mode == kActive) owner_step(smem, ctl, r, m, bits);
     cluster_barrier();  // every row's new state is in every CTA; the histograms are no longer read
+    mark(P, 4 + 3 * L);
     if (L == 0) {
       // Staging: the rows still active keep their class's pairs in shared memory where they fit.
       if (tid == 0) {
@@ -404,6 +418,7 @@ __device__ __forceinline__ void cluster_select(const ClusterTopkParams& P, uint8
         });
       }
       bar_math();
+      mark(P, 11);
     }
   }
 
@@ -458,7 +473,9 @@ __device__ __forceinline__ void cluster_select(const ClusterTopkParams& P, uint8
     st_cluster_v2(mapa(ptx::smem_addr(&ctl->cnt[rank][r_me][0]), sub), static_cast<uint32_t>(tot_a),
                   static_cast<uint32_t>(tot_b));
   bar_math();
+  mark(P, 12);
   cluster_barrier();  // the counts are everywhere; after it no CTA reads another's shared memory
+  mark(P, 13);
 
   int* orow = P.out + static_cast<int64_t>(row) * topk;
   if (st.mode == kAbsent) return;
@@ -514,6 +531,10 @@ __device__ __noinline__ void cluster_select_entry(const ClusterTopkParams P) {
   const int t1 = static_cast<int>(static_cast<long long>(nt) * (rank + 1) / m);
   const int k0 = t1 > t0 ? min(lo + t0 * 128, P.lg.keys) : 0, k1 = t1 > t0 ? min(lo + t1 * 128, P.lg.keys) : 0;
   cluster_select(P, smem, m, rank, b, k0, k1);
+  if (P.marks != nullptr) {
+    bar_math();
+    mark(P, 14);
+  }
 }
 
 }  // namespace cluster_topk
@@ -540,6 +561,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   uint64_t* q_empty = bars + 2 * S + 2;
   __shared__ int lean2_slot[2][Cfg::kSlotInts];
   const Sm90LogitsParams& p = P.lg;
+  cluster_topk::mark(P, 15);
   const int tid = threadIdx.x, wg = tid / 128, lane = tid & 31;
   const int m = static_cast<int>(cluster_topk::nctarank()), rank = static_cast<int>(ptx::cluster_ctarank());
   const int b = static_cast<int>(cluster_topk::clusterid_x());
@@ -642,7 +664,7 @@ inline cudaError_t launch_sm90_fused_cluster_topk(const void* q, const void* k, 
                                                   const float* weights, const int* starts, const int* ends,
                                                   float* logits, int64_t ld, int* out, int rows, int keys, int topk,
                                                   int m, cudaStream_t stream, int* map_error = nullptr,
-                                                  RangeErrorSink range_err = {}) {
+                                                  RangeErrorSink range_err = {}, uint32_t* marks = nullptr) {
   if (rows <= 0) return cudaSuccess;
   if (m < 2 || m > 16 || (m & (m - 1)) || keys <= 0) return cudaErrorInvalidValue;
   if ((static_cast<long long>(keys) + 15 + 127) / 128 > static_cast<long long>(m) * (cluster_topk::kMaxPieceKeys / 128))
@@ -666,7 +688,7 @@ inline cudaError_t launch_sm90_fused_cluster_topk(const void* q, const void* k, 
   if (err != cudaSuccess) return err;
   cudaLaunchAttribute attr[1];
   const cudaLaunchConfig_t lc = fused_cluster_config<Cfg>(rows, m, stream, attr);
-  const ClusterTopkParams P{Sm90LogitsParams{starts, ends, logits, ld, rows, keys, range_err}, out, topk};
+  const ClusterTopkParams P{Sm90LogitsParams{starts, ends, logits, ld, rows, keys, range_err}, out, topk, marks};
   return cudaLaunchKernelEx(&lc, &sm90_fused_cluster_topk_kernel<Cfg>, tm_q, tm_k, tm_s, tm_w, tm_o, P);
 }
 
