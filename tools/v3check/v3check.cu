@@ -44,6 +44,7 @@
 
 #include "mqa_topk/sm90_fp8_mqa_logits_v2.cuh"
 #include "mqa_topk/sm90_fused_cluster_topk.cuh"
+#include "mqa_topk/sm90_fused_staged_topk.cuh"
 #include "mqa_topk/sm90_fused_mqa_topk_v3.cuh"
 #include "mqa_topk/sm90_topk_per_row.cuh"
 
@@ -163,6 +164,12 @@ cudaError_t launch_dense_logits(const Dev& d, cudaStream_t st = 0) {
 // Variants 91 / 92 (kSplitHist bit 1024): whether their launch is a cluster
 // launch here (fused_v3_cluster_plan), printed before they run.
 void report_cluster_plan(int variant, const Work& w, int grid) {
+  if (variant == 97 || variant == 98) {
+    const int sms = grid > 0 ? std::min(grid, g_sms) : g_sms;
+    const int m = fused_staged_pieces(w.rows, w.keys, sms);
+    std::printf("  (v%d: %d row blocks x %d pieces = %d CTAs)\n", variant, (w.rows + 7) / 8, m, m * ((w.rows + 7) / 8));
+    return;
+  }
   if (variant == 95 || variant == 96) {  // (the cluster kernel: its cluster size here)
     const int sms = grid > 0 ? std::min(grid, g_sms) : g_sms;
     int mc = 0;
@@ -224,6 +231,14 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
     return launch_sm90_fused_mqa_topk_v3<decltype(cfg)>(d.q, d.k, d.scales, d.weights, d.starts, d.ends, d.out, d.ws,
                                                          w.rows, w.keys, w.topk, sms, st, &me, probe, {}, target);
   };
+  if (variant == 97 || variant == 98) {  // session 22: the staged kernel (sm90_fused_staged_topk.cuh): the logits
+    // buffer its logits workspace, d.ws its histograms and counters; 98: with thread 0's timeline marks
+    const int m = fused_staged_pieces(w.rows, w.keys, sms);
+    if (m == 0 || fused_staged_aux_bytes(w.rows, m) > d.ws_bytes) return cudaErrorInvalidConfiguration;
+    uint32_t* marks = variant == 98 ? reinterpret_cast<uint32_t*>(d.out + size_t(w.rows) * w.topk) : nullptr;
+    return launch_sm90_fused_staged_topk(d.q, d.k, d.scales, d.weights, d.starts, d.ends, d.logits, d.ld, d.ws, d.out,
+                                         w.rows, w.keys, w.topk, m, st, &me, {}, marks);
+  }
   if (variant == 95 || variant == 96) {  // session 22: the cluster kernel (sm90_fused_cluster_topk.cuh), the logits
     // buffer its workspace; 96: with thread 0's timeline marks after the output (`timeline`)
     const int m = fused_cluster_plan(w.rows, w.keys, sms);
@@ -737,13 +752,16 @@ int cmd_timeline(int argc, char** argv) {
                                     "digit 2 barrier", "digit 2 owners", "marks + staging", "counts",
                                     "counts barrier", "written", "kernel start"};
   for (int v : vars) {
-    if (v == 96) {
-      const int m = fused_cluster_plan(w.rows, w.keys, ctas);
+    if (v == 96 || v == 98) {
+      const int m = v == 96 ? fused_cluster_plan(w.rows, w.keys, ctas) : fused_staged_pieces(w.rows, w.keys, ctas);
       const int n = m * ((w.rows + 7) / 8);
+      static const char* names98[16] = {"", "loops done", "piece hist", "published", "owner's wait done",
+                                        "owner done", "", "", "", "", "", "", "", "", "", "kernel start"};
+      const char* const* nm = v == 96 ? names96 : names98;
       for (int rep = 0; rep < 2; ++rep) {
         CK(cudaMemset(d.out, 0, (size_t(w.rows) * w.topk + size_t(std::max(n, 1)) * 16) * 4));
         CK(launch_fused(v, d, grid, 0, 0));
-        sync_or_report("fused 96");
+        sync_or_report("fused 96 / 98");
       }
       std::vector<uint32_t> h(size_t(std::max(n, 1)) * 16);
       CK(cudaMemcpy(h.data(), d.out + size_t(w.rows) * w.topk, h.size() * 4, cudaMemcpyDeviceToHost));
@@ -753,15 +771,15 @@ int cmd_timeline(int argc, char** argv) {
         const uint32_t t = h[size_t(c) * 16 + 15];
         if (t && (!have || static_cast<int32_t>(t - base) < 0)) base = t, have = true;
       }
-      std::printf("timeline v96 %s-%s %dx%d top-%d on %d CTAs in clusters of %d (us from the first start; min / median / max)\n",
-                  argv[6], argv[7], w.rows, w.keys, w.topk, n, m);
+      std::printf("timeline v%d %s-%s %dx%d top-%d on %d CTAs, %d per block (us from the first start; min / median / max)\n",
+                  v, argv[6], argv[7], w.rows, w.keys, w.topk, n, m);
       for (int id = 15; id >= 1; id = id == 15 ? 1 : id + 1) {
         std::vector<double> x;
         for (int c = 0; c < n; ++c)
           if (const uint32_t t = h[size_t(c) * 16 + id]) x.push_back(static_cast<int32_t>(t - base) / 1000.0);
-        if (!x.empty()) {
+        if (!x.empty() && nm[id][0]) {
           std::sort(x.begin(), x.end());
-          std::printf("  %-16s CTAs %3zu: %8.1f %8.1f %8.1f\n", names96[id], x.size(), x.front(), x[x.size() / 2],
+          std::printf("  %-18s CTAs %3zu: %8.1f %8.1f %8.1f\n", nm[id], x.size(), x.front(), x[x.size() / 2],
                       x.back());
         }
         if (id == 14) break;

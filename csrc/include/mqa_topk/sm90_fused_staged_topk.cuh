@@ -1,0 +1,537 @@
+// sm90_fused_staged_topk: the fused MQA-logits + top-k for at most one wave
+// of row blocks (issue 12, session 22), one launch. Torch-free.
+//
+// Why. The split kernels (sm90_fused_mqa_topk_v3.cuh, 86 / 87) cut a block's
+// keys into pieces that each sample, agree on a shared gate, filter and merge
+// through L2 counters and polling: at 64 rows their ~112 us are ~45 us of tile
+// loops and ~65 us of cross-CTA phases, each a chain of round trips on cold
+// code (docs/FUSED.md, session 20). Native dense takes 74 us there (37 us of
+// logits, 37 of top-k). A cluster version of the select (dev variant 95,
+// sm90_fused_cluster_topk.cuh, exact) showed that clusters of this kernel's
+// shape are not resident enough on the H200 (7 of 16, 15 of 8, 30 of 4 CTAs
+// at once), so this kernel synchronizes through global memory once per block.
+//
+// Design. B = ceil(rows / 8) row blocks, m pieces each (B m <= SMs, m <= 16,
+// fused_staged_pieces): CTA c = b m + j computes tiles [nt j / m, nt (j + 1) /
+// m) of block b's span with the dense logits kernel's own tile loop
+// (sm90_fp8_mqa_logits_v2.cuh, the op's configuration: the same producer, the
+// same math, bitwise the same logits) and stores them into a logits workspace
+// (rows x keys x 4 bytes: 16 MB at 64 x 64K, L2-resident). Then:
+//   1. each CTA histograms its piece of each of the 8 rows on the top 11 bits
+//      of the order-preserving key (shared memory), publishes the histograms
+//      to the workspace and counts itself in the block's counter (one
+//      release); CTAs that own no row exit;
+//   2. the owner of row r (CTA r mod m of the block) waits for the m pieces,
+//      sums their histograms (L2), finds the digit holding the k-th largest,
+//      and then finishes the row alone: one pass over the row's logits marks
+//      the definite winners in a bitmap over the row and stages the threshold
+//      class's (key, index) pairs in shared memory; the remaining two digits
+//      (bits 20..10, 9..0) are resolved on the staged pairs (or, when the
+//      class does not fit, by filtered passes over the row); the final class is
+//      all taken or one exact key whose lowest indices win (ties);
+//   3. the owner writes the winners in ascending index order (a block scan of
+//      the bitmap's popcounts), then the first ties.
+// One cross-CTA step per block (no gate, no merge of candidate lists, no
+// polling besides the owner's one wait). Exact: (value desc, index asc) like
+// the native top-k kernel; the output is a pure function of the logits
+// (histograms are order-independent, bitmaps are set with atomicOr, positions
+// come from ordered scans): reruns are bitwise identical, and the sets do not
+// depend on the other rows of the launch. Output as every top-k path: indices
+// relative to the row's start, min(topk, n) of them, the rest -1.
+//
+// Limits (fused_staged_pieces): at most SMs row blocks (one wave; every CTA of
+// a block must be resident at once, as for the split kernels: one CTA per SM
+// and grid <= SMs); rows of at most kMaxRowKeys keys (the owner's bitmaps).
+// The workspace: the logits [rows, ld] fp32, then the pieces' histograms
+// (B m x 8 x 2048 u32) and the blocks' counters (B u32, zeroed by the
+// launcher's memset before the launch).
+#pragma once
+
+#include "range_check.cuh"
+#include "sm90_fp8_mqa_logits_v2.cuh"
+
+namespace mqa_topk {
+
+struct StagedTopkParams {
+  Sm90LogitsParams lg;  // starts, ends, the logits workspace (pitch ld), rows, keys, range errors
+  int* out;             // [rows, topk] int32
+  uint32_t* hist;       // [B m][8][2048] the pieces' histograms
+  uint32_t* counters;   // [B] pieces of the block done (zero before the launch)
+  int topk;
+  int m;                // pieces per block
+  uint32_t* marks;      // (dev) thread 0's globaltimer marks: 16 words per CTA
+};
+
+namespace staged_topk {
+
+constexpr int kRows = 8;
+constexpr int kMath = 512;             // math threads (four warpgroups): they run the select
+constexpr int kGroup = kMath / kRows;  // threads per row in the piece's histogram pass
+constexpr int kBins = 2048;
+constexpr int kMaxRowKeys = 1 << 19;   // the owner's bitmaps: 64 KB each
+constexpr int kWords = kMaxRowKeys / 32;
+constexpr int kCap = 7168;             // staged (key, index) pairs
+// Shared memory after the tile loops (the K ring and Q buffers are free then).
+// The piece's u32 [8][2048] at 0 until published; then the owner's.
+constexpr int kOffHist = 0;                        // owner: u32 [2048]
+constexpr int kOffBitsA = kBins * 4;               // owner: u32 [kWords] winners
+constexpr int kOffBitsB = kOffBitsA + kWords * 4;  // owner: u32 [kWords] ties at the exact k-th key
+constexpr int kOffStageKey = kOffBitsB + kWords * 4;
+constexpr int kOffStageIdx = kOffStageKey + kCap * 4;
+constexpr int kSmemUsed = kOffStageIdx + kCap * 4;
+static_assert(kSmemUsed <= 196608 && kRows * kBins * 4 <= 196608, "the select's buffers inside the K ring and Q buffers");
+
+struct Ctl {
+  int scan[kMath / 32];
+  int found[4];  // digit, need, class count, found
+  int fill;      // staged pairs
+  int pad[3];
+};
+
+__device__ __forceinline__ uint32_t okey(float x) {
+  const uint32_t u = __float_as_uint(x);
+  const uint32_t msk = 0u - (u >> 31);
+  return ((u ^ msk) - msk) ^ (~msk & 0x80000000u);
+}
+__device__ __forceinline__ void bar_math() { asm volatile("bar.sync 15, 512;" ::: "memory"); }
+__device__ __forceinline__ void mark(const StagedTopkParams& P, int id) {
+  if (P.marks != nullptr && threadIdx.x == 0) {
+    uint32_t t;
+    asm volatile("mov.u32 %0, %%globaltimer_lo;" : "=r"(t));
+    P.marks[blockIdx.x * 16 + id] = t | 1u;
+  }
+}
+__device__ __forceinline__ uint32_t ld_acquire(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void red_release_add(uint32_t* p, uint32_t v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ bool in_class(uint32_t u, uint32_t P, int s) { return s >= 32 || (u >> s) == P; }
+
+// Keys [a, e) of the workspace row `rowp` in float4 groups: op(first key of
+// the group, its 4 keys, the mask of those in [a, e)), threads `sub` of `nth`
+// striding, four groups in flight.
+template <class Op>
+__device__ __forceinline__ void for_each_group(const float* rowp, int a, int e, int sub, int nth, Op&& op) {
+  if (a >= e) return;
+  const int v0 = a >> 2, v1 = (e + 3) >> 2;
+  const float4* p4 = reinterpret_cast<const float4*>(rowp);
+  int v = v0 + sub;
+  auto one = [&](int vv, float4 x) {
+    const int k = 4 * vv;
+    uint32_t valid = 0;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) valid |= (k + c >= a && k + c < e) ? (1u << c) : 0u;
+    const uint32_t u[4] = {okey(x.x), okey(x.y), okey(x.z), okey(x.w)};
+    op(k, u, valid);
+  };
+  for (; v + 3 * nth < v1; v += 4 * nth) {
+    float4 x[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) x[i] = __ldcg(p4 + v + i * nth);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) one(v + i * nth, x[i]);
+  }
+  for (; v < v1; v += nth) one(v, __ldcg(p4 + v));
+}
+
+// Adds a group's keys (valid, in the class (P, s)) to histogram h by the
+// `mask` bits at shift sh; equal neighbouring bins merged (runs of equal values
+// cost one atomic).
+__device__ __forceinline__ void hist4(uint32_t* h, const uint32_t (&u)[4], uint32_t valid, uint32_t P, int s, int sh,
+                                      uint32_t mask) {
+  int run_bin = -1;
+  uint32_t run = 0;
+#pragma unroll
+  for (int c = 0; c < 4; ++c) {
+    const bool take = ((valid >> c) & 1) && in_class(u[c], P, s);
+    const int bin = take ? static_cast<int>((u[c] >> sh) & mask) : -1;
+    if (bin != run_bin) {
+      if (run) atomicAdd(h + run_bin, run);
+      run_bin = bin;
+      run = 0;
+    }
+    if (take) ++run;
+  }
+  if (run) atomicAdd(h + run_bin, run);
+}
+
+// The digit of h[0, nb) (4 or fewer bins per thread, given in hv) holding the
+// need-th largest: every math thread calls it; returns found (digit, the need
+// within it, its count) in ctl->found.
+__device__ __forceinline__ void find_digit(Ctl* ctl, const uint32_t (&hv)[4], int per, uint32_t need) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  uint32_t tsum = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) tsum += i < per ? hv[i] : 0u;
+  uint32_t incl = tsum;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const uint32_t v = __shfl_down_sync(0xffffffffu, incl, d);
+    if (lane + d < 32) incl += v;
+  }
+  if (lane == 0) ctl->scan[warp] = static_cast<int>(incl);
+  if (tid == 0) ctl->found[3] = 0;
+  bar_math();
+  uint32_t above = incl - tsum;
+  for (int w = warp + 1; w < kMath / 32; ++w) above += static_cast<uint32_t>(ctl->scan[w]);
+#pragma unroll
+  for (int i = 3; i >= 0; --i) {
+    if (i < per) {
+      if (above < need && above + hv[i] >= need) {
+        ctl->found[0] = tid * per + i;
+        ctl->found[1] = static_cast<int>(need - above);
+        ctl->found[2] = static_cast<int>(hv[i]);
+        ctl->found[3] = 1;
+      }
+      above += hv[i];
+    }
+  }
+  bar_math();
+}
+
+// The owner's work for row `row` of block b (every math thread of the CTA).
+__device__ __forceinline__ void owner_row(const StagedTopkParams& P, uint8_t* smem, Ctl* ctl, int b, int r) {
+  const Sm90LogitsParams& p = P.lg;
+  const int tid = threadIdx.x;
+  const int row = b * kRows + r;
+  const int topk = P.topk;
+  const int sr = max(__ldg(p.starts + row), 0);
+  const int n = max(min(__ldg(p.ends + row), p.keys) - sr, 0);
+  int* orow = P.out + static_cast<int64_t>(row) * topk;
+  if (n <= topk) {  // every key, then -1
+    for (int i = tid; i < topk; i += kMath) orow[i] = i < n ? i : -1;
+    return;
+  }
+  uint32_t* hist = reinterpret_cast<uint32_t*>(smem + kOffHist);
+  uint32_t* bitsA = reinterpret_cast<uint32_t*>(smem + kOffBitsA);
+  uint32_t* bitsB = reinterpret_cast<uint32_t*>(smem + kOffBitsB);
+  uint32_t* skey = reinterpret_cast<uint32_t*>(smem + kOffStageKey);
+  uint32_t* sidx = reinterpret_cast<uint32_t*>(smem + kOffStageIdx);
+  const float* rowp = p.logits + static_cast<int64_t>(row) * p.ld;
+  const int nw = (n + 31) >> 5;
+  // The first digit from the m pieces' histograms (L2): 4 bins per thread.
+  uint32_t hv[4] = {0, 0, 0, 0};
+  {
+    const uint32_t* hb = P.hist + (static_cast<size_t>(b) * P.m * kRows + r) * kBins + 4 * tid;
+#pragma unroll 4
+    for (int j = 0; j < P.m; ++j) {
+      const uint4 v = __ldcg(reinterpret_cast<const uint4*>(hb + static_cast<size_t>(j) * kRows * kBins));
+      hv[0] += v.x, hv[1] += v.y, hv[2] += v.z, hv[3] += v.w;
+    }
+  }
+  for (int i = tid; i < nw; i += kMath) bitsA[i] = 0, bitsB[i] = 0;
+  if (tid == 0) ctl->fill = 0;
+  find_digit(ctl, hv, 4, static_cast<uint32_t>(topk));
+  if (!ctl->found[3]) {  // (inconsistent histograms: impossible for the kernel's own logits)
+    for (int i = tid; i < topk; i += kMath) orow[i] = -1;
+    bar_math();
+    return;
+  }
+  uint32_t Pc = static_cast<uint32_t>(ctl->found[0]);
+  int s = 21;
+  uint32_t need = static_cast<uint32_t>(ctl->found[1]);
+  uint32_t ccount = static_cast<uint32_t>(ctl->found[2]);
+  const bool stage = ccount <= static_cast<uint32_t>(kCap);
+  // The pass over the row: winners above the class into A (the class too where it is all taken), the class staged.
+  {
+    const bool take_class = ccount == need;
+    const uint64_t hiA = (static_cast<uint64_t>(Pc) + 1) << s;
+    for_each_group(rowp, sr, sr + n, tid, kMath, [&](int k, const uint32_t(&u)[4], uint32_t valid) {
+      uint32_t wa = 0, cls_mask = 0;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        if (!((valid >> c) & 1)) continue;
+        const bool cls = (u[c] >> s) == Pc;
+        if (static_cast<uint64_t>(u[c]) >= hiA || (cls && take_class))
+          wa |= 1u << c;
+        else if (cls)
+          cls_mask |= 1u << c;
+      }
+      const int lk = k - sr;  // may be negative for the group's first keys (masked); 4-aligned only if sr is
+      if (wa) {
+#pragma unroll
+        for (int c = 0; c < 4; ++c)
+          if ((wa >> c) & 1) atomicOr(bitsA + ((lk + c) >> 5), 1u << ((lk + c) & 31));
+      }
+      if (stage && cls_mask) {  // (the class is a small part of the row: one slot reservation per group)
+        int pos = atomicAdd(&ctl->fill, __popc(cls_mask));
+#pragma unroll
+        for (int c = 0; c < 4; ++c)
+          if ((cls_mask >> c) & 1) {
+            if (pos < kCap) skey[pos] = u[c], sidx[pos] = static_cast<uint32_t>(lk + c);
+            ++pos;
+          }
+      }
+    });
+    bar_math();
+    if (take_class) need = 0;
+  }
+  const int staged = stage ? min(ctl->fill, kCap) : 0;
+  // The remaining digits: bits 20..10, then 9..0, on the staged pairs or by filtered passes over the row.
+  for (int L = 1; L < 3 && need != 0; ++L) {
+    const int bits = L == 1 ? 11 : 10, sh = s - bits;
+    const uint32_t mask = (1u << bits) - 1;
+    for (int i = tid; i < kBins; i += kMath) hist[i] = 0;
+    bar_math();
+    if (stage) {
+      for (int i = tid; i < staged; i += kMath) {
+        const uint32_t u = skey[i];
+        if ((u >> s) == Pc) atomicAdd(hist + ((u >> sh) & mask), 1u);
+      }
+    } else {
+      for_each_group(rowp, sr, sr + n, tid, kMath, [&](int, const uint32_t(&u)[4], uint32_t valid) {
+        hist4(hist, u, valid, Pc, s, sh, mask);
+      });
+    }
+    bar_math();
+    const int per = (1 << bits) / kMath;
+    uint32_t hv2[4] = {0, 0, 0, 0};
+    for (int i = 0; i < per; ++i) hv2[i] = hist[tid * per + i];
+    find_digit(ctl, hv2, per, need);
+    if (!ctl->found[3]) {
+      for (int i = tid; i < topk; i += kMath) orow[i] = -1;
+      bar_math();
+      return;
+    }
+    Pc = (Pc << bits) | static_cast<uint32_t>(ctl->found[0]);
+    s = sh;
+    need = static_cast<uint32_t>(ctl->found[1]);
+    ccount = static_cast<uint32_t>(ctl->found[2]);
+    // The final class's marks: members of the first digit's class against (Pc, s).
+    const bool take_class = ccount == need;
+    if (take_class || s == 0) {
+      const uint64_t hiA = (static_cast<uint64_t>(Pc) + 1) << s;
+      const uint32_t P0 = Pc >> (21 - s);
+      auto markf = [&](uint32_t u, int lk) {
+        if (static_cast<uint64_t>(u) >= hiA || (take_class && (u >> s) == Pc))
+          atomicOr(bitsA + (lk >> 5), 1u << (lk & 31));
+        else if ((u >> s) == Pc)
+          atomicOr(bitsB + (lk >> 5), 1u << (lk & 31));
+      };
+      if (stage) {
+        for (int i = tid; i < staged; i += kMath) markf(skey[i], static_cast<int>(sidx[i]));
+      } else {
+        for_each_group(rowp, sr, sr + n, tid, kMath, [&](int k, const uint32_t(&u)[4], uint32_t valid) {
+#pragma unroll
+          for (int c = 0; c < 4; ++c)
+            if (((valid >> c) & 1) && (u[c] >> 21) == P0) markf(u[c], k + c - sr);
+        });
+      }
+      if (take_class) need = 0;
+      bar_math();
+      break;
+    }
+  }
+  // Emission: A (winners) in ascending index order at [0, topk - need), then the first `need` of B (ties).
+  const int per = (nw + kMath - 1) / kMath;
+  const int w0 = min(tid * per, nw), w1 = min(w0 + per, nw);
+  int ca = 0, cb = 0;
+  for (int w = w0; w < w1; ++w) ca += __popc(bitsA[w]), cb += __popc(bitsB[w]);
+  const int lane = tid & 31, warp = tid >> 5;
+  int ia = ca, ib = cb;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const int va = __shfl_up_sync(0xffffffffu, ia, d), vb = __shfl_up_sync(0xffffffffu, ib, d);
+    if (lane >= d) ia += va, ib += vb;
+  }
+  __shared__ int wsum[2][kMath / 32];
+  if (lane == 31) wsum[0][warp] = ia, wsum[1][warp] = ib;
+  bar_math();
+  int pa = ia - ca, pb = ib - cb, all_a = 0;
+  for (int w = 0; w < kMath / 32; ++w) {
+    if (w < warp) pa += wsum[0][w], pb += wsum[1][w];
+    all_a += wsum[0][w];
+  }
+  const int need_ties = static_cast<int>(need);
+  for (int w = w0; w < w1; ++w) {
+    uint32_t x = bitsA[w];
+    while (x) {
+      const int bit = __ffs(x) - 1;
+      x &= x - 1;
+      if (pa < topk) orow[pa] = w * 32 + bit;
+      ++pa;
+    }
+    uint32_t y = bitsB[w];
+    while (y && pb < need_ties) {
+      const int bit = __ffs(y) - 1;
+      y &= y - 1;
+      if (all_a + pb < topk) orow[all_a + pb] = w * 32 + bit;
+      ++pb;
+    }
+  }
+  bar_math();  // (the buffers are reused by the next row)
+}
+
+// The select after the tile loops (every math thread): the piece's histograms,
+// published; then the owned rows. A call boundary, so the tile loop keeps the
+// dense kernel's registers: the block, the piece and the rows are found again here.
+__device__ __noinline__ void staged_select(const StagedTopkParams P) {
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
+  __shared__ Ctl ctl_s;
+  Ctl* ctl = &ctl_s;
+  const Sm90LogitsParams& p = P.lg;
+  const int tid = threadIdx.x, lane = tid & 31;
+  const int m = P.m, b = static_cast<int>(blockIdx.x) / m, rank = static_cast<int>(blockIdx.x) % m;
+  int lo = 0, s_l = 0, len_l = 0;
+  const int nt = lean2_block_span(p, b, lane, lo, s_l, len_l);
+  const int t0 = static_cast<int>(static_cast<long long>(nt) * rank / m);
+  const int t1 = static_cast<int>(static_cast<long long>(nt) * (rank + 1) / m);
+  const int k0 = t1 > t0 ? min(lo + t0 * 128, p.keys) : 0, k1 = t1 > t0 ? min(lo + t1 * 128, p.keys) : 0;
+  bar_math();  // every math warp's tile loop is done: the K ring and Q buffers are free
+  mark(P, 1);
+  // 1. The piece's histograms (row r_me by its 64 threads), published.
+  uint32_t* hist = reinterpret_cast<uint32_t*>(smem + kOffHist);
+  {
+    const int r_me = tid / kGroup, sub = tid % kGroup;
+    const int row = b * kRows + r_me;
+    int sr = 0, n = 0;
+    if (row < p.rows) {
+      sr = max(__ldg(p.starts + row), 0);
+      n = max(min(__ldg(p.ends + row), p.keys) - sr, 0);
+    }
+    uint32_t* hrow = hist + r_me * kBins;
+    for (int i = sub; i < kBins; i += kGroup) hrow[i] = 0;
+    asm volatile("bar.sync %0, %1;" ::"r"(1 + r_me), "n"(kGroup) : "memory");
+    if (n > P.topk) {  // (rows of at most topk keys need no histogram)
+      const float* rowp = p.logits + static_cast<int64_t>(row) * p.ld;
+      for_each_group(rowp, max(sr, k0), min(sr + n, k1), sub, kGroup,
+                     [&](int, const uint32_t(&u)[4], uint32_t valid) { hist4(hrow, u, valid, 0u, 32, 21, 2047u); });
+    }
+  }
+  bar_math();
+  mark(P, 2);
+  {
+    uint4* dst = reinterpret_cast<uint4*>(P.hist + static_cast<size_t>(blockIdx.x) * kRows * kBins);
+    const uint4* src = reinterpret_cast<const uint4*>(hist);
+    for (int i = tid; i < kRows * kBins / 4; i += kMath) __stcg(dst + i, src[i]);
+  }
+  __threadfence();
+  bar_math();
+  if (tid == 0) red_release_add(P.counters + b, 1u);
+  mark(P, 3);
+  // 2. The owned rows: r = rank, rank + m, ... (< 8, < rows).
+  if (rank >= kRows || b * kRows + rank >= p.rows) return;
+  if (tid == 0) {
+    while (ld_acquire(P.counters + b) < static_cast<uint32_t>(m)) __nanosleep(64);
+  }
+  bar_math();
+  mark(P, 4);
+  for (int r = rank; r < kRows && b * kRows + r < p.rows; r += m) owner_row(P, smem, ctl, b, r);
+  mark(P, 5);
+}
+
+}  // namespace staged_topk
+
+// The kernel: grid = B m CTAs (B = ceil(rows / 8), m = P.m); CTA b m + j takes
+// piece j of row block b. Cfg: the dense logits configuration whose tile loop
+// it runs (kLean2: the op's).
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    sm90_fused_staged_topk_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+                                  const __grid_constant__ CUtensorMap tm_scales,
+                                  const __grid_constant__ CUtensorMap tm_weights,
+                                  const __grid_constant__ CUtensorMap tm_q2, const StagedTopkParams P) {
+  static_assert(Cfg::kLean2 != 0 && Cfg::kMathThreads == staged_topk::kMath && Cfg::kBlockRows == 8 &&
+                    Cfg::kBlockKeys == 128,
+                "the op's lean 8-row, four-warpgroup logits loop");
+  constexpr int S = Cfg::kNumStages;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + Cfg::kOffBars);
+  uint64_t* full = bars;
+  uint64_t* empty = bars + S;
+  uint64_t* q_full = bars + 2 * S;
+  uint64_t* q_empty = bars + 2 * S + 2;
+  __shared__ int lean2_slot[2][Cfg::kSlotInts];
+  const Sm90LogitsParams& p = P.lg;
+  staged_topk::mark(P, 15);
+  const int tid = threadIdx.x, wg = tid / 128, lane = tid & 31;
+  const int m = P.m, b = static_cast<int>(blockIdx.x) / m, rank = static_cast<int>(blockIdx.x) % m;
+  int lo = 0, s_l = 0, len_l = 0;
+  const int nt = lean2_block_span(p, b, lane, lo, s_l, len_l);
+  const int t0 = static_cast<int>(static_cast<long long>(nt) * rank / m);
+  const int t1 = static_cast<int>(static_cast<long long>(nt) * (rank + 1) / m);
+  if (tid == 0) init_pipeline_barriers<S, Cfg::kMathThreads / 32>(full, empty, q_full, q_empty);
+  __syncthreads();
+  if (wg == Cfg::kMathWarpgroups) {
+    ptx::setmaxnreg_dec<Cfg::kProducerRegs>();
+    if (tid >= Cfg::kMathThreads + 32) {  // warps 1-3 check the row ranges, then exit
+      constexpr int kCheckers = 96;
+      check_row_ranges(p.err, p.starts, p.ends, p.rows, p.keys, kKernelFused,
+                       range_checker_index(tid, Cfg::kMathThreads + 32, kCheckers), gridDim.x * kCheckers);
+      return;
+    }
+    if (t1 > t0)
+      logits_v2_lean2_producer<Cfg>(p, smem, WorkShare{b, t0, t1 - t0}, full, empty, q_full, q_empty, lean2_slot,
+                                    &tm_q, &tm_k, &tm_scales, &tm_weights, &tm_q2);
+    return;
+  }
+  ptx::setmaxnreg_inc<Cfg::kMathRegs>();
+  if (t1 > t0) logits_v2_lean2_math<Cfg>(p, smem, full, empty, q_full, q_empty, wg, lean2_slot);
+  staged_topk::staged_select(P);
+}
+
+// Pieces per row block for rows x keys on num_sms SMs (0: the kernel does not
+// apply): m = min(16, num_sms / B) for B = ceil(rows / 8) <= num_sms, rows of at
+// most kMaxRowKeys keys.
+inline int fused_staged_pieces(int rows, int keys, int num_sms) {
+  const long long nb = (static_cast<long long>(rows) + 7) / 8;
+  if (rows <= 0 || keys <= 0 || keys > staged_topk::kMaxRowKeys || nb > num_sms) return 0;
+  return static_cast<int>(std::min<long long>(16, num_sms / nb));
+}
+
+// Workspace bytes beyond the logits: the pieces' histograms and the blocks' counters.
+inline size_t fused_staged_aux_bytes(int rows, int m) {
+  const size_t nb = (static_cast<size_t>(rows) + 7) / 8;
+  return nb * m * staged_topk::kRows * staged_topk::kBins * 4 + (nb * 4 + 255) / 256 * 256;
+}
+
+// Launches it: q, k, scales, weights, starts, ends as the logits launcher;
+// logits: [rows, ld] fp32 (ld >= keys, a multiple of 4, 16-byte aligned);
+// aux: fused_staged_aux_bytes(rows, m) bytes, 16-byte aligned (its counters
+// are zeroed here by a memset on the stream); out [rows, topk] int32; m from
+// fused_staged_pieces. cudaErrorInvalidValue for a bad m or a tensor map that
+// cannot be encoded (*map_error as the logits launcher's).
+template <class Cfg = Sm90LogitsV2Default>
+inline cudaError_t launch_sm90_fused_staged_topk(const void* q, const void* k, const float* scales,
+                                                 const float* weights, const int* starts, const int* ends,
+                                                 float* logits, int64_t ld, void* aux, int* out, int rows, int keys,
+                                                 int topk, int m, cudaStream_t stream, int* map_error = nullptr,
+                                                 RangeErrorSink range_err = {}, uint32_t* marks = nullptr) {
+  if (rows <= 0) return cudaSuccess;
+  if (m < 1 || m > 16 || keys <= 0 || keys > staged_topk::kMaxRowKeys) return cudaErrorInvalidValue;
+  CUtensorMap tm_q, tm_k, tm_s, tm_w, tm_o;
+  if (const int e = make_logits_maps(tm_q, tm_k, tm_s, tm_w, tm_o, q, k, scales, weights, logits, ld, rows, keys,
+                                     Cfg::kQBoxRows, Cfg::kKSliceKeys, Cfg::kBlockRows, Cfg::kWgRows)) {
+    if (map_error) *map_error = e;
+    return cudaErrorInvalidValue;
+  }
+  if constexpr (Cfg::kQPermLong) {  // the 2-row-box Q map (the permuted Q of pieces of >= 32 tiles)
+    const int e = make_tensor_map_2d(&tm_o, q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 128, static_cast<uint64_t>(rows) * 32, 128,
+                                     128, 2, CU_TENSOR_MAP_SWIZZLE_128B);
+    if (e) {
+      const int res[1] = {e};
+      if (map_error) *map_error = first_map_error(res, 1);
+      return cudaErrorInvalidValue;
+    }
+  }
+  auto kernel = &sm90_fused_staged_topk_kernel<Cfg>;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+  if (err != cudaSuccess) return err;
+  const int nb = (rows + 7) / 8;
+  uint32_t* hist = static_cast<uint32_t*>(aux);
+  uint32_t* counters = hist + static_cast<size_t>(nb) * m * staged_topk::kRows * staged_topk::kBins;
+  err = cudaMemsetAsync(counters, 0, static_cast<size_t>(nb) * 4, stream);
+  if (err != cudaSuccess) return err;
+  const StagedTopkParams P{Sm90LogitsParams{starts, ends, logits, ld, rows, keys, range_err}, out, hist, counters,
+                           topk, m, marks};
+  kernel<<<nb * m, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(tm_q, tm_k, tm_s, tm_w, tm_o, P);
+  return cudaGetLastError();
+}
+
+}  // namespace mqa_topk
