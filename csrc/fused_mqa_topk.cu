@@ -2,7 +2,7 @@
 // one memset (the block counter) and one launch.
 #include "fused_mqa_topk.h"
 
-#include "fused_mqa_topk_cluster.h"
+#include "fused_mqa_topk_staged.h"
 #include "fused_mqa_topk_split.h"
 #include "mqa_topk/sm90_fused_mqa_topk.cuh"
 #include "mqa_topk/sm90_fused_mqa_topk_v3.cuh"
@@ -25,17 +25,17 @@ bool valid_topk(int64_t t) { return t == 512 || t == 1024 || t == 2048; }
 // MQA_TOPK_FUSED_KERNEL=v2 runs the whole-block calls on the v2 kernel instead
 // of the v3 one (sm90_fused_mqa_topk_v3.cuh, the dense op's main loop; the
 // default since 2026-12-02; MQA_TOPK_FUSED_CAP, a v2 knob, also selects v2),
-// MQA_TOPK_FUSED_CLUSTER=0/1 never / always (where it applies) runs the
-// cluster kernel for few row blocks (unset: fused_use_cluster; a forced
-// MQA_TOPK_FUSED_SPLIT, a probe or a v2 knob turns it off).
+// MQA_TOPK_FUSED_STAGED=0/1 never / always (where it applies) runs the
+// staged kernel for at most one wave of row blocks (unset: fused_use_staged;
+// a forced MQA_TOPK_FUSED_SPLIT, a probe or a v2 knob turns it off).
 const char* env_str(const char* name) { return std::getenv(name); }
 int env_int(const char* name) {
   const char* v = std::getenv(name);
   return v ? std::atoi(v) : 0;
 }
-// Where the cluster kernel (fused_mqa_topk_cluster.h) runs by default: at most
-// SMs / 2 row blocks (its plan's own limit; measured in issue 12, session 22).
-bool fused_use_cluster(int rows, int num_sms) { return 2 * ((static_cast<long long>(rows) + 7) / 8) <= num_sms; }
+// Where the staged kernel (fused_mqa_topk_staged.h) runs by default: at most
+// SMs / 2 row blocks (two or more pieces per block; issue 12, session 22).
+bool fused_use_staged(int rows, int num_sms) { return 2 * ((static_cast<long long>(rows) + 7) / 8) <= num_sms; }
 }  // namespace
 
 int64_t fused_mqa_topk_workspace_bytes(int64_t topk, int64_t device) {
@@ -94,24 +94,25 @@ void fused_mqa_topk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
   const c10::cuda::CUDAGuard guard(q.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(q.device().index());
   int map_error = 0;
-  // Few row blocks: the cluster kernel, its logits workspace from the caching
-  // allocator on this stream (rows x keys x 4 bytes: 16 MB at 64 x 64K).
+  // Few row blocks: the staged kernel, its workspace (the logits, rows x keys x
+  // 4 bytes: 16 MB at 64 x 64K; the pieces' histograms) from the caching
+  // allocator on this stream.
   {
-    const char* cl = env_str("MQA_TOPK_FUSED_CLUSTER");
+    const char* st = env_str("MQA_TOPK_FUSED_STAGED");
     const char* force_split = env_str("MQA_TOPK_FUSED_SPLIT");
     const char* kern = env_str("MQA_TOPK_FUSED_KERNEL");
     const bool knobs = a.probe != 0 || a.cap != 0 || a.target != 0 || (force_split && *force_split) ||
                        (kern && *kern);
-    const bool want = cl && *cl ? std::atoi(cl) != 0 : !knobs && fused_use_cluster(a.rows, a.num_sms);
-    const int m = want && a.keys > 0 ? fused_cluster_plan(a.rows, a.keys, a.num_sms) : 0;
+    const bool want = st && *st ? std::atoi(st) != 0 : !knobs && fused_use_staged(a.rows, a.num_sms);
+    const int m = want ? fused_staged_pieces(a.rows, a.keys, a.num_sms) : 0;
     if (m > 0) {
-      const at::Tensor logits =
-          at::empty({static_cast<int64_t>(a.rows), fused_cluster_ld(a.keys)}, q.options().dtype(at::kFloat));
+      const at::Tensor ws = at::empty({static_cast<int64_t>(fused_staged_workspace_bytes(a.rows, a.keys, m))},
+                                      q.options().dtype(at::kByte));
       const cudaError_t err =
-          fused_cluster_launch(q.data_ptr(), k.data_ptr(), scales.data_ptr<float>(), weights.data_ptr<float>(),
-                               starts.data_ptr<int>(), ends.data_ptr<int>(), logits.data_ptr<float>(),
-                               output.data_ptr<int>(), a.rows, a.keys, a.topk, m, stream, &map_error,
-                               mqa_topk::range_error_sink(q.device().index()));
+          fused_staged_launch(q.data_ptr(), k.data_ptr(), scales.data_ptr<float>(), weights.data_ptr<float>(),
+                              starts.data_ptr<int>(), ends.data_ptr<int>(), ws.data_ptr(), output.data_ptr<int>(),
+                              a.rows, a.keys, a.topk, m, stream, &map_error,
+                              mqa_topk::range_error_sink(q.device().index()));
       fused_mqa_topk_report(err, map_error);
       return;
     }
@@ -162,11 +163,11 @@ std::vector<mqa_topk::KernelInfo> fused_mqa_topk_kernel_info() {
   using Cfg = mqa_topk::Sm90FusedDefault;
   // (the v3 kernels' attributes from their own translation units: one instantiation each)
   cudaFuncAttributes wa{}, sa{}, la{}, ca{};
-  int whole_smem = 0, split_smem = 0, large_smem = 0, cluster_smem = 0;
+  int whole_smem = 0, split_smem = 0, large_smem = 0, staged_smem = 0;
   const cudaError_t werr = fused_v3_whole_attributes(&wa, &whole_smem);
   const cudaError_t serr = fused_v3_split_attributes(&sa, &split_smem);
   const cudaError_t lerr = fused_v3_split_large_attributes(&la, &large_smem);
-  const cudaError_t cerr = fused_cluster_attributes(&ca, &cluster_smem);
+  const cudaError_t cerr = fused_staged_attributes(&ca, &staged_smem);
   return {mqa_topk::kernel_info("sm90_fused_mqa_topk_v3<rows=8,wg=4,stages=8,check=12,gate,lean-loop,qperm,fast-gate,topk=2048>",
                                 werr, wa, whole_smem),
           mqa_topk::kernel_info("sm90_fused_mqa_topk_v3<rows=8,wg=4,stages=8,check=12,gate,shares=partial-wave>",
@@ -174,8 +175,8 @@ std::vector<mqa_topk::KernelInfo> fused_mqa_topk_kernel_info() {
           mqa_topk::kernel_info(
               "sm90_fused_mqa_topk_v3<rows=8,wg=4,stages=8,check=12,gate,shares=partial-wave,lean-loop,qperm,pipe-tail,topk=2048>",
               lerr, la, large_smem),
-          mqa_topk::kernel_info("sm90_fused_cluster_topk<logits_v2 loop,clusters of 2-16,dsmem radix select>", cerr, ca,
-                                cluster_smem),
+          mqa_topk::kernel_info("sm90_fused_staged_topk<logits_v2 loop,pieces<=16,published histograms,owner rows>",
+                                cerr, ca, staged_smem),
           mqa_topk::kernel_info("sm90_fused_mqa_topk<rows=8,wg=2,stages=7,gate>",
                                 &mqa_topk::sm90_fused_mqa_topk_kernel<Cfg>, Cfg::kSmemBytes)};
 }

@@ -533,18 +533,20 @@ def test_v2_op_switch(dev, monkeypatch):
     assert torch.equal(out.sort(dim=1).values, ref.sort(dim=1).values)
 
 
-# The cluster kernel (issue 12, session 22; sm90_fused_cluster_topk.cuh): at
-# most SMs / 2 row blocks, each on a cluster of m CTAs (16 at <= 8 blocks)
-# that store the block's logits and select its top-k through distributed
-# shared memory. Few rows, rows not a multiple of 8, one row, rows shorter
-# than a CTA's piece or empty (empty pieces), n = k and n = k + 1, ragged
-# requests with unaligned starts, whole-row ties, near ties, relu-saturated
-# and rising scores, all-zero and negative weights, the most keys a piece takes.
-CLUSTER_CASES = [
+# The staged kernel (issue 12, session 22; sm90_fused_staged_topk.cuh; the
+# op's default at most SMs / 2 row blocks): m pieces per row block store the
+# block's logits and publish their histograms, each row's owner CTA selects
+# it. Few rows, rows not a multiple of 8, one row, rows shorter than a piece or
+# empty (empty pieces), n = k and n = k + 1, ragged requests with unaligned
+# starts, whole-row ties (the threshold class too large to stage), near ties,
+# relu-saturated and rising scores, all-zero and negative weights, rows at the
+# owner's limit, one piece per block (1056 rows).
+STAGED_CASES = [
     dict(layout="causal", rows=64, keys=65536, dist="gaussian"),
     dict(layout="causal", rows=1, keys=40000, dist="gaussian"),
     dict(layout="full", rows=5, keys=2049, dist="gaussian"),
     dict(layout="full", rows=13, keys=2048, dist="ties", tie_mode="whole"),
+    dict(layout="full", rows=16, keys=30000, dist="ties", tie_mode="whole"),
     dict(layout="ragged", rows=61, keys=20000, dist="dsa", unaligned_starts=True),
     dict(layout="full", rows=40, keys=3000, dist="short_rows"),
     dict(layout="causal", rows=200, keys=9000, dist="ties"),
@@ -555,38 +557,39 @@ CLUSTER_CASES = [
     dict(layout="full", rows=17, keys=30001, dist="negative_weights"),
     dict(layout="full", rows=8, keys=524000, dist="gaussian"),
     dict(layout="causal", rows=520, keys=12000, dist="gaussian"),
+    dict(layout="ragged", rows=1056, keys=9000, dist="dsa", unaligned_starts=True),
 ]
 
 
-@pytest.mark.parametrize("kw", CLUSTER_CASES, ids=lambda kw: f"{kw['layout']}-{kw['rows']}x{kw['keys']}-{kw['dist']}")
-def test_fused_op_cluster_exact(dev, monkeypatch, kw):
-    """The op's cluster kernel (MQA_TOPK_FUSED_CLUSTER=1) for every topk:
+@pytest.mark.parametrize("kw", STAGED_CASES, ids=lambda kw: f"{kw['layout']}-{kw['rows']}x{kw['keys']}-{kw['dist']}")
+def test_fused_op_staged_exact(dev, monkeypatch, kw):
+    """The op's staged kernel (MQA_TOPK_FUSED_STAGED=1) for every topk:
     exact against the reference, inputs untouched, reruns bitwise equal, and
-    the same sets as the whole-block kernel (MQA_TOPK_FUSED_CLUSTER=0 with
+    the same sets as the whole-block kernel (MQA_TOPK_FUSED_STAGED=0 with
     MQA_TOPK_FUSED_SPLIT=0) and as native dense."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    if 2 * ((kw["rows"] + 7) // 8) > sms:
-        pytest.skip(f"{kw['rows']} rows are more than {sms} / 2 row blocks")
+    if (kw["rows"] + 7) // 8 > sms:
+        pytest.skip(f"{kw['rows']} rows are more than one wave of row blocks on {sms} SMs")
     for topk in TOPKS:
         w = make_workload(device="cuda", seed=31, topk=topk, **kw)
         monkeypatch.delenv("MQA_TOPK_FUSED_SPLIT", raising=False)
-        monkeypatch.setenv("MQA_TOPK_FUSED_CLUSTER", "1")
-        out = check_fused(w, topk, f"cluster kernel {kw} topk={topk}")
-        monkeypatch.setenv("MQA_TOPK_FUSED_CLUSTER", "0")
+        monkeypatch.setenv("MQA_TOPK_FUSED_STAGED", "1")
+        out = check_fused(w, topk, f"staged kernel {kw} topk={topk}")
+        monkeypatch.setenv("MQA_TOPK_FUSED_STAGED", "0")
         monkeypatch.setenv("MQA_TOPK_FUSED_SPLIT", "0")
         whole = run_fused(w, topk, -5)
         assert torch.equal(out.sort(dim=1).values, whole.sort(dim=1).values), (
-            f"{kw} topk={topk}: the cluster kernel's sets differ from the whole-block kernel's")
+            f"{kw} topk={topk}: the staged kernel's sets differ from the whole-block kernel's")
         dense = torch.full_like(out, -9)
         ops.dense_mqa_topk_prefill(w.q, w.k, w.scales, w.weights, w.starts, w.ends, dense)
         assert torch.equal(out.sort(dim=1).values, dense.sort(dim=1).values), (
-            f"{kw} topk={topk}: the cluster kernel's sets differ from native dense")
+            f"{kw} topk={topk}: the staged kernel's sets differ from native dense")
 
 
-def test_fused_op_cluster_batch_invariant(dev, monkeypatch):
+def test_fused_op_staged_batch_invariant(dev, monkeypatch):
     """A row's set does not depend on the rows beside it: sub-batches (other
-    row blocks, other cluster sizes) give the full batch's sets."""
-    monkeypatch.setenv("MQA_TOPK_FUSED_CLUSTER", "1")
+    row blocks, other piece counts) give the full batch's sets."""
+    monkeypatch.setenv("MQA_TOPK_FUSED_STAGED", "1")
     w = make_workload("ragged", rows=120, keys=40000, topk=2048, dist="dsa", seed=32, device="cuda",
                       unaligned_starts=True)
     full = run_fused(w, 2048, -1)

@@ -479,10 +479,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 // Pieces per row block for rows x keys on num_sms SMs (0: the kernel does not
 // apply): m = min(16, num_sms / B) for B = ceil(rows / 8) <= num_sms, rows of at
 // most kMaxRowKeys keys.
-inline int fused_staged_pieces(int rows, int keys, int num_sms) {
+constexpr int fused_staged_pieces(int rows, int keys, int num_sms) {
   const long long nb = (static_cast<long long>(rows) + 7) / 8;
   if (rows <= 0 || keys <= 0 || keys > staged_topk::kMaxRowKeys || nb > num_sms) return 0;
-  return static_cast<int>(std::min<long long>(16, num_sms / nb));
+  return static_cast<int>(num_sms / nb < 16 ? num_sms / nb : 16);
 }
 
 // Workspace bytes beyond the logits: the pieces' histograms and the blocks' counters.
