@@ -26,8 +26,8 @@ bool valid_topk(int64_t t) { return t == 512 || t == 1024 || t == 2048; }
 // of the v3 one (sm90_fused_mqa_topk_v3.cuh, the dense op's main loop; the
 // default since 2026-12-02; MQA_TOPK_FUSED_CAP, a v2 knob, also selects v2),
 // MQA_TOPK_FUSED_STAGED=0/1 never / always (where it applies) runs the
-// staged kernel for at most one wave of row blocks (unset: fused_use_staged;
-// a forced MQA_TOPK_FUSED_SPLIT, a probe or a v2 knob turns it off).
+// staged kernel for at most one wave of row blocks (unset: fused_use_staged);
+// a set MQA_TOPK_FUSED_SPLIT or MQA_TOPK_FUSED_KERNEL, a probe, cap or target knob turns it off.
 const char* env_str(const char* name) { return std::getenv(name); }
 int env_int(const char* name) {
   const char* v = std::getenv(name);
@@ -108,7 +108,7 @@ void fused_mqa_topk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
     const char* kern = env_str("MQA_TOPK_FUSED_KERNEL");
     const bool knobs = a.probe != 0 || a.cap != 0 || a.target != 0 || (force_split && *force_split) ||
                        (kern && *kern);
-    const bool want = st && *st ? std::atoi(st) != 0 : !knobs && fused_use_staged(a.rows, a.num_sms);
+    const bool want = !knobs && (st && *st ? std::atoi(st) != 0 : fused_use_staged(a.rows, a.num_sms));
     const int m = want ? fused_staged_pieces(a.rows, a.keys, a.num_sms) : 0;
     if (m > 0) {
       const at::Tensor ws = at::empty({static_cast<int64_t>(fused_staged_workspace_bytes(a.rows, a.keys, m))},
