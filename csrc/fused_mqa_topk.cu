@@ -34,13 +34,11 @@ int env_int(const char* name) {
   return v ? std::atoi(v) : 0;
 }
 // Where the staged kernel (fused_mqa_topk_staged.h) runs by default: at most
-// SMs / 2 row blocks (two or more pieces per block; issue 12, session 22),
-// once it has passed the GPU tests on the device (kStagedByDefault; until
-// then MQA_TOPK_FUSED_STAGED=1 opts in).
-constexpr bool kStagedByDefault = false;
-bool fused_use_staged(int rows, int num_sms) {
-  return kStagedByDefault && 2 * ((static_cast<long long>(rows) + 7) / 8) <= num_sms;
-}
+// SMs / 4 row blocks (four or more pieces per block; issue 12, session 22,
+// round 2: 64 rows 0.99-1.02x native against the split kernel's 1.45-1.51x,
+// 256 rows 1.15-1.18x against 1.25-1.28x; at 512 rows (two pieces) its
+// owners' passes made it 1.18x, the split kernel 87 is ~1.0x there).
+bool fused_use_staged(int rows, int num_sms) { return 4 * ((static_cast<long long>(rows) + 7) / 8) <= num_sms; }
 }  // namespace
 
 int64_t fused_mqa_topk_workspace_bytes(int64_t topk, int64_t device) {
