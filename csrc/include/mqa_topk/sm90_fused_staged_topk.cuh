@@ -68,18 +68,18 @@ constexpr int kRows = 8;
 constexpr int kMath = 512;             // math threads (four warpgroups): they run the select
 constexpr int kGroup = kMath / kRows;  // threads per row in the piece's histogram pass
 constexpr int kBins = 2048;
-constexpr int kMaxRowKeys = 1 << 19;   // the owner's bitmaps: 64 KB each
-constexpr int kWords = kMaxRowKeys / 32;
-constexpr int kCap = 7168;             // staged (key, index) pairs
-// Shared memory after the tile loops (the K ring and Q buffers are free then).
-// The piece's u32 [8][2048] at 0 until published; then the owner's.
-constexpr int kOffHist = 0;                        // owner: u32 [2048]
-constexpr int kOffBitsA = kBins * 4;               // owner: u32 [kWords] winners
-constexpr int kOffBitsB = kOffBitsA + kWords * 4;  // owner: u32 [kWords] ties at the exact k-th key
-constexpr int kOffStageKey = kOffBitsB + kWords * 4;
-constexpr int kOffStageIdx = kOffStageKey + kCap * 4;
-constexpr int kSmemUsed = kOffStageIdx + kCap * 4;
-static_assert(kSmemUsed <= 196608 && kRows * kBins * 4 <= 196608, "the select's buffers inside the K ring and Q buffers");
+constexpr int kMaxRowKeys = 1 << 19;   // the owner's bitmaps: up to 64 KB each
+constexpr int kWords = kMaxRowKeys / 32 + 1;
+// Shared memory after the tile loops (the K ring and Q buffers are free then):
+// the piece's u32 [8][2048] at 0 until published; then the owner's u32 [2048]
+// histogram, its bitmaps A (winners) and B (ties at the exact k-th key) of
+// nw words each for the row, and the staged (key, index) pairs in the rest.
+constexpr int kOffHist = 0;
+constexpr int kOffBitsA = kBins * 4;
+constexpr int kSmemSelect = 196608;
+constexpr int kMinCap = (kSmemSelect - kOffBitsA - 2 * kWords * 4) / 8 / 4 * 4;  // staged pairs at the longest rows
+static_assert(kMinCap >= 4096 && kRows * kBins * 4 <= kSmemSelect, "the select's buffers inside the K ring and Q buffers");
+constexpr int kSmemUsed = kSmemSelect;
 
 struct Ctl {
   int scan[kMath / 32];
@@ -206,13 +206,16 @@ __device__ __forceinline__ void owner_row(const StagedTopkParams& P, uint8_t* sm
     for (int i = tid; i < topk; i += kMath) orow[i] = i < n ? i : -1;
     return;
   }
+  // Bit j of the bitmaps is key sr0 + j (sr0 = sr rounded down to 4: a float4 group's keys share a word).
+  const int sr0 = sr & ~3;
+  const int nw = (n + (sr - sr0) + 31) >> 5;
+  const int cap = (kSmemSelect - kOffBitsA - 2 * nw * 4) / 8 / 4 * 4;
   uint32_t* hist = reinterpret_cast<uint32_t*>(smem + kOffHist);
   uint32_t* bitsA = reinterpret_cast<uint32_t*>(smem + kOffBitsA);
-  uint32_t* bitsB = reinterpret_cast<uint32_t*>(smem + kOffBitsB);
-  uint32_t* skey = reinterpret_cast<uint32_t*>(smem + kOffStageKey);
-  uint32_t* sidx = reinterpret_cast<uint32_t*>(smem + kOffStageIdx);
+  uint32_t* bitsB = bitsA + nw;
+  uint32_t* skey = bitsB + nw;
+  uint32_t* sidx = skey + cap;
   const float* rowp = p.logits + static_cast<int64_t>(row) * p.ld;
-  const int nw = (n + 31) >> 5;
   // The first digit from the m pieces' histograms (L2): 4 bins per thread.
   uint32_t hv[4] = {0, 0, 0, 0};
   {
@@ -235,42 +238,65 @@ __device__ __forceinline__ void owner_row(const StagedTopkParams& P, uint8_t* sm
   int s = 21;
   uint32_t need = static_cast<uint32_t>(ctl->found[1]);
   uint32_t ccount = static_cast<uint32_t>(ctl->found[2]);
-  const bool stage = ccount <= static_cast<uint32_t>(kCap);
-  // The pass over the row: winners above the class into A (the class too where it is all taken), the class staged.
+  const bool stage = ccount <= static_cast<uint32_t>(cap);
+  // The pass over the row (every thread the same number of rounds, so each
+  // warp reserves its staging slots at once): winners above the class into A
+  // (the class too where it is all taken), the class staged.
   {
     const bool take_class = ccount == need;
-    const uint64_t hiA = (static_cast<uint64_t>(Pc) + 1) << s;
-    for_each_group(rowp, sr, sr + n, tid, kMath, [&](int k, const uint32_t(&u)[4], uint32_t valid) {
-      uint32_t wa = 0, cls_mask = 0;
+    const uint32_t lo_c = Pc << 21;                       // the class: lo_c <= u < lo_c + 2^21
+    const int lane = tid & 31;
+    const float4* p4 = reinterpret_cast<const float4*>(rowp);
+    const int v0 = sr >> 2, v1 = (sr + n + 3) >> 2, e = sr + n;
+    for (int base = v0; base < v1; base += 2 * kMath) {
+      float4 x[2];
 #pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        if (!((valid >> c) & 1)) continue;
-        const bool cls = (u[c] >> s) == Pc;
-        if (static_cast<uint64_t>(u[c]) >= hiA || (cls && take_class))
-          wa |= 1u << c;
-        else if (cls)
-          cls_mask |= 1u << c;
+      for (int i = 0; i < 2; ++i) {
+        const int v = base + i * kMath + tid;
+        x[i] = v < v1 ? __ldcg(p4 + v) : make_float4(0.f, 0.f, 0.f, 0.f);
       }
-      const int lk = k - sr;  // may be negative for the group's first keys (masked); 4-aligned only if sr is
-      if (wa) {
 #pragma unroll
-        for (int c = 0; c < 4; ++c)
-          if ((wa >> c) & 1) atomicOr(bitsA + ((lk + c) >> 5), 1u << ((lk + c) & 31));
-      }
-      if (stage && cls_mask) {  // (the class is a small part of the row: one slot reservation per group)
-        int pos = atomicAdd(&ctl->fill, __popc(cls_mask));
+      for (int i = 0; i < 2; ++i) {
+        const int v = base + i * kMath + tid;
+        const int k = 4 * v;
+        const uint32_t u[4] = {okey(x[i].x), okey(x[i].y), okey(x[i].z), okey(x[i].w)};
+        uint32_t wa = 0, cls_mask = 0;
 #pragma unroll
-        for (int c = 0; c < 4; ++c)
-          if ((cls_mask >> c) & 1) {
-            if (pos < kCap) skey[pos] = u[c], sidx[pos] = static_cast<uint32_t>(lk + c);
-            ++pos;
+        for (int c = 0; c < 4; ++c) {
+          const bool valid = v < v1 && k + c >= sr && k + c < e;
+          const uint32_t d = u[c] - lo_c;  // (wraps below the class: huge)
+          const bool cls = d < (1u << 21);
+          const bool above = !cls && u[c] > lo_c;
+          if (valid && (above || (cls && take_class))) wa |= 1u << c;
+          else if (valid && cls) cls_mask |= 1u << c;
+        }
+        const int lk = k - sr0;
+        if (wa) atomicOr(bitsA + (lk >> 5), wa << (lk & 31));
+        if (stage) {
+          const int cnt = __popc(cls_mask);
+          int incl = cnt;
+#pragma unroll
+          for (int dd = 1; dd < 32; dd <<= 1) {
+            const int t = __shfl_up_sync(0xffffffffu, incl, dd);
+            if (lane >= dd) incl += t;
           }
+          const int total = __shfl_sync(0xffffffffu, incl, 31);
+          int slot = 0;
+          if (lane == 31 && total) slot = atomicAdd(&ctl->fill, total);
+          slot = __shfl_sync(0xffffffffu, slot, 31) + incl - cnt;
+#pragma unroll
+          for (int c = 0; c < 4; ++c)
+            if ((cls_mask >> c) & 1) {
+              if (slot < cap) skey[slot] = u[c], sidx[slot] = static_cast<uint32_t>(lk + c);
+              ++slot;
+            }
+        }
       }
-    });
+    }
     bar_math();
     if (take_class) need = 0;
   }
-  const int staged = stage ? min(ctl->fill, kCap) : 0;
+  const int staged = stage ? min(ctl->fill, cap) : 0;
   // The remaining digits: bits 20..10, then 9..0, on the staged pairs or by filtered passes over the row.
   for (int L = 1; L < 3 && need != 0; ++L) {
     const int bits = L == 1 ? 11 : 10, sh = s - bits;
@@ -318,7 +344,7 @@ __device__ __forceinline__ void owner_row(const StagedTopkParams& P, uint8_t* sm
         for_each_group(rowp, sr, sr + n, tid, kMath, [&](int k, const uint32_t(&u)[4], uint32_t valid) {
 #pragma unroll
           for (int c = 0; c < 4; ++c)
-            if (((valid >> c) & 1) && (u[c] >> 21) == P0) markf(u[c], k + c - sr);
+            if (((valid >> c) & 1) && (u[c] >> 21) == P0) markf(u[c], k + c - sr0);
         });
       }
       if (take_class) need = 0;
@@ -352,14 +378,14 @@ __device__ __forceinline__ void owner_row(const StagedTopkParams& P, uint8_t* sm
     while (x) {
       const int bit = __ffs(x) - 1;
       x &= x - 1;
-      if (pa < topk) orow[pa] = w * 32 + bit;
+      if (pa < topk) orow[pa] = w * 32 + bit + sr0 - sr;
       ++pa;
     }
     uint32_t y = bitsB[w];
     while (y && pb < need_ties) {
       const int bit = __ffs(y) - 1;
       y &= y - 1;
-      if (all_a + pb < topk) orow[all_a + pb] = w * 32 + bit;
+      if (all_a + pb < topk) orow[all_a + pb] = w * 32 + bit + sr0 - sr;
       ++pb;
     }
   }
@@ -384,10 +410,14 @@ __device__ __noinline__ void staged_select(const StagedTopkParams P) {
   const int k0 = t1 > t0 ? min(lo + t0 * 128, p.keys) : 0, k1 = t1 > t0 ? min(lo + t1 * 128, p.keys) : 0;
   bar_math();  // every math warp's tile loop is done: the K ring and Q buffers are free
   mark(P, 1);
-  // 1. The piece's histograms (row r_me by its 64 threads), published.
+  // 1. The piece's histograms. Thread t takes row t mod 8 (a warp's lanes
+  // spread over the 8 rows: 4 lanes of a row per warp, so same-bin atomics
+  // of a warp rarely collide), 64 threads per row striding over float4 groups.
   uint32_t* hist = reinterpret_cast<uint32_t*>(smem + kOffHist);
+  for (int i = tid; i < kRows * kBins; i += kMath) hist[i] = 0;
+  bar_math();
   {
-    const int r_me = tid / kGroup, sub = tid % kGroup;
+    const int r_me = tid & (kRows - 1), sub = tid >> 3;
     const int row = b * kRows + r_me;
     int sr = 0, n = 0;
     if (row < p.rows) {
@@ -395,12 +425,31 @@ __device__ __noinline__ void staged_select(const StagedTopkParams P) {
       n = max(min(__ldg(p.ends + row), p.keys) - sr, 0);
     }
     uint32_t* hrow = hist + r_me * kBins;
-    for (int i = sub; i < kBins; i += kGroup) hrow[i] = 0;
-    asm volatile("bar.sync %0, %1;" ::"r"(1 + r_me), "n"(kGroup) : "memory");
-    if (n > P.topk) {  // (rows of at most topk keys need no histogram)
-      const float* rowp = p.logits + static_cast<int64_t>(row) * p.ld;
-      for_each_group(rowp, max(sr, k0), min(sr + n, k1), sub, kGroup,
-                     [&](int, const uint32_t(&u)[4], uint32_t valid) { hist4(hrow, u, valid, 0u, 32, 21, 2047u); });
+    const int a = max(sr, k0), e = min(sr + n, k1);
+    if (n > P.topk && a < e) {  // (rows of at most topk keys need no histogram)
+      const float4* p4 = reinterpret_cast<const float4*>(p.logits + static_cast<int64_t>(row) * p.ld);
+      const int v0 = a >> 2, v1 = (e + 3) >> 2;
+      auto group = [&](int v, float4 x) {
+        const int k = 4 * v;
+        const uint32_t b0 = okey(x.x) >> 21, b1 = okey(x.y) >> 21, b2 = okey(x.z) >> 21, b3 = okey(x.w) >> 21;
+        if (k >= a && k + 4 <= e && b0 == b1 && b1 == b2 && b2 == b3) {  // (equal bins: one atomic)
+          atomicAdd(hrow + b0, 4u);
+        } else {
+          if (k >= a && k < e) atomicAdd(hrow + b0, 1u);
+          if (k + 1 >= a && k + 1 < e) atomicAdd(hrow + b1, 1u);
+          if (k + 2 >= a && k + 2 < e) atomicAdd(hrow + b2, 1u);
+          if (k + 3 >= a && k + 3 < e) atomicAdd(hrow + b3, 1u);
+        }
+      };
+      int v = v0 + sub;
+      for (; v + 3 * kGroup < v1; v += 4 * kGroup) {
+        float4 x[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) x[i] = __ldcg(p4 + v + i * kGroup);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) group(v + i * kGroup, x[i]);
+      }
+      for (; v < v1; v += kGroup) group(v, __ldcg(p4 + v));
     }
   }
   bar_math();
