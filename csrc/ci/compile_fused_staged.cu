@@ -11,6 +11,11 @@ cudaError_t ci_launch_staged(int rows, int keys) {
                                                  nullptr, nullptr, rows, keys, 2048,
                                                  mqa_topk::fused_staged_pieces(rows, keys, 132), nullptr);
 }
+cudaError_t ci_launch_staged_v2(int rows, int keys) {  // (dev variant 99: kV2)
+  return mqa_topk::launch_sm90_fused_staged_topk<mqa_topk::Sm90LogitsV2Default, true>(
+      nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, nullptr, nullptr, rows, keys, 2048,
+      mqa_topk::fused_staged_pieces(rows, keys, 132), nullptr);
+}
 cudaError_t ci_launch_cluster(int rows, int keys) {
   return mqa_topk::launch_sm90_fused_cluster_topk(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0,
                                                   nullptr, rows, keys, 2048, mqa_topk::fused_cluster_plan(rows, keys, 132),

@@ -68,18 +68,23 @@ constexpr int kRows = 8;
 constexpr int kMath = 512;             // math threads (four warpgroups): they run the select
 constexpr int kGroup = kMath / kRows;  // threads per row in the piece's histogram pass
 constexpr int kBins = 2048;
-constexpr int kMaxRowKeys = 1 << 19;   // the owner's bitmaps: up to 64 KB each
-constexpr int kWords = kMaxRowKeys / 32 + 1;
-// Shared memory after the tile loops (the K ring and Q buffers are free then):
-// the piece's u32 [8][2048] at 0 until published; then the owner's u32 [2048]
-// histogram, its bitmaps A (winners) and B (ties at the exact k-th key) of
-// nw words each for the row, and the staged (key, index) pairs in the rest.
-constexpr int kOffHist = 0;
-constexpr int kOffBitsA = kBins * 4;
+constexpr int kMaxRowKeys = 1 << 19;   // the owner's bitmaps: 64 KB each
+constexpr int kWords = kMaxRowKeys / 32;
+constexpr int kCap = 7168;             // staged (key, index) pairs
+// Shared memory after the tile loops (the K ring and Q buffers are free then).
+// The piece's u32 [8][2048] at 0 until published; then the owner's.
+constexpr int kOffHist = 0;                        // owner: u32 [2048]
+constexpr int kOffBitsA = kBins * 4;               // owner: u32 [kWords] winners
+constexpr int kOffBitsB = kOffBitsA + kWords * 4;  // owner: u32 [kWords] ties at the exact k-th key
+constexpr int kOffStageKey = kOffBitsB + kWords * 4;
+constexpr int kOffStageIdx = kOffStageKey + kCap * 4;
+constexpr int kSmemUsed = kOffStageIdx + kCap * 4;
+static_assert(kSmemUsed <= 196608 && kRows * kBins * 4 <= 196608, "the select's buffers inside the K ring and Q buffers");
+
+// (kV2, dev variant 99, session 22: the owner's staging sized by the row's bitmaps)
 constexpr int kSmemSelect = 196608;
-constexpr int kMinCap = (kSmemSelect - kOffBitsA - 2 * kWords * 4) / 8 / 4 * 4;  // staged pairs at the longest rows
-static_assert(kMinCap >= 4096 && kRows * kBins * 4 <= kSmemSelect, "the select's buffers inside the K ring and Q buffers");
-constexpr int kSmemUsed = kSmemSelect;
+constexpr int kMinCap = (kSmemSelect - kOffBitsA - 2 * (kWords + 1) * 4) / 8 / 4 * 4;  // staged pairs at the longest rows
+static_assert(kMinCap >= 4096, "kV2's staging at the longest rows");
 
 struct Ctl {
   int scan[kMath / 32];
@@ -195,6 +200,181 @@ __device__ __forceinline__ void find_digit(Ctl* ctl, const uint32_t (&hv)[4], in
 
 // The owner's work for row `row` of block b (every math thread of the CTA).
 __device__ __forceinline__ void owner_row(const StagedTopkParams& P, uint8_t* smem, Ctl* ctl, int b, int r) {
+  const Sm90LogitsParams& p = P.lg;
+  const int tid = threadIdx.x;
+  const int row = b * kRows + r;
+  const int topk = P.topk;
+  const int sr = max(__ldg(p.starts + row), 0);
+  const int n = max(min(__ldg(p.ends + row), p.keys) - sr, 0);
+  int* orow = P.out + static_cast<int64_t>(row) * topk;
+  if (n <= topk) {  // every key, then -1
+    for (int i = tid; i < topk; i += kMath) orow[i] = i < n ? i : -1;
+    return;
+  }
+  uint32_t* hist = reinterpret_cast<uint32_t*>(smem + kOffHist);
+  uint32_t* bitsA = reinterpret_cast<uint32_t*>(smem + kOffBitsA);
+  uint32_t* bitsB = reinterpret_cast<uint32_t*>(smem + kOffBitsB);
+  uint32_t* skey = reinterpret_cast<uint32_t*>(smem + kOffStageKey);
+  uint32_t* sidx = reinterpret_cast<uint32_t*>(smem + kOffStageIdx);
+  const float* rowp = p.logits + static_cast<int64_t>(row) * p.ld;
+  const int nw = (n + 31) >> 5;
+  // The first digit from the m pieces' histograms (L2): 4 bins per thread.
+  uint32_t hv[4] = {0, 0, 0, 0};
+  {
+    const uint32_t* hb = P.hist + (static_cast<size_t>(b) * P.m * kRows + r) * kBins + 4 * tid;
+#pragma unroll 4
+    for (int j = 0; j < P.m; ++j) {
+      const uint4 v = __ldcg(reinterpret_cast<const uint4*>(hb + static_cast<size_t>(j) * kRows * kBins));
+      hv[0] += v.x, hv[1] += v.y, hv[2] += v.z, hv[3] += v.w;
+    }
+  }
+  for (int i = tid; i < nw; i += kMath) bitsA[i] = 0, bitsB[i] = 0;
+  if (tid == 0) ctl->fill = 0;
+  find_digit(ctl, hv, 4, static_cast<uint32_t>(topk));
+  if (!ctl->found[3]) {  // (inconsistent histograms: impossible for the kernel's own logits)
+    for (int i = tid; i < topk; i += kMath) orow[i] = -1;
+    bar_math();
+    return;
+  }
+  uint32_t Pc = static_cast<uint32_t>(ctl->found[0]);
+  int s = 21;
+  uint32_t need = static_cast<uint32_t>(ctl->found[1]);
+  uint32_t ccount = static_cast<uint32_t>(ctl->found[2]);
+  const bool stage = ccount <= static_cast<uint32_t>(kCap);
+  // The pass over the row: winners above the class into A (the class too where it is all taken), the class staged.
+  {
+    const bool take_class = ccount == need;
+    const uint64_t hiA = (static_cast<uint64_t>(Pc) + 1) << s;
+    for_each_group(rowp, sr, sr + n, tid, kMath, [&](int k, const uint32_t(&u)[4], uint32_t valid) {
+      uint32_t wa = 0, cls_mask = 0;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        if (!((valid >> c) & 1)) continue;
+        const bool cls = (u[c] >> s) == Pc;
+        if (static_cast<uint64_t>(u[c]) >= hiA || (cls && take_class))
+          wa |= 1u << c;
+        else if (cls)
+          cls_mask |= 1u << c;
+      }
+      const int lk = k - sr;  // may be negative for the group's first keys (masked); 4-aligned only if sr is
+      if (wa) {
+#pragma unroll
+        for (int c = 0; c < 4; ++c)
+          if ((wa >> c) & 1) atomicOr(bitsA + ((lk + c) >> 5), 1u << ((lk + c) & 31));
+      }
+      if (stage && cls_mask) {  // (the class is a small part of the row: one slot reservation per group)
+        int pos = atomicAdd(&ctl->fill, __popc(cls_mask));
+#pragma unroll
+        for (int c = 0; c < 4; ++c)
+          if ((cls_mask >> c) & 1) {
+            if (pos < kCap) skey[pos] = u[c], sidx[pos] = static_cast<uint32_t>(lk + c);
+            ++pos;
+          }
+      }
+    });
+    bar_math();
+    if (take_class) need = 0;
+  }
+  const int staged = stage ? min(ctl->fill, kCap) : 0;
+  // The remaining digits: bits 20..10, then 9..0, on the staged pairs or by filtered passes over the row.
+  for (int L = 1; L < 3 && need != 0; ++L) {
+    const int bits = L == 1 ? 11 : 10, sh = s - bits;
+    const uint32_t mask = (1u << bits) - 1;
+    for (int i = tid; i < kBins; i += kMath) hist[i] = 0;
+    bar_math();
+    if (stage) {
+      for (int i = tid; i < staged; i += kMath) {
+        const uint32_t u = skey[i];
+        if ((u >> s) == Pc) atomicAdd(hist + ((u >> sh) & mask), 1u);
+      }
+    } else {
+      for_each_group(rowp, sr, sr + n, tid, kMath, [&](int, const uint32_t(&u)[4], uint32_t valid) {
+        hist4(hist, u, valid, Pc, s, sh, mask);
+      });
+    }
+    bar_math();
+    const int per = (1 << bits) / kMath;
+    uint32_t hv2[4] = {0, 0, 0, 0};
+    for (int i = 0; i < per; ++i) hv2[i] = hist[tid * per + i];
+    find_digit(ctl, hv2, per, need);
+    if (!ctl->found[3]) {
+      for (int i = tid; i < topk; i += kMath) orow[i] = -1;
+      bar_math();
+      return;
+    }
+    Pc = (Pc << bits) | static_cast<uint32_t>(ctl->found[0]);
+    s = sh;
+    need = static_cast<uint32_t>(ctl->found[1]);
+    ccount = static_cast<uint32_t>(ctl->found[2]);
+    // The final class's marks: members of the first digit's class against (Pc, s).
+    const bool take_class = ccount == need;
+    if (take_class || s == 0) {
+      const uint64_t hiA = (static_cast<uint64_t>(Pc) + 1) << s;
+      const uint32_t P0 = Pc >> (21 - s);
+      auto markf = [&](uint32_t u, int lk) {
+        if (static_cast<uint64_t>(u) >= hiA || (take_class && (u >> s) == Pc))
+          atomicOr(bitsA + (lk >> 5), 1u << (lk & 31));
+        else if ((u >> s) == Pc)
+          atomicOr(bitsB + (lk >> 5), 1u << (lk & 31));
+      };
+      if (stage) {
+        for (int i = tid; i < staged; i += kMath) markf(skey[i], static_cast<int>(sidx[i]));
+      } else {
+        for_each_group(rowp, sr, sr + n, tid, kMath, [&](int k, const uint32_t(&u)[4], uint32_t valid) {
+#pragma unroll
+          for (int c = 0; c < 4; ++c)
+            if (((valid >> c) & 1) && (u[c] >> 21) == P0) markf(u[c], k + c - sr);
+        });
+      }
+      if (take_class) need = 0;
+      bar_math();
+      break;
+    }
+  }
+  // Emission: A (winners) in ascending index order at [0, topk - need), then the first `need` of B (ties).
+  const int per = (nw + kMath - 1) / kMath;
+  const int w0 = min(tid * per, nw), w1 = min(w0 + per, nw);
+  int ca = 0, cb = 0;
+  for (int w = w0; w < w1; ++w) ca += __popc(bitsA[w]), cb += __popc(bitsB[w]);
+  const int lane = tid & 31, warp = tid >> 5;
+  int ia = ca, ib = cb;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const int va = __shfl_up_sync(0xffffffffu, ia, d), vb = __shfl_up_sync(0xffffffffu, ib, d);
+    if (lane >= d) ia += va, ib += vb;
+  }
+  __shared__ int wsum[2][kMath / 32];
+  if (lane == 31) wsum[0][warp] = ia, wsum[1][warp] = ib;
+  bar_math();
+  int pa = ia - ca, pb = ib - cb, all_a = 0;
+  for (int w = 0; w < kMath / 32; ++w) {
+    if (w < warp) pa += wsum[0][w], pb += wsum[1][w];
+    all_a += wsum[0][w];
+  }
+  const int need_ties = static_cast<int>(need);
+  for (int w = w0; w < w1; ++w) {
+    uint32_t x = bitsA[w];
+    while (x) {
+      const int bit = __ffs(x) - 1;
+      x &= x - 1;
+      if (pa < topk) orow[pa] = w * 32 + bit;
+      ++pa;
+    }
+    uint32_t y = bitsB[w];
+    while (y && pb < need_ties) {
+      const int bit = __ffs(y) - 1;
+      y &= y - 1;
+      if (all_a + pb < topk) orow[all_a + pb] = w * 32 + bit;
+      ++pb;
+    }
+  }
+  bar_math();  // (the buffers are reused by the next row)
+}
+
+// The select after the tile loops (every math thread): the piece's histograms,
+// published; then the owned rows. A call boundary, so the tile loop keeps the
+// dense kernel's registers: the block, the piece and the rows are found again here.
+__device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t* smem, Ctl* ctl, int b, int r) {
   const Sm90LogitsParams& p = P.lg;
   const int tid = threadIdx.x;
   const int row = b * kRows + r;
@@ -395,6 +575,7 @@ __device__ __forceinline__ void owner_row(const StagedTopkParams& P, uint8_t* sm
 // The select after the tile loops (every math thread): the piece's histograms,
 // published; then the owned rows. A call boundary, so the tile loop keeps the
 // dense kernel's registers: the block, the piece and the rows are found again here.
+template <bool kV2>
 __device__ __noinline__ void staged_select(const StagedTopkParams P) {
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
@@ -410,10 +591,11 @@ __device__ __noinline__ void staged_select(const StagedTopkParams P) {
   const int k0 = t1 > t0 ? min(lo + t0 * 128, p.keys) : 0, k1 = t1 > t0 ? min(lo + t1 * 128, p.keys) : 0;
   bar_math();  // every math warp's tile loop is done: the K ring and Q buffers are free
   mark(P, 1);
+  uint32_t* hist = reinterpret_cast<uint32_t*>(smem + kOffHist);
+  if constexpr (kV2) {
   // 1. The piece's histograms. Thread t takes row t mod 8 (a warp's lanes
   // spread over the 8 rows: 4 lanes of a row per warp, so same-bin atomics
   // of a warp rarely collide), 64 threads per row striding over float4 groups.
-  uint32_t* hist = reinterpret_cast<uint32_t*>(smem + kOffHist);
   for (int i = tid; i < kRows * kBins; i += kMath) hist[i] = 0;
   bar_math();
   {
@@ -452,6 +634,26 @@ __device__ __noinline__ void staged_select(const StagedTopkParams P) {
       for (; v < v1; v += kGroup) group(v, __ldcg(p4 + v));
     }
   }
+  } else {
+  // 1. The piece's histograms (row r_me by its 64 threads), published.
+  {
+    const int r_me = tid / kGroup, sub = tid % kGroup;
+    const int row = b * kRows + r_me;
+    int sr = 0, n = 0;
+    if (row < p.rows) {
+      sr = max(__ldg(p.starts + row), 0);
+      n = max(min(__ldg(p.ends + row), p.keys) - sr, 0);
+    }
+    uint32_t* hrow = hist + r_me * kBins;
+    for (int i = sub; i < kBins; i += kGroup) hrow[i] = 0;
+    asm volatile("bar.sync %0, %1;" ::"r"(1 + r_me), "n"(kGroup) : "memory");
+    if (n > P.topk) {  // (rows of at most topk keys need no histogram)
+      const float* rowp = p.logits + static_cast<int64_t>(row) * p.ld;
+      for_each_group(rowp, max(sr, k0), min(sr + n, k1), sub, kGroup,
+                     [&](int, const uint32_t(&u)[4], uint32_t valid) { hist4(hrow, u, valid, 0u, 32, 21, 2047u); });
+    }
+  }
+  }
   bar_math();
   mark(P, 2);
   {
@@ -470,7 +672,12 @@ __device__ __noinline__ void staged_select(const StagedTopkParams P) {
   }
   bar_math();
   mark(P, 4);
-  for (int r = rank; r < kRows && b * kRows + r < p.rows; r += m) owner_row(P, smem, ctl, b, r);
+  for (int r = rank; r < kRows && b * kRows + r < p.rows; r += m) {
+    if constexpr (kV2)
+      owner_row_v2(P, smem, ctl, b, r);
+    else
+      owner_row(P, smem, ctl, b, r);
+  }
   mark(P, 5);
 }
 
@@ -479,7 +686,7 @@ __device__ __noinline__ void staged_select(const StagedTopkParams P) {
 // The kernel: grid = B m CTAs (B = ceil(rows / 8), m = P.m); CTA b m + j takes
 // piece j of row block b. Cfg: the dense logits configuration whose tile loop
 // it runs (kLean2: the op's).
-template <class Cfg>
+template <class Cfg, bool kV2 = false>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     sm90_fused_staged_topk_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                                   const __grid_constant__ CUtensorMap tm_scales,
@@ -522,7 +729,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   }
   ptx::setmaxnreg_inc<Cfg::kMathRegs>();
   if (t1 > t0) logits_v2_lean2_math<Cfg>(p, smem, full, empty, q_full, q_empty, wg, lean2_slot);
-  staged_topk::staged_select(P);
+  staged_topk::staged_select<kV2>(P);
 }
 
 // Pieces per row block for rows x keys on num_sms SMs (0: the kernel does not
@@ -546,7 +753,7 @@ inline size_t fused_staged_aux_bytes(int rows, int m) {
 // are zeroed here by a memset on the stream); out [rows, topk] int32; m from
 // fused_staged_pieces. cudaErrorInvalidValue for a bad m or a tensor map that
 // cannot be encoded (*map_error as the logits launcher's).
-template <class Cfg = Sm90LogitsV2Default>
+template <class Cfg = Sm90LogitsV2Default, bool kV2 = false>
 inline cudaError_t launch_sm90_fused_staged_topk(const void* q, const void* k, const float* scales,
                                                  const float* weights, const int* starts, const int* ends,
                                                  float* logits, int64_t ld, void* aux, int* out, int rows, int keys,
@@ -569,7 +776,7 @@ inline cudaError_t launch_sm90_fused_staged_topk(const void* q, const void* k, c
       return cudaErrorInvalidValue;
     }
   }
-  auto kernel = &sm90_fused_staged_topk_kernel<Cfg>;
+  auto kernel = &sm90_fused_staged_topk_kernel<Cfg, kV2>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;
   const int nb = (rows + 7) / 8;
