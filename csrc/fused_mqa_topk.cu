@@ -27,7 +27,9 @@ bool valid_topk(int64_t t) { return t == 512 || t == 1024 || t == 2048; }
 // default since 2026-12-02; MQA_TOPK_FUSED_CAP, a v2 knob, also selects v2),
 // MQA_TOPK_FUSED_STAGED=0/1 never / always (where it applies) runs the
 // staged kernel for at most one wave of row blocks (unset: fused_use_staged);
-// a set MQA_TOPK_FUSED_SPLIT or MQA_TOPK_FUSED_KERNEL, a probe, cap or target knob turns it off.
+// a set MQA_TOPK_FUSED_SPLIT or MQA_TOPK_FUSED_KERNEL, a probe, cap or target knob turns it off;
+// MQA_TOPK_FUSED_STAGED_VARIANT=97/99/101 picks the staged kernel's variant
+// (fused_mqa_topk_staged.h; unset: kFusedStagedVariant).
 const char* env_str(const char* name) { return std::getenv(name); }
 int env_int(const char* name) {
   const char* v = std::getenv(name);
@@ -111,11 +113,15 @@ void fused_mqa_topk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
     if (m > 0) {
       const at::Tensor ws = at::empty({static_cast<int64_t>(fused_staged_workspace_bytes(a.rows, a.keys, m))},
                                       q.options().dtype(at::kByte));
+      const char* sv = env_str("MQA_TOPK_FUSED_STAGED_VARIANT");
+      const int variant = sv && *sv ? std::atoi(sv) : kFusedStagedVariant;
+      TORCH_CHECK(variant == 97 || variant == 99 || variant == 101,
+                  "MQA_TOPK_FUSED_STAGED_VARIANT: must be 97, 99 or 101, got ", sv);
       const cudaError_t err =
           fused_staged_launch(q.data_ptr(), k.data_ptr(), scales.data_ptr<float>(), weights.data_ptr<float>(),
                               starts.data_ptr<int>(), ends.data_ptr<int>(), ws.data_ptr(), output.data_ptr<int>(),
                               a.rows, a.keys, a.topk, m, stream, &map_error,
-                              mqa_topk::range_error_sink(q.device().index()));
+                              mqa_topk::range_error_sink(q.device().index()), variant);
       fused_mqa_topk_report(err, map_error);
       return;
     }

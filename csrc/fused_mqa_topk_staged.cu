@@ -4,6 +4,8 @@
 
 #include "mqa_topk/sm90_fused_staged_topk.cuh"
 
+#include <type_traits>
+
 namespace {
 size_t logits_bytes(int rows, int keys) {
   return (static_cast<size_t>(rows) * static_cast<size_t>(fused_staged_ld(keys)) * 4 + 255) / 256 * 256;
@@ -19,11 +21,20 @@ size_t fused_staged_workspace_bytes(int rows, int keys, int m) {
 cudaError_t fused_staged_launch(const void* q, const void* k, const float* scales, const float* weights,
                                 const int* starts, const int* ends, void* workspace, int* out, int rows, int keys,
                                 int topk, int m, cudaStream_t stream, int* map_error,
-                                mqa_topk::RangeErrorSink range_err) {
+                                mqa_topk::RangeErrorSink range_err, int variant) {
   float* logits = static_cast<float*>(workspace);
   void* aux = static_cast<uint8_t*>(workspace) + logits_bytes(rows, keys);
-  return mqa_topk::launch_sm90_fused_staged_topk(q, k, scales, weights, starts, ends, logits, fused_staged_ld(keys),
-                                                 aux, out, rows, keys, topk, m, stream, map_error, range_err);
+  auto go = [&](auto mode) {
+    return mqa_topk::launch_sm90_fused_staged_topk<mqa_topk::Sm90LogitsV2Default, decltype(mode)::value>(
+        q, k, scales, weights, starts, ends, logits, fused_staged_ld(keys), aux, out, rows, keys, topk, m, stream,
+        map_error, range_err);
+  };
+  switch (variant) {
+    case 97: return go(std::integral_constant<int, 0>{});
+    case 99: return go(std::integral_constant<int, 1>{});
+    case 101: return go(std::integral_constant<int, 3>{});
+    default: return cudaErrorInvalidValue;
+  }
 }
 
 cudaError_t fused_staged_attributes(cudaFuncAttributes* attr, int* dynamic_smem) {

@@ -23,11 +23,16 @@ size_t fused_staged_workspace_bytes(int rows, int keys, int m);
 
 // Launches it: q, k, scales, weights, starts, ends, out as the fused op;
 // workspace: fused_staged_workspace_bytes(rows, keys, m) bytes, 256-byte
-// aligned (contents overwritten); m from fused_staged_pieces.
+// aligned (contents overwritten); m from fused_staged_pieces. variant: the
+// op's kFusedStagedVariant, or a development one (docs/FUSED.md; 97: the
+// session 22 kernel, 99: the owner's warp-aggregated staging, 101: 99 with
+// the first digit's histograms from the tile loops); cudaErrorInvalidValue
+// for any other.
+constexpr int kFusedStagedVariant = 97;
 cudaError_t fused_staged_launch(const void* q, const void* k, const float* scales, const float* weights,
                                 const int* starts, const int* ends, void* workspace, int* out, int rows, int keys,
                                 int topk, int m, cudaStream_t stream, int* map_error,
-                                mqa_topk::RangeErrorSink range_err);
+                                mqa_topk::RangeErrorSink range_err, int variant = kFusedStagedVariant);
 
 // Its kernel's attributes and dynamic shared memory (for `mqa-topk build`'s table).
 cudaError_t fused_staged_attributes(cudaFuncAttributes* attr, int* dynamic_smem);

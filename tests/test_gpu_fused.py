@@ -534,7 +534,9 @@ def test_v2_op_switch(dev, monkeypatch):
 
 
 # The staged kernel (issue 12, session 22; sm90_fused_staged_topk.cuh; the
-# op's default at most SMs / 2 row blocks): m pieces per row block store the
+# op's default at most SMs / 4 row blocks) and its development variants
+# (MQA_TOPK_FUSED_STAGED_VARIANT; 99: the owner's warp-aggregated staging,
+# 101: 99 with the first digit's histograms from the tile loops): m pieces per row block store the
 # block's logits and publish their histograms, each row's owner CTA selects
 # it. Few rows, rows not a multiple of 8, one row, rows shorter than a piece or
 # empty (empty pieces), n = k and n = k + 1, ragged requests with unaligned
@@ -561,15 +563,20 @@ STAGED_CASES = [
 ]
 
 
+STAGED_VARIANTS = (97, 99, 101)
+
+
+@pytest.mark.parametrize("variant", STAGED_VARIANTS)
 @pytest.mark.parametrize("kw", STAGED_CASES, ids=lambda kw: f"{kw['layout']}-{kw['rows']}x{kw['keys']}-{kw['dist']}")
-def test_fused_op_staged_exact(dev, monkeypatch, kw):
-    """The op's staged kernel (MQA_TOPK_FUSED_STAGED=1) for every topk:
-    exact against the reference, inputs untouched, reruns bitwise equal, and
-    the same sets as the whole-block kernel (MQA_TOPK_FUSED_STAGED=0 with
-    MQA_TOPK_FUSED_SPLIT=0) and as native dense."""
+def test_fused_op_staged_exact(dev, monkeypatch, kw, variant):
+    """The op's staged kernel (MQA_TOPK_FUSED_STAGED=1) and its variants for
+    every topk: exact against the reference, inputs untouched, reruns bitwise
+    equal, and the same sets as the whole-block kernel
+    (MQA_TOPK_FUSED_STAGED=0 with MQA_TOPK_FUSED_SPLIT=0) and as native dense."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     if (kw["rows"] + 7) // 8 > sms:
         pytest.skip(f"{kw['rows']} rows are more than one wave of row blocks on {sms} SMs")
+    monkeypatch.setenv("MQA_TOPK_FUSED_STAGED_VARIANT", str(variant))
     for topk in TOPKS:
         w = make_workload(device="cuda", seed=31, topk=topk, **kw)
         monkeypatch.delenv("MQA_TOPK_FUSED_SPLIT", raising=False)
@@ -586,10 +593,12 @@ def test_fused_op_staged_exact(dev, monkeypatch, kw):
             f"{kw} topk={topk}: the staged kernel's sets differ from native dense")
 
 
-def test_fused_op_staged_batch_invariant(dev, monkeypatch):
+@pytest.mark.parametrize("variant", STAGED_VARIANTS)
+def test_fused_op_staged_batch_invariant(dev, monkeypatch, variant):
     """A row's set does not depend on the rows beside it: sub-batches (other
     row blocks, other piece counts) give the full batch's sets."""
     monkeypatch.setenv("MQA_TOPK_FUSED_STAGED", "1")
+    monkeypatch.setenv("MQA_TOPK_FUSED_STAGED_VARIANT", str(variant))
     w = make_workload("ragged", rows=120, keys=40000, topk=2048, dist="dsa", seed=32, device="cuda",
                       unaligned_starts=True)
     full = run_fused(w, 2048, -1)
@@ -598,3 +607,14 @@ def test_fused_op_staged_batch_invariant(dev, monkeypatch):
         ops.fused_mqa_topk_prefill(w.q[a:b], w.k, w.scales, w.weights[a:b], w.starts[a:b].clone(),
                                    w.ends[a:b].clone(), out)
         assert torch.equal(out.sort(dim=1).values, full[a:b].sort(dim=1).values), (a, b)
+
+
+def test_fused_op_staged_variant_knob_checked(dev, monkeypatch):
+    """A staged variant the op does not have is a clear error naming the knob,
+    not a silent fallback."""
+    monkeypatch.setenv("MQA_TOPK_FUSED_STAGED", "1")
+    monkeypatch.setenv("MQA_TOPK_FUSED_STAGED_VARIANT", "98")
+    w = make_workload("causal", rows=16, keys=4096, topk=512, seed=33, device="cuda")
+    out = torch.full((16, 512), -4, dtype=torch.int32, device="cuda")
+    with pytest.raises(RuntimeError, match="MQA_TOPK_FUSED_STAGED_VARIANT"):
+        ops.fused_mqa_topk_prefill(w.q, w.k, w.scales, w.weights, w.starts, w.ends, out)

@@ -1,6 +1,6 @@
 // Torch-free translation unit: instantiates the fused staged kernel
-// (sm90_fused_staged_topk.cuh; the op's path for at most SMs / 2 row blocks
-// since session 22) and the cluster kernel (sm90_fused_cluster_topk.cuh, dev
+// (sm90_fused_staged_topk.cuh; the op's path for at most SMs / 4 row blocks
+// since session 22; its dev variants 99 and 101) and the cluster kernel (sm90_fused_cluster_topk.cuh, dev
 // variant 95) through their host launchers, so CI catches a kernel that does
 // not compile for sm_90a. Nothing is launched.
 #include "mqa_topk/sm90_fused_cluster_topk.cuh"
@@ -11,11 +11,21 @@ cudaError_t ci_launch_staged(int rows, int keys) {
                                                  nullptr, nullptr, rows, keys, 2048,
                                                  mqa_topk::fused_staged_pieces(rows, keys, 132), nullptr);
 }
-cudaError_t ci_launch_staged_v2(int rows, int keys) {  // (dev variant 99: kV2)
-  return mqa_topk::launch_sm90_fused_staged_topk<mqa_topk::Sm90LogitsV2Default, true>(
+cudaError_t ci_launch_staged_v2(int rows, int keys) {  // (dev variant 99: kMode 1)
+  return mqa_topk::launch_sm90_fused_staged_topk<mqa_topk::Sm90LogitsV2Default, 1>(
       nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, nullptr, nullptr, rows, keys, 2048,
       mqa_topk::fused_staged_pieces(rows, keys, 132), nullptr);
 }
+cudaError_t ci_launch_staged_epi(int rows, int keys) {  // (dev variant 101: kMode 3, the epilogue's histograms)
+  return mqa_topk::launch_sm90_fused_staged_topk<mqa_topk::Sm90LogitsV2Default, 3>(
+      nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, nullptr, nullptr, rows, keys, 2048,
+      mqa_topk::fused_staged_pieces(rows, keys, 132), nullptr);
+}
+// The epilogue's histograms fill the second Q buffer exactly; -inf's bin.
+static_assert(mqa_topk::staged_topk::kRows * mqa_topk::staged_topk::kEpiBins * 4 ==
+                  mqa_topk::Sm90LogitsV2Default::kQTileBytes &&
+                  mqa_topk::staged_topk::kEpiPadBin == 2,
+              "the epilogue histograms' layout");
 cudaError_t ci_launch_cluster(int rows, int keys) {
   return mqa_topk::launch_sm90_fused_cluster_topk(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0,
                                                   nullptr, rows, keys, 2048, mqa_topk::fused_cluster_plan(rows, keys, 132),

@@ -164,7 +164,7 @@ cudaError_t launch_dense_logits(const Dev& d, cudaStream_t st = 0) {
 // Variants 91 / 92 (kSplitHist bit 1024): whether their launch is a cluster
 // launch here (fused_v3_cluster_plan), printed before they run.
 void report_cluster_plan(int variant, const Work& w, int grid) {
-  if (variant >= 97 && variant <= 100) {
+  if (variant >= 97 && variant <= 102) {
     const int sms = grid > 0 ? std::min(grid, g_sms) : g_sms;
     const int m = fused_staged_pieces(w.rows, w.keys, sms);
     std::printf("  (v%d: %d row blocks x %d pieces = %d CTAs)\n", variant, (w.rows + 7) / 8, m, m * ((w.rows + 7) / 8));
@@ -231,19 +231,21 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
     return launch_sm90_fused_mqa_topk_v3<decltype(cfg)>(d.q, d.k, d.scales, d.weights, d.starts, d.ends, d.out, d.ws,
                                                          w.rows, w.keys, w.topk, sms, st, &me, probe, {}, target);
   };
-  if (variant >= 97 && variant <= 100) {  // session 22: the staged kernel (sm90_fused_staged_topk.cuh): the logits
+  if (variant >= 97 && variant <= 102) {  // session 22: the staged kernel (sm90_fused_staged_topk.cuh): the logits
     // buffer its logits workspace, d.ws its histograms and counters; 98: with thread 0's timeline marks;
-    // 99 / 100: 97 / 98 with kV2 (the owner's pass reworked, the piece histograms' rows over a warp's lanes)
+    // 99 / 100: 97 / 98 with kV2 (the owner's pass reworked, the piece histograms' rows over a warp's lanes);
+    // session 23: 101 / 102: 99 / 100 with the first digit's histograms from the tile loops' epilogue (kMode 3)
     const int m = fused_staged_pieces(w.rows, w.keys, sms);
     if (m == 0 || fused_staged_aux_bytes(w.rows, m) > d.ws_bytes) return cudaErrorInvalidConfiguration;
-    uint32_t* marks = variant == 98 || variant == 100 ? reinterpret_cast<uint32_t*>(d.out + size_t(w.rows) * w.topk)
-                                                      : nullptr;
-    if (variant >= 99)
-      return launch_sm90_fused_staged_topk<Sm90LogitsV2Default, true>(d.q, d.k, d.scales, d.weights, d.starts, d.ends,
-                                                                      d.logits, d.ld, d.ws, d.out, w.rows, w.keys,
-                                                                      w.topk, m, st, &me, {}, marks);
-    return launch_sm90_fused_staged_topk(d.q, d.k, d.scales, d.weights, d.starts, d.ends, d.logits, d.ld, d.ws, d.out,
-                                         w.rows, w.keys, w.topk, m, st, &me, {}, marks);
+    uint32_t* marks = variant % 2 == 0 ? reinterpret_cast<uint32_t*>(d.out + size_t(w.rows) * w.topk) : nullptr;
+    auto go = [&](auto mode) {
+      return launch_sm90_fused_staged_topk<Sm90LogitsV2Default, decltype(mode)::value>(
+          d.q, d.k, d.scales, d.weights, d.starts, d.ends, d.logits, d.ld, d.ws, d.out, w.rows, w.keys, w.topk, m, st,
+          &me, {}, marks);
+    };
+    if (variant >= 101) return go(std::integral_constant<int, 3>{});
+    if (variant >= 99) return go(std::integral_constant<int, 1>{});
+    return go(std::integral_constant<int, 0>{});
   }
   if (variant == 95 || variant == 96) {  // session 22: the cluster kernel (sm90_fused_cluster_topk.cuh), the logits
     // buffer its workspace; 96: with thread 0's timeline marks after the output (`timeline`)
@@ -758,7 +760,7 @@ int cmd_timeline(int argc, char** argv) {
                                     "digit 2 barrier", "digit 2 owners", "marks + staging", "counts",
                                     "counts barrier", "written", "kernel start"};
   for (int v : vars) {
-    if (v == 96 || v == 98 || v == 100) {
+    if (v == 96 || v == 98 || v == 100 || v == 102) {
       const int m = v == 96 ? fused_cluster_plan(w.rows, w.keys, ctas) : fused_staged_pieces(w.rows, w.keys, ctas);
       const int n = m * ((w.rows + 7) / 8);
       static const char* names98[16] = {"", "loops done", "piece hist", "published", "owner's wait done",
@@ -767,7 +769,7 @@ int cmd_timeline(int argc, char** argv) {
       for (int rep = 0; rep < 2; ++rep) {
         CK(cudaMemset(d.out, 0, (size_t(w.rows) * w.topk + size_t(std::max(n, 1)) * 16) * 4));
         CK(launch_fused(v, d, grid, 0, 0));
-        sync_or_report("fused 96 / 98");
+        sync_or_report("fused 96 / 98 / 100 / 102");
       }
       std::vector<uint32_t> h(size_t(std::max(n, 1)) * 16);
       CK(cudaMemcpy(h.data(), d.out + size_t(w.rows) * w.topk, h.size() * 4, cudaMemcpyDeviceToHost));

@@ -669,11 +669,24 @@ __device__ __forceinline__ void mbar_arrive_elect(uint64_t* bar) {
 // shuffle from lane 0 tells the compiler it is uniform (uniform registers).
 __device__ __forceinline__ int lds_uniform(const volatile int* a) { return __shfl_sync(0xffffffffu, *a, 0); }
 
+// A tile epilogue's extra use of each lane's two logits (none: the dense
+// kernel). row(rr) is called once per block with this lane's row of the block;
+// its result, once per tile after the logits are formed, with their key
+// relative to the row's clamped start (d; the second key is d + 8) and the
+// row's clamped length (keys with d < len are the row's).
+struct LogitsEpiNone {
+  struct Row {
+    __device__ __forceinline__ void operator()(int, uint32_t, float, float) {}
+  };
+  __device__ __forceinline__ Row row(int) const { return {}; }
+};
+
 // kLean2's math warpgroups: per block (from the slot) a tight tile loop.
-template <class Cfg>
+// Epi: see LogitsEpiNone (the fused staged kernel's histograms).
+template <class Cfg, class Epi = LogitsEpiNone>
 __device__ __forceinline__ void logits_v2_lean2_math(const Sm90LogitsParams& p, uint8_t* smem, uint64_t* full,
                                                      uint64_t* empty, uint64_t* q_full, uint64_t* q_empty, int wg,
-                                                     const int (*slot)[Cfg::kSlotInts]) {
+                                                     const int (*slot)[Cfg::kSlotInts], const Epi& epi = Epi{}) {
   constexpr int S = Cfg::kNumStages;
   constexpr uint32_t kDescHi = (1024u >> 4) | (1u << 30);  // stride byte offset 1024 B; 128-byte swizzle
   const int tid = threadIdx.x;
@@ -700,6 +713,7 @@ __device__ __forceinline__ void logits_v2_lean2_math(const Sm90LogitsParams& p, 
     const int rs = sl[8 + rr];
     uint32_t len = static_cast<uint32_t>(sl[16 + rr]);
     const int row = b * 8 + rr;
+    auto ep = epi.row(rr);
     // Keys relative to the row's (clamped) start: d = key - rs. Stores only
     // where key < keys (limd = keys - rs), none for rows past the last.
     int limd = row < p.rows ? p.keys - rs : INT_MIN;
@@ -753,6 +767,7 @@ __device__ __forceinline__ void logits_v2_lean2_math(const Sm90LogitsParams& p, 
                      "@p0 st.global.f32 [%5], %0;\n@p1 st.global.f32 [%5+32], %1;\n}"
                      ::"f"(v0), "f"(v1), "r"(d), "r"(d + 8), "r"(limd), "l"(o)
                      : "memory");
+        ep(d, len, v0, v1);
         mbar_arrive_elect(empty + st);
         if (++st == S) {
           st = 0;

@@ -39,6 +39,13 @@
 // depend on the other rows of the launch. Output as every top-k path: indices
 // relative to the row's start, min(topk, n) of them, the rest -1.
 //
+// Variants (kMode, dev; MQA_TOPK_FUSED_STAGED_VARIANT in the op): bit 0
+// (variant 99) the owner's pass with warp-aggregated staging slots and its
+// staging sized by the row's bitmaps, the piece histograms' rows spread over
+// a warp's lanes; bits 0 and 1 (variant 101) the first digit's histograms
+// (10 bits) formed by the tile loops' epilogue in the unused second Q buffer
+// (EpiHist), so step 1's pass over the piece's logits goes away.
+//
 // Limits (fused_staged_pieces): at most SMs row blocks (one wave; every CTA of
 // a block must be resident at once, as for the split kernels: one CTA per SM
 // and grid <= SMs); rows of at most kMaxRowKeys keys (the owner's bitmaps).
@@ -98,6 +105,35 @@ __device__ __forceinline__ uint32_t okey(float x) {
   const uint32_t msk = 0u - (u >> 31);
   return ((u ^ msk) - msk) ^ (~msk & 0x80000000u);
 }
+// (kMode bit 1, dev variant 101, session 23) The first digit's histograms
+// formed in the tile loops' epilogue: every math lane adds its two logits of
+// each tile to its row's u32 [kEpiBins] in shared memory (the second Q buffer:
+// a CTA of this kernel takes one row block, so the tile loop uses only the
+// first). 10 bits (sign, exponent, one mantissa bit) so 8 rows of u32
+// counters fit the buffer's 32 KB: no counter can wrap, whatever the piece's
+// length. The select then skips its pass over the piece's logits.
+constexpr int kEpiBits = 10;
+constexpr int kEpiBins = 1 << kEpiBits;
+struct EpiHist {
+  uint32_t base;  // shared address of u32 [kRows][kEpiBins]
+  struct Row {
+    uint32_t h;  // this lane's row's histogram
+    // Every logit of the tile is counted, the row's keys and the others (-inf
+    // from the tile loop: bin kEpiPadBin), with no branch; staged_select
+    // takes the others back out of kEpiPadBin (epi_hist_unpad).
+    __device__ __forceinline__ void operator()(int, uint32_t, float v0, float v1) {
+      asm volatile("mov.b32 %0, %0;" : "+r"(h));  // (held across the tile loop, not rematerialized)
+      asm volatile("red.shared.add.u32 [%0], 1;\n\tred.shared.add.u32 [%1], 1;" ::"r"(
+                       h + ((okey(v0) >> (32 - kEpiBits)) << 2)),
+                   "r"(h + ((okey(v1) >> (32 - kEpiBits)) << 2))
+                   : "memory");
+    }
+  };
+  __device__ __forceinline__ Row row(int rr) const { return Row{base + static_cast<uint32_t>(rr) * (kEpiBins * 4)}; }
+};
+// The bin of the tile loop's -inf (a logit outside the row).
+constexpr uint32_t kEpiPadBin = 0x00800000u >> (32 - kEpiBits);
+
 __device__ __forceinline__ void bar_math() { asm volatile("bar.sync 15, 512;" ::: "memory"); }
 __device__ __forceinline__ void mark(const StagedTopkParams& P, int id) {
   if (P.marks != nullptr && threadIdx.x == 0) {
@@ -374,7 +410,12 @@ __device__ __forceinline__ void owner_row(const StagedTopkParams& P, uint8_t* sm
 // The select after the tile loops (every math thread): the piece's histograms,
 // published; then the owned rows. A call boundary, so the tile loop keeps the
 // dense kernel's registers: the block, the piece and the rows are found again here.
+template <int kS0>
 __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t* smem, Ctl* ctl, int b, int r) {
+  // The first digit: bits 31..kS0 (11 bits from the select's own pass, 10
+  // from the tile loops' epilogue histograms), in 2^(32 - kS0) bins.
+  static_assert(kS0 == 21 || kS0 == 22, "first digits of 11 or 10 bits");
+  constexpr int kBins1 = 1 << (32 - kS0), kPer1 = kBins1 / kMath;
   const Sm90LogitsParams& p = P.lg;
   const int tid = threadIdx.x;
   const int row = b * kRows + r;
@@ -399,23 +440,29 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
   // The first digit from the m pieces' histograms (L2): 4 bins per thread.
   uint32_t hv[4] = {0, 0, 0, 0};
   {
-    const uint32_t* hb = P.hist + (static_cast<size_t>(b) * P.m * kRows + r) * kBins + 4 * tid;
+    const uint32_t* hb = P.hist + (static_cast<size_t>(b) * P.m * kRows + r) * kBins1 + kPer1 * tid;
 #pragma unroll 4
     for (int j = 0; j < P.m; ++j) {
-      const uint4 v = __ldcg(reinterpret_cast<const uint4*>(hb + static_cast<size_t>(j) * kRows * kBins));
-      hv[0] += v.x, hv[1] += v.y, hv[2] += v.z, hv[3] += v.w;
+      const uint32_t* hj = hb + static_cast<size_t>(j) * kRows * kBins1;
+      if constexpr (kPer1 == 4) {
+        const uint4 v = __ldcg(reinterpret_cast<const uint4*>(hj));
+        hv[0] += v.x, hv[1] += v.y, hv[2] += v.z, hv[3] += v.w;
+      } else {
+        const uint2 v = __ldcg(reinterpret_cast<const uint2*>(hj));
+        hv[0] += v.x, hv[1] += v.y;
+      }
     }
   }
   for (int i = tid; i < nw; i += kMath) bitsA[i] = 0, bitsB[i] = 0;
   if (tid == 0) ctl->fill = 0;
-  find_digit(ctl, hv, 4, static_cast<uint32_t>(topk));
+  find_digit(ctl, hv, kPer1, static_cast<uint32_t>(topk));
   if (!ctl->found[3]) {  // (inconsistent histograms: impossible for the kernel's own logits)
     for (int i = tid; i < topk; i += kMath) orow[i] = -1;
     bar_math();
     return;
   }
   uint32_t Pc = static_cast<uint32_t>(ctl->found[0]);
-  int s = 21;
+  int s = kS0;
   uint32_t need = static_cast<uint32_t>(ctl->found[1]);
   uint32_t ccount = static_cast<uint32_t>(ctl->found[2]);
   const bool stage = ccount <= static_cast<uint32_t>(cap);
@@ -424,7 +471,7 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
   // (the class too where it is all taken), the class staged.
   {
     const bool take_class = ccount == need;
-    const uint32_t lo_c = Pc << 21;                       // the class: lo_c <= u < lo_c + 2^21
+    const uint32_t lo_c = Pc << kS0;  // the class: lo_c <= u < lo_c + 2^kS0
     const int lane = tid & 31;
     const float4* p4 = reinterpret_cast<const float4*>(rowp);
     const int v0 = sr >> 2, v1 = (sr + n + 3) >> 2, e = sr + n;
@@ -445,7 +492,7 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
         for (int c = 0; c < 4; ++c) {
           const bool valid = v < v1 && k + c >= sr && k + c < e;
           const uint32_t d = u[c] - lo_c;  // (wraps below the class: huge)
-          const bool cls = d < (1u << 21);
+          const bool cls = d < (1u << kS0);
           const bool above = !cls && u[c] > lo_c;
           if (valid && (above || (cls && take_class))) wa |= 1u << c;
           else if (valid && cls) cls_mask |= 1u << c;
@@ -477,9 +524,10 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
     if (take_class) need = 0;
   }
   const int staged = stage ? min(ctl->fill, cap) : 0;
-  // The remaining digits: bits 20..10, then 9..0, on the staged pairs or by filtered passes over the row.
+  // The remaining digits: bits kS0 - 1 .. kS0 - 11, then the rest (10 or 11
+  // bits), on the staged pairs or by filtered passes over the row.
   for (int L = 1; L < 3 && need != 0; ++L) {
-    const int bits = L == 1 ? 11 : 10, sh = s - bits;
+    const int bits = L == 1 ? 11 : kS0 - 11, sh = s - bits;
     const uint32_t mask = (1u << bits) - 1;
     for (int i = tid; i < kBins; i += kMath) hist[i] = 0;
     bar_math();
@@ -511,7 +559,7 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
     const bool take_class = ccount == need;
     if (take_class || s == 0) {
       const uint64_t hiA = (static_cast<uint64_t>(Pc) + 1) << s;
-      const uint32_t P0 = Pc >> (21 - s);
+      const uint32_t P0 = Pc >> (kS0 - s);
       auto markf = [&](uint32_t u, int lk) {
         if (static_cast<uint64_t>(u) >= hiA || (take_class && (u >> s) == Pc))
           atomicOr(bitsA + (lk >> 5), 1u << (lk & 31));
@@ -524,7 +572,7 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
         for_each_group(rowp, sr, sr + n, tid, kMath, [&](int k, const uint32_t(&u)[4], uint32_t valid) {
 #pragma unroll
           for (int c = 0; c < 4; ++c)
-            if (((valid >> c) & 1) && (u[c] >> 21) == P0) markf(u[c], k + c - sr0);
+            if (((valid >> c) & 1) && (u[c] >> kS0) == P0) markf(u[c], k + c - sr0);
         });
       }
       if (take_class) need = 0;
@@ -575,8 +623,13 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
 // The select after the tile loops (every math thread): the piece's histograms,
 // published; then the owned rows. A call boundary, so the tile loop keeps the
 // dense kernel's registers: the block, the piece and the rows are found again here.
-template <bool kV2>
+// kMode: bit 0 the owner's warp-aggregated staging (owner_row_v2, dev
+// variant 99), bit 1 (with bit 0) the first digit's histograms from the tile
+// loops' epilogue (EpiHist at shared offset kEpiOff, dev variant 101).
+template <int kMode, int kEpiOff>
 __device__ __noinline__ void staged_select(const StagedTopkParams P) {
+  constexpr bool kV2 = (kMode & 1) != 0, kEpi = (kMode & 2) != 0;
+  static_assert(!kEpi || kV2, "the epilogue's 10-bit first digit needs owner_row_v2");
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
   __shared__ Ctl ctl_s;
@@ -592,7 +645,19 @@ __device__ __noinline__ void staged_select(const StagedTopkParams P) {
   bar_math();  // every math warp's tile loop is done: the K ring and Q buffers are free
   mark(P, 1);
   uint32_t* hist = reinterpret_cast<uint32_t*>(smem + kOffHist);
-  if constexpr (kV2) {
+  constexpr int kPubBins = kEpi ? kEpiBins : kBins;  // the published histograms' bins per row
+  if constexpr (kEpi) {
+    // 1. The piece's histograms are the tile loops' (shared memory at kEpiOff,
+    // all 8 rows), less the logits outside each row (128 per row and tile,
+    // all -inf: kEpiPadBin).
+    hist = reinterpret_cast<uint32_t*>(smem + kEpiOff);
+    if (tid < kRows && t1 > t0) {
+      const long long a = max(static_cast<long long>(s_l), lo + static_cast<long long>(t0) * 128);
+      const long long e = min(static_cast<long long>(s_l) + len_l, lo + static_cast<long long>(t1) * 128);
+      const long long pad = static_cast<long long>(t1 - t0) * 128 - max(e - a, 0ll);
+      hist[tid * kEpiBins + kEpiPadBin] -= static_cast<uint32_t>(pad);
+    }
+  } else if constexpr (kV2) {
   // 1. The piece's histograms. Thread t takes row t mod 8 (a warp's lanes
   // spread over the 8 rows: 4 lanes of a row per warp, so same-bin atomics
   // of a warp rarely collide), 64 threads per row striding over float4 groups.
@@ -657,9 +722,9 @@ __device__ __noinline__ void staged_select(const StagedTopkParams P) {
   bar_math();
   mark(P, 2);
   {
-    uint4* dst = reinterpret_cast<uint4*>(P.hist + static_cast<size_t>(blockIdx.x) * kRows * kBins);
+    uint4* dst = reinterpret_cast<uint4*>(P.hist + static_cast<size_t>(blockIdx.x) * kRows * kPubBins);
     const uint4* src = reinterpret_cast<const uint4*>(hist);
-    for (int i = tid; i < kRows * kBins / 4; i += kMath) __stcg(dst + i, src[i]);
+    for (int i = tid; i < kRows * kPubBins / 4; i += kMath) __stcg(dst + i, src[i]);
   }
   __threadfence();
   bar_math();
@@ -674,7 +739,7 @@ __device__ __noinline__ void staged_select(const StagedTopkParams P) {
   mark(P, 4);
   for (int r = rank; r < kRows && b * kRows + r < p.rows; r += m) {
     if constexpr (kV2)
-      owner_row_v2(P, smem, ctl, b, r);
+      owner_row_v2<kEpi ? 32 - kEpiBits : 21>(P, smem, ctl, b, r);
     else
       owner_row(P, smem, ctl, b, r);
   }
@@ -686,7 +751,7 @@ __device__ __noinline__ void staged_select(const StagedTopkParams P) {
 // The kernel: grid = B m CTAs (B = ceil(rows / 8), m = P.m); CTA b m + j takes
 // piece j of row block b. Cfg: the dense logits configuration whose tile loop
 // it runs (kLean2: the op's).
-template <class Cfg, bool kV2 = false>
+template <class Cfg, int kMode = 0>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     sm90_fused_staged_topk_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                                   const __grid_constant__ CUtensorMap tm_scales,
@@ -728,8 +793,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     return;
   }
   ptx::setmaxnreg_inc<Cfg::kMathRegs>();
-  if (t1 > t0) logits_v2_lean2_math<Cfg>(p, smem, full, empty, q_full, q_empty, wg, lean2_slot);
-  staged_topk::staged_select<kV2>(P);
+  if constexpr ((kMode & 2) != 0) {  // the first digit's histograms from the tile loops (the second Q buffer)
+    constexpr int kEpiOff = Cfg::kOffQ + Cfg::kQTileBytes;
+    static_assert(staged_topk::kRows * staged_topk::kEpiBins * 4 <= Cfg::kQTileBytes, "the histograms in a Q buffer");
+    uint4* h = reinterpret_cast<uint4*>(smem + kEpiOff);
+    for (int i = tid; i < staged_topk::kRows * staged_topk::kEpiBins / 4; i += Cfg::kMathThreads)
+      h[i] = make_uint4(0u, 0u, 0u, 0u);
+    staged_topk::bar_math();
+    if (t1 > t0)
+      logits_v2_lean2_math<Cfg>(p, smem, full, empty, q_full, q_empty, wg, lean2_slot,
+                                staged_topk::EpiHist{ptx::smem_addr(smem + kEpiOff)});
+    staged_topk::staged_select<kMode, kEpiOff>(P);
+  } else {
+    if (t1 > t0) logits_v2_lean2_math<Cfg>(p, smem, full, empty, q_full, q_empty, wg, lean2_slot);
+    staged_topk::staged_select<kMode, 0>(P);
+  }
 }
 
 // Pieces per row block for rows x keys on num_sms SMs (0: the kernel does not
@@ -753,7 +831,7 @@ inline size_t fused_staged_aux_bytes(int rows, int m) {
 // are zeroed here by a memset on the stream); out [rows, topk] int32; m from
 // fused_staged_pieces. cudaErrorInvalidValue for a bad m or a tensor map that
 // cannot be encoded (*map_error as the logits launcher's).
-template <class Cfg = Sm90LogitsV2Default, bool kV2 = false>
+template <class Cfg = Sm90LogitsV2Default, int kMode = 0>
 inline cudaError_t launch_sm90_fused_staged_topk(const void* q, const void* k, const float* scales,
                                                  const float* weights, const int* starts, const int* ends,
                                                  float* logits, int64_t ld, void* aux, int* out, int rows, int keys,
@@ -776,7 +854,7 @@ inline cudaError_t launch_sm90_fused_staged_topk(const void* q, const void* k, c
       return cudaErrorInvalidValue;
     }
   }
-  auto kernel = &sm90_fused_staged_topk_kernel<Cfg, kV2>;
+  auto kernel = &sm90_fused_staged_topk_kernel<Cfg, kMode>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;
   const int nb = (rows + 7) / 8;
