@@ -14,8 +14,13 @@ size_t logits_bytes(int rows, int keys) {
 
 int fused_staged_pieces(int rows, int keys, int num_sms) { return mqa_topk::fused_staged_pieces(rows, keys, num_sms); }
 
-size_t fused_staged_workspace_bytes(int rows, int keys, int m) {
-  return logits_bytes(rows, keys) + mqa_topk::fused_staged_aux_bytes(rows, m);
+int fused_staged_grid_param(int variant, int rows, int keys, int num_sms) {
+  if (variant == 103) return rows > 0 && keys > 0 && keys <= mqa_topk::staged_topk::kMaxRowKeys ? num_sms : 0;
+  return mqa_topk::fused_staged_pieces(rows, keys, num_sms);
+}
+
+size_t fused_staged_workspace_bytes(int rows, int keys, int m, int variant) {
+  return logits_bytes(rows, keys) + mqa_topk::fused_staged_aux_bytes(rows, variant == 103 ? 1 : m);
 }
 
 cudaError_t fused_staged_launch(const void* q, const void* k, const float* scales, const float* weights,
@@ -33,6 +38,7 @@ cudaError_t fused_staged_launch(const void* q, const void* k, const float* scale
     case 97: return go(std::integral_constant<int, 0>{});
     case 99: return go(std::integral_constant<int, 1>{});
     case 101: return go(std::integral_constant<int, 3>{});
+    case 103: return go(std::integral_constant<int, 7>{});
     default: return cudaErrorInvalidValue;
   }
 }

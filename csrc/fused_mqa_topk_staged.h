@@ -15,19 +15,23 @@
 // Pieces per row block for rows x keys on num_sms SMs (0: the kernel does not
 // apply: more row blocks than SMs, or rows longer than its owner's bitmaps).
 int fused_staged_pieces(int rows, int keys, int num_sms);
+// The launch's m for a variant (fused_staged_launch): the pieces per row
+// block, or for variant 103 (shares: any number of row blocks) the grid,
+// num_sms; 0 where the variant does not apply.
+int fused_staged_grid_param(int variant, int rows, int keys, int num_sms);
 
 // Workspace bytes: the logits [rows, fused_staged_ld(keys)] fp32, then the
 // pieces' histograms and the blocks' counters (256-byte aligned parts).
 inline int64_t fused_staged_ld(int keys) { return (static_cast<int64_t>(keys) + 3) / 4 * 4; }
-size_t fused_staged_workspace_bytes(int rows, int keys, int m);
+size_t fused_staged_workspace_bytes(int rows, int keys, int m, int variant);
 
 // Launches it: q, k, scales, weights, starts, ends, out as the fused op;
-// workspace: fused_staged_workspace_bytes(rows, keys, m) bytes, 256-byte
-// aligned (contents overwritten); m from fused_staged_pieces. variant: the
+// workspace: fused_staged_workspace_bytes(rows, keys, m, variant) bytes, 256-byte
+// aligned (contents overwritten); m from fused_staged_grid_param. variant: the
 // op's kFusedStagedVariant, or a development one (docs/FUSED.md; 97: the
 // session 22 kernel, 99: the owner's warp-aggregated staging, 101: 99 with
-// the first digit's histograms from the tile loops); cudaErrorInvalidValue
-// for any other.
+// the first digit's histograms from the tile loops, 103: 101 on shares of
+// every SM); cudaErrorInvalidValue for any other.
 constexpr int kFusedStagedVariant = 97;
 cudaError_t fused_staged_launch(const void* q, const void* k, const float* scales, const float* weights,
                                 const int* starts, const int* ends, void* workspace, int* out, int rows, int keys,

@@ -70,14 +70,15 @@ if hasattr(ops._native(), "fused_mqa_topk"):
     del os.environ["MQA_TOPK_FUSED_SPLIT"]
     # The staged kernel (issue 12, session 22): 16 / 4 / 2 / 1 pieces per block, random and causal
     # ranges, one row, rows of n <= topk, all-equal logits (the class too large to stage).
-    # Its development variants too (99: the owner's warp-aggregated staging, 101: the epilogue's histograms).
+    # Its development variants too (99: the owner's warp-aggregated staging, 101: the epilogue's histograms,
+    # 103: shares of every SM, also past one wave of row blocks).
     os.environ["MQA_TOPK_FUSED_STAGED"] = "1"
-    for variant in ("97", "99", "101"):
+    for variant in ("97", "99", "101", "103"):
         os.environ["MQA_TOPK_FUSED_STAGED_VARIANT"] = variant
         for rows, keys, layout, topk in ((67, 1000, "causal", 512), (37, 3001, "random", 2048),
                                          (1, 5000, "causal", 1024), (64, 20000, "causal", 2048),
                                          (256, 9000, "random", 512), (520, 3000, "causal", 1024),
-                                         (1056, 2100, "random", 2048)):
+                                         (1056, 2100, "random", 2048), (1100, 2100, "random", 512)):
             q, k, scales, w, starts, ends = make(rows, keys, 18, layout)
             out = torch.empty((rows, topk), dtype=torch.int32, device="cuda")
             ops.fused_mqa_topk_prefill(q, k, scales, w, starts, ends, out)

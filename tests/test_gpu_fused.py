@@ -536,7 +536,8 @@ def test_v2_op_switch(dev, monkeypatch):
 # The staged kernel (issue 12, session 22; sm90_fused_staged_topk.cuh; the
 # op's default at most SMs / 4 row blocks) and its development variants
 # (MQA_TOPK_FUSED_STAGED_VARIANT; 99: the owner's warp-aggregated staging,
-# 101: 99 with the first digit's histograms from the tile loops): m pieces per row block store the
+# 101: 99 with the first digit's histograms from the tile loops, 103: 101 on
+# shares of every SM, any number of row blocks): m pieces per row block store the
 # block's logits and publish their histograms, each row's owner CTA selects
 # it. Few rows, rows not a multiple of 8, one row, rows shorter than a piece or
 # empty (empty pieces), n = k and n = k + 1, ragged requests with unaligned
@@ -560,10 +561,13 @@ STAGED_CASES = [
     dict(layout="full", rows=8, keys=524000, dist="gaussian"),
     dict(layout="causal", rows=520, keys=12000, dist="gaussian"),
     dict(layout="ragged", rows=1056, keys=9000, dist="dsa", unaligned_starts=True),
+    # (more than one wave of row blocks: variant 103, shares, alone)
+    dict(layout="causal", rows=1100, keys=12000, dist="gaussian"),
+    dict(layout="ragged", rows=2000, keys=6000, dist="short_rows", unaligned_starts=True),
 ]
 
 
-STAGED_VARIANTS = (97, 99, 101)
+STAGED_VARIANTS = (97, 99, 101, 103)
 
 
 @pytest.mark.parametrize("variant", STAGED_VARIANTS)
@@ -574,7 +578,7 @@ def test_fused_op_staged_exact(dev, monkeypatch, kw, variant):
     equal, and the same sets as the whole-block kernel
     (MQA_TOPK_FUSED_STAGED=0 with MQA_TOPK_FUSED_SPLIT=0) and as native dense."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    if (kw["rows"] + 7) // 8 > sms:
+    if (kw["rows"] + 7) // 8 > sms and variant != 103:
         pytest.skip(f"{kw['rows']} rows are more than one wave of row blocks on {sms} SMs")
     monkeypatch.setenv("MQA_TOPK_FUSED_STAGED_VARIANT", str(variant))
     for topk in TOPKS:

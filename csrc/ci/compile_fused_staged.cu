@@ -21,6 +21,16 @@ cudaError_t ci_launch_staged_epi(int rows, int keys) {  // (dev variant 101: kMo
       nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, nullptr, nullptr, rows, keys, 2048,
       mqa_topk::fused_staged_pieces(rows, keys, 132), nullptr);
 }
+cudaError_t ci_launch_staged_shares(int rows, int keys) {  // (dev variant 103: kMode 7, shares of every SM)
+  return mqa_topk::launch_sm90_fused_staged_topk<mqa_topk::Sm90LogitsV2Default, 7>(
+      nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, nullptr, nullptr, rows, keys, 2048, 132,
+      nullptr);
+}
+static_assert(mqa_topk::staged_smem_bytes<mqa_topk::Sm90LogitsV2Default, 7>() <= 227 * 1024 &&
+                  mqa_topk::staged_share_hist_offset<mqa_topk::Sm90LogitsV2Default>() >=
+                      mqa_topk::Sm90LogitsV2Default::kOffBars + mqa_topk::Sm90LogitsV2Default::kNumBars * 8 &&
+                  mqa_topk::staged_topk::kSharePadBin == 1,
+              "the shares' histograms past the tile loop's shared memory");
 // The epilogue's histograms fill the second Q buffer exactly; -inf's bin.
 static_assert(mqa_topk::staged_topk::kRows * mqa_topk::staged_topk::kEpiBins * 4 ==
                   mqa_topk::Sm90LogitsV2Default::kQTileBytes &&

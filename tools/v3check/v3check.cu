@@ -141,7 +141,8 @@ Dev upload_work(const Work& w) {
                          fused_workspace_bytes<Sm90FusedSplitAlign>(w.topk, sms),
                          fused_v3_workspace_bytes<Sm90FusedV3Shares>(w.topk, sms),
                          fused_v3_workspace_bytes<Sm90FusedV3SharesWhole>(w.topk, sms),
-                         fused_v3_workspace_bytes<Sm90FusedV3SplitHist>(w.topk, sms)});
+                         fused_v3_workspace_bytes<Sm90FusedV3SplitHist>(w.topk, sms),
+                         fused_staged_aux_bytes(w.rows, std::max(1, fused_staged_pieces(w.rows, w.keys, sms)))});
   CK(cudaMalloc(&d.ws, d.ws_bytes));
   return d;
 }
@@ -164,6 +165,11 @@ cudaError_t launch_dense_logits(const Dev& d, cudaStream_t st = 0) {
 // Variants 91 / 92 (kSplitHist bit 1024): whether their launch is a cluster
 // launch here (fused_v3_cluster_plan), printed before they run.
 void report_cluster_plan(int variant, const Work& w, int grid) {
+  if (variant >= 103 && variant <= 104) {
+    const int sms = grid > 0 ? std::min(grid, g_sms) : g_sms;
+    std::printf("  (v%d: %d row blocks on shares of %d CTAs)\n", variant, (w.rows + 7) / 8, sms);
+    return;
+  }
   if (variant >= 97 && variant <= 102) {
     const int sms = grid > 0 ? std::min(grid, g_sms) : g_sms;
     const int m = fused_staged_pieces(w.rows, w.keys, sms);
@@ -231,6 +237,13 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
     return launch_sm90_fused_mqa_topk_v3<decltype(cfg)>(d.q, d.k, d.scales, d.weights, d.starts, d.ends, d.out, d.ws,
                                                          w.rows, w.keys, w.topk, sms, st, &me, probe, {}, target);
   };
+  if (variant >= 103 && variant <= 104) {  // session 23: the staged kernel on shares of every SM (kMode 7); 104: marks
+    if (fused_staged_aux_bytes(w.rows, 1) > d.ws_bytes) return cudaErrorInvalidConfiguration;
+    uint32_t* marks = variant == 104 ? reinterpret_cast<uint32_t*>(d.out + size_t(w.rows) * w.topk) : nullptr;
+    return launch_sm90_fused_staged_topk<Sm90LogitsV2Default, 7>(d.q, d.k, d.scales, d.weights, d.starts, d.ends,
+                                                                 d.logits, d.ld, d.ws, d.out, w.rows, w.keys, w.topk,
+                                                                 sms, st, &me, {}, marks);
+  }
   if (variant >= 97 && variant <= 102) {  // session 22: the staged kernel (sm90_fused_staged_topk.cuh): the logits
     // buffer its logits workspace, d.ws its histograms and counters; 98: with thread 0's timeline marks;
     // 99 / 100: 97 / 98 with kV2 (the owner's pass reworked, the piece histograms' rows over a warp's lanes);
@@ -760,16 +773,16 @@ int cmd_timeline(int argc, char** argv) {
                                     "digit 2 barrier", "digit 2 owners", "marks + staging", "counts",
                                     "counts barrier", "written", "kernel start"};
   for (int v : vars) {
-    if (v == 96 || v == 98 || v == 100 || v == 102) {
+    if (v == 96 || v == 98 || v == 100 || v == 102 || v == 104) {
       const int m = v == 96 ? fused_cluster_plan(w.rows, w.keys, ctas) : fused_staged_pieces(w.rows, w.keys, ctas);
-      const int n = m * ((w.rows + 7) / 8);
+      const int n = v == 104 ? ctas : m * ((w.rows + 7) / 8);
       static const char* names98[16] = {"", "loops done", "piece hist", "published", "owner's wait done",
                                         "owner done", "", "", "", "", "", "", "", "", "", "kernel start"};
       const char* const* nm = v == 96 ? names96 : names98;
       for (int rep = 0; rep < 2; ++rep) {
         CK(cudaMemset(d.out, 0, (size_t(w.rows) * w.topk + size_t(std::max(n, 1)) * 16) * 4));
         CK(launch_fused(v, d, grid, 0, 0));
-        sync_or_report("fused 96 / 98 / 100 / 102");
+        sync_or_report("fused 96 / 98 / 100 / 102 / 104");
       }
       std::vector<uint32_t> h(size_t(std::max(n, 1)) * 16);
       CK(cudaMemcpy(h.data(), d.out + size_t(w.rows) * w.topk, h.size() * 4, cudaMemcpyDeviceToHost));

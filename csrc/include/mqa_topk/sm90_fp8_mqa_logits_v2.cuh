@@ -673,10 +673,15 @@ __device__ __forceinline__ int lds_uniform(const volatile int* a) { return __shf
 // kernel). row(rr) is called once per block with this lane's row of the block;
 // its result, once per tile after the logits are formed, with their key
 // relative to the row's clamped start (d; the second key is d + 8) and the
-// row's clamped length (keys with d < len are the row's).
+// row's clamped length (keys with d < len are the row's), and once after the
+// block's last tile by every math thread: block_end(b, lo, t0, t1, slot), the
+// block, its first key and the tiles [t0, t1) just done, the block's slot
+// (its rows' clamped starts at [8, 16), lengths at [16, 24); valid until the
+// Q buffer's release, which follows).
 struct LogitsEpiNone {
   struct Row {
     __device__ __forceinline__ void operator()(int, uint32_t, float, float) {}
+    __device__ __forceinline__ void block_end(int, int, int, int, const volatile int*) {}
   };
   __device__ __forceinline__ Row row(int) const { return {}; }
 };
@@ -784,6 +789,7 @@ __device__ __forceinline__ void logits_v2_lean2_math(const Sm90LogitsParams& p, 
     } else {
       tiles(std::integral_constant<bool, Cfg::kQPerm>{});
     }
+    ep.block_end(b, lo, t0, t1, sl);
     mbar_arrive_elect(q_empty + qb);  // the block's last MMA has read its Q buffer
     if (last) break;
   }

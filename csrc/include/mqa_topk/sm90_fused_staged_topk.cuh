@@ -128,11 +128,78 @@ struct EpiHist {
                    "r"(h + ((okey(v1) >> (32 - kEpiBits)) << 2))
                    : "memory");
     }
+    __device__ __forceinline__ void block_end(int, int, int, int, const volatile int*) {}
   };
-  __device__ __forceinline__ Row row(int rr) const { return Row{base + static_cast<uint32_t>(rr) * (kEpiBins * 4)}; }
+  __device__ __forceinline__ Row row(int rr) const {
+    uint32_t h;  // (an opaque value: held in a register, never recomputed inside the tile loop)
+    asm volatile("mov.b32 %0, %1;" : "=r"(h) : "r"(base + static_cast<uint32_t>(rr) * (kEpiBins * 4)));
+    return Row{h};
+  }
 };
 // The bin of the tile loop's -inf (a logit outside the row).
 constexpr uint32_t kEpiPadBin = 0x00800000u >> (32 - kEpiBits);
+__device__ __forceinline__ void bar_math();
+__device__ __forceinline__ void red_release_add(uint32_t* p, uint32_t v);
+
+// (kMode bit 2, dev variant 103, session 23) Shares: the grid is every SM and
+// each CTA computes the dense kernel's share of the call's tiles (any number
+// of row blocks, a share may span several), so the select no longer needs a
+// wave of whole blocks. The first digit's histograms (9 bits: u32 [8][512],
+// 16 KB past the tile loop's shared memory; both Q buffers are in use) are
+// formed by the epilogue as in EpiHist and flushed at each block's end into
+// the block's global histograms (red.add of the non-zero bins; integer sums,
+// so the order of the pieces does not matter), whose counter then gains the
+// tiles done (one release); the block is complete when it holds the block's
+// tile count. Rows are then owned in contiguous runs of rows / grid.
+constexpr int kShareBits = 9;
+constexpr int kShareBins = 1 << kShareBits;
+constexpr int kShareHistBytes = kRows * kShareBins * 4;
+constexpr uint32_t kSharePadBin = 0x00800000u >> (32 - kShareBits);
+struct EpiShares {
+  uint32_t* hs;        // shared u32 [kRows][kShareBins]
+  const volatile uint32_t* rowbase;  // shared: the rows' histograms' shared addresses (hs + r kShareBins)
+  uint32_t* ghist;     // global u32 [B][kRows][kShareBins] (zero before the launch)
+  uint32_t* counters;  // global u32 [B] tiles done (zero before the launch)
+  struct Row {
+    uint32_t h;  // shared address of this lane's row's histogram
+    uint32_t* hs;
+    uint32_t* ghist;
+    uint32_t* counters;
+    __device__ __forceinline__ void operator()(int, uint32_t, float v0, float v1) {
+      asm volatile("mov.b32 %0, %0;" : "+r"(h));  // (held across the tile loop, not rematerialized)
+      asm volatile("red.shared.add.u32 [%0], 1;\n\tred.shared.add.u32 [%1], 1;" ::"r"(
+                       h + ((okey(v0) >> (32 - kShareBits)) << 2)),
+                   "r"(h + ((okey(v1) >> (32 - kShareBits)) << 2))
+                   : "memory");
+    }
+    // Every math thread: after the block's tiles [t0, t1) (keys from lo + 128 t0), the piece's
+    // histograms less the -inf of keys outside the rows go to the block's, then the counter.
+    __device__ __forceinline__ void block_end(int b, int lo, int t0, int t1, const volatile int* sl) {
+      const int tid = threadIdx.x;
+      bar_math();  // every math warp's adds of the block are done
+      uint32_t* g = ghist + static_cast<size_t>(b) * (kRows * kShareBins);
+      for (int i = tid; i < kRows * kShareBins; i += kMath) {
+        const uint32_t raw = hs[i];
+        uint32_t v = raw;
+        if ((i & (kShareBins - 1)) == kSharePadBin) {  // (thread kSharePadBin, every row)
+          const int r = i >> kShareBits;
+          const long long rs = sl[8 + r], re = rs + sl[16 + r];
+          const long long a = max(rs, lo + static_cast<long long>(t0) * 128);
+          const long long e = min(re, lo + static_cast<long long>(t1) * 128);
+          v -= static_cast<uint32_t>(static_cast<long long>(t1 - t0) * 128 - max(e - a, 0ll));
+        }
+        if (v) atomicAdd(g + i, v);
+        if (raw) hs[i] = 0;
+      }
+      __threadfence();
+      bar_math();  // (also: no add of the next block before every bin is flushed and cleared)
+      if (tid == 0) red_release_add(counters + b, static_cast<uint32_t>(t1 - t0));
+    }
+  };
+  // (h is loaded from shared memory, not computed: ptxas then holds it across
+  // the tile loop instead of recomputing it from the thread index every tile)
+  __device__ __forceinline__ Row row(int rr) const { return Row{rowbase[rr], hs, ghist, counters}; }
+};
 
 __device__ __forceinline__ void bar_math() { asm volatile("bar.sync 15, 512;" ::: "memory"); }
 __device__ __forceinline__ void mark(const StagedTopkParams& P, int id) {
@@ -413,8 +480,9 @@ __device__ __forceinline__ void owner_row(const StagedTopkParams& P, uint8_t* sm
 template <int kS0>
 __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t* smem, Ctl* ctl, int b, int r) {
   // The first digit: bits 31..kS0 (11 bits from the select's own pass, 10
-  // from the tile loops' epilogue histograms), in 2^(32 - kS0) bins.
-  static_assert(kS0 == 21 || kS0 == 22, "first digits of 11 or 10 bits");
+  // from the tile loops' epilogue histograms, 9 from the shares' epilogue), in
+  // 2^(32 - kS0) bins; the rest in digits of at most 11 bits.
+  static_assert(kS0 == 21 || kS0 == 22 || kS0 == 23, "first digits of 11, 10 or 9 bits");
   constexpr int kBins1 = 1 << (32 - kS0), kPer1 = kBins1 / kMath;
   const Sm90LogitsParams& p = P.lg;
   const int tid = threadIdx.x;
@@ -447,9 +515,11 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
       if constexpr (kPer1 == 4) {
         const uint4 v = __ldcg(reinterpret_cast<const uint4*>(hj));
         hv[0] += v.x, hv[1] += v.y, hv[2] += v.z, hv[3] += v.w;
-      } else {
+      } else if constexpr (kPer1 == 2) {
         const uint2 v = __ldcg(reinterpret_cast<const uint2*>(hj));
         hv[0] += v.x, hv[1] += v.y;
+      } else {
+        hv[0] += __ldcg(hj);
       }
     }
   }
@@ -524,10 +594,10 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
     if (take_class) need = 0;
   }
   const int staged = stage ? min(ctl->fill, cap) : 0;
-  // The remaining digits: bits kS0 - 1 .. kS0 - 11, then the rest (10 or 11
-  // bits), on the staged pairs or by filtered passes over the row.
-  for (int L = 1; L < 3 && need != 0; ++L) {
-    const int bits = L == 1 ? 11 : kS0 - 11, sh = s - bits;
+  // The remaining digits: bits s - 1 .. s - 11 while s > 11, then the rest,
+  // on the staged pairs or by filtered passes over the row.
+  for (int L = 1; L < 4 && need != 0; ++L) {
+    const int bits = min(s, 11), sh = s - bits;
     const uint32_t mask = (1u << bits) - 1;
     for (int i = tid; i < kBins; i += kMath) hist[i] = 0;
     bar_math();
@@ -542,7 +612,7 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
       });
     }
     bar_math();
-    const int per = (1 << bits) / kMath;
+    const int per = max((1 << bits) / kMath, 1);  // (fewer bins than threads: the rest read zeros)
     uint32_t hv2[4] = {0, 0, 0, 0};
     for (int i = 0; i < per; ++i) hv2[i] = hist[tid * per + i];
     find_digit(ctl, hv2, per, need);
@@ -746,11 +816,50 @@ __device__ __noinline__ void staged_select(const StagedTopkParams P) {
   mark(P, 5);
 }
 
+// The select of the shares (kMode bit 2, after the tile loops; every math
+// thread): rows [rows c / G, rows (c + 1) / G) of CTA c of G, each once its
+// block's counter holds the block's tile count. A call boundary, as staged_select.
+template <int kMode>
+__device__ __noinline__ void shares_select(const StagedTopkParams P) {
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
+  __shared__ Ctl ctl_sh;
+  const Sm90LogitsParams& p = P.lg;
+  const int tid = threadIdx.x, lane = tid & 31;
+  bar_math();  // every math warp's tile loop is done: the K ring and Q buffers are free
+  mark(P, 1);
+  const long long c = blockIdx.x, g = gridDim.x;
+  const int r0 = static_cast<int>(p.rows * c / g), r1 = static_cast<int>(p.rows * (c + 1) / g);
+  for (int row = r0; row < r1; ++row) {
+    const int b = row / kRows;
+    if (tid < 32) {  // warp 0: the block's tile count; lane 0 waits for it
+      int lo = 0, s_l = 0, len_l = 0;
+      const int nt = lean2_block_span(p, b, lane, lo, s_l, len_l);
+      if (lane == 0)
+        while (ld_acquire(P.counters + b) < static_cast<uint32_t>(nt)) __nanosleep(64);
+      __syncwarp();
+    }
+    bar_math();
+    if (row == r0) mark(P, 4);
+    owner_row_v2<32 - kShareBits>(P, smem, &ctl_sh, b, row - b * kRows);
+  }
+  mark(P, 5);
+}
+
 }  // namespace staged_topk
 
 // The kernel: grid = B m CTAs (B = ceil(rows / 8), m = P.m); CTA b m + j takes
 // piece j of row block b. Cfg: the dense logits configuration whose tile loop
 // it runs (kLean2: the op's).
+// The shares' histograms past the tile loop's shared memory, and the kernel's dynamic shared memory.
+template <class Cfg>
+__host__ __device__ constexpr int staged_share_hist_offset() { return (Cfg::kSmemBytes - 1024 + 127) / 128 * 128; }
+template <class Cfg, int kMode>
+__host__ __device__ constexpr int staged_smem_bytes() {
+  return (kMode & 4) != 0 ? staged_share_hist_offset<Cfg>() + staged_topk::kShareHistBytes + 1024 : Cfg::kSmemBytes;
+}
+
+// kMode bit 2 (shares): grid G <= SMs CTAs, CTA c the dense kernel's share c of G of the call's tiles.
 template <class Cfg, int kMode = 0>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     sm90_fused_staged_topk_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
@@ -772,41 +881,73 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const Sm90LogitsParams& p = P.lg;
   staged_topk::mark(P, 15);
   const int tid = threadIdx.x, wg = tid / 128, lane = tid & 31;
-  const int m = P.m, b = static_cast<int>(blockIdx.x) / m, rank = static_cast<int>(blockIdx.x) % m;
-  int lo = 0, s_l = 0, len_l = 0;
-  const int nt = lean2_block_span(p, b, lane, lo, s_l, len_l);
-  const int t0 = static_cast<int>(static_cast<long long>(nt) * rank / m);
-  const int t1 = static_cast<int>(static_cast<long long>(nt) * (rank + 1) / m);
-  if (tid == 0) init_pipeline_barriers<S, Cfg::kMathThreads / 32>(full, empty, q_full, q_empty);
-  __syncthreads();
-  if (wg == Cfg::kMathWarpgroups) {
-    ptx::setmaxnreg_dec<Cfg::kProducerRegs>();
-    if (tid >= Cfg::kMathThreads + 32) {  // warps 1-3 check the row ranges, then exit
-      constexpr int kCheckers = 96;
-      check_row_ranges(p.err, p.starts, p.ends, p.rows, p.keys, kKernelFused,
-                       range_checker_index(tid, Cfg::kMathThreads + 32, kCheckers), gridDim.x * kCheckers);
+  if constexpr ((kMode & 4) != 0) {  // shares
+    static_assert((kMode & 3) == 3, "the shares' select is owner_row_v2's, on the epilogue's histograms");
+    constexpr int kShareOff = staged_share_hist_offset<Cfg>();
+    const WorkShare share = find_work_share_v2<Cfg>(p);  // (every thread: it synchronizes the CTA)
+    if (tid == 0) init_pipeline_barriers<S, Cfg::kMathThreads / 32>(full, empty, q_full, q_empty);
+    __syncthreads();
+    if (wg == Cfg::kMathWarpgroups) {
+      ptx::setmaxnreg_dec<Cfg::kProducerRegs>();
+      if (tid >= Cfg::kMathThreads + 32) {  // warps 1-3 check the row ranges, then exit
+        constexpr int kCheckers = 96;
+        check_row_ranges(p.err, p.starts, p.ends, p.rows, p.keys, kKernelFused,
+                         range_checker_index(tid, Cfg::kMathThreads + 32, kCheckers), gridDim.x * kCheckers);
+        return;
+      }
+      if (share.count > 0)
+        logits_v2_lean2_producer<Cfg>(p, smem, share, full, empty, q_full, q_empty, lean2_slot, &tm_q, &tm_k,
+                                      &tm_scales, &tm_weights, &tm_q2);
       return;
     }
-    if (t1 > t0)
-      logits_v2_lean2_producer<Cfg>(p, smem, WorkShare{b, t0, t1 - t0}, full, empty, q_full, q_empty, lean2_slot,
-                                    &tm_q, &tm_k, &tm_scales, &tm_weights, &tm_q2);
-    return;
-  }
-  ptx::setmaxnreg_inc<Cfg::kMathRegs>();
-  if constexpr ((kMode & 2) != 0) {  // the first digit's histograms from the tile loops (the second Q buffer)
-    constexpr int kEpiOff = Cfg::kOffQ + Cfg::kQTileBytes;
-    static_assert(staged_topk::kRows * staged_topk::kEpiBins * 4 <= Cfg::kQTileBytes, "the histograms in a Q buffer");
-    uint4* h = reinterpret_cast<uint4*>(smem + kEpiOff);
-    for (int i = tid; i < staged_topk::kRows * staged_topk::kEpiBins / 4; i += Cfg::kMathThreads)
-      h[i] = make_uint4(0u, 0u, 0u, 0u);
+    ptx::setmaxnreg_inc<Cfg::kMathRegs>();
+    uint32_t* hs = reinterpret_cast<uint32_t*>(smem + kShareOff);
+    __shared__ uint32_t rowbase[staged_topk::kRows];
+    for (int i = tid; i < staged_topk::kShareHistBytes / 16; i += Cfg::kMathThreads)
+      reinterpret_cast<uint4*>(hs)[i] = make_uint4(0u, 0u, 0u, 0u);
+    if (tid < staged_topk::kRows) rowbase[tid] = ptx::smem_addr(hs + tid * staged_topk::kShareBins);
     staged_topk::bar_math();
-    if (t1 > t0)
+    if (share.count > 0)
       logits_v2_lean2_math<Cfg>(p, smem, full, empty, q_full, q_empty, wg, lean2_slot,
-                                staged_topk::EpiHist{ptx::smem_addr(smem + kEpiOff)});
-    staged_topk::staged_select<kMode, kEpiOff>(P);
-  } else {
-    if (t1 > t0) logits_v2_lean2_math<Cfg>(p, smem, full, empty, q_full, q_empty, wg, lean2_slot);
-    staged_topk::staged_select<kMode, 0>(P);
+                                staged_topk::EpiShares{hs, rowbase, P.hist, P.counters});
+    staged_topk::shares_select<kMode>(P);
+  } else {  // m pieces per row block
+    const int m = P.m, b = static_cast<int>(blockIdx.x) / m, rank = static_cast<int>(blockIdx.x) % m;
+    int lo = 0, s_l = 0, len_l = 0;
+    const int nt = lean2_block_span(p, b, lane, lo, s_l, len_l);
+    const int t0 = static_cast<int>(static_cast<long long>(nt) * rank / m);
+    const int t1 = static_cast<int>(static_cast<long long>(nt) * (rank + 1) / m);
+    if (tid == 0) init_pipeline_barriers<S, Cfg::kMathThreads / 32>(full, empty, q_full, q_empty);
+    __syncthreads();
+    if (wg == Cfg::kMathWarpgroups) {
+      ptx::setmaxnreg_dec<Cfg::kProducerRegs>();
+      if (tid >= Cfg::kMathThreads + 32) {  // warps 1-3 check the row ranges, then exit
+        constexpr int kCheckers = 96;
+        check_row_ranges(p.err, p.starts, p.ends, p.rows, p.keys, kKernelFused,
+                         range_checker_index(tid, Cfg::kMathThreads + 32, kCheckers), gridDim.x * kCheckers);
+        return;
+      }
+      if (t1 > t0)
+        logits_v2_lean2_producer<Cfg>(p, smem, WorkShare{b, t0, t1 - t0}, full, empty, q_full, q_empty, lean2_slot,
+                                      &tm_q, &tm_k, &tm_scales, &tm_weights, &tm_q2);
+      return;
+    }
+    ptx::setmaxnreg_inc<Cfg::kMathRegs>();
+    if constexpr ((kMode & 2) != 0) {  // the first digit's histograms from the tile loops (the second Q buffer)
+      constexpr int kEpiOff = Cfg::kOffQ + Cfg::kQTileBytes;
+      static_assert(staged_topk::kRows * staged_topk::kEpiBins * 4 <= Cfg::kQTileBytes, "the histograms in a Q buffer");
+      uint4* h = reinterpret_cast<uint4*>(smem + kEpiOff);
+      for (int i = tid; i < staged_topk::kRows * staged_topk::kEpiBins / 4; i += Cfg::kMathThreads)
+        h[i] = make_uint4(0u, 0u, 0u, 0u);
+      staged_topk::bar_math();
+      if (t1 > t0)
+        logits_v2_lean2_math<Cfg>(p, smem, full, empty, q_full, q_empty, wg, lean2_slot,
+                                  staged_topk::EpiHist{ptx::smem_addr(smem + kEpiOff)});
+      staged_topk::staged_select<kMode, kEpiOff>(P);
+    } else {
+      if (t1 > t0) logits_v2_lean2_math<Cfg>(p, smem, full, empty, q_full, q_empty, wg, lean2_slot);
+      staged_topk::staged_select<kMode, 0>(P);
+    }
   }
 }
 
@@ -829,16 +970,20 @@ inline size_t fused_staged_aux_bytes(int rows, int m) {
 // logits: [rows, ld] fp32 (ld >= keys, a multiple of 4, 16-byte aligned);
 // aux: fused_staged_aux_bytes(rows, m) bytes, 16-byte aligned (its counters
 // are zeroed here by a memset on the stream); out [rows, topk] int32; m from
-// fused_staged_pieces. cudaErrorInvalidValue for a bad m or a tensor map that
-// cannot be encoded (*map_error as the logits launcher's).
+// fused_staged_pieces, or with kMode bit 2 (shares) the grid (at most the
+// SMs: every CTA resident at once) and aux fused_staged_aux_bytes(rows, 1)
+// bytes (the blocks' histograms are zeroed here too). cudaErrorInvalidValue
+// for a bad m or a tensor map that cannot be encoded (*map_error as the
+// logits launcher's).
 template <class Cfg = Sm90LogitsV2Default, int kMode = 0>
 inline cudaError_t launch_sm90_fused_staged_topk(const void* q, const void* k, const float* scales,
                                                  const float* weights, const int* starts, const int* ends,
                                                  float* logits, int64_t ld, void* aux, int* out, int rows, int keys,
                                                  int topk, int m, cudaStream_t stream, int* map_error = nullptr,
                                                  RangeErrorSink range_err = {}, uint32_t* marks = nullptr) {
+  constexpr bool kShares = (kMode & 4) != 0;
   if (rows <= 0) return cudaSuccess;
-  if (m < 1 || m > 16 || keys <= 0 || keys > staged_topk::kMaxRowKeys) return cudaErrorInvalidValue;
+  if (m < 1 || (!kShares && m > 16) || keys <= 0 || keys > staged_topk::kMaxRowKeys) return cudaErrorInvalidValue;
   CUtensorMap tm_q, tm_k, tm_s, tm_w, tm_o;
   if (const int e = make_logits_maps(tm_q, tm_k, tm_s, tm_w, tm_o, q, k, scales, weights, logits, ld, rows, keys,
                                      Cfg::kQBoxRows, Cfg::kKSliceKeys, Cfg::kBlockRows, Cfg::kWgRows)) {
@@ -855,16 +1000,23 @@ inline cudaError_t launch_sm90_fused_staged_topk(const void* q, const void* k, c
     }
   }
   auto kernel = &sm90_fused_staged_topk_kernel<Cfg, kMode>;
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+  constexpr int kSmem = staged_smem_bytes<Cfg, kMode>();
+  static_assert(kSmem <= 227 * 1024, "shared memory per CTA");
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (err != cudaSuccess) return err;
   const int nb = (rows + 7) / 8;
+  const int pieces = kShares ? 1 : m;  // (histogram sets per block)
   uint32_t* hist = static_cast<uint32_t*>(aux);
-  uint32_t* counters = hist + static_cast<size_t>(nb) * m * staged_topk::kRows * staged_topk::kBins;
+  uint32_t* counters = hist + static_cast<size_t>(nb) * pieces * staged_topk::kRows * staged_topk::kBins;
+  if constexpr (kShares) {
+    err = cudaMemsetAsync(hist, 0, static_cast<size_t>(nb) * staged_topk::kShareHistBytes, stream);
+    if (err != cudaSuccess) return err;
+  }
   err = cudaMemsetAsync(counters, 0, static_cast<size_t>(nb) * 4, stream);
   if (err != cudaSuccess) return err;
   const StagedTopkParams P{Sm90LogitsParams{starts, ends, logits, ld, rows, keys, range_err}, out, hist, counters,
-                           topk, m, marks};
-  kernel<<<nb * m, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(tm_q, tm_k, tm_s, tm_w, tm_o, P);
+                           topk, pieces, marks};
+  kernel<<<kShares ? m : nb * m, Cfg::kThreads, kSmem, stream>>>(tm_q, tm_k, tm_s, tm_w, tm_o, P);
   return cudaGetLastError();
 }
 
