@@ -817,6 +817,7 @@ def crossover(config, paths_, topks, rows_list, keys_list, confirm, block_rows, 
             w.add_row(str(r["rows"]), str(r["blocks"]), str(r["last_wave"]), _fmt(r["wave_ok"]), r["predicted"],
                       _fmt(r["t_a_ms"]), _fmt(r["t_b_ms"]), r["measured"] or "-", _fmt(r["agree"]))
         con.print(w)
+        click.echo(xo.wave_decision_line(cal["measured"]["wave"].get("decision"), cal["wave_rule"], (a, b)))
     for n in rep.notes:
         click.echo(f"note: {n}")
     if engine:

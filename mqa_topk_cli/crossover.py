@@ -102,15 +102,16 @@ def geometric_grid(lo: int, hi: int, factor: float = math.sqrt(2.0), align: int 
     return out
 
 
-def wave_rows(block_rows: int, sms: int, multiples: Sequence[int] = (1, 2)) -> list[int]:
+def wave_rows(block_rows: int, sms: int, multiples: Sequence[int] = (1, 2), extra: Sequence[int] = ()) -> list[int]:
     """Row counts around each k*B*S (B block rows, S SMs): k*B*S - B, k*B*S,
     k*B*S + B, k*B*S + S*B/2 - B, k*B*S + S*B/2 -- where the last wave goes
-    from full to one block, and from just under to just over half the SMs."""
+    from full to one block, and from just under to just over half the SMs --
+    and the ``extra`` ones (e.g. chunks of less than one wave)."""
     if block_rows <= 0 or sms <= 0:
         raise UsageError(f"wave table: block_rows and sms must be positive, got {block_rows}, {sms}")
     b, s = int(block_rows), int(sms)
     half = (s * b) // 2
-    rows: set[int] = set()
+    rows: set[int] = {int(r) for r in extra if int(r) > 0}
     for k in multiples:
         base = int(k) * b * s
         for r in (base - b, base, base + b, base + half - b, base + half):
@@ -163,6 +164,54 @@ def wave_table(rows_list: Sequence[int], *, keys: int, topk: int, sms: int, bloc
     return out
 
 
+#: Default tolerance of the wave-rule decision (``decide_wave_rule``).
+WAVE_RULE_TOLERANCE = 0.03
+
+
+def decide_wave_rule(table: Sequence[dict], tolerance: float = WAVE_RULE_TOLERANCE) -> dict:
+    """Whether the calibration keeps the wave rule, from a measured wave table.
+
+    The rule only ever sends chunks to the dense path: the rows of the table
+    where the last wave fills less than half the SMs and dense needs one logits
+    call (``wave_ok`` false and ``rows <= dense_rows``). If A (fused) took at
+    most ``(1 + tolerance)`` times B's (dense) time at every such row that was
+    timed on both paths, the rule is not needed (``wave_rule`` false: those
+    chunks take the fused path); if A was slower than that at any of them, it
+    stays on. None when no such row was timed (keep the current setting).
+    Returns {wave_rule, tolerance, rows_checked, worst_rows, worst_ratio}."""
+    if not (isinstance(tolerance, (int, float)) and not isinstance(tolerance, bool)) or not (0 <= tolerance < 1):
+        raise UsageError(f"wave tolerance: must be a number in [0, 1), got {tolerance!r}")
+    checked = []
+    for r in table:
+        if r.get("wave_ok") or int(r["rows"]) > int(r["dense_rows"]):
+            continue
+        a, b = r.get("t_a_ms"), r.get("t_b_ms")
+        if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)) or b <= 0:
+            continue
+        checked.append((a / b, int(r["rows"])))
+    if not checked:
+        return {"wave_rule": None, "tolerance": float(tolerance), "rows_checked": 0, "worst_rows": None,
+                "worst_ratio": None}
+    worst_ratio, worst_rows = max(checked)
+    return {"wave_rule": bool(worst_ratio > 1 + tolerance), "tolerance": float(tolerance),
+            "rows_checked": len(checked), "worst_rows": worst_rows, "worst_ratio": worst_ratio}
+
+
+def wave_decision_line(decision: dict | None, wave_rule: bool, names: tuple[str, str] = ("fused", "dense")) -> str:
+    """The printed form of ``decide_wave_rule``'s result and the rule written."""
+    a, b = names
+    state = "on" if wave_rule else "off"
+    if not decision or decision.get("wave_rule") is None:
+        return (f"wave rule: {state} (kept: no row the rule sends to {b} was timed on both paths)")
+    tol = decision["tolerance"]
+    worst = f"worst {decision['worst_ratio']:.3f}x at {decision['worst_rows']} rows"
+    if decision["wave_rule"]:
+        return (f"wave rule: on ({a} took more than {1 + tol:.2f}x {b}'s time at a row count the rule sends to "
+                f"{b}; {worst}; {decision['rows_checked']} checked)")
+    return (f"wave rule: off ({a} took at most {1 + tol:.2f}x {b}'s time at all {decision['rows_checked']} row "
+            f"counts the rule would send to {b}; {worst}): those chunks take {a}")
+
+
 # ------------------------------------------------------------ sweep config
 
 
@@ -210,7 +259,8 @@ def load_sweep(path) -> dict:
     """Read a crossover sweep TOML (see configs/crossover.toml); returns a
     normalised dict: layout, dist, seed, options (generator options, see
     ``workloads.OPTIONS``, merged into every case), topks, rows, keys (list),
-    paths, confirm, wave {keys, topk, multiples, enabled}."""
+    paths, confirm, wave {keys, topk, multiples, rows (extra row counts),
+    tolerance (of the wave-rule decision), enabled}."""
     p = Path(path)
     data = _toml_load(p)
     sw = data.get("sweep")
@@ -254,8 +304,16 @@ def load_sweep(path) -> dict:
             "keys": _checked(checks.check_keys, wave.get("keys", 65536), "[wave] keys", where),
             "topk": _checked(_check_topk, wave.get("topk", 512), "[wave] topk", where),
             "multiples": _int_list(wave.get("multiples", [1, 2]), "[wave] multiples", where),
+            "rows": _int_list(wave["rows"], "[wave] rows", where, checks.check_rows) if "rows" in wave else [],
+            "tolerance": _wave_tolerance(wave.get("tolerance", WAVE_RULE_TOLERANCE), where),
         },
     }
+
+
+def _wave_tolerance(v, where: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 <= v < 1):
+        raise UsageError(f"--config {where}: [wave] tolerance must be a number in [0, 1), got {v!r}")
+    return float(v)
 
 
 # ------------------------------------------------------------ the sweep
@@ -362,7 +420,7 @@ def run_crossover(
         if sms_eff is None:
             notes.append("wave table skipped: no GPU to read the SM count from (give --sms)")
         else:
-            for rows in wave_rows(br, sms_eff, wave_cfg.get("multiples", [1, 2])):
+            for rows in wave_rows(br, sms_eff, wave_cfg.get("multiples", [1, 2]), wave_cfg.get("rows", [])):
                 if layout == "causal" and wave_cfg["keys"] < rows:
                     continue
                 wave_cases.append({"name": f"wave-r{rows}", "layout": layout, "rows": rows, "keys": wave_cfg["keys"],
@@ -421,6 +479,9 @@ def run_crossover(
             recommended[topk] = eligibility.recommended_min_keys(max(c["keys"] for c in cs))
 
     wave_rows_out: list[dict] = []
+    wave_rows_rule_on: list[dict] = []  # (the table predicted with the rule on: what an engine's rule is judged by)
+    wave_rule_out = bool(cal_now.get("wave_rule", True))  # (kept when no wave row decides it)
+    wave_decision = None
     if wave_cases:
         ta, tb = [], []
         for c in wave_cases:
@@ -429,6 +490,15 @@ def run_crossover(
             tb.append(rb.median_ms if rb.ok else math.nan)
         cal_for_rule = dict(cal_now)
         cal_for_rule["min_keys"] = {**current, **recommended}
+        # The wave rule's decision from the table (its rows the rule sends to
+        # dense), then the table's prediction under the calibration written.
+        wave_rows_rule_on = wave_table([c["rows"] for c in wave_cases], keys=wave_cfg["keys"],
+                                       topk=wave_cfg["topk"], sms=sms_eff, block_rows=br, t_a=ta, t_b=tb,
+                                       calibration={**cal_for_rule, "wave_rule": True}, names=(a, b))
+        wave_decision = decide_wave_rule(wave_rows_rule_on, wave_cfg.get("tolerance", WAVE_RULE_TOLERANCE))
+        if wave_decision["wave_rule"] is not None:
+            wave_rule_out = wave_decision["wave_rule"]
+        cal_for_rule["wave_rule"] = wave_rule_out
         wave_rows_out = wave_table([c["rows"] for c in wave_cases], keys=wave_cfg["keys"], topk=wave_cfg["topk"],
                                    sms=sms_eff, block_rows=br, t_a=ta, t_b=tb, calibration=cal_for_rule,
                                    names=(a, b))
@@ -449,7 +519,7 @@ def run_crossover(
         "commit": env.get("commit"),
         "block_rows": br,
         "min_keys": min_keys,
-        "wave_rule": True,
+        "wave_rule": wave_rule_out,
         "measured": {
             "paths": [a, b],
             "layout": layout,
@@ -459,14 +529,14 @@ def run_crossover(
             "grid": grid,
             "crossovers": crossovers,
             "wave": {"keys": wave_cfg.get("keys"), "topk": wave_cfg.get("topk"), "table": wave_rows_out,
-                     "agreement": (sum(agree) / len(agree)) if agree else None},
+                     "agreement": (sum(agree) / len(agree)) if agree else None, "decision": wave_decision},
             "environment": env,
         },
     }
     from . import external
 
     if external.is_external(a) or external.is_external(b):  # e.g. engine-fused vs engine-dense: the engine's constants
-        calibration_out["measured"]["engine"] = external.engine_constants(recommended, wave_rows_out)
+        calibration_out["measured"]["engine"] = external.engine_constants(recommended, wave_rows_rule_on)
     return CrossoverReport(paths=(a, b), grid=grid, crossovers=crossovers, recommended=recommended, current=current,
                            wave=wave_rows_out, calibration=calibration_out, notes=notes,
                            results=list(grid_res) + list(wave_res))

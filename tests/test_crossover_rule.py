@@ -361,10 +361,21 @@ def test_wave_prediction_uses_the_recommended_thresholds(fake):
     assert rep.recommended[512] < 32000  # so the wave table's 32000 keys are above the new threshold
     rows = wave_rows(2, 4, (1,))
     assert [r["rows"] for r in rep.wave] == rows
+    # fused won at every wave row here, so the rule is off and every row is predicted fused: the new
+    # thresholds (below 32000 keys) let them all through
+    assert rep.calibration["wave_rule"] is False
+    assert [r["predicted"] for r in rep.wave] == ["fused"] * len(rows)
+    assert rep.calibration["block_rows"] == 2 and rep.calibration["min_keys"]["1024"] == 1 << 30
+    # where fused loses at the rows the rule sends to dense, the rule stays on and predicts with the thresholds
+    slow = {r for r in rows if 2 * eligibility.last_wave(r, 4, 2) < 4}
+    base = fake["fused"].ms
+    fake["fused"].ms = lambda w: 1e6 if w.rows in slow and w.keys == 32000 else base(w)
+    rep = crossover.run_crossover(_sweep(topks=[512], wave=wave), device="cpu", sms=4, calibration=never)
     want = ["fused" if 2 * eligibility.last_wave(r, 4, 2) >= 4 else "native" for r in rows]
     assert "native" in want and "fused" in want
+    assert rep.calibration["wave_rule"] is True
     assert [r["predicted"] for r in rep.wave] == want
-    assert rep.calibration["block_rows"] == 2 and rep.calibration["min_keys"]["1024"] == 1 << 30
+    fake["fused"].ms = base
     # a topk this run did not measure keeps the current threshold in the wave prediction
     rep = crossover.run_crossover(_sweep(topks=[1024], wave=wave), device="cpu", sms=4, calibration=never)
     assert [r["predicted"] for r in rep.wave] == ["native"] * len(rows)
@@ -393,7 +404,8 @@ def test_load_sweep_key_grid_defaults_and_options(tmp_path):
     assert sw["options"] == {"unaligned_starts": True}
     assert (sw["layout"], sw["dist"], sw["seed"], sw["rows"], sw["paths"], sw["confirm"]) == (
         "causal", "gaussian", 0, [8192], ["fused", "native"], 2)
-    assert sw["wave"] == {"enabled": True, "keys": 65536, "topk": 512, "multiples": [1, 2]}
+    assert sw["wave"] == {"enabled": True, "keys": 65536, "topk": 512, "multiples": [1, 2], "rows": [],
+                          "tolerance": 0.03}
     p.write_text('[sweep]\nkeys = {min = 1000, max = 8000, factor = 2.0, align = 1000}\n')
     assert crossover.load_sweep(p)["keys"] == [1000, 2000, 4000, 8000]
     p.write_text('[sweep]\nkeys = {max = 8000}\n')
@@ -566,3 +578,84 @@ def test_load_sweep_reads_layout_dist_seed_and_rejects_empty_lists(tmp_path):
         with pytest.raises(UsageError) as ei:
             crossover.load_sweep(p)
         assert str(ei.value) == f"--config {p}: [sweep] {field} must be a non-empty list of positive integers, got []"
+
+
+# --------------------------------------------------------------------------- the wave rule's decision
+
+def _wrow(rows, wave_ok, a, b, dense_rows=1 << 20):
+    return {"rows": rows, "wave_ok": wave_ok, "dense_rows": dense_rows, "t_a_ms": a, "t_b_ms": b}
+
+
+def test_decide_wave_rule_looks_only_at_the_rows_the_rule_sends_to_dense():
+    """Bug class: rows whose last wave is full enough, rows past one dense
+    logits call, or untimed rows deciding the rule."""
+    t = [_wrow(8, True, 9.0, 1.0), _wrow(10, False, 1.0, 1.0), _wrow(12, False, 5.0, 1.0, dense_rows=11),
+         _wrow(14, False, math.nan, 1.0), _wrow(16, False, None, 1.0)]
+    d = crossover.decide_wave_rule(t, 0.0)
+    assert d == {"wave_rule": False, "tolerance": 0.0, "rows_checked": 1, "worst_rows": 10, "worst_ratio": 1.0}
+    none = crossover.decide_wave_rule([_wrow(8, True, 9.0, 1.0), _wrow(14, False, math.nan, 1.0)])
+    assert none["wave_rule"] is None and none["rows_checked"] == 0 and none["worst_rows"] is None
+
+
+def test_decide_wave_rule_tolerance_boundary_and_worst_row():
+    """Bug class: ``>=`` instead of ``>`` at the tolerance, or the worst row
+    not the slowest ratio."""
+    t = [_wrow(10, False, 1.02, 1.0), _wrow(12, False, 0.5, 1.0), _wrow(14, False, 1.03, 1.0)]
+    at = crossover.decide_wave_rule(t, 0.03)
+    assert at["wave_rule"] is False and at["worst_rows"] == 14 and at["worst_ratio"] == pytest.approx(1.03)
+    assert at["rows_checked"] == 3
+    over = crossover.decide_wave_rule(t + [_wrow(16, False, 1.031, 1.0)], 0.03)
+    assert over["wave_rule"] is True and over["worst_rows"] == 16
+    assert crossover.decide_wave_rule(t, 0.0)["wave_rule"] is True
+    for bad in (-0.1, 1.0, True, "0.1"):
+        with pytest.raises(UsageError, match="tolerance"):
+            crossover.decide_wave_rule(t, bad)
+
+
+def test_an_undecided_wave_rule_keeps_the_current_calibration(fake):
+    """Bug class: the calibration written with the rule on (or off) although
+    no row the rule sends to dense was timed."""
+    off = eligibility.validate_calibration({"format": 1, "min_keys": {"512": 1, "1024": 1, "2048": 1},
+                                            "block_rows": 2, "wave_rule": False})
+    wave = {"enabled": True, "keys": 64000, "topk": 512, "multiples": [1]}
+    rep = crossover.run_crossover(_sweep(topks=[512], wave=wave), device="cpu", sms=4, calibration=off, wave=False)
+    assert rep.wave == [] and rep.calibration["wave_rule"] is False
+    on = {**off, "wave_rule": True}
+    rep = crossover.run_crossover(_sweep(topks=[512], wave=wave), device="cpu", sms=4, calibration=on, wave=False)
+    assert rep.calibration["wave_rule"] is True
+    # measured (fused faster at 64000 keys everywhere): decided off, whatever the calibration said
+    rep = crossover.run_crossover(_sweep(topks=[512], wave=wave), device="cpu", sms=4, calibration=on)
+    dec = rep.calibration["measured"]["wave"]["decision"]
+    assert dec["wave_rule"] is False and rep.calibration["wave_rule"] is False
+    assert dec["rows_checked"] == sum(1 for r in rep.wave if not r["wave_ok"]) > 0
+    # at 16000 keys fused loses at every row but the 8-row one: decided on
+    rep = crossover.run_crossover(_sweep(topks=[512], wave={**wave, "keys": 16000}), device="cpu", sms=4,
+                                  calibration=off)
+    assert rep.calibration["measured"]["wave"]["decision"]["wave_rule"] is True and rep.calibration["wave_rule"]
+
+
+def test_wave_rows_extra_rows_and_the_sweep_keys(tmp_path):
+    """Bug class: the [wave] rows not merged (or duplicated) into the table,
+    or a bad tolerance accepted."""
+    assert wave_rows(2, 4, (1,), extra=(3, 8, 100)) == sorted(set(wave_rows(2, 4, (1,))) | {3, 100})
+    p = tmp_path / "s.toml"
+    p.write_text('[sweep]\nkeys = [1000]\n[wave]\nrows = [64, 256]\ntolerance = 0.05\n')
+    sw = crossover.load_sweep(p)
+    assert sw["wave"]["rows"] == [64, 256] and sw["wave"]["tolerance"] == 0.05
+    p.write_text('[sweep]\nkeys = [1000]\n')
+    assert crossover.load_sweep(p)["wave"]["rows"] == [] and crossover.load_sweep(p)["wave"]["tolerance"] == 0.03
+    for bad in ("1.5", "-0.01", "true", '"x"'):
+        p.write_text(f'[sweep]\nkeys = [1000]\n[wave]\ntolerance = {bad}\n')
+        with pytest.raises(UsageError, match=r"\[wave\] tolerance"):
+            crossover.load_sweep(p)
+
+
+def test_wave_decision_line_says_what_was_written():
+    """Bug class: a printed decision that contradicts the calibration."""
+    on = {"wave_rule": True, "tolerance": 0.03, "rows_checked": 4, "worst_rows": 1064, "worst_ratio": 1.08}
+    off = {**on, "wave_rule": False, "worst_ratio": 0.97}
+    assert crossover.wave_decision_line(on, True).startswith("wave rule: on (fused took more than 1.03x dense's")
+    assert "1.080x at 1064 rows" in crossover.wave_decision_line(on, True)
+    assert crossover.wave_decision_line(off, False).startswith("wave rule: off (fused took at most 1.03x dense's")
+    assert crossover.wave_decision_line(None, False) == (
+        "wave rule: off (kept: no row the rule sends to dense was timed on both paths)")
