@@ -546,11 +546,13 @@ def test_crossover_between_two_fakes_prints_the_engine_constants(run, monkeypatc
     assert doc["min_keys"]["512"] == mk[512] and doc["min_keys"]["2048"] == mk[2048]
     assert eng["defaults"] == {"512": 20000, "1024": 20000, "2048": 40000}  # read from the installed (fake) engine
     assert "installed engine" in eng["defaults_source"]
-    assert eng["wave_rule_held"] is True and eng["wave_rows_checked"] == 8
+    # the preset's wave rows around 1 and 2 x block rows x SMs (8) and its extra 64 / 256 / 512 rows (3)
+    assert eng["wave_rule_held"] is True and eng["wave_rows_checked"] == 8 + 3
+    assert "wave rule: " in res.stdout and doc["wave_rule"] == doc["measured"]["wave"]["decision"]["wave_rule"]
     out = res.stdout
     assert f"fused_mqa_topk_min_keys(512) = {mk[512]}" in out and "(engine now: 20000)" in out
     assert f"fused_mqa_topk_min_keys(2048) = {mk[2048]}" in out and "(engine now: 40000)" in out
-    assert "held at all 8 row counts; keep it" in out
+    assert "held at all 11 row counts; keep it" in out
 
 
 def test_engine_constants_report_a_wave_rule_that_did_not_hold():
