@@ -1,9 +1,8 @@
 // Torch-free translation unit: instantiates the fused staged kernel
 // (sm90_fused_staged_topk.cuh; the op's path for at most SMs / 4 row blocks
-// since session 22; its dev variants 99 and 101) and the cluster kernel (sm90_fused_cluster_topk.cuh, dev
-// variant 95) through their host launchers, so CI catches a kernel that does
-// not compile for sm_90a. Nothing is launched.
-#include "mqa_topk/sm90_fused_cluster_topk.cuh"
+// since session 22) and its dev variants 99, 101 and 103 through their host
+// launcher, so CI catches a kernel that does not compile for sm_90a. Nothing
+// is launched.
 #include "mqa_topk/sm90_fused_staged_topk.cuh"
 
 cudaError_t ci_launch_staged(int rows, int keys) {
@@ -36,17 +35,9 @@ static_assert(mqa_topk::staged_topk::kRows * mqa_topk::staged_topk::kEpiBins * 4
                   mqa_topk::Sm90LogitsV2Default::kQTileBytes &&
                   mqa_topk::staged_topk::kEpiPadBin == 2,
               "the epilogue histograms' layout");
-cudaError_t ci_launch_cluster(int rows, int keys) {
-  return mqa_topk::launch_sm90_fused_cluster_topk(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0,
-                                                  nullptr, rows, keys, 2048, mqa_topk::fused_cluster_plan(rows, keys, 132),
-                                                  nullptr);
-}
 // The selects' buffers fit the tile loop's K ring and Q buffers.
 static_assert(mqa_topk::staged_topk::kSmemUsed <= mqa_topk::Sm90LogitsV2Default::kOffScales,
               "the staged select's buffers inside the tile loop's K ring and Q buffers");
-static_assert(mqa_topk::cluster_topk::kOffCtl + sizeof(mqa_topk::cluster_topk::Ctl) <=
-                  static_cast<size_t>(mqa_topk::Sm90LogitsV2Default::kOffScales),
-              "the cluster select's state inside the tile loop's K ring and Q buffers");
 // Pieces: 16 per block at 64 rows, 4 at 256, 2 at 512, 1 at 1056 on 132 SMs; none past one wave or 512K keys.
 static_assert(mqa_topk::fused_staged_pieces(64, 65536, 132) == 16 && mqa_topk::fused_staged_pieces(256, 65536, 132) == 4 &&
                   mqa_topk::fused_staged_pieces(512, 65536, 132) == 2 && mqa_topk::fused_staged_pieces(1056, 9, 132) == 1 &&

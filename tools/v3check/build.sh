@@ -8,5 +8,5 @@ mkdir -p build
 NVCC=${NVCC:-nvcc}
 "$NVCC" -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -Icsrc/include \
   -Xptxas -v tools/v3check/v3check.cu -o "${BIN:-build/v3check}" "$@" 2> "${BIN:-build/v3check}.ptxas.log"
-grep -A2 "v3_kernel\|fused_mqa_topk_kernel\|cluster_topk_kernel" "${BIN:-build/v3check}.ptxas.log" | grep -i "registers\|spill" | head -20 || true
+grep -A2 "v3_kernel\|fused_mqa_topk_kernel\|staged_topk_kernel" "${BIN:-build/v3check}.ptxas.log" | grep -i "registers\|spill" | head -20 || true
 ls -la "${BIN:-build/v3check}"

@@ -43,7 +43,6 @@
 #include <vector>
 
 #include "mqa_topk/sm90_fp8_mqa_logits_v2.cuh"
-#include "mqa_topk/sm90_fused_cluster_topk.cuh"
 #include "mqa_topk/sm90_fused_staged_topk.cuh"
 #include "mqa_topk/sm90_fused_mqa_topk_v3.cuh"
 #include "mqa_topk/sm90_topk_per_row.cuh"
@@ -176,14 +175,6 @@ void report_cluster_plan(int variant, const Work& w, int grid) {
     std::printf("  (v%d: %d row blocks x %d pieces = %d CTAs)\n", variant, (w.rows + 7) / 8, m, m * ((w.rows + 7) / 8));
     return;
   }
-  if (variant == 95 || variant == 96) {  // (the cluster kernel: its cluster size here)
-    const int sms = grid > 0 ? std::min(grid, g_sms) : g_sms;
-    int mc = 0;
-    const int m = fused_cluster_plan(w.rows, w.keys, sms, &mc);
-    std::printf("  (v95: %d row blocks, clusters of %d (size rule %d), cudaOccupancyMaxActiveClusters %d)\n",
-                (w.rows + 7) / 8, m, fused_cluster_size(w.rows, w.keys, sms), mc);
-    return;
-  }
 #ifdef V3CHECK_CLUSTER
   (void)w, (void)grid;
 #else
@@ -260,15 +251,8 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
     if (variant >= 99) return go(std::integral_constant<int, 1>{});
     return go(std::integral_constant<int, 0>{});
   }
-  if (variant == 95 || variant == 96) {  // session 22: the cluster kernel (sm90_fused_cluster_topk.cuh), the logits
-    // buffer its workspace; 96: with thread 0's timeline marks after the output (`timeline`)
-    const int m = fused_cluster_plan(w.rows, w.keys, sms);
-    if (m == 0) return cudaErrorInvalidConfiguration;
-    uint32_t* marks = variant == 96 ? reinterpret_cast<uint32_t*>(d.out + size_t(w.rows) * w.topk) : nullptr;
-    return launch_sm90_fused_cluster_topk(d.q, d.k, d.scales, d.weights, d.starts, d.ends, d.logits, d.ld, d.out,
-                                          w.rows, w.keys, w.topk, m, st, &me, {}, marks);
-  }
-#ifdef V3CHECK_CLUSTER  // (-DV3CHECK_CLUSTER: 95 and the op's split kernels 86 / 87 only, a fast build)
+#ifdef V3CHECK_CLUSTER  // (-DV3CHECK_CLUSTER, a fast build: the staged kernels and the op's split kernels 86 / 87 only;
+                        // the cluster kernel 95 / 96 it was named for was retired in session 23)
   switch (variant) {
     case 86: return v3(Sm90FusedV3SplitFence{});
     case 87: return per_topk<Sm90FusedV3SplitPipeFence>(w.topk, v3);
@@ -767,22 +751,17 @@ int cmd_timeline(int argc, char** argv) {
   static const char* names[16] = {"", "loops done", "publish/merge done", "next start done", "Q in", "gate wait done",
                                   "gate done", "copy done", "merge entry", "bins published", "counted (last)",
                                   "merged", "gate: records", "gate: rho", "gate: bins", "kernel start"};
-  // (variant 96, the cluster kernel: 16 words per CTA, its own marks; sm90_fused_cluster_topk.cuh)
-  static const char* names96[16] = {"", "loops done", "digit 0 hist", "digit 0 barrier", "digit 0 owners",
-                                    "digit 1 hist", "digit 1 barrier", "digit 1 owners", "digit 2 hist",
-                                    "digit 2 barrier", "digit 2 owners", "marks + staging", "counts",
-                                    "counts barrier", "written", "kernel start"};
   for (int v : vars) {
-    if (v == 96 || v == 98 || v == 100 || v == 102 || v == 104) {
-      const int m = v == 96 ? fused_cluster_plan(w.rows, w.keys, ctas) : fused_staged_pieces(w.rows, w.keys, ctas);
+    if (v == 98 || v == 100 || v == 102 || v == 104) {  // (the staged kernels: 16 words per CTA, their own marks)
+      const int m = fused_staged_pieces(w.rows, w.keys, ctas);
       const int n = v == 104 ? ctas : m * ((w.rows + 7) / 8);
       static const char* names98[16] = {"", "loops done", "piece hist", "published", "owner's wait done",
                                         "owner done", "", "", "", "", "", "", "", "", "", "kernel start"};
-      const char* const* nm = v == 96 ? names96 : names98;
+      const char* const* nm = names98;
       for (int rep = 0; rep < 2; ++rep) {
         CK(cudaMemset(d.out, 0, (size_t(w.rows) * w.topk + size_t(std::max(n, 1)) * 16) * 4));
         CK(launch_fused(v, d, grid, 0, 0));
-        sync_or_report("fused 96 / 98 / 100 / 102 / 104");
+        sync_or_report("fused 98 / 100 / 102 / 104");
       }
       std::vector<uint32_t> h(size_t(std::max(n, 1)) * 16);
       CK(cudaMemcpy(h.data(), d.out + size_t(w.rows) * w.topk, h.size() * 4, cudaMemcpyDeviceToHost));

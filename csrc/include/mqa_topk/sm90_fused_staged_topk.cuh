@@ -7,7 +7,7 @@
 // loops and ~65 us of cross-CTA phases, each a chain of round trips on cold
 // code (docs/FUSED.md, session 20). Native dense takes 74 us there (37 us of
 // logits, 37 of top-k). A cluster version of the select (dev variant 95,
-// sm90_fused_cluster_topk.cuh, exact) showed that clusters of this kernel's
+// sm90_fused_cluster_topk.cuh, exact; retired in session 23) showed that clusters of this kernel's
 // shape are not resident enough on the H200 (7 of 16, 15 of 8, 30 of 4 CTAs
 // at once), so this kernel synchronizes through global memory once per block.
 //
@@ -114,20 +114,25 @@ __device__ __forceinline__ uint32_t okey(float x) {
 // length. The select then skips its pass over the piece's logits.
 constexpr int kEpiBits = 10;
 constexpr int kEpiBins = 1 << kEpiBits;
+// A lane's two logits of a tile into its row's histogram of 2^kBits bins at
+// shared address h (the order key's top kBits bits). Every logit of the tile
+// is counted, the row's keys and the others (-inf from the tile loop: bin
+// epi_pad_bin), with no branch; the select takes the others back out.
+template <int kBits>
+__device__ __forceinline__ void epi_count2(uint32_t& h, float v0, float v1) {
+  asm volatile("mov.b32 %0, %0;" : "+r"(h));  // (held across the tile loop, not rematerialized)
+  asm volatile("red.shared.add.u32 [%0], 1;\n\tred.shared.add.u32 [%1], 1;" ::"r"(h + ((okey(v0) >> (32 - kBits)) << 2)),
+               "r"(h + ((okey(v1) >> (32 - kBits)) << 2))
+               : "memory");
+}
+// The bin of the tile loop's -inf (a logit outside the row).
+template <int kBits>
+constexpr uint32_t epi_pad_bin() { return 0x00800000u >> (32 - kBits); }
 struct EpiHist {
   uint32_t base;  // shared address of u32 [kRows][kEpiBins]
   struct Row {
     uint32_t h;  // this lane's row's histogram
-    // Every logit of the tile is counted, the row's keys and the others (-inf
-    // from the tile loop: bin kEpiPadBin), with no branch; staged_select
-    // takes the others back out of kEpiPadBin (epi_hist_unpad).
-    __device__ __forceinline__ void operator()(int, uint32_t, float v0, float v1) {
-      asm volatile("mov.b32 %0, %0;" : "+r"(h));  // (held across the tile loop, not rematerialized)
-      asm volatile("red.shared.add.u32 [%0], 1;\n\tred.shared.add.u32 [%1], 1;" ::"r"(
-                       h + ((okey(v0) >> (32 - kEpiBits)) << 2)),
-                   "r"(h + ((okey(v1) >> (32 - kEpiBits)) << 2))
-                   : "memory");
-    }
+    __device__ __forceinline__ void operator()(int, uint32_t, float v0, float v1) { epi_count2<kEpiBits>(h, v0, v1); }
     __device__ __forceinline__ void block_end(int, int, int, int, const volatile int*) {}
   };
   __device__ __forceinline__ Row row(int rr) const {
@@ -136,8 +141,7 @@ struct EpiHist {
     return Row{h};
   }
 };
-// The bin of the tile loop's -inf (a logit outside the row).
-constexpr uint32_t kEpiPadBin = 0x00800000u >> (32 - kEpiBits);
+constexpr uint32_t kEpiPadBin = epi_pad_bin<kEpiBits>();
 __device__ __forceinline__ void bar_math();
 __device__ __forceinline__ void red_release_add(uint32_t* p, uint32_t v);
 
@@ -154,7 +158,7 @@ __device__ __forceinline__ void red_release_add(uint32_t* p, uint32_t v);
 constexpr int kShareBits = 9;
 constexpr int kShareBins = 1 << kShareBits;
 constexpr int kShareHistBytes = kRows * kShareBins * 4;
-constexpr uint32_t kSharePadBin = 0x00800000u >> (32 - kShareBits);
+constexpr uint32_t kSharePadBin = epi_pad_bin<kShareBits>();
 struct EpiShares {
   uint32_t* hs;        // shared u32 [kRows][kShareBins]
   const volatile uint32_t* rowbase;  // shared: the rows' histograms' shared addresses (hs + r kShareBins)
@@ -165,13 +169,7 @@ struct EpiShares {
     uint32_t* hs;
     uint32_t* ghist;
     uint32_t* counters;
-    __device__ __forceinline__ void operator()(int, uint32_t, float v0, float v1) {
-      asm volatile("mov.b32 %0, %0;" : "+r"(h));  // (held across the tile loop, not rematerialized)
-      asm volatile("red.shared.add.u32 [%0], 1;\n\tred.shared.add.u32 [%1], 1;" ::"r"(
-                       h + ((okey(v0) >> (32 - kShareBits)) << 2)),
-                   "r"(h + ((okey(v1) >> (32 - kShareBits)) << 2))
-                   : "memory");
-    }
+    __device__ __forceinline__ void operator()(int, uint32_t, float v0, float v1) { epi_count2<kShareBits>(h, v0, v1); }
     // Every math thread: after the block's tiles [t0, t1) (keys from lo + 128 t0), the piece's
     // histograms less the -inf of keys outside the rows go to the block's, then the counter.
     __device__ __forceinline__ void block_end(int b, int lo, int t0, int t1, const volatile int* sl) {
@@ -881,26 +879,39 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const Sm90LogitsParams& p = P.lg;
   staged_topk::mark(P, 15);
   const int tid = threadIdx.x, wg = tid / 128, lane = tid & 31;
-  if constexpr ((kMode & 4) != 0) {  // shares
-    static_assert((kMode & 3) == 3, "the shares' select is owner_row_v2's, on the epilogue's histograms");
-    constexpr int kShareOff = staged_share_hist_offset<Cfg>();
-    const WorkShare share = find_work_share_v2<Cfg>(p);  // (every thread: it synchronizes the CTA)
-    if (tid == 0) init_pipeline_barriers<S, Cfg::kMathThreads / 32>(full, empty, q_full, q_empty);
-    __syncthreads();
-    if (wg == Cfg::kMathWarpgroups) {
-      ptx::setmaxnreg_dec<Cfg::kProducerRegs>();
-      if (tid >= Cfg::kMathThreads + 32) {  // warps 1-3 check the row ranges, then exit
-        constexpr int kCheckers = 96;
-        check_row_ranges(p.err, p.starts, p.ends, p.rows, p.keys, kKernelFused,
-                         range_checker_index(tid, Cfg::kMathThreads + 32, kCheckers), gridDim.x * kCheckers);
-        return;
-      }
-      if (share.count > 0)
-        logits_v2_lean2_producer<Cfg>(p, smem, share, full, empty, q_full, q_empty, lean2_slot, &tm_q, &tm_k,
-                                      &tm_scales, &tm_weights, &tm_q2);
+  constexpr bool kShares = (kMode & 4) != 0;
+  static_assert(!kShares || (kMode & 3) == 3, "the shares' select is owner_row_v2's, on the epilogue's histograms");
+  // This CTA's tiles: the dense kernel's share c of G of the call's tiles
+  // (shares), or piece `rank` of its row block's m pieces.
+  WorkShare share;
+  if constexpr (kShares) {
+    share = find_work_share_v2<Cfg>(p);  // (every thread: it synchronizes the CTA)
+  } else {
+    const int m = P.m, b = static_cast<int>(blockIdx.x) / m, rank = static_cast<int>(blockIdx.x) % m;
+    int lo = 0, s_l = 0, len_l = 0;
+    const int nt = lean2_block_span(p, b, lane, lo, s_l, len_l);
+    const int t0 = static_cast<int>(static_cast<long long>(nt) * rank / m);
+    const int t1 = static_cast<int>(static_cast<long long>(nt) * (rank + 1) / m);
+    share = WorkShare{b, t0, t1 - t0};
+  }
+  if (tid == 0) init_pipeline_barriers<S, Cfg::kMathThreads / 32>(full, empty, q_full, q_empty);
+  __syncthreads();
+  if (wg == Cfg::kMathWarpgroups) {
+    ptx::setmaxnreg_dec<Cfg::kProducerRegs>();
+    if (tid >= Cfg::kMathThreads + 32) {  // warps 1-3 check the row ranges, then exit
+      constexpr int kCheckers = 96;
+      check_row_ranges(p.err, p.starts, p.ends, p.rows, p.keys, kKernelFused,
+                       range_checker_index(tid, Cfg::kMathThreads + 32, kCheckers), gridDim.x * kCheckers);
       return;
     }
-    ptx::setmaxnreg_inc<Cfg::kMathRegs>();
+    if (share.count > 0)
+      logits_v2_lean2_producer<Cfg>(p, smem, share, full, empty, q_full, q_empty, lean2_slot, &tm_q, &tm_k,
+                                    &tm_scales, &tm_weights, &tm_q2);
+    return;
+  }
+  ptx::setmaxnreg_inc<Cfg::kMathRegs>();
+  if constexpr (kShares) {  // the first digit's histograms past the tile loop's shared memory, flushed per block
+    constexpr int kShareOff = staged_share_hist_offset<Cfg>();
     uint32_t* hs = reinterpret_cast<uint32_t*>(smem + kShareOff);
     __shared__ uint32_t rowbase[staged_topk::kRows];
     for (int i = tid; i < staged_topk::kShareHistBytes / 16; i += Cfg::kMathThreads)
@@ -911,43 +922,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       logits_v2_lean2_math<Cfg>(p, smem, full, empty, q_full, q_empty, wg, lean2_slot,
                                 staged_topk::EpiShares{hs, rowbase, P.hist, P.counters});
     staged_topk::shares_select<kMode>(P);
-  } else {  // m pieces per row block
-    const int m = P.m, b = static_cast<int>(blockIdx.x) / m, rank = static_cast<int>(blockIdx.x) % m;
-    int lo = 0, s_l = 0, len_l = 0;
-    const int nt = lean2_block_span(p, b, lane, lo, s_l, len_l);
-    const int t0 = static_cast<int>(static_cast<long long>(nt) * rank / m);
-    const int t1 = static_cast<int>(static_cast<long long>(nt) * (rank + 1) / m);
-    if (tid == 0) init_pipeline_barriers<S, Cfg::kMathThreads / 32>(full, empty, q_full, q_empty);
-    __syncthreads();
-    if (wg == Cfg::kMathWarpgroups) {
-      ptx::setmaxnreg_dec<Cfg::kProducerRegs>();
-      if (tid >= Cfg::kMathThreads + 32) {  // warps 1-3 check the row ranges, then exit
-        constexpr int kCheckers = 96;
-        check_row_ranges(p.err, p.starts, p.ends, p.rows, p.keys, kKernelFused,
-                         range_checker_index(tid, Cfg::kMathThreads + 32, kCheckers), gridDim.x * kCheckers);
-        return;
-      }
-      if (t1 > t0)
-        logits_v2_lean2_producer<Cfg>(p, smem, WorkShare{b, t0, t1 - t0}, full, empty, q_full, q_empty, lean2_slot,
-                                      &tm_q, &tm_k, &tm_scales, &tm_weights, &tm_q2);
-      return;
-    }
-    ptx::setmaxnreg_inc<Cfg::kMathRegs>();
-    if constexpr ((kMode & 2) != 0) {  // the first digit's histograms from the tile loops (the second Q buffer)
-      constexpr int kEpiOff = Cfg::kOffQ + Cfg::kQTileBytes;
-      static_assert(staged_topk::kRows * staged_topk::kEpiBins * 4 <= Cfg::kQTileBytes, "the histograms in a Q buffer");
-      uint4* h = reinterpret_cast<uint4*>(smem + kEpiOff);
-      for (int i = tid; i < staged_topk::kRows * staged_topk::kEpiBins / 4; i += Cfg::kMathThreads)
-        h[i] = make_uint4(0u, 0u, 0u, 0u);
-      staged_topk::bar_math();
-      if (t1 > t0)
-        logits_v2_lean2_math<Cfg>(p, smem, full, empty, q_full, q_empty, wg, lean2_slot,
-                                  staged_topk::EpiHist{ptx::smem_addr(smem + kEpiOff)});
-      staged_topk::staged_select<kMode, kEpiOff>(P);
-    } else {
-      if (t1 > t0) logits_v2_lean2_math<Cfg>(p, smem, full, empty, q_full, q_empty, wg, lean2_slot);
-      staged_topk::staged_select<kMode, 0>(P);
-    }
+  } else if constexpr ((kMode & 2) != 0) {  // the first digit's histograms from the tile loops (the second Q buffer)
+    constexpr int kEpiOff = Cfg::kOffQ + Cfg::kQTileBytes;
+    static_assert(staged_topk::kRows * staged_topk::kEpiBins * 4 <= Cfg::kQTileBytes, "the histograms in a Q buffer");
+    uint4* h = reinterpret_cast<uint4*>(smem + kEpiOff);
+    for (int i = tid; i < staged_topk::kRows * staged_topk::kEpiBins / 4; i += Cfg::kMathThreads)
+      h[i] = make_uint4(0u, 0u, 0u, 0u);
+    staged_topk::bar_math();
+    if (share.count > 0)
+      logits_v2_lean2_math<Cfg>(p, smem, full, empty, q_full, q_empty, wg, lean2_slot,
+                                staged_topk::EpiHist{ptx::smem_addr(smem + kEpiOff)});
+    staged_topk::staged_select<kMode, kEpiOff>(P);
+  } else {
+    if (share.count > 0) logits_v2_lean2_math<Cfg>(p, smem, full, empty, q_full, q_empty, wg, lean2_slot);
+    staged_topk::staged_select<kMode, 0>(P);
   }
 }
 
