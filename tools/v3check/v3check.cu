@@ -251,11 +251,12 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
     if (variant >= 99) return go(std::integral_constant<int, 1>{});
     return go(std::integral_constant<int, 0>{});
   }
-#ifdef V3CHECK_CLUSTER  // (-DV3CHECK_CLUSTER, a fast build: the staged kernels and the op's split kernels 86 / 87 only;
+#ifdef V3CHECK_CLUSTER  // (-DV3CHECK_CLUSTER, a fast build: the staged kernels, the op's split kernels 86 / 87 and whole-block 62 only;
                         // the cluster kernel 95 / 96 it was named for was retired in session 23)
   switch (variant) {
     case 86: return v3(Sm90FusedV3SplitFence{});
     case 87: return per_topk<Sm90FusedV3SplitPipeFence>(w.topk, v3);
+    case 62: return per_topk<Sm90FusedV3Whole>(w.topk, v3);  // (the op's whole-block kernel, against the shares 103)
     default: std::fprintf(stderr, "variant %d not in this build (V3CHECK_CLUSTER)\n", variant); return cudaErrorInvalidValue;
   }
 #else
