@@ -129,17 +129,17 @@ __device__ __forceinline__ void epi_count2(uint32_t& h, float v0, float v1) {
 template <int kBits>
 constexpr uint32_t epi_pad_bin() { return 0x00800000u >> (32 - kBits); }
 struct EpiHist {
-  uint32_t base;  // shared address of u32 [kRows][kEpiBins]
+  // Shared: the rows' histograms' shared addresses (u32 [kRows][kEpiBins]).
+  // (A row's address is loaded from shared memory, not computed: ptxas then
+  // holds it across the tile loop instead of recomputing it from the thread
+  // index every tile, which an asm mov does not prevent.)
+  const volatile uint32_t* rowbase;
   struct Row {
     uint32_t h;  // this lane's row's histogram
     __device__ __forceinline__ void operator()(int, uint32_t, float v0, float v1) { epi_count2<kEpiBits>(h, v0, v1); }
     __device__ __forceinline__ void block_end(int, int, int, int, const volatile int*) {}
   };
-  __device__ __forceinline__ Row row(int rr) const {
-    uint32_t h;  // (an opaque value: held in a register, never recomputed inside the tile loop)
-    asm volatile("mov.b32 %0, %1;" : "=r"(h) : "r"(base + static_cast<uint32_t>(rr) * (kEpiBins * 4)));
-    return Row{h};
-  }
+  __device__ __forceinline__ Row row(int rr) const { return Row{rowbase[rr]}; }
 };
 constexpr uint32_t kEpiPadBin = epi_pad_bin<kEpiBits>();
 __device__ __forceinline__ void bar_math();
@@ -161,7 +161,7 @@ constexpr int kShareHistBytes = kRows * kShareBins * 4;
 constexpr uint32_t kSharePadBin = epi_pad_bin<kShareBits>();
 struct EpiShares {
   uint32_t* hs;        // shared u32 [kRows][kShareBins]
-  const volatile uint32_t* rowbase;  // shared: the rows' histograms' shared addresses (hs + r kShareBins)
+  const volatile uint32_t* rowbase;  // shared: the rows' histograms' shared addresses (as EpiHist's)
   uint32_t* ghist;     // global u32 [B][kRows][kShareBins] (zero before the launch)
   uint32_t* counters;  // global u32 [B] tiles done (zero before the launch)
   struct Row {
@@ -194,8 +194,6 @@ struct EpiShares {
       if (tid == 0) red_release_add(counters + b, static_cast<uint32_t>(t1 - t0));
     }
   };
-  // (h is loaded from shared memory, not computed: ptxas then holds it across
-  // the tile loop instead of recomputing it from the thread index every tile)
   __device__ __forceinline__ Row row(int rr) const { return Row{rowbase[rr], hs, ghist, counters}; }
 };
 
@@ -299,7 +297,55 @@ __device__ __forceinline__ void find_digit(Ctl* ctl, const uint32_t (&hv)[4], in
   bar_math();
 }
 
+// A row's output (every math thread): the winners of bitmap A in ascending
+// index order at [0, popc(A)), then the first `need` of bitmap B (the ties at
+// the k-th key) after them; bit j of the bitmaps is the row's key j + off.
+__device__ __forceinline__ void emit_row(const uint32_t* bitsA, const uint32_t* bitsB, int nw, uint32_t need,
+                                         int topk, int* orow, int off) {
+  const int tid = threadIdx.x;
+  const int per = (nw + kMath - 1) / kMath;
+  const int w0 = min(tid * per, nw), w1 = min(w0 + per, nw);
+  int ca = 0, cb = 0;
+  for (int w = w0; w < w1; ++w) ca += __popc(bitsA[w]), cb += __popc(bitsB[w]);
+  const int lane = tid & 31, warp = tid >> 5;
+  int ia = ca, ib = cb;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const int va = __shfl_up_sync(0xffffffffu, ia, d), vb = __shfl_up_sync(0xffffffffu, ib, d);
+    if (lane >= d) ia += va, ib += vb;
+  }
+  __shared__ int wsum[2][kMath / 32];
+  if (lane == 31) wsum[0][warp] = ia, wsum[1][warp] = ib;
+  bar_math();
+  int pa = ia - ca, pb = ib - cb, all_a = 0;
+  for (int w = 0; w < kMath / 32; ++w) {
+    if (w < warp) pa += wsum[0][w], pb += wsum[1][w];
+    all_a += wsum[0][w];
+  }
+  const int need_ties = static_cast<int>(need);
+  for (int w = w0; w < w1; ++w) {
+    uint32_t x = bitsA[w];
+    while (x) {
+      const int bit = __ffs(x) - 1;
+      x &= x - 1;
+      if (pa < topk) orow[pa] = w * 32 + bit + off;
+      ++pa;
+    }
+    uint32_t y = bitsB[w];
+    while (y && pb < need_ties) {
+      const int bit = __ffs(y) - 1;
+      y &= y - 1;
+      if (all_a + pb < topk) orow[all_a + pb] = w * 32 + bit + off;
+      ++pb;
+    }
+  }
+  bar_math();  // (the buffers are reused by the next row)
+}
+
 // The owner's work for row `row` of block b (every math thread of the CTA).
+// (The op's variant 97. Its digit loop repeats owner_row_v2's for an 11-bit
+// first digit; folding it changes 97's SASS, which no GPU has checked yet, so
+// it stays until the next round picks a v2 variant and this one is removed.)
 __device__ __forceinline__ void owner_row(const StagedTopkParams& P, uint8_t* smem, Ctl* ctl, int b, int r) {
   const Sm90LogitsParams& p = P.lg;
   const int tid = threadIdx.x;
@@ -432,49 +478,11 @@ __device__ __forceinline__ void owner_row(const StagedTopkParams& P, uint8_t* sm
       break;
     }
   }
-  // Emission: A (winners) in ascending index order at [0, topk - need), then the first `need` of B (ties).
-  const int per = (nw + kMath - 1) / kMath;
-  const int w0 = min(tid * per, nw), w1 = min(w0 + per, nw);
-  int ca = 0, cb = 0;
-  for (int w = w0; w < w1; ++w) ca += __popc(bitsA[w]), cb += __popc(bitsB[w]);
-  const int lane = tid & 31, warp = tid >> 5;
-  int ia = ca, ib = cb;
-#pragma unroll
-  for (int d = 1; d < 32; d <<= 1) {
-    const int va = __shfl_up_sync(0xffffffffu, ia, d), vb = __shfl_up_sync(0xffffffffu, ib, d);
-    if (lane >= d) ia += va, ib += vb;
-  }
-  __shared__ int wsum[2][kMath / 32];
-  if (lane == 31) wsum[0][warp] = ia, wsum[1][warp] = ib;
-  bar_math();
-  int pa = ia - ca, pb = ib - cb, all_a = 0;
-  for (int w = 0; w < kMath / 32; ++w) {
-    if (w < warp) pa += wsum[0][w], pb += wsum[1][w];
-    all_a += wsum[0][w];
-  }
-  const int need_ties = static_cast<int>(need);
-  for (int w = w0; w < w1; ++w) {
-    uint32_t x = bitsA[w];
-    while (x) {
-      const int bit = __ffs(x) - 1;
-      x &= x - 1;
-      if (pa < topk) orow[pa] = w * 32 + bit;
-      ++pa;
-    }
-    uint32_t y = bitsB[w];
-    while (y && pb < need_ties) {
-      const int bit = __ffs(y) - 1;
-      y &= y - 1;
-      if (all_a + pb < topk) orow[all_a + pb] = w * 32 + bit;
-      ++pb;
-    }
-  }
-  bar_math();  // (the buffers are reused by the next row)
+  emit_row(bitsA, bitsB, nw, need, topk, orow, 0);
 }
 
-// The select after the tile loops (every math thread): the piece's histograms,
-// published; then the owned rows. A call boundary, so the tile loop keeps the
-// dense kernel's registers: the block, the piece and the rows are found again here.
+// The owner's work for row `row` of block b with the warp-aggregated
+// staging (variants 99 / 101 / 103; every math thread).
 template <int kS0>
 __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t* smem, Ctl* ctl, int b, int r) {
   // The first digit: bits 31..kS0 (11 bits from the select's own pass, 10
@@ -648,44 +656,7 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
       break;
     }
   }
-  // Emission: A (winners) in ascending index order at [0, topk - need), then the first `need` of B (ties).
-  const int per = (nw + kMath - 1) / kMath;
-  const int w0 = min(tid * per, nw), w1 = min(w0 + per, nw);
-  int ca = 0, cb = 0;
-  for (int w = w0; w < w1; ++w) ca += __popc(bitsA[w]), cb += __popc(bitsB[w]);
-  const int lane = tid & 31, warp = tid >> 5;
-  int ia = ca, ib = cb;
-#pragma unroll
-  for (int d = 1; d < 32; d <<= 1) {
-    const int va = __shfl_up_sync(0xffffffffu, ia, d), vb = __shfl_up_sync(0xffffffffu, ib, d);
-    if (lane >= d) ia += va, ib += vb;
-  }
-  __shared__ int wsum[2][kMath / 32];
-  if (lane == 31) wsum[0][warp] = ia, wsum[1][warp] = ib;
-  bar_math();
-  int pa = ia - ca, pb = ib - cb, all_a = 0;
-  for (int w = 0; w < kMath / 32; ++w) {
-    if (w < warp) pa += wsum[0][w], pb += wsum[1][w];
-    all_a += wsum[0][w];
-  }
-  const int need_ties = static_cast<int>(need);
-  for (int w = w0; w < w1; ++w) {
-    uint32_t x = bitsA[w];
-    while (x) {
-      const int bit = __ffs(x) - 1;
-      x &= x - 1;
-      if (pa < topk) orow[pa] = w * 32 + bit + sr0 - sr;
-      ++pa;
-    }
-    uint32_t y = bitsB[w];
-    while (y && pb < need_ties) {
-      const int bit = __ffs(y) - 1;
-      y &= y - 1;
-      if (all_a + pb < topk) orow[all_a + pb] = w * 32 + bit + sr0 - sr;
-      ++pb;
-    }
-  }
-  bar_math();  // (the buffers are reused by the next row)
+  emit_row(bitsA, bitsB, nw, need, topk, orow, sr0 - sr);
 }
 
 // The select after the tile loops (every math thread): the piece's histograms,
@@ -910,29 +881,31 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     return;
   }
   ptx::setmaxnreg_inc<Cfg::kMathRegs>();
-  if constexpr (kShares) {  // the first digit's histograms past the tile loop's shared memory, flushed per block
-    constexpr int kShareOff = staged_share_hist_offset<Cfg>();
-    uint32_t* hs = reinterpret_cast<uint32_t*>(smem + kShareOff);
+  if constexpr ((kMode & 2) != 0) {
+    // The first digit's histograms from the tile loops: shares past the tile
+    // loop's shared memory (9 bits, flushed per block), pieces in the second
+    // Q buffer (10 bits). Zeroed, and the rows' addresses tabled, first.
+    constexpr int kBins1 = kShares ? staged_topk::kShareBins : staged_topk::kEpiBins;
+    constexpr int kHistOff = kShares ? staged_share_hist_offset<Cfg>() : Cfg::kOffQ + Cfg::kQTileBytes;
+    static_assert(kShares || staged_topk::kRows * staged_topk::kEpiBins * 4 <= Cfg::kQTileBytes,
+                  "the histograms in a Q buffer");
+    uint32_t* h = reinterpret_cast<uint32_t*>(smem + kHistOff);
     __shared__ uint32_t rowbase[staged_topk::kRows];
-    for (int i = tid; i < staged_topk::kShareHistBytes / 16; i += Cfg::kMathThreads)
-      reinterpret_cast<uint4*>(hs)[i] = make_uint4(0u, 0u, 0u, 0u);
-    if (tid < staged_topk::kRows) rowbase[tid] = ptx::smem_addr(hs + tid * staged_topk::kShareBins);
+    for (int i = tid; i < staged_topk::kRows * kBins1 / 4; i += Cfg::kMathThreads)
+      reinterpret_cast<uint4*>(h)[i] = make_uint4(0u, 0u, 0u, 0u);
+    if (tid < staged_topk::kRows) rowbase[tid] = ptx::smem_addr(h + tid * kBins1);
     staged_topk::bar_math();
-    if (share.count > 0)
-      logits_v2_lean2_math<Cfg>(p, smem, full, empty, q_full, q_empty, wg, lean2_slot,
-                                staged_topk::EpiShares{hs, rowbase, P.hist, P.counters});
-    staged_topk::shares_select<kMode>(P);
-  } else if constexpr ((kMode & 2) != 0) {  // the first digit's histograms from the tile loops (the second Q buffer)
-    constexpr int kEpiOff = Cfg::kOffQ + Cfg::kQTileBytes;
-    static_assert(staged_topk::kRows * staged_topk::kEpiBins * 4 <= Cfg::kQTileBytes, "the histograms in a Q buffer");
-    uint4* h = reinterpret_cast<uint4*>(smem + kEpiOff);
-    for (int i = tid; i < staged_topk::kRows * staged_topk::kEpiBins / 4; i += Cfg::kMathThreads)
-      h[i] = make_uint4(0u, 0u, 0u, 0u);
-    staged_topk::bar_math();
-    if (share.count > 0)
-      logits_v2_lean2_math<Cfg>(p, smem, full, empty, q_full, q_empty, wg, lean2_slot,
-                                staged_topk::EpiHist{ptx::smem_addr(smem + kEpiOff)});
-    staged_topk::staged_select<kMode, kEpiOff>(P);
+    if constexpr (kShares) {
+      if (share.count > 0)
+        logits_v2_lean2_math<Cfg>(p, smem, full, empty, q_full, q_empty, wg, lean2_slot,
+                                  staged_topk::EpiShares{h, rowbase, P.hist, P.counters});
+      staged_topk::shares_select<kMode>(P);
+    } else {
+      if (share.count > 0)
+        logits_v2_lean2_math<Cfg>(p, smem, full, empty, q_full, q_empty, wg, lean2_slot,
+                                  staged_topk::EpiHist{rowbase});
+      staged_topk::staged_select<kMode, kHistOff>(P);
+    }
   } else {
     if (share.count > 0) logits_v2_lean2_math<Cfg>(p, smem, full, empty, q_full, q_empty, wg, lean2_slot);
     staged_topk::staged_select<kMode, 0>(P);
