@@ -168,6 +168,13 @@ def wave_table(rows_list: Sequence[int], *, keys: int, topk: int, sms: int, bloc
 WAVE_RULE_TOLERANCE = 0.03
 
 
+def check_wave_tolerance(value, what: str) -> float:
+    """A wave-rule tolerance: a number in [0, 1)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 <= value < 1):
+        raise UsageError(f"{what}: must be a number in [0, 1), got {value!r}")
+    return float(value)
+
+
 def decide_wave_rule(table: Sequence[dict], tolerance: float = WAVE_RULE_TOLERANCE) -> dict:
     """Whether the calibration keeps the wave rule, from a measured wave table.
 
@@ -179,8 +186,7 @@ def decide_wave_rule(table: Sequence[dict], tolerance: float = WAVE_RULE_TOLERAN
     chunks take the fused path); if A was slower than that at any of them, it
     stays on. None when no such row was timed (keep the current setting).
     Returns {wave_rule, tolerance, rows_checked, worst_rows, worst_ratio}."""
-    if not (isinstance(tolerance, (int, float)) and not isinstance(tolerance, bool)) or not (0 <= tolerance < 1):
-        raise UsageError(f"wave tolerance: must be a number in [0, 1), got {tolerance!r}")
+    tolerance = check_wave_tolerance(tolerance, "wave tolerance")
     checked = []
     for r in table:
         if r.get("wave_ok") or int(r["rows"]) > int(r["dense_rows"]):
@@ -305,15 +311,10 @@ def load_sweep(path) -> dict:
             "topk": _checked(_check_topk, wave.get("topk", 512), "[wave] topk", where),
             "multiples": _int_list(wave.get("multiples", [1, 2]), "[wave] multiples", where),
             "rows": _int_list(wave["rows"], "[wave] rows", where, checks.check_rows) if "rows" in wave else [],
-            "tolerance": _wave_tolerance(wave.get("tolerance", WAVE_RULE_TOLERANCE), where),
+            "tolerance": _checked(check_wave_tolerance, wave.get("tolerance", WAVE_RULE_TOLERANCE),
+                                  "[wave] tolerance", where),
         },
     }
-
-
-def _wave_tolerance(v, where: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 <= v < 1):
-        raise UsageError(f"--config {where}: [wave] tolerance must be a number in [0, 1), got {v!r}")
-    return float(v)
 
 
 # ------------------------------------------------------------ the sweep
@@ -499,9 +500,9 @@ def run_crossover(
         if wave_decision["wave_rule"] is not None:
             wave_rule_out = wave_decision["wave_rule"]
         cal_for_rule["wave_rule"] = wave_rule_out
-        wave_rows_out = wave_table([c["rows"] for c in wave_cases], keys=wave_cfg["keys"], topk=wave_cfg["topk"],
-                                   sms=sms_eff, block_rows=br, t_a=ta, t_b=tb, calibration=cal_for_rule,
-                                   names=(a, b))
+        wave_rows_out = wave_rows_rule_on if wave_rule_out else wave_table(
+            [c["rows"] for c in wave_cases], keys=wave_cfg["keys"], topk=wave_cfg["topk"], sms=sms_eff,
+            block_rows=br, t_a=ta, t_b=tb, calibration=cal_for_rule, names=(a, b))
 
     env = environment(device)
     min_keys = {str(t): int(recommended.get(t, current.get(t, SM100_MIN_KEYS.get(t, 1 << 16)))) for t in (512, 1024, 2048)}
