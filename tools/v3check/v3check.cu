@@ -164,12 +164,12 @@ cudaError_t launch_dense_logits(const Dev& d, cudaStream_t st = 0) {
 // Variants 91 / 92 (kSplitHist bit 1024): whether their launch is a cluster
 // launch here (fused_v3_cluster_plan), printed before they run.
 void report_cluster_plan(int variant, const Work& w, int grid) {
-  if (variant >= 103 && variant <= 104) {
+  if ((variant >= 103 && variant <= 104) || (variant >= 107 && variant <= 108)) {
     const int sms = grid > 0 ? std::min(grid, g_sms) : g_sms;
     std::printf("  (v%d: %d row blocks on shares of %d CTAs)\n", variant, (w.rows + 7) / 8, sms);
     return;
   }
-  if (variant >= 97 && variant <= 102) {
+  if ((variant >= 97 && variant <= 102) || (variant >= 105 && variant <= 106)) {
     const int sms = grid > 0 ? std::min(grid, g_sms) : g_sms;
     const int m = fused_staged_pieces(w.rows, w.keys, sms);
     std::printf("  (v%d: %d row blocks x %d pieces = %d CTAs)\n", variant, (w.rows + 7) / 8, m, m * ((w.rows + 7) / 8));
@@ -228,14 +228,20 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
     return launch_sm90_fused_mqa_topk_v3<decltype(cfg)>(d.q, d.k, d.scales, d.weights, d.starts, d.ends, d.out, d.ws,
                                                          w.rows, w.keys, w.topk, sms, st, &me, probe, {}, target);
   };
-  if (variant >= 103 && variant <= 104) {  // session 23: the staged kernel on shares of every SM (kMode 7); 104: marks
+  if ((variant >= 103 && variant <= 104) || (variant >= 107 && variant <= 108)) {
+    // session 23: the staged kernel on shares of every SM (kMode 7); 104: marks; session 24: 107 / 108 with
+    // the deep pass (kMode 15)
     if (fused_staged_aux_bytes(w.rows, 1) > d.ws_bytes) return cudaErrorInvalidConfiguration;
-    uint32_t* marks = variant == 104 ? reinterpret_cast<uint32_t*>(d.out + size_t(w.rows) * w.topk) : nullptr;
-    return launch_sm90_fused_staged_topk<Sm90LogitsV2Default, 7>(d.q, d.k, d.scales, d.weights, d.starts, d.ends,
-                                                                 d.logits, d.ld, d.ws, d.out, w.rows, w.keys, w.topk,
-                                                                 sms, st, &me, {}, marks);
+    uint32_t* marks = variant % 2 == 0 ? reinterpret_cast<uint32_t*>(d.out + size_t(w.rows) * w.topk) : nullptr;
+    auto go = [&](auto mode) {
+      return launch_sm90_fused_staged_topk<Sm90LogitsV2Default, decltype(mode)::value>(
+          d.q, d.k, d.scales, d.weights, d.starts, d.ends, d.logits, d.ld, d.ws, d.out, w.rows, w.keys, w.topk, sms,
+          st, &me, {}, marks);
+    };
+    if (variant >= 107) return go(std::integral_constant<int, 15>{});
+    return go(std::integral_constant<int, 7>{});
   }
-  if (variant >= 97 && variant <= 102) {  // session 22: the staged kernel (sm90_fused_staged_topk.cuh): the logits
+  if ((variant >= 97 && variant <= 102) || (variant >= 105 && variant <= 106)) {  // session 22: the staged kernel (sm90_fused_staged_topk.cuh): the logits
     // buffer its logits workspace, d.ws its histograms and counters; 98: with thread 0's timeline marks;
     // 99 / 100: 97 / 98 with kV2 (the owner's pass reworked, the piece histograms' rows over a warp's lanes);
     // session 23: 101 / 102: 99 / 100 with the first digit's histograms from the tile loops' epilogue (kMode 3)
@@ -247,6 +253,7 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
           d.q, d.k, d.scales, d.weights, d.starts, d.ends, d.logits, d.ld, d.ws, d.out, w.rows, w.keys, w.topk, m, st,
           &me, {}, marks);
     };
+    if (variant >= 105) return go(std::integral_constant<int, 11>{});  // (session 24: 101 with the deep pass)
     if (variant >= 101) return go(std::integral_constant<int, 3>{});
     if (variant >= 99) return go(std::integral_constant<int, 1>{});
     return go(std::integral_constant<int, 0>{});
@@ -753,16 +760,16 @@ int cmd_timeline(int argc, char** argv) {
                                   "gate done", "copy done", "merge entry", "bins published", "counted (last)",
                                   "merged", "gate: records", "gate: rho", "gate: bins", "kernel start"};
   for (int v : vars) {
-    if (v == 98 || v == 100 || v == 102 || v == 104) {  // (the staged kernels: 16 words per CTA, their own marks)
+    if (v == 98 || v == 100 || v == 102 || v == 104 || v == 106 || v == 108) {  // (the staged kernels: 16 words per CTA, their own marks)
       const int m = fused_staged_pieces(w.rows, w.keys, ctas);
-      const int n = v == 104 ? ctas : m * ((w.rows + 7) / 8);
+      const int n = v == 104 || v == 108 ? ctas : m * ((w.rows + 7) / 8);
       static const char* names98[16] = {"", "loops done", "piece hist", "published", "owner's wait done",
                                         "owner done", "", "", "", "", "", "", "", "", "", "kernel start"};
       const char* const* nm = names98;
       for (int rep = 0; rep < 2; ++rep) {
         CK(cudaMemset(d.out, 0, (size_t(w.rows) * w.topk + size_t(std::max(n, 1)) * 16) * 4));
         CK(launch_fused(v, d, grid, 0, 0));
-        sync_or_report("fused 98 / 100 / 102 / 104");
+        sync_or_report("fused 98 / 100 / 102 / 104 / 106 / 108");
       }
       std::vector<uint32_t> h(size_t(std::max(n, 1)) * 16);
       CK(cudaMemcpy(h.data(), d.out + size_t(w.rows) * w.topk, h.size() * 4, cudaMemcpyDeviceToHost));

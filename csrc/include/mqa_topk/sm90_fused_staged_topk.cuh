@@ -483,7 +483,11 @@ __device__ __forceinline__ void owner_row(const StagedTopkParams& P, uint8_t* sm
 
 // The owner's work for row `row` of block b with the warp-aggregated
 // staging (variants 99 / 101 / 103; every math thread).
-template <int kS0>
+// kDeep (kMode bit 3): the row is prefetched into L2 first (bulk prefetches,
+// overlapping the first digit's histogram sums), and the pass keeps 8 float4
+// loads per thread in flight instead of 2: the pass was latency-bound
+// (session 24: ~30 us per 64K-key row, 16 KB in flight per SM).
+template <int kS0, bool kDeep = false>
 __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t* smem, Ctl* ctl, int b, int r) {
   // The first digit: bits 31..kS0 (11 bits from the select's own pass, 10
   // from the tile loops' epilogue histograms, 9 from the shares' epilogue), in
@@ -511,6 +515,12 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
   uint32_t* skey = bitsB + nw;
   uint32_t* sidx = skey + cap;
   const float* rowp = p.logits + static_cast<int64_t>(row) * p.ld;
+  if constexpr (kDeep) {  // 8 KB per prefetch, the row's float4 groups (16-byte aligned: ld is a multiple of 4)
+    const char* a = reinterpret_cast<const char*>(rowp + sr0);
+    const uint32_t bytes = static_cast<uint32_t>(((sr + n + 3) >> 2) - (sr0 >> 2)) * 16u;
+    for (uint32_t c = static_cast<uint32_t>(tid) * 8192u; c < bytes; c += kMath * 8192u)
+      ptx::prefetch_l2_bulk(a + c, min(8192u, bytes - c));
+  }
   // The first digit from the m pieces' histograms (L2): 4 bins per thread.
   uint32_t hv[4] = {0, 0, 0, 0};
   {
@@ -551,15 +561,16 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
     const int lane = tid & 31;
     const float4* p4 = reinterpret_cast<const float4*>(rowp);
     const int v0 = sr >> 2, v1 = (sr + n + 3) >> 2, e = sr + n;
-    for (int base = v0; base < v1; base += 2 * kMath) {
-      float4 x[2];
+    constexpr int kU = kDeep ? 8 : 2;  // float4 loads per thread in flight
+    for (int base = v0; base < v1; base += kU * kMath) {
+      float4 x[kU];
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {
+      for (int i = 0; i < kU; ++i) {
         const int v = base + i * kMath + tid;
         x[i] = v < v1 ? __ldcg(p4 + v) : make_float4(0.f, 0.f, 0.f, 0.f);
       }
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {
+      for (int i = 0; i < kU; ++i) {
         const int v = base + i * kMath + tid;
         const int k = 4 * v;
         const uint32_t u[4] = {okey(x[i].x), okey(x[i].y), okey(x[i].z), okey(x[i].w)};
@@ -664,11 +675,13 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
 // dense kernel's registers: the block, the piece and the rows are found again here.
 // kMode: bit 0 the owner's warp-aggregated staging (owner_row_v2, dev
 // variant 99), bit 1 (with bit 0) the first digit's histograms from the tile
-// loops' epilogue (EpiHist at shared offset kEpiOff, dev variant 101).
+// loops' epilogue (EpiHist at shared offset kEpiOff, dev variant 101), bit 3
+// (with bit 0) the deep pass (owner_row_v2's kDeep, dev variants 105 / 107).
 template <int kMode, int kEpiOff>
 __device__ __noinline__ void staged_select(const StagedTopkParams P) {
-  constexpr bool kV2 = (kMode & 1) != 0, kEpi = (kMode & 2) != 0;
+  constexpr bool kV2 = (kMode & 1) != 0, kEpi = (kMode & 2) != 0, kDeep = (kMode & 8) != 0;
   static_assert(!kEpi || kV2, "the epilogue's 10-bit first digit needs owner_row_v2");
+  static_assert(!kDeep || kV2, "the deep pass is owner_row_v2's");
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
   __shared__ Ctl ctl_s;
@@ -778,7 +791,7 @@ __device__ __noinline__ void staged_select(const StagedTopkParams P) {
   mark(P, 4);
   for (int r = rank; r < kRows && b * kRows + r < p.rows; r += m) {
     if constexpr (kV2)
-      owner_row_v2<kEpi ? 32 - kEpiBits : 21>(P, smem, ctl, b, r);
+      owner_row_v2<kEpi ? 32 - kEpiBits : 21, kDeep>(P, smem, ctl, b, r);
     else
       owner_row(P, smem, ctl, b, r);
   }
@@ -810,7 +823,7 @@ __device__ __noinline__ void shares_select(const StagedTopkParams P) {
     }
     bar_math();
     if (row == r0) mark(P, 4);
-    owner_row_v2<32 - kShareBits>(P, smem, &ctl_sh, b, row - b * kRows);
+    owner_row_v2<32 - kShareBits, (kMode & 8) != 0>(P, smem, &ctl_sh, b, row - b * kRows);
   }
   mark(P, 5);
 }
