@@ -14,13 +14,21 @@ size_t logits_bytes(int rows, int keys) {
 
 int fused_staged_pieces(int rows, int keys, int num_sms) { return mqa_topk::fused_staged_pieces(rows, keys, num_sms); }
 
+bool fused_staged_variant_known(int variant) {
+  return variant == 97 || variant == 99 || variant == 101 || variant == 103 || variant == 105 || variant == 107;
+}
+
+namespace {
+bool staged_shares(int variant) { return variant == 103 || variant == 107; }
+}  // namespace
+
 int fused_staged_grid_param(int variant, int rows, int keys, int num_sms) {
-  if (variant == 103) return rows > 0 && keys > 0 && keys <= mqa_topk::staged_topk::kMaxRowKeys ? num_sms : 0;
+  if (staged_shares(variant)) return rows > 0 && keys > 0 && keys <= mqa_topk::staged_topk::kMaxRowKeys ? num_sms : 0;
   return mqa_topk::fused_staged_pieces(rows, keys, num_sms);
 }
 
 size_t fused_staged_workspace_bytes(int rows, int keys, int m, int variant) {
-  return logits_bytes(rows, keys) + mqa_topk::fused_staged_aux_bytes(rows, variant == 103 ? 1 : m);
+  return logits_bytes(rows, keys) + mqa_topk::fused_staged_aux_bytes(rows, staged_shares(variant) ? 1 : m);
 }
 
 cudaError_t fused_staged_launch(const void* q, const void* k, const float* scales, const float* weights,
@@ -39,6 +47,8 @@ cudaError_t fused_staged_launch(const void* q, const void* k, const float* scale
     case 99: return go(std::integral_constant<int, 1>{});
     case 101: return go(std::integral_constant<int, 3>{});
     case 103: return go(std::integral_constant<int, 7>{});
+    case 105: return go(std::integral_constant<int, 11>{});  // (101 with the deep owner pass)
+    case 107: return go(std::integral_constant<int, 15>{});  // (103 with it)
     default: return cudaErrorInvalidValue;
   }
 }

@@ -71,9 +71,9 @@ if hasattr(ops._native(), "fused_mqa_topk"):
     # The staged kernel (issue 12, session 22): 16 / 4 / 2 / 1 pieces per block, random and causal
     # ranges, one row, rows of n <= topk, all-equal logits (the class too large to stage).
     # Its development variants too (99: the owner's warp-aggregated staging, 101: the epilogue's histograms,
-    # 103: shares of every SM, also past one wave of row blocks).
+    # 103: shares of every SM, also past one wave of row blocks; 105 / 107: 101 / 103 with the deep owner pass).
     os.environ["MQA_TOPK_FUSED_STAGED"] = "1"
-    for variant in ("97", "99", "101", "103"):
+    for variant in ("97", "99", "101", "103", "105", "107"):
         os.environ["MQA_TOPK_FUSED_STAGED_VARIANT"] = variant
         for rows, keys, layout, topk in ((67, 1000, "causal", 512), (37, 3001, "random", 2048),
                                          (1, 5000, "causal", 1024), (64, 20000, "causal", 2048),

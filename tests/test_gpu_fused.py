@@ -561,13 +561,14 @@ STAGED_CASES = [
     dict(layout="full", rows=8, keys=524000, dist="gaussian"),
     dict(layout="causal", rows=520, keys=12000, dist="gaussian"),
     dict(layout="ragged", rows=1056, keys=9000, dist="dsa", unaligned_starts=True),
-    # (more than one wave of row blocks: variant 103, shares, alone)
+    # (more than one wave of row blocks: the shares variants 103 / 107 alone)
     dict(layout="causal", rows=1100, keys=12000, dist="gaussian"),
     dict(layout="ragged", rows=2000, keys=6000, dist="short_rows", unaligned_starts=True),
 ]
 
 
-STAGED_VARIANTS = (97, 99, 101, 103)
+STAGED_VARIANTS = (97, 99, 101, 103, 105, 107)
+SHARES_VARIANTS = (103, 107)  # (any number of row blocks)
 
 
 @pytest.mark.parametrize("variant", STAGED_VARIANTS)
@@ -578,7 +579,7 @@ def test_fused_op_staged_exact(dev, monkeypatch, kw, variant):
     equal, and the same sets as the whole-block kernel
     (MQA_TOPK_FUSED_STAGED=0 with MQA_TOPK_FUSED_SPLIT=0) and as native dense."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    if (kw["rows"] + 7) // 8 > sms and variant != 103:
+    if (kw["rows"] + 7) // 8 > sms and variant not in SHARES_VARIANTS:
         pytest.skip(f"{kw['rows']} rows are more than one wave of row blocks on {sms} SMs")
     monkeypatch.setenv("MQA_TOPK_FUSED_STAGED_VARIANT", str(variant))
     for topk in TOPKS:
