@@ -56,5 +56,14 @@ cudaError_t fused_staged_launch(const void* q, const void* k, const float* scale
 cudaError_t fused_staged_attributes(cudaFuncAttributes* attr, int* dynamic_smem) {
   using Cfg = mqa_topk::Sm90LogitsV2Default;
   *dynamic_smem = Cfg::kSmemBytes;
-  return cudaFuncGetAttributes(attr, reinterpret_cast<const void*>(&mqa_topk::sm90_fused_staged_topk_kernel<Cfg>));
+  // (the default variant's kernel: kMode of kFusedStagedVariant, as fused_staged_launch's switch)
+  constexpr int kMode = kFusedStagedVariant == 97    ? 0
+                        : kFusedStagedVariant == 99  ? 1
+                        : kFusedStagedVariant == 101 ? 3
+                        : kFusedStagedVariant == 103 ? 7
+                        : kFusedStagedVariant == 105 ? 11
+                                                     : 15;
+  static_assert((kMode & 4) == 0, "the default's dynamic shared memory is the loop's (not a shares variant)");
+  return cudaFuncGetAttributes(attr,
+                               reinterpret_cast<const void*>(&mqa_topk::sm90_fused_staged_topk_kernel<Cfg, kMode>));
 }

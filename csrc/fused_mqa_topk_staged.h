@@ -35,7 +35,7 @@ size_t fused_staged_workspace_bytes(int rows, int keys, int m, int variant);
 // the first digit's histograms from the tile loops, 103: 101 on shares of
 // every SM, 105 / 107: 101 / 103 with the deep owner pass, session 24);
 // cudaErrorInvalidValue for any other.
-constexpr int kFusedStagedVariant = 97;
+constexpr int kFusedStagedVariant = 105;
 cudaError_t fused_staged_launch(const void* q, const void* k, const float* scales, const float* weights,
                                 const int* starts, const int* ends, void* workspace, int* out, int rows, int keys,
                                 int topk, int m, cudaStream_t stream, int* map_error,

@@ -764,7 +764,8 @@ int cmd_timeline(int argc, char** argv) {
       const int m = fused_staged_pieces(w.rows, w.keys, ctas);
       const int n = v == 104 || v == 108 ? ctas : m * ((w.rows + 7) / 8);
       static const char* names98[16] = {"", "loops done", "piece hist", "published", "owner's wait done",
-                                        "owner done", "", "", "", "", "", "", "", "", "", "kernel start"};
+                                        "owner done", "v2: 1st digit", "v2: pass done", "v2: digits done", "",
+                                        "", "", "", "", "", "kernel start"};
       const char* const* nm = names98;
       for (int rep = 0; rep < 2; ++rep) {
         CK(cudaMemset(d.out, 0, (size_t(w.rows) * w.topk + size_t(std::max(n, 1)) * 16) * 4));
@@ -791,6 +792,16 @@ int cmd_timeline(int argc, char** argv) {
                       x.back());
         }
         if (id == 14) break;
+      }
+      {  // (owner_row_v2's mark 10: the first digit's class size of the CTA's last row, a count)
+        std::vector<uint32_t> cs;
+        for (int c = 0; c < n; ++c)
+          if (const uint32_t t = h[size_t(c) * 16 + 10]) cs.push_back(t >> 1);
+        if (!cs.empty()) {
+          std::sort(cs.begin(), cs.end());
+          std::printf("  %-18s CTAs %3zu: %8u %8u %8u (keys)\n", "v2: class size", cs.size(), cs.front(),
+                      cs[cs.size() / 2], cs.back());
+        }
       }
       std::fflush(stdout);
       continue;

@@ -542,6 +542,7 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
   for (int i = tid; i < nw; i += kMath) bitsA[i] = 0, bitsB[i] = 0;
   if (tid == 0) ctl->fill = 0;
   find_digit(ctl, hv, kPer1, static_cast<uint32_t>(topk));
+  mark(P, 6);
   if (!ctl->found[3]) {  // (inconsistent histograms: impossible for the kernel's own logits)
     for (int i = tid; i < topk; i += kMath) orow[i] = -1;
     bar_math();
@@ -610,6 +611,8 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
     bar_math();
     if (take_class) need = 0;
   }
+  mark(P, 7);
+  if (P.marks != nullptr && tid == 0) P.marks[blockIdx.x * 16 + 10] = (ccount << 1) | 1u;  // (a count, not a time)
   const int staged = stage ? min(ctl->fill, cap) : 0;
   // The remaining digits: bits s - 1 .. s - 11 while s > 11, then the rest,
   // on the staged pairs or by filtered passes over the row.
@@ -667,6 +670,7 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
       break;
     }
   }
+  mark(P, 8);
   emit_row(bitsA, bitsB, nw, need, topk, orow, sr0 - sr);
 }
 
