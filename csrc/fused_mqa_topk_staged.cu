@@ -15,7 +15,8 @@ size_t logits_bytes(int rows, int keys) {
 int fused_staged_pieces(int rows, int keys, int num_sms) { return mqa_topk::fused_staged_pieces(rows, keys, num_sms); }
 
 bool fused_staged_variant_known(int variant) {
-  return variant == 97 || variant == 99 || variant == 101 || variant == 103 || variant == 105 || variant == 107;
+  return variant == 97 || variant == 99 || variant == 101 || variant == 103 || variant == 105 || variant == 107 ||
+         variant == 109;
 }
 
 namespace {
@@ -49,6 +50,7 @@ cudaError_t fused_staged_launch(const void* q, const void* k, const float* scale
     case 103: return go(std::integral_constant<int, 7>{});
     case 105: return go(std::integral_constant<int, 11>{});  // (101 with the deep owner pass)
     case 107: return go(std::integral_constant<int, 15>{});  // (103 with it)
+    case 109: return go(std::integral_constant<int, 27>{});  // (105 with the warps' ballot staging)
     default: return cudaErrorInvalidValue;
   }
 }
@@ -62,7 +64,8 @@ cudaError_t fused_staged_attributes(cudaFuncAttributes* attr, int* dynamic_smem)
                         : kFusedStagedVariant == 101 ? 3
                         : kFusedStagedVariant == 103 ? 7
                         : kFusedStagedVariant == 105 ? 11
-                                                     : 15;
+                        : kFusedStagedVariant == 107 ? 15
+                                                     : 27;
   static_assert((kMode & 4) == 0, "the default's dynamic shared memory is the loop's (not a shares variant)");
   return cudaFuncGetAttributes(attr,
                                reinterpret_cast<const void*>(&mqa_topk::sm90_fused_staged_topk_kernel<Cfg, kMode>));

@@ -429,7 +429,14 @@ __device__ __forceinline__ void owner_row(const StagedTopkParams& P, uint8_t* sm
     const uint32_t mask = (1u << bits) - 1;
     for (int i = tid; i < kBins; i += kMath) hist[i] = 0;
     bar_math();
-    if (stage) {
+    if (stage && kWarp) {  // (warp w's own part)
+      const int wn = warp_fill[tid >> 5];
+      const uint32_t* wk = skey + (tid >> 5) * capw;
+      for (int i = tid & 31; i < wn; i += 32) {
+        const uint32_t u = wk[i];
+        if ((u >> s) == Pc) atomicAdd(hist + ((u >> sh) & mask), 1u);
+      }
+    } else if (stage) {
       for (int i = tid; i < staged; i += kMath) {
         const uint32_t u = skey[i];
         if ((u >> s) == Pc) atomicAdd(hist + ((u >> sh) & mask), 1u);
@@ -464,7 +471,12 @@ __device__ __forceinline__ void owner_row(const StagedTopkParams& P, uint8_t* sm
         else if ((u >> s) == Pc)
           atomicOr(bitsB + (lk >> 5), 1u << (lk & 31));
       };
-      if (stage) {
+      if (stage && kWarp) {
+        const int wn = warp_fill[tid >> 5];
+        const uint32_t* wk = skey + (tid >> 5) * capw;
+        const uint32_t* wi = sidx + (tid >> 5) * capw;
+        for (int i = tid & 31; i < wn; i += 32) markf(wk[i], static_cast<int>(wi[i]));
+      } else if (stage) {
         for (int i = tid; i < staged; i += kMath) markf(skey[i], static_cast<int>(sidx[i]));
       } else {
         for_each_group(rowp, sr, sr + n, tid, kMath, [&](int k, const uint32_t(&u)[4], uint32_t valid) {
@@ -487,7 +499,12 @@ __device__ __forceinline__ void owner_row(const StagedTopkParams& P, uint8_t* sm
 // overlapping the first digit's histogram sums), and the pass keeps 8 float4
 // loads per thread in flight instead of 2: the pass was latency-bound
 // (session 24: ~30 us per 64K-key row, 16 KB in flight per SM).
-template <int kS0, bool kDeep = false>
+// kWarp (kMode bit 4, with kDeep): each warp stages its class keys into its
+// own 1/16 of the staging area by ballots (a register offset per warp: no
+// scan, no shared counter), session 24: the scan-and-atomic staging was ~150
+// SASS instructions per float4 group, ~10 us of issue per 64K-key row. A warp
+// that overflows its part sends the row to the unstaged passes.
+template <int kS0, bool kDeep = false, bool kWarp = false>
 __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t* smem, Ctl* ctl, int b, int r) {
   // The first digit: bits 31..kS0 (11 bits from the select's own pass, 10
   // from the tile loops' epilogue histograms, 9 from the shares' epilogue), in
@@ -552,7 +569,10 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
   int s = kS0;
   uint32_t need = static_cast<uint32_t>(ctl->found[1]);
   uint32_t ccount = static_cast<uint32_t>(ctl->found[2]);
-  const bool stage = ccount <= static_cast<uint32_t>(cap);
+  bool stage = ccount <= static_cast<uint32_t>(cap);
+  constexpr int kWarps = kMath / 32;
+  const int capw = cap / kWarps / 4 * 4;  // (kWarp: each warp's part of the staging area)
+  __shared__ int warp_fill[kWarps];
   // The pass over the row (every thread the same number of rounds, so each
   // warp reserves its staging slots at once): winners above the class into A
   // (the class too where it is all taken), the class staged.
@@ -562,6 +582,10 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
     const int lane = tid & 31;
     const float4* p4 = reinterpret_cast<const float4*>(rowp);
     const int v0 = sr >> 2, v1 = (sr + n + 3) >> 2, e = sr + n;
+    int wfill = 0;  // (kWarp: this warp's staged keys, the same in every lane)
+    const uint32_t lt_mask = (1u << lane) - 1u;
+    uint32_t* wkey = skey + (tid >> 5) * capw;
+    uint32_t* widx = sidx + (tid >> 5) * capw;
     constexpr int kU = kDeep ? 8 : 2;  // float4 loads per thread in flight
     for (int base = v0; base < v1; base += kU * kMath) {
       float4 x[kU];
@@ -587,7 +611,19 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
         }
         const int lk = k - sr0;
         if (wa) atomicOr(bitsA + (lk >> 5), wa << (lk & 31));
-        if (stage) {
+        if constexpr (kWarp) {
+          if (stage) {
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+              const uint32_t bal = __ballot_sync(0xffffffffu, (cls_mask >> c) & 1u);
+              if ((cls_mask >> c) & 1u) {
+                const int pos = wfill + __popc(bal & lt_mask);
+                if (pos < capw) wkey[pos] = u[c], widx[pos] = static_cast<uint32_t>(lk + c);
+              }
+              wfill += __popc(bal);
+            }
+          }
+        } else if (stage) {
           const int cnt = __popc(cls_mask);
           int incl = cnt;
 #pragma unroll
@@ -608,8 +644,19 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
         }
       }
     }
+    if constexpr (kWarp) {
+      if (lane == 0) warp_fill[tid >> 5] = wfill;
+    }
     bar_math();
     if (take_class) need = 0;
+    if constexpr (kWarp) {
+      if (stage) {
+        int over = 0;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) over |= warp_fill[w] > capw;
+        stage = over == 0;  // (a warp's part overflowed: the unstaged passes)
+      }
+    }
   }
   mark(P, 7);
   if (P.marks != nullptr && tid == 0) P.marks[blockIdx.x * 16 + 10] = (ccount << 1) | 1u;  // (a count, not a time)
@@ -683,7 +730,9 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
 // (with bit 0) the deep pass (owner_row_v2's kDeep, dev variants 105 / 107).
 template <int kMode, int kEpiOff>
 __device__ __noinline__ void staged_select(const StagedTopkParams P) {
-  constexpr bool kV2 = (kMode & 1) != 0, kEpi = (kMode & 2) != 0, kDeep = (kMode & 8) != 0;
+  constexpr bool kV2 = (kMode & 1) != 0, kEpi = (kMode & 2) != 0, kDeep = (kMode & 8) != 0,
+                 kWarp = (kMode & 16) != 0;
+  static_assert(!kWarp || kDeep, "the warps' staging is the deep pass's");
   static_assert(!kEpi || kV2, "the epilogue's 10-bit first digit needs owner_row_v2");
   static_assert(!kDeep || kV2, "the deep pass is owner_row_v2's");
   extern __shared__ uint8_t smem_raw[];
@@ -795,7 +844,7 @@ __device__ __noinline__ void staged_select(const StagedTopkParams P) {
   mark(P, 4);
   for (int r = rank; r < kRows && b * kRows + r < p.rows; r += m) {
     if constexpr (kV2)
-      owner_row_v2<kEpi ? 32 - kEpiBits : 21, kDeep>(P, smem, ctl, b, r);
+      owner_row_v2<kEpi ? 32 - kEpiBits : 21, kDeep, kWarp>(P, smem, ctl, b, r);
     else
       owner_row(P, smem, ctl, b, r);
   }
@@ -827,7 +876,7 @@ __device__ __noinline__ void shares_select(const StagedTopkParams P) {
     }
     bar_math();
     if (row == r0) mark(P, 4);
-    owner_row_v2<32 - kShareBits, (kMode & 8) != 0>(P, smem, &ctl_sh, b, row - b * kRows);
+    owner_row_v2<32 - kShareBits, (kMode & 8) != 0, (kMode & 16) != 0>(P, smem, &ctl_sh, b, row - b * kRows);
   }
   mark(P, 5);
 }
