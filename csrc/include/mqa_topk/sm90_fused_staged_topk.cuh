@@ -429,14 +429,7 @@ __device__ __forceinline__ void owner_row(const StagedTopkParams& P, uint8_t* sm
     const uint32_t mask = (1u << bits) - 1;
     for (int i = tid; i < kBins; i += kMath) hist[i] = 0;
     bar_math();
-    if (stage && kWarp) {  // (warp w's own part)
-      const int wn = warp_fill[tid >> 5];
-      const uint32_t* wk = skey + (tid >> 5) * capw;
-      for (int i = tid & 31; i < wn; i += 32) {
-        const uint32_t u = wk[i];
-        if ((u >> s) == Pc) atomicAdd(hist + ((u >> sh) & mask), 1u);
-      }
-    } else if (stage) {
+    if (stage) {
       for (int i = tid; i < staged; i += kMath) {
         const uint32_t u = skey[i];
         if ((u >> s) == Pc) atomicAdd(hist + ((u >> sh) & mask), 1u);
@@ -471,12 +464,7 @@ __device__ __forceinline__ void owner_row(const StagedTopkParams& P, uint8_t* sm
         else if ((u >> s) == Pc)
           atomicOr(bitsB + (lk >> 5), 1u << (lk & 31));
       };
-      if (stage && kWarp) {
-        const int wn = warp_fill[tid >> 5];
-        const uint32_t* wk = skey + (tid >> 5) * capw;
-        const uint32_t* wi = sidx + (tid >> 5) * capw;
-        for (int i = tid & 31; i < wn; i += 32) markf(wk[i], static_cast<int>(wi[i]));
-      } else if (stage) {
+      if (stage) {
         for (int i = tid; i < staged; i += kMath) markf(skey[i], static_cast<int>(sidx[i]));
       } else {
         for_each_group(rowp, sr, sr + n, tid, kMath, [&](int k, const uint32_t(&u)[4], uint32_t valid) {
@@ -668,7 +656,14 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
     const uint32_t mask = (1u << bits) - 1;
     for (int i = tid; i < kBins; i += kMath) hist[i] = 0;
     bar_math();
-    if (stage) {
+    if (stage && kWarp) {  // (warp w's own part)
+      const int wn = warp_fill[tid >> 5];
+      const uint32_t* wk = skey + (tid >> 5) * capw;
+      for (int i = tid & 31; i < wn; i += 32) {
+        const uint32_t u = wk[i];
+        if ((u >> s) == Pc) atomicAdd(hist + ((u >> sh) & mask), 1u);
+      }
+    } else if (stage) {
       for (int i = tid; i < staged; i += kMath) {
         const uint32_t u = skey[i];
         if ((u >> s) == Pc) atomicAdd(hist + ((u >> sh) & mask), 1u);
@@ -703,7 +698,12 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
         else if ((u >> s) == Pc)
           atomicOr(bitsB + (lk >> 5), 1u << (lk & 31));
       };
-      if (stage) {
+      if (stage && kWarp) {
+        const int wn = warp_fill[tid >> 5];
+        const uint32_t* wk = skey + (tid >> 5) * capw;
+        const uint32_t* wi = sidx + (tid >> 5) * capw;
+        for (int i = tid & 31; i < wn; i += 32) markf(wk[i], static_cast<int>(wi[i]));
+      } else if (stage) {
         for (int i = tid; i < staged; i += kMath) markf(skey[i], static_cast<int>(sidx[i]));
       } else {
         for_each_group(rowp, sr, sr + n, tid, kMath, [&](int k, const uint32_t(&u)[4], uint32_t valid) {
