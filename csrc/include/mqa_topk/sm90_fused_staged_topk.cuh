@@ -575,6 +575,61 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
     uint32_t* wkey = skey + (tid >> 5) * capw;
     uint32_t* widx = sidx + (tid >> 5) * capw;
     constexpr int kU = kDeep ? 8 : 2;  // float4 loads per thread in flight
+    if constexpr (kWarp) {
+      // The lean pass (session 24): one unsigned compare per key for the
+      // winners (above the class: u > hi_m1, never overflowing), one for the
+      // class; no key range checks in the rounds wholly inside [sr, e); the
+      // class staged by four ballots per group into the warp's part.
+      const uint32_t hi_m1 = lo_c + ((1u << kS0) - 1u);
+      const bool stg = stage && !take_class;  // (a class all taken is winners, not staged)
+      auto group = [&](const float4& xx, int v, uint32_t vmask) {
+        const int k = 4 * v;
+        const uint32_t u[4] = {okey(xx.x), okey(xx.y), okey(xx.z), okey(xx.w)};
+        uint32_t wa = 0, cm = 0;
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const bool cls = u[c] - lo_c < (1u << kS0);
+          wa |= (u[c] > hi_m1 || (take_class && cls)) ? (1u << c) : 0u;
+          cm |= cls ? (1u << c) : 0u;
+        }
+        wa &= vmask, cm &= vmask;
+        const int lk = k - sr0;
+        if (wa) atomicOr(bitsA + (lk >> 5), wa << (lk & 31));
+        if (stg) {
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            const uint32_t bal = __ballot_sync(0xffffffffu, (cm >> c) & 1u);
+            if ((cm >> c) & 1u) {
+              const int pos = wfill + __popc(bal & lt_mask);
+              if (pos < capw) wkey[pos] = u[c], widx[pos] = static_cast<uint32_t>(lk + c);
+            }
+            wfill += __popc(bal);
+          }
+        }
+      };
+      for (int base = v0; base < v1; base += kU * kMath) {
+        float4 x[kU];
+#pragma unroll
+        for (int i = 0; i < kU; ++i) {
+          const int v = base + i * kMath + tid;
+          x[i] = v < v1 ? __ldcg(p4 + v) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+        // (the same for every thread: the round's keys all inside [sr, e))
+        if (4 * base >= sr && 4 * (base + kU * kMath) <= e) {
+#pragma unroll
+          for (int i = 0; i < kU; ++i) group(x[i], base + i * kMath + tid, 0xfu);
+        } else {
+#pragma unroll
+          for (int i = 0; i < kU; ++i) {
+            const int v = base + i * kMath + tid, k = 4 * v;
+            uint32_t vm = 0;
+#pragma unroll
+            for (int c = 0; c < 4; ++c) vm |= (v < v1 && k + c >= sr && k + c < e) ? (1u << c) : 0u;
+            group(x[i], v, vm);
+          }
+        }
+      }
+    } else
     for (int base = v0; base < v1; base += kU * kMath) {
       float4 x[kU];
 #pragma unroll
@@ -599,19 +654,7 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
         }
         const int lk = k - sr0;
         if (wa) atomicOr(bitsA + (lk >> 5), wa << (lk & 31));
-        if constexpr (kWarp) {
-          if (stage) {
-#pragma unroll
-            for (int c = 0; c < 4; ++c) {
-              const uint32_t bal = __ballot_sync(0xffffffffu, (cls_mask >> c) & 1u);
-              if ((cls_mask >> c) & 1u) {
-                const int pos = wfill + __popc(bal & lt_mask);
-                if (pos < capw) wkey[pos] = u[c], widx[pos] = static_cast<uint32_t>(lk + c);
-              }
-              wfill += __popc(bal);
-            }
-          }
-        } else if (stage) {
+        if (stage) {
           const int cnt = __popc(cls_mask);
           int incl = cnt;
 #pragma unroll
