@@ -530,6 +530,15 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
   uint32_t hv[4] = {0, 0, 0, 0};
   {
     const uint32_t* hb = P.hist + (static_cast<size_t>(b) * P.m * kRows + r) * kBins1 + kPer1 * tid;
+    if constexpr (kWarp && kPer1 == 2) {  // (109: the m <= 16 pieces' loads all in flight at once)
+      uint2 hx[16];
+#pragma unroll
+      for (int j = 0; j < 16; ++j)
+        hx[j] = j < P.m ? __ldcg(reinterpret_cast<const uint2*>(hb + static_cast<size_t>(j) * kRows * kBins1))
+                        : make_uint2(0u, 0u);
+#pragma unroll
+      for (int j = 0; j < 16; ++j) hv[0] += hx[j].x, hv[1] += hx[j].y;
+    } else
 #pragma unroll 4
     for (int j = 0; j < P.m; ++j) {
       const uint32_t* hj = hb + static_cast<size_t>(j) * kRows * kBins1;
