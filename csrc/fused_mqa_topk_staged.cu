@@ -16,7 +16,7 @@ int fused_staged_pieces(int rows, int keys, int num_sms) { return mqa_topk::fuse
 
 bool fused_staged_variant_known(int variant) {
   return variant == 97 || variant == 99 || variant == 101 || variant == 103 || variant == 105 || variant == 107 ||
-         variant == 109;
+         variant == 109 || variant == 111;
 }
 
 namespace {
@@ -50,7 +50,8 @@ cudaError_t fused_staged_launch(const void* q, const void* k, const float* scale
     case 103: return go(std::integral_constant<int, 7>{});
     case 105: return go(std::integral_constant<int, 11>{});  // (101 with the deep owner pass)
     case 107: return go(std::integral_constant<int, 15>{});  // (103 with it)
-    case 109: return go(std::integral_constant<int, 27>{});  // (105 with the warps' ballot staging)
+    case 109: return go(std::integral_constant<int, 27>{});  // (105 with the lean pass)
+    case 111: return go(std::integral_constant<int, 59>{});  // (109 reading the row through a ring of bulk copies)
     default: return cudaErrorInvalidValue;
   }
 }
@@ -65,7 +66,8 @@ cudaError_t fused_staged_attributes(cudaFuncAttributes* attr, int* dynamic_smem)
                         : kFusedStagedVariant == 103 ? 7
                         : kFusedStagedVariant == 105 ? 11
                         : kFusedStagedVariant == 107 ? 15
-                                                     : 27;
+                        : kFusedStagedVariant == 109 ? 27
+                                                     : 59;
   static_assert((kMode & 4) == 0, "the default's dynamic shared memory is the loop's (not a shares variant)");
   return cudaFuncGetAttributes(attr,
                                reinterpret_cast<const void*>(&mqa_topk::sm90_fused_staged_topk_kernel<Cfg, kMode>));

@@ -567,7 +567,7 @@ STAGED_CASES = [
 ]
 
 
-STAGED_VARIANTS = (97, 99, 101, 103, 105, 107, 109)
+STAGED_VARIANTS = (97, 99, 101, 103, 105, 107, 109, 111)
 SHARES_VARIANTS = (103, 107)  # (any number of row blocks)
 
 

@@ -97,8 +97,16 @@ struct Ctl {
   int scan[kMath / 32];
   int found[4];  // digit, need, class count, found
   int fill;      // staged pairs
-  int pad[3];
+  uint32_t ring_seq;  // (kRing) chunks the CTA's ring has taken so far: slot seq % 4, parity (seq / 4) & 1
+  int pad[2];
 };
+
+// kRing (kMode bit 5): the owner's pass reads its row through a ring of 4
+// 16 KB slots at the top of the select's shared memory, filled by bulk copies
+// (cp.async.bulk, thread 0) on per-slot mbarriers.
+constexpr int kRingSlots = 4;
+constexpr int kRingBytes = 16384;                // 1024 float4 groups
+constexpr int kRingOff = 196608 - kRingSlots * kRingBytes;
 
 __device__ __forceinline__ uint32_t okey(float x) {
   const uint32_t u = __float_as_uint(x);
@@ -492,8 +500,11 @@ __device__ __forceinline__ void owner_row(const StagedTopkParams& P, uint8_t* sm
 // scan, no shared counter), session 24: the scan-and-atomic staging was ~150
 // SASS instructions per float4 group, ~10 us of issue per 64K-key row. A warp
 // that overflows its part sends the row to the unstaged passes.
-template <int kS0, bool kDeep = false, bool kWarp = false>
-__device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t* smem, Ctl* ctl, int b, int r) {
+// kRing (kMode bit 5, with kWarp): the lean pass reads the row through the
+// ring (rows whose bitmaps leave room below it; longer rows the loads).
+template <int kS0, bool kDeep = false, bool kWarp = false, bool kRing = false>
+__device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t* smem, Ctl* ctl, int b, int r,
+                                             uint64_t* ring_full = nullptr) {
   // The first digit: bits 31..kS0 (11 bits from the select's own pass, 10
   // from the tile loops' epilogue histograms, 9 from the shares' epilogue), in
   // 2^(32 - kS0) bins; the rest in digits of at most 11 bits.
@@ -513,7 +524,9 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
   // Bit j of the bitmaps is key sr0 + j (sr0 = sr rounded down to 4: a float4 group's keys share a word).
   const int sr0 = sr & ~3;
   const int nw = (n + (sr - sr0) + 31) >> 5;
-  const int cap = (kSmemSelect - kOffBitsA - 2 * nw * 4) / 8 / 4 * 4;
+  // (kRing: the ring at kRingOff where the row's bitmaps and 4K staged pairs fit below it)
+  const bool ring = kRing && kOffBitsA + 2 * nw * 4 + 4096 * 8 <= kRingOff;
+  const int cap = ((ring ? kRingOff : kSmemSelect) - kOffBitsA - 2 * nw * 4) / 8 / 4 * 4;
   uint32_t* hist = reinterpret_cast<uint32_t*>(smem + kOffHist);
   uint32_t* bitsA = reinterpret_cast<uint32_t*>(smem + kOffBitsA);
   uint32_t* bitsB = bitsA + nw;
@@ -616,6 +629,50 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
           }
         }
       };
+      if (ring) {
+        // Chunks of 1024 float4 groups through the ring: thread 0 keeps 4 in
+        // flight; every thread takes 2 groups of each chunk from shared memory.
+        constexpr int kG = kRingBytes / 16;
+        const int nc = (v1 - v0 + kG - 1) / kG;
+        const uint32_t seq0 = ctl->ring_seq;  // (written by thread 0 before a barrier of find_digit)
+        auto issue = [&](int c) {
+          const int slot = static_cast<int>((seq0 + static_cast<uint32_t>(c)) % kRingSlots);
+          const uint32_t bytes = static_cast<uint32_t>(min(kG, v1 - v0 - c * kG)) * 16u;
+          ptx::mbar_arrive_expect_tx(ring_full + slot, bytes);
+          ptx::bulk_load_1d(smem + kRingOff + slot * kRingBytes, p4 + v0 + c * kG, bytes, ring_full + slot);
+        };
+        if (tid == 0) {
+          ptx::fence_proxy_async();  // (the slots' earlier generic accesses before the copies' writes)
+          for (int c = 0; c < min(kRingSlots, nc); ++c) issue(c);
+        }
+        for (int c = 0; c < nc; ++c) {
+          const uint32_t q = seq0 + static_cast<uint32_t>(c);
+          const int slot = static_cast<int>(q % kRingSlots);
+          ptx::mbar_wait(ring_full + slot, (q / kRingSlots) & 1u);
+          const float4* rs = reinterpret_cast<const float4*>(smem + kRingOff + slot * kRingBytes);
+          const int cb = v0 + c * kG;
+          const float4 xa = rs[tid], xb = rs[tid + kMath];  // (past the row's end: stale, masked off)
+          if (4 * cb >= sr && 4 * (cb + kG) <= e) {  // (the same for every thread)
+            group(xa, cb + tid, 0xfu);
+            group(xb, cb + tid + kMath, 0xfu);
+          } else {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int v = cb + tid + h * kMath, k = 4 * v;
+              uint32_t vm = 0;
+#pragma unroll
+              for (int cc = 0; cc < 4; ++cc) vm |= (v < v1 && k + cc >= sr && k + cc < e) ? (1u << cc) : 0u;
+              group(h ? xb : xa, v, vm);
+            }
+          }
+          bar_math();  // (the slot is free)
+          if (tid == 0 && c + kRingSlots < nc) {
+            ptx::fence_proxy_async();
+            issue(c + kRingSlots);
+          }
+        }
+        if (tid == 0) ctl->ring_seq = seq0 + static_cast<uint32_t>(nc);  // (read after the pass's barrier)
+      } else
       for (int base = v0; base < v1; base += kU * kMath) {
         float4 x[kU];
 #pragma unroll
@@ -783,8 +840,10 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
 template <int kMode, int kEpiOff>
 __device__ __noinline__ void staged_select(const StagedTopkParams P) {
   constexpr bool kV2 = (kMode & 1) != 0, kEpi = (kMode & 2) != 0, kDeep = (kMode & 8) != 0,
-                 kWarp = (kMode & 16) != 0;
+                 kWarp = (kMode & 16) != 0, kRing = (kMode & 32) != 0;
   static_assert(!kWarp || kDeep, "the warps' staging is the deep pass's");
+  static_assert(!kRing || kWarp, "the ring is the lean pass's");
+  __shared__ alignas(8) uint64_t ring_full[kRingSlots];
   static_assert(!kEpi || kV2, "the epilogue's 10-bit first digit needs owner_row_v2");
   static_assert(!kDeep || kV2, "the deep pass is owner_row_v2's");
   extern __shared__ uint8_t smem_raw[];
@@ -892,11 +951,18 @@ __device__ __noinline__ void staged_select(const StagedTopkParams P) {
   if (tid == 0) {
     while (ld_acquire(P.counters + b) < static_cast<uint32_t>(m)) __nanosleep(64);
   }
+  if constexpr (kRing) {
+    if (tid == 0) {
+      for (int i = 0; i < kRingSlots; ++i) ptx::mbar_init(ring_full + i, 1);
+      ptx::fence_barrier_init();
+      ctl->ring_seq = 0;
+    }
+  }
   bar_math();
   mark(P, 4);
   for (int r = rank; r < kRows && b * kRows + r < p.rows; r += m) {
     if constexpr (kV2)
-      owner_row_v2<kEpi ? 32 - kEpiBits : 21, kDeep, kWarp>(P, smem, ctl, b, r);
+      owner_row_v2<kEpi ? 32 - kEpiBits : 21, kDeep, kWarp, kRing>(P, smem, ctl, b, r, ring_full);
     else
       owner_row(P, smem, ctl, b, r);
   }
