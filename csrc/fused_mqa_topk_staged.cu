@@ -14,14 +14,27 @@ size_t logits_bytes(int rows, int keys) {
 
 int fused_staged_pieces(int rows, int keys, int num_sms) { return mqa_topk::fused_staged_pieces(rows, keys, num_sms); }
 
-bool fused_staged_variant_known(int variant) {
-  return variant == 97 || variant == 99 || variant == 101 || variant == 103 || variant == 105 || variant == 107 ||
-         variant == 109 || variant == 111;
-}
-
 namespace {
-bool staged_shares(int variant) { return variant == 103 || variant == 107; }
+// The staged variants' kernel modes (kMode of sm90_fused_staged_topk_kernel;
+// -1: no such variant): the one table behind the knob's check, the launch and
+// the attributes.
+constexpr int staged_mode(int variant) {
+  switch (variant) {
+    case 97: return 0;
+    case 99: return 1;
+    case 101: return 3;
+    case 103: return 7;
+    case 105: return 11;  // (101 with the deep owner pass)
+    case 107: return 15;  // (103 with it)
+    case 109: return 27;  // (105 with the lean pass)
+    case 111: return 59;  // (109 reading the row through a ring of bulk copies)
+    default: return -1;
+  }
+}
+bool staged_shares(int variant) { return staged_mode(variant) >= 0 && (staged_mode(variant) & 4) != 0; }
 }  // namespace
+
+bool fused_staged_variant_known(int variant) { return staged_mode(variant) >= 0; }
 
 int fused_staged_grid_param(int variant, int rows, int keys, int num_sms) {
   if (staged_shares(variant)) return rows > 0 && keys > 0 && keys <= mqa_topk::staged_topk::kMaxRowKeys ? num_sms : 0;
@@ -44,14 +57,17 @@ cudaError_t fused_staged_launch(const void* q, const void* k, const float* scale
         map_error, range_err);
   };
   switch (variant) {
-    case 97: return go(std::integral_constant<int, 0>{});
-    case 99: return go(std::integral_constant<int, 1>{});
-    case 101: return go(std::integral_constant<int, 3>{});
-    case 103: return go(std::integral_constant<int, 7>{});
-    case 105: return go(std::integral_constant<int, 11>{});  // (101 with the deep owner pass)
-    case 107: return go(std::integral_constant<int, 15>{});  // (103 with it)
-    case 109: return go(std::integral_constant<int, 27>{});  // (105 with the lean pass)
-    case 111: return go(std::integral_constant<int, 59>{});  // (109 reading the row through a ring of bulk copies)
+#define MQA_TOPK_STAGED_CASE(v) \
+  case v: return go(std::integral_constant<int, staged_mode(v)>{});
+    MQA_TOPK_STAGED_CASE(97)
+    MQA_TOPK_STAGED_CASE(99)
+    MQA_TOPK_STAGED_CASE(101)
+    MQA_TOPK_STAGED_CASE(103)
+    MQA_TOPK_STAGED_CASE(105)
+    MQA_TOPK_STAGED_CASE(107)
+    MQA_TOPK_STAGED_CASE(109)
+    MQA_TOPK_STAGED_CASE(111)
+#undef MQA_TOPK_STAGED_CASE
     default: return cudaErrorInvalidValue;
   }
 }
@@ -59,15 +75,8 @@ cudaError_t fused_staged_launch(const void* q, const void* k, const float* scale
 cudaError_t fused_staged_attributes(cudaFuncAttributes* attr, int* dynamic_smem) {
   using Cfg = mqa_topk::Sm90LogitsV2Default;
   *dynamic_smem = Cfg::kSmemBytes;
-  // (the default variant's kernel: kMode of kFusedStagedVariant, as fused_staged_launch's switch)
-  constexpr int kMode = kFusedStagedVariant == 97    ? 0
-                        : kFusedStagedVariant == 99  ? 1
-                        : kFusedStagedVariant == 101 ? 3
-                        : kFusedStagedVariant == 103 ? 7
-                        : kFusedStagedVariant == 105 ? 11
-                        : kFusedStagedVariant == 107 ? 15
-                        : kFusedStagedVariant == 109 ? 27
-                                                     : 59;
+  constexpr int kMode = staged_mode(kFusedStagedVariant);  // (the default variant's kernel)
+  static_assert(kMode >= 0, "kFusedStagedVariant is a staged variant");
   static_assert((kMode & 4) == 0, "the default's dynamic shared memory is the loop's (not a shares variant)");
   return cudaFuncGetAttributes(attr,
                                reinterpret_cast<const void*>(&mqa_topk::sm90_fused_staged_topk_kernel<Cfg, kMode>));
