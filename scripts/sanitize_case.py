@@ -71,7 +71,8 @@ if hasattr(ops._native(), "fused_mqa_topk"):
     # The staged kernel (issue 12, session 22): 16 / 4 / 2 / 1 pieces per block, random and causal
     # ranges, one row, rows of n <= topk, all-equal logits (the class too large to stage).
     # Its development variants too (99: the owner's warp-aggregated staging, 101: the epilogue's histograms,
-    # 103: shares of every SM, also past one wave of row blocks; 105 / 107: 101 / 103 with the deep owner pass).
+    # 103: shares of every SM, also past one wave of row blocks; 105 / 107: 101 / 103 with the deep owner pass;
+    # 109: the lean pass; 111: 109 through a ring of bulk copies).
     os.environ["MQA_TOPK_FUSED_STAGED"] = "1"
     for variant in ("97", "99", "101", "103", "105", "107", "109", "111"):
         os.environ["MQA_TOPK_FUSED_STAGED_VARIANT"] = variant
