@@ -57,17 +57,17 @@ cudaError_t fused_staged_launch(const void* q, const void* k, const float* scale
         map_error, range_err);
   };
   switch (variant) {
-#define MQA_TOPK_STAGED_CASE(v) \
+#define STAGED_LAUNCH_CASE(v) \
   case v: return go(std::integral_constant<int, staged_mode(v)>{});
-    MQA_TOPK_STAGED_CASE(97)
-    MQA_TOPK_STAGED_CASE(99)
-    MQA_TOPK_STAGED_CASE(101)
-    MQA_TOPK_STAGED_CASE(103)
-    MQA_TOPK_STAGED_CASE(105)
-    MQA_TOPK_STAGED_CASE(107)
-    MQA_TOPK_STAGED_CASE(109)
-    MQA_TOPK_STAGED_CASE(111)
-#undef MQA_TOPK_STAGED_CASE
+    STAGED_LAUNCH_CASE(97)
+    STAGED_LAUNCH_CASE(99)
+    STAGED_LAUNCH_CASE(101)
+    STAGED_LAUNCH_CASE(103)
+    STAGED_LAUNCH_CASE(105)
+    STAGED_LAUNCH_CASE(107)
+    STAGED_LAUNCH_CASE(109)
+    STAGED_LAUNCH_CASE(111)
+#undef STAGED_LAUNCH_CASE
     default: return cudaErrorInvalidValue;
   }
 }
