@@ -28,7 +28,7 @@ bool valid_topk(int64_t t) { return t == 512 || t == 1024 || t == 2048; }
 // MQA_TOPK_FUSED_STAGED=0/1 never / always (where it applies) runs the
 // staged kernel for at most one wave of row blocks (unset: fused_use_staged);
 // a set MQA_TOPK_FUSED_SPLIT or MQA_TOPK_FUSED_KERNEL, a probe, cap or target knob turns it off;
-// MQA_TOPK_FUSED_STAGED_VARIANT=97/99/101/103/105/107/109/111 picks the staged kernel's variant
+// MQA_TOPK_FUSED_STAGED_VARIANT=97/99/101/103/105/107/109/111/113/115/117 picks the staged kernel's variant
 // (fused_mqa_topk_staged.h; unset: kFusedStagedVariant; 103 / 107 apply at any
 // number of row blocks, so with MQA_TOPK_FUSED_STAGED=1 they run every call).
 const char* env_str(const char* name) { return std::getenv(name); }
@@ -37,11 +37,11 @@ int env_int(const char* name) {
   return v ? std::atoi(v) : 0;
 }
 // Where the staged kernel (fused_mqa_topk_staged.h) runs by default: at most
-// SMs / 4 row blocks (four or more pieces per block; issue 12, session 22,
-// round 2: 64 rows 0.99-1.02x native against the split kernel's 1.45-1.51x,
-// 256 rows 1.15-1.18x against 1.25-1.28x; at 512 rows (two pieces) its
-// owners' passes made it 1.18x, the split kernel 87 is ~1.0x there).
-bool fused_use_staged(int rows, int num_sms) { return 4 * ((static_cast<long long>(rows) + 7) / 8) <= num_sms; }
+// SMs / 2 row blocks (two or more pieces per block). Issue 12: session 22
+// took SMs / 4 (at 512 rows its owners' passes made it 1.18x native, the
+// split kernel 87 ~1.0x); session 25 (H200, op bench at 64K keys) measured
+// the lean pass (109) at 512 rows 1.000-1.005x native against 87's 1.03x.
+bool fused_use_staged(int rows, int num_sms) { return 2 * ((static_cast<long long>(rows) + 7) / 8) <= num_sms; }
 }  // namespace
 
 int64_t fused_mqa_topk_workspace_bytes(int64_t topk, int64_t device) {
@@ -113,7 +113,7 @@ void fused_mqa_topk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
     const char* sv = env_str("MQA_TOPK_FUSED_STAGED_VARIANT");
     const int variant = sv && *sv ? std::atoi(sv) : kFusedStagedVariant;
     TORCH_CHECK(!want || fused_staged_variant_known(variant),
-                "MQA_TOPK_FUSED_STAGED_VARIANT: must be 97, 99, 101, 103, 105, 107, 109 or 111, got ", sv);
+                "MQA_TOPK_FUSED_STAGED_VARIANT: must be 97, 99, 101, 103, 105, 107, 109, 111, 113, 115 or 117, got ", sv);
     const int m = want ? fused_staged_grid_param(variant, a.rows, a.keys, a.num_sms) : 0;
     if (m > 0) {
       const at::Tensor ws = at::empty({static_cast<int64_t>(fused_staged_workspace_bytes(a.rows, a.keys, m, variant))},

@@ -28,6 +28,9 @@ constexpr int staged_mode(int variant) {
     case 107: return 15;  // (103 with it)
     case 109: return 27;  // (105 with the lean pass)
     case 111: return 59;  // (109 reading the row through a ring of bulk copies)
+    case 113: return 91;  // (109 with the class staged in each thread's own slots)
+    case 115: return 123;  // (111 with them)
+    case 117: return 219;  // (113 with the pass's loads a round ahead)
     default: return -1;
   }
 }
@@ -67,6 +70,9 @@ cudaError_t fused_staged_launch(const void* q, const void* k, const float* scale
     STAGED_LAUNCH_CASE(107)
     STAGED_LAUNCH_CASE(109)
     STAGED_LAUNCH_CASE(111)
+    STAGED_LAUNCH_CASE(113)
+    STAGED_LAUNCH_CASE(115)
+    STAGED_LAUNCH_CASE(117)
 #undef STAGED_LAUNCH_CASE
     default: return cudaErrorInvalidValue;
   }

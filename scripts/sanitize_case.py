@@ -72,9 +72,10 @@ if hasattr(ops._native(), "fused_mqa_topk"):
     # ranges, one row, rows of n <= topk, all-equal logits (the class too large to stage).
     # Its development variants too (99: the owner's warp-aggregated staging, 101: the epilogue's histograms,
     # 103: shares of every SM, also past one wave of row blocks; 105 / 107: 101 / 103 with the deep owner pass;
-    # 109: the lean pass; 111: 109 through a ring of bulk copies).
+    # 109: the lean pass; 111: 109 through a ring of bulk copies; 113 / 115: 109 / 111 with each
+    # thread's own staging slots; 117: 113 with the pass's loads a round ahead).
     os.environ["MQA_TOPK_FUSED_STAGED"] = "1"
-    for variant in ("97", "99", "101", "103", "105", "107", "109", "111"):
+    for variant in ("97", "99", "101", "103", "105", "107", "109", "111", "113", "115", "117"):
         os.environ["MQA_TOPK_FUSED_STAGED_VARIANT"] = variant
         for rows, keys, layout, topk in ((67, 1000, "causal", 512), (37, 3001, "random", 2048),
                                          (1, 5000, "causal", 1024), (64, 20000, "causal", 2048),

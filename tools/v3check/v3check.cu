@@ -169,7 +169,7 @@ void report_cluster_plan(int variant, const Work& w, int grid) {
     std::printf("  (v%d: %d row blocks on shares of %d CTAs)\n", variant, (w.rows + 7) / 8, sms);
     return;
   }
-  if ((variant >= 97 && variant <= 102) || (variant >= 105 && variant <= 106) || (variant >= 109 && variant <= 112)) {
+  if ((variant >= 97 && variant <= 102) || (variant >= 105 && variant <= 106) || (variant >= 109 && variant <= 118)) {
     const int sms = grid > 0 ? std::min(grid, g_sms) : g_sms;
     const int m = fused_staged_pieces(w.rows, w.keys, sms);
     std::printf("  (v%d: %d row blocks x %d pieces = %d CTAs)\n", variant, (w.rows + 7) / 8, m, m * ((w.rows + 7) / 8));
@@ -241,7 +241,7 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
     if (variant >= 107) return go(std::integral_constant<int, 15>{});
     return go(std::integral_constant<int, 7>{});
   }
-  if ((variant >= 97 && variant <= 102) || (variant >= 105 && variant <= 106) || (variant >= 109 && variant <= 112)) {  // session 22: the staged kernel (sm90_fused_staged_topk.cuh): the logits
+  if ((variant >= 97 && variant <= 102) || (variant >= 105 && variant <= 106) || (variant >= 109 && variant <= 118)) {  // session 22: the staged kernel (sm90_fused_staged_topk.cuh): the logits
     // buffer its logits workspace, d.ws its histograms and counters; 98: with thread 0's timeline marks;
     // 99 / 100: 97 / 98 with kV2 (the owner's pass reworked, the piece histograms' rows over a warp's lanes);
     // session 23: 101 / 102: 99 / 100 with the first digit's histograms from the tile loops' epilogue (kMode 3)
@@ -253,6 +253,9 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
           d.q, d.k, d.scales, d.weights, d.starts, d.ends, d.logits, d.ld, d.ws, d.out, w.rows, w.keys, w.topk, m, st,
           &me, {}, marks);
     };
+    if (variant >= 117) return go(std::integral_constant<int, 219>{});  // (session 25: 113 with the loads a round ahead)
+    if (variant >= 115) return go(std::integral_constant<int, 123>{});  // (session 25: 111 with each thread's own staging)
+    if (variant >= 113) return go(std::integral_constant<int, 91>{});  // (session 25: 109 with each thread's own staging)
     if (variant >= 111) return go(std::integral_constant<int, 59>{});  // (session 24: 109 reading the row through a ring)
     if (variant >= 109) return go(std::integral_constant<int, 27>{});  // (session 24: 105 with the warps' ballot staging)
     if (variant >= 105) return go(std::integral_constant<int, 11>{});  // (session 24: 101 with the deep pass)

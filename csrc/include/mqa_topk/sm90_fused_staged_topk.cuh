@@ -502,7 +502,8 @@ __device__ __forceinline__ void owner_row(const StagedTopkParams& P, uint8_t* sm
 // that overflows its part sends the row to the unstaged passes.
 // kRing (kMode bit 5, with kWarp): the lean pass reads the row through the
 // ring (rows whose bitmaps leave room below it; longer rows the loads).
-template <int kS0, bool kDeep = false, bool kWarp = false, bool kRing = false>
+template <int kS0, bool kDeep = false, bool kWarp = false, bool kRing = false, bool kThr = false,
+          bool kPipe = false>
 __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t* smem, Ctl* ctl, int b, int r,
                                              uint64_t* ring_full = nullptr) {
   // The first digit: bits 31..kS0 (11 bits from the select's own pass, 10
@@ -583,6 +584,14 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
   constexpr int kWarps = kMath / 32;
   const int capw = cap / kWarps / 4 * 4;  // (kWarp: each warp's part of the staging area)
   __shared__ int warp_fill[kWarps];
+  // (kThr: thread t's staged pairs at tpair[j * kMath], j < capt: no
+  // coordination between threads; bank-conflict free, kMath * 2 words apart)
+  static_assert(!kThr || kWarp, "the threads' staging is the lean pass's");
+  const int toff = (kOffBitsA + 2 * nw * 4 + 7) & ~7;
+  const int capt = ((ring ? kRingOff : kSmemSelect) - toff) / 8 / kMath;
+  uint2* tpair = reinterpret_cast<uint2*>(smem + toff) + tid;
+  int tcnt = 0;  // (kThr: this thread's class keys, counted past capt too)
+  static_assert(!kPipe || (kThr && !kRing), "the pipelined loads are the threads' staging's, without the ring");
   // The pass over the row (every thread the same number of rounds, so each
   // warp reserves its staging slots at once): winners above the class into A
   // (the class too where it is all taken), the class staged.
@@ -597,6 +606,8 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
     uint32_t* wkey = skey + (tid >> 5) * capw;
     uint32_t* widx = sidx + (tid >> 5) * capw;
     constexpr int kU = kDeep ? 8 : 2;  // float4 loads per thread in flight
+    int tp = 0;  // (kThr: this thread's next slot, tpair[tp]; tp < tend while it fits)
+    const int tend = capt * kMath;
     if constexpr (kWarp) {
       // The lean pass (session 24): one unsigned compare per key for the
       // winners (above the class: u > hi_m1, never overflowing), one for the
@@ -629,6 +640,32 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
           }
         }
       };
+      // (kThr, 113 / 115 / 117: the same classes from the key's first digit
+      // d = u >> kS0 (< 2^11, so signed compares hold): winners d > Pc, or
+      // d >= Pc where the class is all taken; each class key staged by its
+      // thread at tpair[tp], kMath pairs apart: one predicated store, no ballots.)
+      const int pthr = static_cast<int>(Pc) - (take_class ? 1 : 0);
+      auto group_t = [&](const float4& xx, int v, uint32_t vmask) {
+        const int lk = 4 * v - sr0;
+        const uint32_t u[4] = {okey(xx.x), okey(xx.y), okey(xx.z), okey(xx.w)};
+        uint32_t wa = 0;
+#pragma unroll
+        for (int c = 0; c < 4; ++c) wa |= static_cast<int>(u[c] >> kS0) > pthr ? (1u << c) : 0u;
+        wa &= vmask;
+        if (wa) atomicOr(bitsA + (lk >> 5), wa << (lk & 31));
+        if (stg) {
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            const bool in = (u[c] >> kS0) == Pc && ((vmask >> c) & 1u);
+            if (in && tp < tend) tpair[tp] = make_uint2(u[c], static_cast<uint32_t>(lk + c));
+            tp += in ? kMath : 0;
+          }
+        }
+      };
+      auto grp = [&](const float4& xx, int v, uint32_t vmask) {
+        if constexpr (kThr) group_t(xx, v, vmask);
+        else group(xx, v, vmask);
+      };
       if (ring) {
         // Chunks of 1024 float4 groups through the ring: thread 0 keeps 4 in
         // flight; every thread takes 2 groups of each chunk from shared memory.
@@ -653,8 +690,8 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
           const int cb = v0 + c * kG;
           const float4 xa = rs[tid], xb = rs[tid + kMath];  // (past the row's end: stale, masked off)
           if (4 * cb >= sr && 4 * (cb + kG) <= e) {  // (the same for every thread)
-            group(xa, cb + tid, 0xfu);
-            group(xb, cb + tid + kMath, 0xfu);
+            grp(xa, cb + tid, 0xfu);
+            grp(xb, cb + tid + kMath, 0xfu);
           } else {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
@@ -662,7 +699,7 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
               uint32_t vm = 0;
 #pragma unroll
               for (int cc = 0; cc < 4; ++cc) vm |= (v < v1 && k + cc >= sr && k + cc < e) ? (1u << cc) : 0u;
-              group(h ? xb : xa, v, vm);
+              grp(h ? xb : xa, v, vm);
             }
           }
           bar_math();  // (the slot is free)
@@ -672,6 +709,39 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
           }
         }
         if (tid == 0) ctl->ring_seq = seq0 + static_cast<uint32_t>(nc);  // (read after the pass's barrier)
+      } else if constexpr (kPipe) {
+        // (kPipe, 117: rounds of 4 float4 groups per thread, the next round's
+        // loads issued before this round's keys are classified: 4 to 8 loads
+        // per thread always in flight, where 109's 8 drain before each round.)
+        constexpr int kP = 4;
+        auto ld = [&](float4 (&x)[kP], int base) {
+#pragma unroll
+          for (int i = 0; i < kP; ++i) {
+            const int v = base + i * kMath + tid;
+            x[i] = v < v1 ? __ldcg(p4 + v) : make_float4(0.f, 0.f, 0.f, 0.f);
+          }
+        };
+        float4 x[kP];
+        ld(x, v0);
+        for (int base = v0; base < v1; base += kP * kMath) {
+          float4 y[kP];
+          ld(y, base + kP * kMath);
+          if (4 * base >= sr && 4 * (base + kP * kMath) <= e) {
+#pragma unroll
+            for (int i = 0; i < kP; ++i) group_t(x[i], base + i * kMath + tid, 0xfu);
+          } else {
+#pragma unroll
+            for (int i = 0; i < kP; ++i) {
+              const int v = base + i * kMath + tid, k = 4 * v;
+              uint32_t vm = 0;
+#pragma unroll
+              for (int c = 0; c < 4; ++c) vm |= (v < v1 && k + c >= sr && k + c < e) ? (1u << c) : 0u;
+              group_t(x[i], v, vm);
+            }
+          }
+#pragma unroll
+          for (int i = 0; i < kP; ++i) x[i] = y[i];
+        }
       } else
       for (int base = v0; base < v1; base += kU * kMath) {
         float4 x[kU];
@@ -683,7 +753,7 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
         // (the same for every thread: the round's keys all inside [sr, e))
         if (4 * base >= sr && 4 * (base + kU * kMath) <= e) {
 #pragma unroll
-          for (int i = 0; i < kU; ++i) group(x[i], base + i * kMath + tid, 0xfu);
+          for (int i = 0; i < kU; ++i) grp(x[i], base + i * kMath + tid, 0xfu);
         } else {
 #pragma unroll
           for (int i = 0; i < kU; ++i) {
@@ -691,7 +761,7 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
             uint32_t vm = 0;
 #pragma unroll
             for (int c = 0; c < 4; ++c) vm |= (v < v1 && k + c >= sr && k + c < e) ? (1u << c) : 0u;
-            group(x[i], v, vm);
+            grp(x[i], v, vm);
           }
         }
       }
@@ -741,7 +811,11 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
         }
       }
     }
-    if constexpr (kWarp) {
+    if constexpr (kThr) {
+      tcnt = tp / kMath;
+      const int wmax = __reduce_max_sync(0xffffffffu, tcnt);  // (checked against capt below)
+      if (lane == 0) warp_fill[tid >> 5] = wmax;
+    } else if constexpr (kWarp) {
       if (lane == 0) warp_fill[tid >> 5] = wfill;
     }
     bar_math();
@@ -750,7 +824,7 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
       if (stage) {
         int over = 0;
 #pragma unroll
-        for (int w = 0; w < kWarps; ++w) over |= warp_fill[w] > capw;
+        for (int w = 0; w < kWarps; ++w) over |= warp_fill[w] > (kThr ? capt : capw);
         stage = over == 0;  // (a warp's part overflowed: the unstaged passes)
       }
     }
@@ -765,7 +839,12 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
     const uint32_t mask = (1u << bits) - 1;
     for (int i = tid; i < kBins; i += kMath) hist[i] = 0;
     bar_math();
-    if (stage && kWarp) {  // (warp w's own part)
+    if (stage && kThr) {  // (thread t's own pairs)
+      for (int j = 0; j < tcnt; ++j) {
+        const uint32_t u = tpair[j * kMath].x;
+        if ((u >> s) == Pc) atomicAdd(hist + ((u >> sh) & mask), 1u);
+      }
+    } else if (stage && kWarp) {  // (warp w's own part)
       const int wn = warp_fill[tid >> 5];
       const uint32_t* wk = skey + (tid >> 5) * capw;
       for (int i = tid & 31; i < wn; i += 32) {
@@ -807,7 +886,12 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
         else if ((u >> s) == Pc)
           atomicOr(bitsB + (lk >> 5), 1u << (lk & 31));
       };
-      if (stage && kWarp) {
+      if (stage && kThr) {
+        for (int j = 0; j < tcnt; ++j) {
+          const uint2 pr = tpair[j * kMath];
+          markf(pr.x, static_cast<int>(pr.y));
+        }
+      } else if (stage && kWarp) {
         const int wn = warp_fill[tid >> 5];
         const uint32_t* wk = skey + (tid >> 5) * capw;
         const uint32_t* wi = sidx + (tid >> 5) * capw;
@@ -836,11 +920,16 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
 // kMode: bit 0 the owner's warp-aggregated staging (owner_row_v2, dev
 // variant 99), bit 1 (with bit 0) the first digit's histograms from the tile
 // loops' epilogue (EpiHist at shared offset kEpiOff, dev variant 101), bit 3
-// (with bit 0) the deep pass (owner_row_v2's kDeep, dev variants 105 / 107).
+// (with bit 0) the deep pass (owner_row_v2's kDeep, dev variants 105 / 107),
+// bit 4 the lean pass (kWarp, 109), bit 5 its ring of bulk copies (kRing, 111),
+// bit 6 (with bit 4) the class staged by each thread into its own slots
+// (kThr, 113 / 115: no ballots, no branches around the stores), bit 7 (with
+// bit 6, no ring) the pass's loads pipelined a round ahead (kPipe, 117).
 template <int kMode, int kEpiOff>
 __device__ __noinline__ void staged_select(const StagedTopkParams P) {
   constexpr bool kV2 = (kMode & 1) != 0, kEpi = (kMode & 2) != 0, kDeep = (kMode & 8) != 0,
-                 kWarp = (kMode & 16) != 0, kRing = (kMode & 32) != 0;
+                 kWarp = (kMode & 16) != 0, kRing = (kMode & 32) != 0, kThr = (kMode & 64) != 0,
+                 kPipe = (kMode & 128) != 0;
   static_assert(!kWarp || kDeep, "the warps' staging is the deep pass's");
   static_assert(!kRing || kWarp, "the ring is the lean pass's");
   __shared__ alignas(8) uint64_t ring_full[kRingSlots];
@@ -962,7 +1051,7 @@ __device__ __noinline__ void staged_select(const StagedTopkParams P) {
   mark(P, 4);
   for (int r = rank; r < kRows && b * kRows + r < p.rows; r += m) {
     if constexpr (kV2)
-      owner_row_v2<kEpi ? 32 - kEpiBits : 21, kDeep, kWarp, kRing>(P, smem, ctl, b, r, ring_full);
+      owner_row_v2<kEpi ? 32 - kEpiBits : 21, kDeep, kWarp, kRing, kThr, kPipe>(P, smem, ctl, b, r, ring_full);
     else
       owner_row(P, smem, ctl, b, r);
   }
