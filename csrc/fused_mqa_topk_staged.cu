@@ -31,11 +31,17 @@ constexpr int staged_mode(int variant) {
     case 113: return 91;  // (109 with the class staged in each thread's own slots)
     case 115: return 123;  // (111 with them)
     case 117: return 219;  // (113 with the pass's loads a round ahead)
+    case 119: return 95;  // (107 with 113's pass: the shares' owners)
+    case 121: return 223;  // (119 with 117's loads a round ahead)
     default: return -1;
   }
 }
 bool staged_shares(int variant) { return staged_mode(variant) >= 0 && (staged_mode(variant) & 4) != 0; }
+static_assert(staged_mode(kFusedSharesVariant) >= 0 && (staged_mode(kFusedSharesVariant) & 4) != 0,
+              "kFusedSharesVariant is a shares variant");
 }  // namespace
+
+bool fused_staged_shares(int variant) { return staged_shares(variant); }
 
 bool fused_staged_variant_known(int variant) { return staged_mode(variant) >= 0; }
 
@@ -73,6 +79,8 @@ cudaError_t fused_staged_launch(const void* q, const void* k, const float* scale
     STAGED_LAUNCH_CASE(113)
     STAGED_LAUNCH_CASE(115)
     STAGED_LAUNCH_CASE(117)
+    STAGED_LAUNCH_CASE(119)
+    STAGED_LAUNCH_CASE(121)
 #undef STAGED_LAUNCH_CASE
     default: return cudaErrorInvalidValue;
   }

@@ -19,7 +19,7 @@ int fused_staged_pieces(int rows, int keys, int num_sms);
 // block, or for variants 103 / 107 (shares: any number of row blocks) the
 // grid, num_sms; 0 where the variant does not apply.
 int fused_staged_grid_param(int variant, int rows, int keys, int num_sms);
-// Whether fused_staged_launch knows the variant (97, 99, 101, 103, 105, 107, 109, 111, 113, 115, 117).
+// Whether fused_staged_launch knows the variant (97, 99, 101, 103, 105, 107, 109, 111, 113, 115, 117, 119, 121).
 bool fused_staged_variant_known(int variant);
 
 // Workspace bytes: the logits [rows, fused_staged_ld(keys)] fp32, then the
@@ -36,9 +36,16 @@ size_t fused_staged_workspace_bytes(int rows, int keys, int m, int variant);
 // every SM, 105 / 107: 101 / 103 with the deep owner pass, 109: 105 with the
 // lean pass, 111: 109 reading the row through a ring of bulk copies, session 24;
 // 113 / 115: 109 / 111 with the class staged in each thread's own slots, 117: 113
-// with the pass's loads a round ahead, session 25);
+// with the pass's loads a round ahead, 119 / 121: 107's shares with 113's / 117's
+// pass, session 25);
 // cudaErrorInvalidValue for any other.
-constexpr int kFusedStagedVariant = 109;
+constexpr int kFusedStagedVariant = 117;
+// The shares variant the op runs where the row blocks are more than SMs / 2
+// and leave the last wave poorly filled (fused_use_split), in place of the
+// split kernels (issue 12, session 25).
+constexpr int kFusedSharesVariant = 121;
+// Whether the variant runs on the dense kernel's shares (any number of row blocks).
+bool fused_staged_shares(int variant);
 cudaError_t fused_staged_launch(const void* q, const void* k, const float* scales, const float* weights,
                                 const int* starts, const int* ends, void* workspace, int* out, int rows, int keys,
                                 int topk, int m, cudaStream_t stream, int* map_error,

@@ -73,9 +73,10 @@ if hasattr(ops._native(), "fused_mqa_topk"):
     # Its development variants too (99: the owner's warp-aggregated staging, 101: the epilogue's histograms,
     # 103: shares of every SM, also past one wave of row blocks; 105 / 107: 101 / 103 with the deep owner pass;
     # 109: the lean pass; 111: 109 through a ring of bulk copies; 113 / 115: 109 / 111 with each
-    # thread's own staging slots; 117: 113 with the pass's loads a round ahead).
+    # thread's own staging slots; 117: 113 with the pass's loads a round ahead; 119 / 121: the
+    # shares with 113's / 117's pass).
     os.environ["MQA_TOPK_FUSED_STAGED"] = "1"
-    for variant in ("97", "99", "101", "103", "105", "107", "109", "111", "113", "115", "117"):
+    for variant in ("97", "99", "101", "103", "105", "107", "109", "111", "113", "115", "117", "119", "121"):
         os.environ["MQA_TOPK_FUSED_STAGED_VARIANT"] = variant
         for rows, keys, layout, topk in ((67, 1000, "causal", 512), (37, 3001, "random", 2048),
                                          (1, 5000, "causal", 1024), (64, 20000, "causal", 2048),
@@ -88,6 +89,13 @@ if hasattr(ops._native(), "fused_mqa_topk"):
                 out = torch.empty((rows, topk), dtype=torch.int32, device="cuda")
                 ops.fused_mqa_topk_prefill(torch.zeros_like(q), k, scales, w, starts, ends, out)
     del os.environ["MQA_TOPK_FUSED_STAGED"], os.environ["MQA_TOPK_FUSED_STAGED_VARIANT"]
+    # The op's own dispatch (session 25): the staged default up to SMs / 2 row blocks, the shares
+    # default past it where the last wave is poorly filled (fused_use_shares).
+    for rows, keys, layout, topk in ((500, 3000, "causal", 2048), (700, 3000, "random", 1024),
+                                     (1064, 2100, "causal", 512)):
+        q, k, scales, w, starts, ends = make(rows, keys, 19, layout)
+        out = torch.empty((rows, topk), dtype=torch.int32, device="cuda")
+        ops.fused_mqa_topk_prefill(q, k, scales, w, starts, ends, out)
     # Dev variant 10 (MQA_TOPK_DEV_PROBES=1 builds): shares that follow the blocks.
     ext = ops._native()
     if hasattr(ext, "fused_mqa_topk_probe"):

@@ -567,8 +567,8 @@ STAGED_CASES = [
 ]
 
 
-STAGED_VARIANTS = (97, 99, 101, 103, 105, 107, 109, 111, 113, 115, 117)
-SHARES_VARIANTS = (103, 107)  # (any number of row blocks)
+STAGED_VARIANTS = (97, 99, 101, 103, 105, 107, 109, 111, 113, 115, 117, 119, 121)
+SHARES_VARIANTS = (103, 107, 119, 121)  # (any number of row blocks)
 
 
 @pytest.mark.parametrize("variant", STAGED_VARIANTS)

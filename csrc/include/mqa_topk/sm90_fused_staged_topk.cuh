@@ -1083,7 +1083,8 @@ __device__ __noinline__ void shares_select(const StagedTopkParams P) {
     }
     bar_math();
     if (row == r0) mark(P, 4);
-    owner_row_v2<32 - kShareBits, (kMode & 8) != 0, (kMode & 16) != 0>(P, smem, &ctl_sh, b, row - b * kRows);
+    owner_row_v2<32 - kShareBits, (kMode & 8) != 0, (kMode & 16) != 0, false, (kMode & 64) != 0, (kMode & 128) != 0>(
+        P, smem, &ctl_sh, b, row - b * kRows);
   }
   mark(P, 5);
 }
