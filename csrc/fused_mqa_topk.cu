@@ -26,13 +26,11 @@ bool valid_topk(int64_t t) { return t == 512 || t == 1024 || t == 2048; }
 // of the v3 one (sm90_fused_mqa_topk_v3.cuh, the dense op's main loop; the
 // default since 2026-12-02; MQA_TOPK_FUSED_CAP, a v2 knob, also selects v2),
 // MQA_TOPK_FUSED_STAGED=0/1 never / always (where it applies) runs the
-// staged kernel for at most one wave of row blocks (unset: fused_use_staged,
-// and its shares variant kFusedSharesVariant where fused_use_shares);
+// staged kernel for at most one wave of row blocks (unset: fused_use_staged);
 // a set MQA_TOPK_FUSED_SPLIT or MQA_TOPK_FUSED_KERNEL, a probe, cap or target knob turns it off;
 // MQA_TOPK_FUSED_STAGED_VARIANT=97/99/101/103/105/107/109/111/113/115/117/119/121 picks the staged kernel's variant
-// (fused_mqa_topk_staged.h; unset: kFusedStagedVariant, kFusedSharesVariant where
-// fused_use_shares; 103 / 107 / 119 / 121 apply at any number of row blocks,
-// so with MQA_TOPK_FUSED_STAGED=1 they run every call).
+// (fused_mqa_topk_staged.h; unset: kFusedStagedVariant; 103 / 107 / 119 / 121
+// apply at any number of row blocks, so with MQA_TOPK_FUSED_STAGED=1 they run every call).
 const char* env_str(const char* name) { return std::getenv(name); }
 int env_int(const char* name) {
   const char* v = std::getenv(name);
@@ -41,18 +39,13 @@ int env_int(const char* name) {
 // Where the staged kernel (fused_mqa_topk_staged.h) runs by default: at most
 // SMs / 2 row blocks (two or more pieces per block). Issue 12: session 22
 // took SMs / 4 (at 512 rows its owners' passes made it 1.18x native, the
-// split kernel 87 ~1.0x); session 25 (H200, op bench at 64K keys) measured
-// the lean pass (109) at 512 rows 1.000-1.005x native against 87's 1.03x.
+// split kernel 87 ~1.0x); session 25 (op bench at 64K keys) measured the
+// lean pass (109) at 512 rows 1.000-1.005x native against 87's 1.03x (H200),
+// and the default 117 there at 0.96-0.97x (H100).
 bool fused_use_staged(int rows, int num_sms) { return 2 * ((static_cast<long long>(rows) + 7) / 8) <= num_sms; }
-// Where the shares variant (kFusedSharesVariant) runs by default: more row
-// blocks than that, a last wave the whole-block kernel would leave poorly
-// filled (fused_use_split: where the split kernels ran before session 25),
-// and a logits workspace of at most 1 GiB (it is rows x keys x 4 bytes from
-// the caching allocator; past that the split kernel keeps the call).
-bool fused_use_shares(int rows, int keys, int num_sms) {
-  return !fused_use_staged(rows, num_sms) && fused_use_split(rows, num_sms) &&
-         static_cast<long long>(rows) * fused_staged_ld(keys) * 4 <= (1ll << 30);
-}
+// (Past SMs / 2 row blocks the split kernels keep the poorly filled waves:
+// session 25 measured the shares variants 119 / 121 there at 1.01-1.23x
+// native on an H100, 87 at 0.93-1.00x; BENCHMARKS.md.)
 }  // namespace
 
 int64_t fused_mqa_topk_workspace_bytes(int64_t topk, int64_t device) {
@@ -120,11 +113,9 @@ void fused_mqa_topk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
     const char* kern = env_str("MQA_TOPK_FUSED_KERNEL");
     const bool knobs = a.probe != 0 || a.cap != 0 || a.target != 0 || (force_split && *force_split) ||
                        (kern && *kern);
-    const bool forced = st && *st;
-    const bool shares_rule = !forced && fused_use_shares(a.rows, a.keys, a.num_sms);
-    const bool want = !knobs && (forced ? std::atoi(st) != 0 : fused_use_staged(a.rows, a.num_sms) || shares_rule);
+    const bool want = !knobs && (st && *st ? std::atoi(st) != 0 : fused_use_staged(a.rows, a.num_sms));
     const char* sv = env_str("MQA_TOPK_FUSED_STAGED_VARIANT");
-    const int variant = sv && *sv ? std::atoi(sv) : shares_rule ? kFusedSharesVariant : kFusedStagedVariant;
+    const int variant = sv && *sv ? std::atoi(sv) : kFusedStagedVariant;
     TORCH_CHECK(!want || fused_staged_variant_known(variant),
                 "MQA_TOPK_FUSED_STAGED_VARIANT: must be 97, 99, 101, 103, 105, 107, 109, 111, 113, 115, 117, 119 or "
                 "121, got ", sv);

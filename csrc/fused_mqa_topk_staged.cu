@@ -37,11 +37,7 @@ constexpr int staged_mode(int variant) {
   }
 }
 bool staged_shares(int variant) { return staged_mode(variant) >= 0 && (staged_mode(variant) & 4) != 0; }
-static_assert(staged_mode(kFusedSharesVariant) >= 0 && (staged_mode(kFusedSharesVariant) & 4) != 0,
-              "kFusedSharesVariant is a shares variant");
 }  // namespace
-
-bool fused_staged_shares(int variant) { return staged_shares(variant); }
 
 bool fused_staged_variant_known(int variant) { return staged_mode(variant) >= 0; }
 

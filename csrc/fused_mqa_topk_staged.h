@@ -40,12 +40,6 @@ size_t fused_staged_workspace_bytes(int rows, int keys, int m, int variant);
 // pass, session 25);
 // cudaErrorInvalidValue for any other.
 constexpr int kFusedStagedVariant = 117;
-// The shares variant the op runs where the row blocks are more than SMs / 2
-// and leave the last wave poorly filled (fused_use_split), in place of the
-// split kernels (issue 12, session 25).
-constexpr int kFusedSharesVariant = 121;
-// Whether the variant runs on the dense kernel's shares (any number of row blocks).
-bool fused_staged_shares(int variant);
 cudaError_t fused_staged_launch(const void* q, const void* k, const float* scales, const float* weights,
                                 const int* starts, const int* ends, void* workspace, int* out, int rows, int keys,
                                 int topk, int m, cudaStream_t stream, int* map_error,

@@ -89,8 +89,8 @@ if hasattr(ops._native(), "fused_mqa_topk"):
                 out = torch.empty((rows, topk), dtype=torch.int32, device="cuda")
                 ops.fused_mqa_topk_prefill(torch.zeros_like(q), k, scales, w, starts, ends, out)
     del os.environ["MQA_TOPK_FUSED_STAGED"], os.environ["MQA_TOPK_FUSED_STAGED_VARIANT"]
-    # The op's own dispatch (session 25): the staged default up to SMs / 2 row blocks, the shares
-    # default past it where the last wave is poorly filled (fused_use_shares).
+    # The op's own dispatch (session 25): the staged default up to SMs / 2 row blocks, the split
+    # kernels past it where the last wave is poorly filled.
     for rows, keys, layout, topk in ((500, 3000, "causal", 2048), (700, 3000, "random", 1024),
                                      (1064, 2100, "causal", 512)):
         q, k, scales, w, starts, ends = make(rows, keys, 19, layout)
