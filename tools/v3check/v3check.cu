@@ -164,7 +164,7 @@ cudaError_t launch_dense_logits(const Dev& d, cudaStream_t st = 0) {
 // Variants 91 / 92 (kSplitHist bit 1024): whether their launch is a cluster
 // launch here (fused_v3_cluster_plan), printed before they run.
 void report_cluster_plan(int variant, const Work& w, int grid) {
-  if ((variant >= 103 && variant <= 104) || (variant >= 107 && variant <= 108)) {
+  if ((variant >= 103 && variant <= 104) || (variant >= 107 && variant <= 108) || (variant >= 119 && variant <= 122)) {
     const int sms = grid > 0 ? std::min(grid, g_sms) : g_sms;
     std::printf("  (v%d: %d row blocks on shares of %d CTAs)\n", variant, (w.rows + 7) / 8, sms);
     return;
@@ -228,9 +228,9 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
     return launch_sm90_fused_mqa_topk_v3<decltype(cfg)>(d.q, d.k, d.scales, d.weights, d.starts, d.ends, d.out, d.ws,
                                                          w.rows, w.keys, w.topk, sms, st, &me, probe, {}, target);
   };
-  if ((variant >= 103 && variant <= 104) || (variant >= 107 && variant <= 108)) {
+  if ((variant >= 103 && variant <= 104) || (variant >= 107 && variant <= 108) || (variant >= 119 && variant <= 122)) {
     // session 23: the staged kernel on shares of every SM (kMode 7); 104: marks; session 24: 107 / 108 with
-    // the deep pass (kMode 15)
+    // the deep pass (kMode 15); session 25: 119 / 120 with 113's pass (kMode 95), 121 / 122 with 117's (223)
     if (fused_staged_aux_bytes(w.rows, 1) > d.ws_bytes) return cudaErrorInvalidConfiguration;
     uint32_t* marks = variant % 2 == 0 ? reinterpret_cast<uint32_t*>(d.out + size_t(w.rows) * w.topk) : nullptr;
     auto go = [&](auto mode) {
@@ -238,6 +238,8 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
           d.q, d.k, d.scales, d.weights, d.starts, d.ends, d.logits, d.ld, d.ws, d.out, w.rows, w.keys, w.topk, sms,
           st, &me, {}, marks);
     };
+    if (variant >= 121) return go(std::integral_constant<int, 223>{});  // (session 25: 119 with 117's loads)
+    if (variant >= 119) return go(std::integral_constant<int, 95>{});  // (session 25: 107 with 113's pass)
     if (variant >= 107) return go(std::integral_constant<int, 15>{});
     return go(std::integral_constant<int, 7>{});
   }
@@ -765,7 +767,7 @@ int cmd_timeline(int argc, char** argv) {
                                   "gate done", "copy done", "merge entry", "bins published", "counted (last)",
                                   "merged", "gate: records", "gate: rho", "gate: bins", "kernel start"};
   for (int v : vars) {
-    if (v == 98 || v == 100 || v == 102 || v == 104 || v == 106 || v == 108 || v == 110 || v == 112) {  // (the staged kernels: 16 words per CTA, their own marks)
+    if (v >= 98 && v <= 122 && v % 2 == 0) {  // (the staged kernels: 16 words per CTA, their own marks)
       const int m = fused_staged_pieces(w.rows, w.keys, ctas);
       const int n = v == 104 || v == 108 ? ctas : m * ((w.rows + 7) / 8);
       static const char* names98[16] = {"", "loops done", "piece hist", "published", "owner's wait done",
