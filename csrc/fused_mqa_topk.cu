@@ -30,7 +30,10 @@ bool valid_topk(int64_t t) { return t == 512 || t == 1024 || t == 2048; }
 // a set MQA_TOPK_FUSED_SPLIT or MQA_TOPK_FUSED_KERNEL, a probe, cap or target knob turns it off;
 // MQA_TOPK_FUSED_STAGED_VARIANT=97/99/101/103/105/107/109/111/113/115/117/119/121 picks the staged kernel's variant
 // (fused_mqa_topk_staged.h; unset: kFusedStagedVariant; 103 / 107 / 119 / 121
-// apply at any number of row blocks, so with MQA_TOPK_FUSED_STAGED=1 they run every call).
+// apply at any number of row blocks, so with MQA_TOPK_FUSED_STAGED=1 they run every call);
+// MQA_TOPK_FUSED_SHARE_RULE=N sets the split kernel's share rule (fused_v3_share_blocks
+// in sm90_fused_mqa_topk_v3.cuh: 0 the session-12 rule, N in [1, 4096] shares
+// only over the partial last wave's blocks, at least N tiles each; unset: kFusedShareRule).
 const char* env_str(const char* name) { return std::getenv(name); }
 int env_int(const char* name) {
   const char* v = std::getenv(name);
@@ -43,6 +46,8 @@ int env_int(const char* name) {
 // lean pass (109) at 512 rows 1.000-1.005x native against 87's 1.03x (H200),
 // and the default 117 there at 0.96-0.97x (H100).
 bool fused_use_staged(int rows, int num_sms) { return 2 * ((static_cast<long long>(rows) + 7) / 8) <= num_sms; }
+// The split kernel's share rule (Sm90FusedParams::share_rule) by default.
+constexpr int kFusedShareRule = 0;
 // (Past SMs / 2 row blocks the split kernels keep the poorly filled waves:
 // session 25 measured the shares variants 119 / 121 there at 1.01-1.23x
 // native on an H100, 87 at 0.93-1.00x; BENCHMARKS.md.)
@@ -153,6 +158,16 @@ void fused_mqa_topk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
   // (the lean-loop split kernel where its grid is every SM: the default since
   // session 20; MQA_TOPK_FUSED_SPLIT_LARGE=0 keeps the split kernel 66 there)
   const bool split_large = !(large_env && *large_env && std::atoi(large_env) == 0);
+  const char* rule_env = env_str("MQA_TOPK_FUSED_SHARE_RULE");
+  int share_rule = kFusedShareRule;
+  if (split_v3 && rule_env && *rule_env) {
+    char* end = nullptr;
+    const long v = std::strtol(rule_env, &end, 10);
+    TORCH_CHECK(*end == '\0' && v >= 0 && v <= 4096,
+                "MQA_TOPK_FUSED_SHARE_RULE: must be an integer in [0, 4096] (0: the session-12 share rule, N: "
+                "shares only over the partial last wave, at least N tiles each), got ", rule_env);
+    share_rule = static_cast<int>(v);
+  }
   const cudaError_t err =
       use_v3 ? fused_v3_whole_launch(q.data_ptr(), kp, sp, weights.data_ptr<float>(), starts.data_ptr<int>(),
                                      ends.data_ptr<int>(), output.data_ptr<int>(), workspace.data_ptr(), a.rows,
@@ -161,7 +176,8 @@ void fused_mqa_topk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
       : split_v3 ? fused_v3_split_launch(q.data_ptr(), kp, sp, weights.data_ptr<float>(), starts.data_ptr<int>(),
                                          ends.data_ptr<int>(), output.data_ptr<int>(), workspace.data_ptr(), a.rows,
                                          a.keys, a.topk, a.num_sms, stream, &map_error, a.probe,
-                                         mqa_topk::range_error_sink(q.device().index()), a.target, split_large)
+                                         mqa_topk::range_error_sink(q.device().index()), a.target, split_large,
+                                         share_rule)
       : split ? fused_split_launch(q.data_ptr(), kp, sp, weights.data_ptr<float>(), starts.data_ptr<int>(),
                                  ends.data_ptr<int>(), output.data_ptr<int>(), workspace.data_ptr(), a.rows, a.keys,
                                  a.topk, a.num_sms, stream, &map_error, a.probe, a.cap,

@@ -36,7 +36,8 @@ size_t fused_v3_split_workspace_bytes(int topk, int num_sms);
 cudaError_t fused_v3_split_launch(const void* q, const void* k, const float* scales, const float* weights,
                                   const int* starts, const int* ends, int* out, void* workspace, int rows, int keys,
                                   int topk, int num_sms, cudaStream_t stream, int* map_error, int probe,
-                                  mqa_topk::RangeErrorSink range_err, int target, bool large = false);
+                                  mqa_topk::RangeErrorSink range_err, int target, bool large = false,
+                                  int share_rule = 0);
 // Its kernel's attributes and the dynamic shared memory it requests (for `mqa-topk build`'s table).
 cudaError_t fused_v3_split_attributes(cudaFuncAttributes* attr, int* dynamic_smem);
 
@@ -54,20 +55,20 @@ template <int kTopk>
 cudaError_t fused_v3_split_large_launch_t(const void* q, const void* k, const float* scales, const float* weights,
                                           const int* starts, const int* ends, int* out, void* workspace, int rows,
                                           int keys, int topk, int num_sms, cudaStream_t stream, int* map_error,
-                                          int probe, mqa_topk::RangeErrorSink range_err, int target);
+                                          int probe, mqa_topk::RangeErrorSink range_err, int target, int share_rule);
 template <int kTopk>
 size_t fused_v3_split_large_workspace_bytes_t(int num_sms);
 extern template cudaError_t fused_v3_split_large_launch_t<512>(const void*, const void*, const float*, const float*,
                                                               const int*, const int*, int*, void*, int, int, int, int,
-                                                              cudaStream_t, int*, int, mqa_topk::RangeErrorSink, int);
+                                                              cudaStream_t, int*, int, mqa_topk::RangeErrorSink, int, int);
 extern template size_t fused_v3_split_large_workspace_bytes_t<512>(int);
 extern template cudaError_t fused_v3_split_large_launch_t<1024>(const void*, const void*, const float*, const float*,
                                                               const int*, const int*, int*, void*, int, int, int, int,
-                                                              cudaStream_t, int*, int, mqa_topk::RangeErrorSink, int);
+                                                              cudaStream_t, int*, int, mqa_topk::RangeErrorSink, int, int);
 extern template size_t fused_v3_split_large_workspace_bytes_t<1024>(int);
 extern template cudaError_t fused_v3_split_large_launch_t<2048>(const void*, const void*, const float*, const float*,
                                                               const int*, const int*, int*, void*, int, int, int, int,
-                                                              cudaStream_t, int*, int, mqa_topk::RangeErrorSink, int);
+                                                              cudaStream_t, int*, int, mqa_topk::RangeErrorSink, int, int);
 extern template size_t fused_v3_split_large_workspace_bytes_t<2048>(int);
 // The topk-2048 configuration's attributes (for `mqa-topk build`'s table).
 cudaError_t fused_v3_split_large_attributes(cudaFuncAttributes* attr, int* dynamic_smem);

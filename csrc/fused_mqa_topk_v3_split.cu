@@ -23,18 +23,19 @@ size_t fused_v3_split_workspace_bytes(int topk, int num_sms) {
 cudaError_t fused_v3_split_launch(const void* q, const void* k, const float* scales, const float* weights,
                                   const int* starts, const int* ends, int* out, void* workspace, int rows, int keys,
                                   int topk, int num_sms, cudaStream_t stream, int* map_error, int probe,
-                                  mqa_topk::RangeErrorSink range_err, int target, bool large) {
+                                  mqa_topk::RangeErrorSink range_err, int target, bool large,
+                                  int share_rule) {
   if (large && mqa_topk::fused_v3_split_large(rows, num_sms)) {  // every SM: the lean loop (one configuration per topk)
     switch (topk) {
       case 512:
         return fused_v3_split_large_launch_t<512>(q, k, scales, weights, starts, ends, out, workspace, rows, keys,
-                                                  topk, num_sms, stream, map_error, probe, range_err, target);
+                                                  topk, num_sms, stream, map_error, probe, range_err, target, share_rule);
       case 1024:
         return fused_v3_split_large_launch_t<1024>(q, k, scales, weights, starts, ends, out, workspace, rows, keys,
-                                                   topk, num_sms, stream, map_error, probe, range_err, target);
+                                                   topk, num_sms, stream, map_error, probe, range_err, target, share_rule);
       case 2048:
         return fused_v3_split_large_launch_t<2048>(q, k, scales, weights, starts, ends, out, workspace, rows, keys,
-                                                   topk, num_sms, stream, map_error, probe, range_err, target);
+                                                   topk, num_sms, stream, map_error, probe, range_err, target, share_rule);
       default:
         break;  // (the general kernel checks topk)
     }
@@ -42,7 +43,7 @@ cudaError_t fused_v3_split_launch(const void* q, const void* k, const float* sca
   // (fewer CTAs than SMs for few row blocks: every block the same whole number of pieces)
   return mqa_topk::launch_sm90_fused_mqa_topk_v3<mqa_topk::Sm90FusedV3Split>(
       q, k, scales, weights, starts, ends, out, workspace, rows, keys, topk,
-      mqa_topk::fused_v3_split_grid(rows, num_sms), stream, map_error, probe, range_err, target);
+      mqa_topk::fused_v3_split_grid(rows, num_sms), stream, map_error, probe, range_err, target, share_rule);
 }
 
 cudaError_t fused_v3_split_attributes(cudaFuncAttributes* attr, int* dynamic_smem) {

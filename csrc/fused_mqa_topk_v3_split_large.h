@@ -10,10 +10,10 @@ template <int kTopk>
 cudaError_t fused_v3_split_large_launch_t(const void* q, const void* k, const float* scales, const float* weights,
                                           const int* starts, const int* ends, int* out, void* workspace, int rows,
                                           int keys, int topk, int num_sms, cudaStream_t stream, int* map_error,
-                                          int probe, mqa_topk::RangeErrorSink range_err, int target) {
+                                          int probe, mqa_topk::RangeErrorSink range_err, int target, int share_rule) {
   return mqa_topk::launch_sm90_fused_mqa_topk_v3<mqa_topk::Sm90FusedV3SplitLarge<kTopk>>(
       q, k, scales, weights, starts, ends, out, workspace, rows, keys, topk,
-      mqa_topk::fused_v3_split_grid(rows, num_sms), stream, map_error, probe, range_err, target);
+      mqa_topk::fused_v3_split_grid(rows, num_sms), stream, map_error, probe, range_err, target, share_rule);
 }
 
 template <int kTopk>

@@ -6,5 +6,5 @@
 
 template cudaError_t fused_v3_split_large_launch_t<1024>(const void*, const void*, const float*, const float*,
                                                         const int*, const int*, int*, void*, int, int, int, int,
-                                                        cudaStream_t, int*, int, mqa_topk::RangeErrorSink, int);
+                                                        cudaStream_t, int*, int, mqa_topk::RangeErrorSink, int, int);
 template size_t fused_v3_split_large_workspace_bytes_t<1024>(int);

@@ -6,7 +6,7 @@
 
 template cudaError_t fused_v3_split_large_launch_t<2048>(const void*, const void*, const float*, const float*,
                                                         const int*, const int*, int*, void*, int, int, int, int,
-                                                        cudaStream_t, int*, int, mqa_topk::RangeErrorSink, int);
+                                                        cudaStream_t, int*, int, mqa_topk::RangeErrorSink, int, int);
 template size_t fused_v3_split_large_workspace_bytes_t<2048>(int);
 
 cudaError_t fused_v3_split_large_attributes(cudaFuncAttributes* attr, int* dynamic_smem) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole GPU round in one call (device time is scarce: build once, then
 # test, verify and bench). Usage: scripts/device-check.sh [stage ...]
-#   stages: build probe logits-variants (LOGITS_VARIANTS="17 18" picks some) logits-one (LOGITS_ONE="26 67 1000") fused-ab (FUSED_AB=11) v3-ab (V3_AB="8192 65536 --variants 12,13") v3-debug v3-dump (V3_DUMP="12 15") v3-tests fused-variants fused-probe split-probe split-breakdown split-grid split-probe-rising fused-tests verify-fused bench-fused bench-logits-headline bench-fused-grid bench-adversarial bench-small-rows bench-small-rows-staged (STAGED_VARIANTS="97 101 105") gpu-tests verify verify-ref bench bench-torch bench-split bench-logits bench-topk crossover ncu sanitize sanitize-ranges graph deepgemm  (default: all but crossover/sanitize/sanitize-ranges/graph/deepgemm)
+#   stages: build probe logits-variants (LOGITS_VARIANTS="17 18" picks some) logits-one (LOGITS_ONE="26 67 1000") fused-ab (FUSED_AB=11) v3-ab (V3_AB="8192 65536 --variants 12,13") v3-debug v3-dump (V3_DUMP="12 15") v3-tests fused-variants fused-probe split-probe split-breakdown split-grid split-probe-rising fused-tests verify-fused bench-fused bench-logits-headline bench-fused-grid bench-adversarial bench-small-rows bench-small-rows-staged (STAGED_VARIANTS="97 101 105") bench-small-rows-rules (SHARE_RULES="0 4 8 16") gpu-tests verify verify-ref bench bench-torch bench-split bench-logits bench-topk crossover ncu sanitize sanitize-ranges graph deepgemm  (default: all but crossover/sanitize/sanitize-ranges/graph/deepgemm)
 # Set MQA_TOPK_DEV_PROBES=1 for the whole call when a stage needs the dev
 # variants (fused-variants, fused-probe, probe): the extension is built once.
 # deepgemm: builds DeepGEMM from the ignored .peers/ folder (carry it: ../shared/peers/README.md),
@@ -68,6 +68,16 @@ for s in "${stages[@]}"; do
                                run bench-small-rows-v$v env MQA_TOPK_FUSED_STAGED=1 MQA_TOPK_FUSED_STAGED_VARIANT=$v \
                                  mqa-topk bench --config small-rows --paths fused,native --out "$OUT/bench-small-rows-v$v.csv"
                              done ;;
+    # (issue 12, session 26: the split kernel's share rules, each of SHARE_RULES; 0 the session-12 rule)
+    bench-small-rows-rules) RULE_CASES=""
+                            for c in r1064-t512 r1064-t1024 r1064-t2048 r1576-t512 r1576-t1024 r1576-t2048 r2120-t512 \
+                                     r2120-t1024 r2120-t2048; do RULE_CASES="$RULE_CASES --case $c"; done
+                            i=0
+                            for r in ${SHARE_RULES:-0 4 8 16}; do
+                              i=$((i + 1))
+                              run bench-small-rows-rule$r-$i env MQA_TOPK_FUSED_SHARE_RULE=$r \
+                                mqa-topk bench --config small-rows --paths fused,native $RULE_CASES --out "$OUT/bench-small-rows-rule$r-$i.csv"
+                            done ;;
     fused-tests) run fused-tests python3 -m pytest -q -rf tests/test_gpu_fused.py ;;
     verify-fused) run verify-fused mqa-topk verify --paths fused,native --out "$OUT/verify-fused.json" ;;
     bench-fused) run bench-fused mqa-topk bench --paths fused,native --out "$OUT/bench-fused.csv" ;;

@@ -67,6 +67,15 @@ if hasattr(ops._native(), "fused_mqa_topk"):
         ops.fused_mqa_topk_prefill(q, k, scales, w, starts, ends, out)
         os.environ.pop("MQA_TOPK_FUSED_TARGET", None)
     del os.environ["MQA_TOPK_FUSED_SPLIT_LARGE"]
+    # The partial-wave share rule (session 26, MQA_TOPK_FUSED_SHARE_RULE): one block past a
+    # wave in 4-tile shares (random ranges: slices past rows' ends, empty slices), 197 blocks.
+    for rule, rows, keys, layout, topk in (("4", 1064, 20000, "random", 2048), ("8", 1576, 6000, "causal", 512),
+                                           ("16", 2120, 5000, "random", 1024)):
+        os.environ["MQA_TOPK_FUSED_SHARE_RULE"] = rule
+        q, k, scales, w, starts, ends = make(rows, keys, 18, layout)
+        out = torch.empty((rows, topk), dtype=torch.int32, device="cuda")
+        ops.fused_mqa_topk_prefill(q, k, scales, w, starts, ends, out)
+    del os.environ["MQA_TOPK_FUSED_SHARE_RULE"]
     del os.environ["MQA_TOPK_FUSED_SPLIT"]
     # The staged kernel (issue 12, session 22): 16 / 4 / 2 / 1 pieces per block, random and causal
     # ranges, one row, rows of n <= topk, all-equal logits (the class too large to stage).

@@ -370,6 +370,60 @@ def test_fused_op_split_large_exact(dev, monkeypatch, kw):
             f"{kw} topk={topk}: the large split kernel's sets differ from the whole-block kernel's")
 
 
+# The split kernel's share rule past one wave of row blocks (session 26,
+# MQA_TOPK_FUSED_SHARE_RULE=N, fused_v3_share_blocks): only the partial last
+# wave's blocks are cut, into shares of at least N tiles over the CTAs, beside
+# one or two whole blocks per CTA. One block past a wave (133, 265 blocks:
+# one block in up to SMs pieces; at 4 tiles a share, slices shorter than a
+# row, rows with fewer keys than a slice or none), a half-full last wave (197
+# blocks), ragged and short rows, adversarial scores.
+SHARE_RULE_CASES = [
+    dict(layout="causal", rows=1064, keys=20000, dist="gaussian"),
+    dict(layout="ragged", rows=1064, keys=30000, dist="dsa", unaligned_starts=True),
+    dict(layout="full", rows=1062, keys=3000, dist="short_rows"),
+    dict(layout="full", rows=1064, keys=9000, dist="ties", tie_mode="whole"),
+    dict(layout="causal", rows=1576, keys=6000, dist="relu_saturated"),
+    dict(layout="causal", rows=2120, keys=8000, dist="rising"),
+]
+
+
+@pytest.mark.parametrize("rule", [4, 8, 16])
+@pytest.mark.parametrize("kw", SHARE_RULE_CASES, ids=lambda kw: f"{kw['layout']}-{kw['rows']}x{kw['keys']}-{kw['dist']}")
+def test_fused_op_share_rule_exact(dev, monkeypatch, kw, rule):
+    """The split kernel with the partial-wave share rule: exact for every
+    topk, inputs untouched, reruns bitwise equal, and the same sets as the
+    session-12 rule (MQA_TOPK_FUSED_SHARE_RULE=0) and the whole-block kernel."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    if (kw["rows"] + 7) // 8 <= sms:
+        pytest.skip(f"{kw['rows']} rows are at most one wave of row blocks on {sms} SMs")
+    for topk in (512, 1024, 2048):
+        w = make_workload(device="cuda", seed=29, topk=topk, **kw)
+        monkeypatch.delenv("MQA_TOPK_FUSED_SPLIT_LARGE", raising=False)
+        monkeypatch.delenv("MQA_TOPK_FUSED_KERNEL", raising=False)
+        monkeypatch.setenv("MQA_TOPK_FUSED_SPLIT", "1")
+        monkeypatch.setenv("MQA_TOPK_FUSED_SHARE_RULE", str(rule))
+        out = check_fused(w, topk, f"split kernel, share rule {rule}, {kw} topk={topk}")
+        monkeypatch.setenv("MQA_TOPK_FUSED_SHARE_RULE", "0")
+        old = run_fused(w, topk, -5)
+        monkeypatch.delenv("MQA_TOPK_FUSED_SHARE_RULE", raising=False)
+        monkeypatch.setenv("MQA_TOPK_FUSED_SPLIT", "0")
+        whole = run_fused(w, topk, -5)
+        assert torch.equal(out.sort(dim=1).values, old.sort(dim=1).values), (
+            f"{kw} topk={topk}: share rule {rule}'s sets differ from rule 0's")
+        assert torch.equal(out.sort(dim=1).values, whole.sort(dim=1).values), (
+            f"{kw} topk={topk}: share rule {rule}'s sets differ from the whole-block kernel's")
+
+
+@pytest.mark.parametrize("value", ["-1", "x", "4097", "8tiles"])
+def test_fused_op_share_rule_knob_error(dev, monkeypatch, value):
+    """A bad MQA_TOPK_FUSED_SHARE_RULE is an error naming the knob where the split kernel runs."""
+    w = make_workload(device="cuda", seed=3, topk=512, layout="causal", rows=1064, keys=3000, dist="gaussian")
+    monkeypatch.setenv("MQA_TOPK_FUSED_SPLIT", "1")
+    monkeypatch.setenv("MQA_TOPK_FUSED_SHARE_RULE", value)
+    with pytest.raises(RuntimeError, match="MQA_TOPK_FUSED_SHARE_RULE"):
+        run_fused(w, 512, -1)
+
+
 @pytest.mark.parametrize("force", ["1", "0", ""])
 def test_fused_op_split_dispatch(dev, monkeypatch, force):
     """The op launches the split kernel when whole blocks would leave the last

@@ -79,6 +79,12 @@ static_assert(mqa_topk::fused_v3_share_blocks(8, 132) == 8 && mqa_topk::fused_v3
                   mqa_topk::fused_v3_share_blocks(265, 132) == 133 && mqa_topk::fused_v3_share_blocks(396, 132) == 0 &&
                   mqa_topk::fused_v3_share_blocks(1024, 132) == 232,
               "kHybrid share blocks");
+// Rule n > 0 (session 26): all up to one wave, else only the partial last wave.
+static_assert(mqa_topk::fused_v3_share_blocks(8, 132, 8) == 8 && mqa_topk::fused_v3_share_blocks(132, 132, 8) == 132 &&
+                  mqa_topk::fused_v3_share_blocks(133, 132, 8) == 1 &&
+                  mqa_topk::fused_v3_share_blocks(197, 132, 4) == 65 &&
+                  mqa_topk::fused_v3_share_blocks(264, 132, 8) == 0 && mqa_topk::fused_v3_share_blocks(265, 132, 8) == 1,
+              "kHybrid share blocks, partial-wave rule");
 
 // The gate targets: 1.5 k + 256 (the op's, fused_gate_target) and 1.25 k + 256 (dev variants 29-31).
 static_assert(mqa_topk::Sm90FusedV3Default::gate_target(512) == 1024 &&

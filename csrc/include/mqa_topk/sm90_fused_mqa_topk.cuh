@@ -89,6 +89,10 @@ struct Sm90FusedParams {
   int* split_sctr = nullptr;
   int* split_gready = nullptr;
   uint32_t* split_gate = nullptr;
+  // The v3 kernel's kHybrid share rule (fused_v3_share_blocks): 0 the
+  // session-12 rule; n > 0 shares only over the partial last wave's blocks,
+  // each share at least n tiles (issue 12, session 26).
+  int share_rule = 0;
 };
 
 // Block-level control words in shared memory (gate, selector hand-off, redo queue).

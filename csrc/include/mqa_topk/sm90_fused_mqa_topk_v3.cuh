@@ -2179,11 +2179,18 @@ __device__ __noinline__ void fused_v3_visit_end(const Sm90FusedParams* pp, int q
 }
 
 // kHybrid: how many blocks (the first ones) the shares cover, of nblocks on
-// grid CTAs: every block when they are at most two waves, none when they fill
-// whole waves, else the last partial wave and one full wave (so a split block
-// has about two pieces, not grid / (nblocks mod grid) small ones).
-__host__ __device__ constexpr int fused_v3_share_blocks(int nblocks, int grid) {
-  return nblocks <= 2 * grid ? nblocks : nblocks % grid == 0 ? 0 : grid + nblocks % grid;
+// grid CTAs. Rule 0 (session 12): every block when they are at most two
+// waves, none when they fill whole waves, else the last partial wave and one
+// full wave (so a split block has about two pieces, not grid / (nblocks mod
+// grid) small ones). Rule n > 0 (session 26, Sm90FusedParams::share_rule;
+// shares of at least n tiles): every block when they are at most one wave,
+// else only the partial last wave's blocks, so every CTA runs whole blocks
+// on the whole-block path and the partial wave's few blocks are cut into
+// small pieces over the CTAs (at 1064 rows on 132 SMs: 132 whole blocks and
+// one block in 512 / n pieces, where rule 0 splits all 133 in two).
+__host__ __device__ constexpr int fused_v3_share_blocks(int nblocks, int grid, int rule = 0) {
+  return rule > 0 ? (nblocks <= grid ? nblocks : nblocks % grid)
+                  : nblocks <= 2 * grid ? nblocks : nblocks % grid == 0 ? 0 : grid + nblocks % grid;
 }
 
 // The split kernel's grid (issue 12, session 17): with B row blocks of at
@@ -2366,8 +2373,11 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
   if constexpr (Cfg::kShares) {  // this CTA's share of the call's tiles (every thread; synchronises the CTA)
     const Sm90LogitsParams lp{p.starts, p.ends, nullptr, 0, p.rows, p.keys};
     fused_split_share<Cfg::kThreads>(lp, reinterpret_cast<FusedV3Shr*>(smem + Cfg::kOffShr),
-                                     Cfg::kHybrid ? fused_v3_share_blocks(nblocks, gridDim.x) : nblocks, gridDim.x,
-                                     kShareMinTiles);
+                                     Cfg::kHybrid ? fused_v3_share_blocks(nblocks, gridDim.x, p.share_rule) : nblocks,
+                                     gridDim.x,
+                                     Cfg::kHybrid && p.share_rule > 0 && nblocks > static_cast<int>(gridDim.x)
+                                         ? p.share_rule
+                                         : kShareMinTiles);
   }
 
   if (wg == Cfg::kMathWarpgroups) {
@@ -2383,7 +2393,7 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       if constexpr (Cfg::kAlignPieces)
         if (tid >= Cfg::kMathThreads + 32 && tid < Cfg::kMathThreads + 64)
           fused_v3_align_piece<Cfg>(&p, reinterpret_cast<FusedV3Shr*>(smem + Cfg::kOffShr), ctl,
-                                    Cfg::kHybrid ? fused_v3_share_blocks(nblocks, gridDim.x) : nblocks);
+                                    Cfg::kHybrid ? fused_v3_share_blocks(nblocks, gridDim.x, p.share_rule) : nblocks);
       check_row_ranges(p.err, p.starts, p.ends, p.rows, p.keys, kKernelFused,
                        range_checker_index(tid, kCheckLo, kCheckers), gridDim.x * kCheckers);
       if constexpr (Cfg::kAsyncSelect)
@@ -2545,7 +2555,7 @@ __device__ __forceinline__ void fused_v3_body(const CUtensorMap& tm_q, const CUt
       }
       // kHybrid: the blocks past the shares, whole, from the block counter
       // (largest first; a block is claimed only once its Q buffer is free).
-      const int nshare = Cfg::kHybrid ? fused_v3_share_blocks(nblocks, gridDim.x) : nblocks;
+      const int nshare = Cfg::kHybrid ? fused_v3_share_blocks(nblocks, gridDim.x, p.share_rule) : nblocks;
       if constexpr (Cfg::kHybrid) {
         for (;;) {
           ptx::mbar_wait(q_empty + (qi & 1), ((qi >> 1) & 1) ^ 1);
@@ -3711,7 +3721,7 @@ inline cudaError_t launch_sm90_fused_mqa_topk_v3(const void* q, const void* k, c
                                                  const float* weights, const int* starts, const int* ends, int* out,
                                                  void* workspace, int rows, int keys, int topk, int num_sms,
                                                  cudaStream_t stream, int* map_error = nullptr, int probe = 0,
-                                                 RangeErrorSink range_err = {}, int target = 0) {
+                                                 RangeErrorSink range_err = {}, int target = 0, int share_rule = 0) {
   if (rows <= 0) return cudaSuccess;
   if (Cfg::kFixedTopk != 0 && topk != Cfg::kFixedTopk) return cudaErrorInvalidValue;  // (a dev configuration of one topk)
   CUtensorMap tm_q, tm_k, tm_s, tm_w;
@@ -3740,6 +3750,7 @@ inline cudaError_t launch_sm90_fused_mqa_topk_v3(const void* q, const void* k, c
   uint32_t* ws = reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(workspace) + kFusedHeaderBytes);
   const int gate_target = target > 0 ? target : Cfg::gate_target(topk);  // a development target, or the configuration's
   Sm90FusedParams p{starts, ends, out, ws, counter, rows, keys, topk, Cfg::cap(topk), probe, range_err, gate_target};
+  p.share_rule = share_rule;
   if constexpr (Cfg::kClusterLaunch) {
     if (const int m = fused_v3_cluster_plan<Cfg>(rows, num_sms)) {
       cudaLaunchAttribute attr[1];
