@@ -17,21 +17,14 @@ int fused_staged_pieces(int rows, int keys, int num_sms) { return mqa_topk::fuse
 namespace {
 // The staged variants' kernel modes (kMode of sm90_fused_staged_topk_kernel;
 // -1: no such variant): the one table behind the knob's check, the launch and
-// the attributes.
+// the attributes. (The retired variants 97-107, 111 and 115, sessions 22-25:
+// docs/FUSED.md.)
 constexpr int staged_mode(int variant) {
   switch (variant) {
-    case 97: return 0;
-    case 99: return 1;
-    case 101: return 3;
-    case 103: return 7;
-    case 105: return 11;  // (101 with the deep owner pass)
-    case 107: return 15;  // (103 with it)
-    case 109: return 27;  // (105 with the lean pass)
-    case 111: return 59;  // (109 reading the row through a ring of bulk copies)
+    case 109: return 27;  // (the epilogue's histograms, the deep owner pass with the lean pass)
     case 113: return 91;  // (109 with the class staged in each thread's own slots)
-    case 115: return 123;  // (111 with them)
     case 117: return 219;  // (113 with the pass's loads a round ahead)
-    case 119: return 95;  // (107 with 113's pass: the shares' owners)
+    case 119: return 95;  // (113's pass on shares of every SM: the shares' owners)
     case 121: return 223;  // (119 with 117's loads a round ahead)
     default: return -1;
   }
@@ -64,16 +57,8 @@ cudaError_t fused_staged_launch(const void* q, const void* k, const float* scale
   switch (variant) {
 #define STAGED_LAUNCH_CASE(v) \
   case v: return go(std::integral_constant<int, staged_mode(v)>{});
-    STAGED_LAUNCH_CASE(97)
-    STAGED_LAUNCH_CASE(99)
-    STAGED_LAUNCH_CASE(101)
-    STAGED_LAUNCH_CASE(103)
-    STAGED_LAUNCH_CASE(105)
-    STAGED_LAUNCH_CASE(107)
     STAGED_LAUNCH_CASE(109)
-    STAGED_LAUNCH_CASE(111)
     STAGED_LAUNCH_CASE(113)
-    STAGED_LAUNCH_CASE(115)
     STAGED_LAUNCH_CASE(117)
     STAGED_LAUNCH_CASE(119)
     STAGED_LAUNCH_CASE(121)

@@ -16,10 +16,10 @@
 // apply: more row blocks than SMs, or rows longer than its owner's bitmaps).
 int fused_staged_pieces(int rows, int keys, int num_sms);
 // The launch's m for a variant (fused_staged_launch): the pieces per row
-// block, or for variants 103 / 107 (shares: any number of row blocks) the
+// block, or for variants 119 / 121 (shares: any number of row blocks) the
 // grid, num_sms; 0 where the variant does not apply.
 int fused_staged_grid_param(int variant, int rows, int keys, int num_sms);
-// Whether fused_staged_launch knows the variant (97, 99, 101, 103, 105, 107, 109, 111, 113, 115, 117, 119, 121).
+// Whether fused_staged_launch knows the variant (109, 113, 117, 119, 121).
 bool fused_staged_variant_known(int variant);
 
 // Workspace bytes: the logits [rows, fused_staged_ld(keys)] fp32, then the
@@ -30,15 +30,12 @@ size_t fused_staged_workspace_bytes(int rows, int keys, int m, int variant);
 // Launches it: q, k, scales, weights, starts, ends, out as the fused op;
 // workspace: fused_staged_workspace_bytes(rows, keys, m, variant) bytes, 256-byte
 // aligned (contents overwritten); m from fused_staged_grid_param. variant: the
-// op's kFusedStagedVariant, or a development one (docs/FUSED.md; 97: the
-// session 22 kernel, 99: the owner's warp-aggregated staging, 101: 99 with
-// the first digit's histograms from the tile loops, 103: 101 on shares of
-// every SM, 105 / 107: 101 / 103 with the deep owner pass, 109: 105 with the
-// lean pass, 111: 109 reading the row through a ring of bulk copies, session 24;
-// 113 / 115: 109 / 111 with the class staged in each thread's own slots, 117: 113
-// with the pass's loads a round ahead, 119 / 121: 107's shares with 113's / 117's
-// pass, session 25);
-// cudaErrorInvalidValue for any other.
+// op's kFusedStagedVariant, or a development one (docs/FUSED.md; 109: the
+// first digit's histograms from the tile loops, the deep owner pass with the
+// lean pass, session 24; 113: 109 with the class staged in each thread's own
+// slots, 117: 113 with the pass's loads a round ahead, 119 / 121: 113's /
+// 117's pass on shares of every SM, session 25; the variants 97-107, 111 and
+// 115 of sessions 22-25 were retired); cudaErrorInvalidValue for any other.
 constexpr int kFusedStagedVariant = 117;
 cudaError_t fused_staged_launch(const void* q, const void* k, const float* scales, const float* weights,
                                 const int* starts, const int* ends, void* workspace, int* out, int rows, int keys,

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole GPU round in one call (device time is scarce: build once, then
 # test, verify and bench). Usage: scripts/device-check.sh [stage ...]
-#   stages: build probe logits-variants (LOGITS_VARIANTS="17 18" picks some) logits-one (LOGITS_ONE="26 67 1000") fused-ab (FUSED_AB=11) v3-ab (V3_AB="8192 65536 --variants 12,13") v3-debug v3-dump (V3_DUMP="12 15") v3-tests fused-variants fused-probe split-probe split-breakdown split-grid split-probe-rising fused-tests verify-fused bench-fused bench-logits-headline bench-fused-grid bench-adversarial bench-small-rows bench-small-rows-staged (STAGED_VARIANTS="97 101 105") bench-small-rows-rules (SHARE_RULES="0 4 8 16") gpu-tests verify verify-ref bench bench-torch bench-split bench-logits bench-topk crossover ncu sanitize sanitize-ranges graph deepgemm  (default: all but crossover/sanitize/sanitize-ranges/graph/deepgemm)
+#   stages: build probe logits-variants (LOGITS_VARIANTS="17 18" picks some) logits-one (LOGITS_ONE="26 67 1000") fused-ab (FUSED_AB=11) v3-ab (V3_AB="8192 65536 --variants 12,13") v3-debug v3-dump (V3_DUMP="12 15") v3-tests fused-variants fused-probe split-probe split-breakdown split-grid split-probe-rising fused-tests verify-fused bench-fused bench-logits-headline bench-fused-grid bench-adversarial bench-small-rows bench-small-rows-staged (STAGED_VARIANTS="109 113 117") bench-small-rows-rules (SHARE_RULES="0 4 8 16") gpu-tests verify verify-ref bench bench-torch bench-split bench-logits bench-topk crossover ncu sanitize sanitize-ranges graph deepgemm  (default: all but crossover/sanitize/sanitize-ranges/graph/deepgemm)
 # Set MQA_TOPK_DEV_PROBES=1 for the whole call when a stage needs the dev
 # variants (fused-variants, fused-probe, probe): the extension is built once.
 # deepgemm: builds DeepGEMM from the ignored .peers/ folder (carry it: ../shared/peers/README.md),
@@ -64,7 +64,7 @@ for s in "${stages[@]}"; do
     bench-adversarial) run bench-adversarial mqa-topk bench --config adversarial --paths fused,native --out "$OUT/bench-adversarial.csv" ;;
     bench-small-rows) run bench-small-rows mqa-topk bench --config small-rows --paths fused,native --out "$OUT/bench-small-rows.csv" ;;
     # (issue 12: the staged kernel forced wherever it applies (<= SMs row blocks), each variant of STAGED_VARIANTS)
-    bench-small-rows-staged) for v in ${STAGED_VARIANTS:-97 101 105}; do
+    bench-small-rows-staged) for v in ${STAGED_VARIANTS:-109 113 117}; do
                                run bench-small-rows-v$v env MQA_TOPK_FUSED_STAGED=1 MQA_TOPK_FUSED_STAGED_VARIANT=$v \
                                  mqa-topk bench --config small-rows --paths fused,native --out "$OUT/bench-small-rows-v$v.csv"
                              done ;;

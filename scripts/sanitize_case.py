@@ -79,13 +79,11 @@ if hasattr(ops._native(), "fused_mqa_topk"):
     del os.environ["MQA_TOPK_FUSED_SPLIT"]
     # The staged kernel (issue 12, session 22): 16 / 4 / 2 / 1 pieces per block, random and causal
     # ranges, one row, rows of n <= topk, all-equal logits (the class too large to stage).
-    # Its development variants too (99: the owner's warp-aggregated staging, 101: the epilogue's histograms,
-    # 103: shares of every SM, also past one wave of row blocks; 105 / 107: 101 / 103 with the deep owner pass;
-    # 109: the lean pass; 111: 109 through a ring of bulk copies; 113 / 115: 109 / 111 with each
-    # thread's own staging slots; 117: 113 with the pass's loads a round ahead; 119 / 121: the
-    # shares with 113's / 117's pass).
+    # Its variants (109: the epilogue's histograms and the lean pass; 113: 109 with each thread's own
+    # staging slots; 117, the op's: 113 with the pass's loads a round ahead; 119 / 121: 113's / 117's
+    # pass on shares of every SM, also past one wave of row blocks; 97-107, 111 and 115 were retired).
     os.environ["MQA_TOPK_FUSED_STAGED"] = "1"
-    for variant in ("97", "99", "101", "103", "105", "107", "109", "111", "113", "115", "117", "119", "121"):
+    for variant in ("109", "113", "117", "119", "121"):
         os.environ["MQA_TOPK_FUSED_STAGED_VARIANT"] = variant
         for rows, keys, layout, topk in ((67, 1000, "causal", 512), (37, 3001, "random", 2048),
                                          (1, 5000, "causal", 1024), (64, 20000, "causal", 2048),

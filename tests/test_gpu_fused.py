@@ -588,12 +588,12 @@ def test_v2_op_switch(dev, monkeypatch):
 
 
 # The staged kernel (issue 12, session 22; sm90_fused_staged_topk.cuh; the
-# op's default at most SMs / 4 row blocks) and its development variants
-# (MQA_TOPK_FUSED_STAGED_VARIANT; 99: the owner's warp-aggregated staging,
-# 101: 99 with the first digit's histograms from the tile loops, 103: 101 on
-# shares of every SM, any number of row blocks): m pieces per row block store the
-# block's logits and publish their histograms, each row's owner CTA selects
-# it. Few rows, rows not a multiple of 8, one row, rows shorter than a piece or
+# op's default at most SMs / 2 row blocks, variant 117) and its development
+# variants (MQA_TOPK_FUSED_STAGED_VARIANT; 109: the lean pass with the warps'
+# ballot staging, 113: each thread's own staging slots, 119 / 121: 113's /
+# 117's pass on shares of every SM, any number of row blocks; 97-107, 111 and
+# 115 were retired): m pieces per row block store the block's logits and
+# publish their histograms, each row's owner CTA selects it. Few rows, rows not a multiple of 8, one row, rows shorter than a piece or
 # empty (empty pieces), n = k and n = k + 1, ragged requests with unaligned
 # starts, whole-row ties (the threshold class too large to stage), near ties,
 # relu-saturated and rising scores, all-zero and negative weights, rows at the
@@ -615,14 +615,14 @@ STAGED_CASES = [
     dict(layout="full", rows=8, keys=524000, dist="gaussian"),
     dict(layout="causal", rows=520, keys=12000, dist="gaussian"),
     dict(layout="ragged", rows=1056, keys=9000, dist="dsa", unaligned_starts=True),
-    # (more than one wave of row blocks: the shares variants 103 / 107 alone)
+    # (more than one wave of row blocks: the shares variants 119 / 121 alone)
     dict(layout="causal", rows=1100, keys=12000, dist="gaussian"),
     dict(layout="ragged", rows=2000, keys=6000, dist="short_rows", unaligned_starts=True),
 ]
 
 
-STAGED_VARIANTS = (97, 99, 101, 103, 105, 107, 109, 111, 113, 115, 117, 119, 121)
-SHARES_VARIANTS = (103, 107, 119, 121)  # (any number of row blocks)
+STAGED_VARIANTS = (109, 113, 117, 119, 121)
+SHARES_VARIANTS = (119, 121)  # (any number of row blocks)
 
 
 @pytest.mark.parametrize("variant", STAGED_VARIANTS)
@@ -668,11 +668,12 @@ def test_fused_op_staged_batch_invariant(dev, monkeypatch, variant):
         assert torch.equal(out.sort(dim=1).values, full[a:b].sort(dim=1).values), (a, b)
 
 
-def test_fused_op_staged_variant_knob_checked(dev, monkeypatch):
-    """A staged variant the op does not have is a clear error naming the knob,
-    not a silent fallback."""
+@pytest.mark.parametrize("variant", ["98", "97", "111"])  # (none; 97 and 111 retired)
+def test_fused_op_staged_variant_knob_checked(dev, monkeypatch, variant):
+    """A staged variant the op does not have (or no longer has) is a clear
+    error naming the knob, not a silent fallback."""
     monkeypatch.setenv("MQA_TOPK_FUSED_STAGED", "1")
-    monkeypatch.setenv("MQA_TOPK_FUSED_STAGED_VARIANT", "98")
+    monkeypatch.setenv("MQA_TOPK_FUSED_STAGED_VARIANT", variant)
     w = make_workload("causal", rows=16, keys=4096, topk=512, seed=33, device="cuda")
     out = torch.full((16, 512), -4, dtype=torch.int32, device="cuda")
     with pytest.raises(RuntimeError, match="MQA_TOPK_FUSED_STAGED_VARIANT"):

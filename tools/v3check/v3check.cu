@@ -161,15 +161,23 @@ cudaError_t launch_dense_logits(const Dev& d, cudaStream_t st = 0) {
                                        g_sms, st, &me);
 }
 
+// The staged kernel's variants here (sm90_fused_staged_topk.cuh; the op's
+// MQA_TOPK_FUSED_STAGED_VARIANT numbers, each odd one's timeline-marks twin
+// one above it): 109 / 110, 113 / 114, 117 / 118 on pieces of row blocks,
+// 119 / 120, 121 / 122 on shares of every SM. (97-108, 111 / 112 and 115 / 116
+// were retired with their kernel modes.)
+bool staged_pieces_variant(int v) { return v == 109 || v == 110 || v == 113 || v == 114 || v == 117 || v == 118; }
+bool staged_shares_variant(int v) { return v >= 119 && v <= 122; }
+
 // Variants 91 / 92 (kSplitHist bit 1024): whether their launch is a cluster
 // launch here (fused_v3_cluster_plan), printed before they run.
 void report_cluster_plan(int variant, const Work& w, int grid) {
-  if ((variant >= 103 && variant <= 104) || (variant >= 107 && variant <= 108) || (variant >= 119 && variant <= 122)) {
+  if (staged_shares_variant(variant)) {
     const int sms = grid > 0 ? std::min(grid, g_sms) : g_sms;
     std::printf("  (v%d: %d row blocks on shares of %d CTAs)\n", variant, (w.rows + 7) / 8, sms);
     return;
   }
-  if ((variant >= 97 && variant <= 102) || (variant >= 105 && variant <= 106) || (variant >= 109 && variant <= 118)) {
+  if (staged_pieces_variant(variant)) {
     const int sms = grid > 0 ? std::min(grid, g_sms) : g_sms;
     const int m = fused_staged_pieces(w.rows, w.keys, sms);
     std::printf("  (v%d: %d row blocks x %d pieces = %d CTAs)\n", variant, (w.rows + 7) / 8, m, m * ((w.rows + 7) / 8));
@@ -228,9 +236,9 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
     return launch_sm90_fused_mqa_topk_v3<decltype(cfg)>(d.q, d.k, d.scales, d.weights, d.starts, d.ends, d.out, d.ws,
                                                          w.rows, w.keys, w.topk, sms, st, &me, probe, {}, target);
   };
-  if ((variant >= 103 && variant <= 104) || (variant >= 107 && variant <= 108) || (variant >= 119 && variant <= 122)) {
-    // session 23: the staged kernel on shares of every SM (kMode 7); 104: marks; session 24: 107 / 108 with
-    // the deep pass (kMode 15); session 25: 119 / 120 with 113's pass (kMode 95), 121 / 122 with 117's (223)
+  if (staged_shares_variant(variant)) {
+    // the staged kernel on shares of every SM (session 23); session 25: 119 / 120 with 113's pass (kMode 95),
+    // 121 / 122 with 117's (223); the even ones with thread 0's timeline marks
     if (fused_staged_aux_bytes(w.rows, 1) > d.ws_bytes) return cudaErrorInvalidConfiguration;
     uint32_t* marks = variant % 2 == 0 ? reinterpret_cast<uint32_t*>(d.out + size_t(w.rows) * w.topk) : nullptr;
     auto go = [&](auto mode) {
@@ -239,14 +247,10 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
           st, &me, {}, marks);
     };
     if (variant >= 121) return go(std::integral_constant<int, 223>{});  // (session 25: 119 with 117's loads)
-    if (variant >= 119) return go(std::integral_constant<int, 95>{});  // (session 25: 107 with 113's pass)
-    if (variant >= 107) return go(std::integral_constant<int, 15>{});
-    return go(std::integral_constant<int, 7>{});
+    return go(std::integral_constant<int, 95>{});  // (session 25: 113's pass on the shares)
   }
-  if ((variant >= 97 && variant <= 102) || (variant >= 105 && variant <= 106) || (variant >= 109 && variant <= 118)) {  // session 22: the staged kernel (sm90_fused_staged_topk.cuh): the logits
-    // buffer its logits workspace, d.ws its histograms and counters; 98: with thread 0's timeline marks;
-    // 99 / 100: 97 / 98 with kV2 (the owner's pass reworked, the piece histograms' rows over a warp's lanes);
-    // session 23: 101 / 102: 99 / 100 with the first digit's histograms from the tile loops' epilogue (kMode 3)
+  if (staged_pieces_variant(variant)) {  // session 22: the staged kernel (sm90_fused_staged_topk.cuh): the logits
+    // buffer its logits workspace, d.ws its histograms and counters; the even ones with thread 0's timeline marks
     const int m = fused_staged_pieces(w.rows, w.keys, sms);
     if (m == 0 || fused_staged_aux_bytes(w.rows, m) > d.ws_bytes) return cudaErrorInvalidConfiguration;
     uint32_t* marks = variant % 2 == 0 ? reinterpret_cast<uint32_t*>(d.out + size_t(w.rows) * w.topk) : nullptr;
@@ -256,21 +260,15 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
           &me, {}, marks);
     };
     if (variant >= 117) return go(std::integral_constant<int, 219>{});  // (session 25: 113 with the loads a round ahead)
-    if (variant >= 115) return go(std::integral_constant<int, 123>{});  // (session 25: 111 with each thread's own staging)
     if (variant >= 113) return go(std::integral_constant<int, 91>{});  // (session 25: 109 with each thread's own staging)
-    if (variant >= 111) return go(std::integral_constant<int, 59>{});  // (session 24: 109 reading the row through a ring)
-    if (variant >= 109) return go(std::integral_constant<int, 27>{});  // (session 24: 105 with the warps' ballot staging)
-    if (variant >= 105) return go(std::integral_constant<int, 11>{});  // (session 24: 101 with the deep pass)
-    if (variant >= 101) return go(std::integral_constant<int, 3>{});
-    if (variant >= 99) return go(std::integral_constant<int, 1>{});
-    return go(std::integral_constant<int, 0>{});
+    return go(std::integral_constant<int, 27>{});  // (session 24: the epilogue's histograms, the deep, lean pass)
   }
 #ifdef V3CHECK_CLUSTER  // (-DV3CHECK_CLUSTER, a fast build: the staged kernels, the op's split kernels 86 / 87 and whole-block 62 only;
                         // the cluster kernel 95 / 96 it was named for was retired in session 23)
   switch (variant) {
     case 86: return v3(Sm90FusedV3SplitFence{});
     case 87: return per_topk<Sm90FusedV3SplitPipeFence>(w.topk, v3);
-    case 62: return per_topk<Sm90FusedV3Whole>(w.topk, v3);  // (the op's whole-block kernel, against the shares 103)
+    case 62: return per_topk<Sm90FusedV3Whole>(w.topk, v3);  // (the op's whole-block kernel, against the shares 119 / 121)
     default: std::fprintf(stderr, "variant %d not in this build (V3CHECK_CLUSTER)\n", variant); return cudaErrorInvalidValue;
   }
 #else
@@ -767,9 +765,10 @@ int cmd_timeline(int argc, char** argv) {
                                   "gate done", "copy done", "merge entry", "bins published", "counted (last)",
                                   "merged", "gate: records", "gate: rho", "gate: bins", "kernel start"};
   for (int v : vars) {
-    if (v >= 98 && v <= 122 && v % 2 == 0) {  // (the staged kernels: 16 words per CTA, their own marks)
+    // (the staged kernels' marks variants: 16 words per CTA, their own marks)
+    if (v % 2 == 0 && (staged_pieces_variant(v) || staged_shares_variant(v))) {
       const int m = fused_staged_pieces(w.rows, w.keys, ctas);
-      const int n = v == 104 || v == 108 ? ctas : m * ((w.rows + 7) / 8);
+      const int n = staged_shares_variant(v) ? ctas : m * ((w.rows + 7) / 8);  // (the shares' grid: every CTA)
       static const char* names98[16] = {"", "loops done", "piece hist", "published", "owner's wait done",
                                         "owner done", "v2: 1st digit", "v2: pass done", "v2: digits done", "",
                                         "", "", "", "", "", "kernel start"};
@@ -777,7 +776,7 @@ int cmd_timeline(int argc, char** argv) {
       for (int rep = 0; rep < 2; ++rep) {
         CK(cudaMemset(d.out, 0, (size_t(w.rows) * w.topk + size_t(std::max(n, 1)) * 16) * 4));
         CK(launch_fused(v, d, grid, 0, 0));
-        sync_or_report("fused 98 / 100 / 102 / 104 / 106 / 108");
+        sync_or_report("fused staged (marks)");
       }
       std::vector<uint32_t> h(size_t(std::max(n, 1)) * 16);
       CK(cudaMemcpy(h.data(), d.out + size_t(w.rows) * w.topk, h.size() * 4, cudaMemcpyDeviceToHost));

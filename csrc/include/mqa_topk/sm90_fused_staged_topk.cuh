@@ -17,16 +17,17 @@
 // (sm90_fp8_mqa_logits_v2.cuh, the op's configuration: the same producer, the
 // same math, bitwise the same logits) and stores them into a logits workspace
 // (rows x keys x 4 bytes: 16 MB at 64 x 64K, L2-resident). Then:
-//   1. each CTA histograms its piece of each of the 8 rows on the top 11 bits
-//      of the order-preserving key (shared memory), publishes the histograms
-//      to the workspace and counts itself in the block's counter (one
-//      release); CTAs that own no row exit;
+//   1. each CTA's tile loops histogram its piece of each of the 8 rows on the
+//      top 10 bits of the order-preserving key (in the epilogue, shared
+//      memory: EpiHist); the CTA publishes the histograms to the workspace
+//      and counts itself in the block's counter (one release); CTAs that own
+//      no row exit;
 //   2. the owner of row r (CTA r mod m of the block) waits for the m pieces,
 //      sums their histograms (L2), finds the digit holding the k-th largest,
 //      and then finishes the row alone: one pass over the row's logits marks
 //      the definite winners in a bitmap over the row and stages the threshold
 //      class's (key, index) pairs in shared memory; the remaining two digits
-//      (bits 20..10, 9..0) are resolved on the staged pairs (or, when the
+//      (bits 21..11, 10..0) are resolved on the staged pairs (or, when the
 //      class does not fit, by filtered passes over the row); the final class is
 //      all taken or one exact key whose lowest indices win (ties);
 //   3. the owner writes the winners in ascending index order (a block scan of
@@ -39,19 +40,20 @@
 // depend on the other rows of the launch. Output as every top-k path: indices
 // relative to the row's start, min(topk, n) of them, the rest -1.
 //
-// Variants (kMode, dev; MQA_TOPK_FUSED_STAGED_VARIANT in the op): bit 0
-// (variant 99) the owner's pass with warp-aggregated staging slots and its
-// staging sized by the row's bitmaps, the piece histograms' rows spread over
-// a warp's lanes; bits 0 and 1 (variant 101) the first digit's histograms
-// (10 bits) formed by the tile loops' epilogue in the unused second Q buffer
-// (EpiHist), so step 1's pass over the piece's logits goes away.
+// Variants (kMode; MQA_TOPK_FUSED_STAGED_VARIANT in the op): 109 (kMode 27:
+// bits 0, 1, 3, 4, the owner's pass owner_row_v2 on the epilogue's first
+// digit with the deep, lean pass), 113 (91: 109 with the class staged in each
+// thread's own slots, bit 6), 117 (219: 113 with the pass's loads a round
+// ahead, bit 7; the op's default), 119 / 121 (95 / 223: 113's / 117's pass on
+// shares of every SM, bit 2). (The retired variants 97-107, 111 and 115,
+// sessions 22-25, and what they measured: docs/FUSED.md.)
 //
 // Limits (fused_staged_pieces): at most SMs row blocks (one wave; every CTA of
 // a block must be resident at once, as for the split kernels: one CTA per SM
 // and grid <= SMs); rows of at most kMaxRowKeys keys (the owner's bitmaps).
 // The workspace: the logits [rows, ld] fp32, then the pieces' histograms
-// (B m x 8 x 2048 u32) and the blocks' counters (B u32, zeroed by the
-// launcher's memset before the launch).
+// (room for B m x 8 x 2048 u32; 1024 bins a row used) and the blocks'
+// counters (B u32, zeroed by the launcher's memset before the launch).
 #pragma once
 
 #include "range_check.cuh"
@@ -62,7 +64,7 @@ namespace mqa_topk {
 struct StagedTopkParams {
   Sm90LogitsParams lg;  // starts, ends, the logits workspace (pitch ld), rows, keys, range errors
   int* out;             // [rows, topk] int32
-  uint32_t* hist;       // [B m][8][2048] the pieces' histograms
+  uint32_t* hist;       // the pieces' histograms: [B m][8][kEpiBins] (shares: [B][8][kShareBins]); room: B m x 8 x 2048
   uint32_t* counters;   // [B] pieces of the block done (zero before the launch)
   int topk;
   int m;                // pieces per block
@@ -73,37 +75,30 @@ namespace staged_topk {
 
 constexpr int kRows = 8;
 constexpr int kMath = 512;             // math threads (four warpgroups): they run the select
-constexpr int kGroup = kMath / kRows;  // threads per row in the piece's histogram pass
 constexpr int kBins = 2048;
 constexpr int kMaxRowKeys = 1 << 19;   // the owner's bitmaps: 64 KB each
 constexpr int kWords = kMaxRowKeys / 32;
-constexpr int kCap = 7168;             // staged (key, index) pairs
-// Shared memory after the tile loops (the K ring and Q buffers are free then).
-// The piece's u32 [8][2048] at 0 until published; then the owner's.
-constexpr int kOffHist = 0;                        // owner: u32 [2048]
-constexpr int kOffBitsA = kBins * 4;               // owner: u32 [kWords] winners
-constexpr int kOffBitsB = kOffBitsA + kWords * 4;  // owner: u32 [kWords] ties at the exact k-th key
-constexpr int kOffStageKey = kOffBitsB + kWords * 4;
-constexpr int kOffStageIdx = kOffStageKey + kCap * 4;
-constexpr int kSmemUsed = kOffStageIdx + kCap * 4;
-static_assert(kSmemUsed <= 196608 && kRows * kBins * 4 <= 196608, "the select's buffers inside the K ring and Q buffers");
+// Shared memory after the tile loops (the K ring and Q buffers are free then):
+// the owner's, up to kSmemSelect.
+constexpr int kOffHist = 0;           // owner: u32 [2048]
+constexpr int kOffBitsA = kBins * 4;  // owner: u32 [nw] winners, u32 [nw] ties at the exact k-th key, the staging
 
-// (kV2, dev variant 99, session 22: the owner's staging sized by the row's bitmaps)
+// (owner_row_v2, session 22: the owner's staging sized by the row's bitmaps)
 constexpr int kSmemSelect = 196608;
 constexpr int kMinCap = (kSmemSelect - kOffBitsA - 2 * (kWords + 1) * 4) / 8 / 4 * 4;  // staged pairs at the longest rows
-static_assert(kMinCap >= 4096, "kV2's staging at the longest rows");
+static_assert(kMinCap >= 4096, "owner_row_v2's staging at the longest rows");
 
 struct Ctl {
   int scan[kMath / 32];
   int found[4];  // digit, need, class count, found
-  int fill;      // staged pairs
-  uint32_t ring_seq;  // (kRing) chunks the CTA's ring has taken so far: slot seq % 4, parity (seq / 4) & 1
+  int fill;      // (the retired shared-counter staging's pairs: zeroed, no longer read)
+  uint32_t ring_seq;  // (owner_row_v2's dead ring branch: see `ring` there)
   int pad[2];
 };
 
-// kRing (kMode bit 5): the owner's pass reads its row through a ring of 4
-// 16 KB slots at the top of the select's shared memory, filled by bulk copies
-// (cp.async.bulk, thread 0) on per-slot mbarriers.
+// (The retired variants 111 / 115's ring of 4 16 KB slots at the top of the
+// select's shared memory, filled by bulk copies: named only by owner_row_v2's
+// dead ring branch.)
 constexpr int kRingSlots = 4;
 constexpr int kRingBytes = 16384;                // 1024 float4 groups
 constexpr int kRingOff = 196608 - kRingSlots * kRingBytes;
@@ -113,13 +108,13 @@ __device__ __forceinline__ uint32_t okey(float x) {
   const uint32_t msk = 0u - (u >> 31);
   return ((u ^ msk) - msk) ^ (~msk & 0x80000000u);
 }
-// (kMode bit 1, dev variant 101, session 23) The first digit's histograms
+// (kMode bit 1, session 23) The first digit's histograms
 // formed in the tile loops' epilogue: every math lane adds its two logits of
 // each tile to its row's u32 [kEpiBins] in shared memory (the second Q buffer:
 // a CTA of this kernel takes one row block, so the tile loop uses only the
 // first). 10 bits (sign, exponent, one mantissa bit) so 8 rows of u32
 // counters fit the buffer's 32 KB: no counter can wrap, whatever the piece's
-// length. The select then skips its pass over the piece's logits.
+// length. The select then needs no pass over the piece's logits.
 constexpr int kEpiBits = 10;
 constexpr int kEpiBins = 1 << kEpiBits;
 // A lane's two logits of a tile into its row's histogram of 2^kBits bins at
@@ -153,7 +148,7 @@ constexpr uint32_t kEpiPadBin = epi_pad_bin<kEpiBits>();
 __device__ __forceinline__ void bar_math();
 __device__ __forceinline__ void red_release_add(uint32_t* p, uint32_t v);
 
-// (kMode bit 2, dev variant 103, session 23) Shares: the grid is every SM and
+// (kMode bit 2, session 23; 119 / 121) Shares: the grid is every SM and
 // each CTA computes the dense kernel's share of the call's tiles (any number
 // of row blocks, a share may span several), so the select no longer needs a
 // wave of whole blocks. The first digit's histograms (9 bits: u32 [8][512],
@@ -350,166 +345,27 @@ __device__ __forceinline__ void emit_row(const uint32_t* bitsA, const uint32_t* 
   bar_math();  // (the buffers are reused by the next row)
 }
 
-// The owner's work for row `row` of block b (every math thread of the CTA).
-// (The op's variant 97. Its digit loop repeats owner_row_v2's for an 11-bit
-// first digit; folding it changes 97's SASS, which no GPU has checked yet, so
-// it stays until the next round picks a v2 variant and this one is removed.)
-__device__ __forceinline__ void owner_row(const StagedTopkParams& P, uint8_t* smem, Ctl* ctl, int b, int r) {
-  const Sm90LogitsParams& p = P.lg;
-  const int tid = threadIdx.x;
-  const int row = b * kRows + r;
-  const int topk = P.topk;
-  const int sr = max(__ldg(p.starts + row), 0);
-  const int n = max(min(__ldg(p.ends + row), p.keys) - sr, 0);
-  int* orow = P.out + static_cast<int64_t>(row) * topk;
-  if (n <= topk) {  // every key, then -1
-    for (int i = tid; i < topk; i += kMath) orow[i] = i < n ? i : -1;
-    return;
-  }
-  uint32_t* hist = reinterpret_cast<uint32_t*>(smem + kOffHist);
-  uint32_t* bitsA = reinterpret_cast<uint32_t*>(smem + kOffBitsA);
-  uint32_t* bitsB = reinterpret_cast<uint32_t*>(smem + kOffBitsB);
-  uint32_t* skey = reinterpret_cast<uint32_t*>(smem + kOffStageKey);
-  uint32_t* sidx = reinterpret_cast<uint32_t*>(smem + kOffStageIdx);
-  const float* rowp = p.logits + static_cast<int64_t>(row) * p.ld;
-  const int nw = (n + 31) >> 5;
-  // The first digit from the m pieces' histograms (L2): 4 bins per thread.
-  uint32_t hv[4] = {0, 0, 0, 0};
-  {
-    const uint32_t* hb = P.hist + (static_cast<size_t>(b) * P.m * kRows + r) * kBins + 4 * tid;
-#pragma unroll 4
-    for (int j = 0; j < P.m; ++j) {
-      const uint4 v = __ldcg(reinterpret_cast<const uint4*>(hb + static_cast<size_t>(j) * kRows * kBins));
-      hv[0] += v.x, hv[1] += v.y, hv[2] += v.z, hv[3] += v.w;
-    }
-  }
-  for (int i = tid; i < nw; i += kMath) bitsA[i] = 0, bitsB[i] = 0;
-  if (tid == 0) ctl->fill = 0;
-  find_digit(ctl, hv, 4, static_cast<uint32_t>(topk));
-  if (!ctl->found[3]) {  // (inconsistent histograms: impossible for the kernel's own logits)
-    for (int i = tid; i < topk; i += kMath) orow[i] = -1;
-    bar_math();
-    return;
-  }
-  uint32_t Pc = static_cast<uint32_t>(ctl->found[0]);
-  int s = 21;
-  uint32_t need = static_cast<uint32_t>(ctl->found[1]);
-  uint32_t ccount = static_cast<uint32_t>(ctl->found[2]);
-  const bool stage = ccount <= static_cast<uint32_t>(kCap);
-  // The pass over the row: winners above the class into A (the class too where it is all taken), the class staged.
-  {
-    const bool take_class = ccount == need;
-    const uint64_t hiA = (static_cast<uint64_t>(Pc) + 1) << s;
-    for_each_group(rowp, sr, sr + n, tid, kMath, [&](int k, const uint32_t(&u)[4], uint32_t valid) {
-      uint32_t wa = 0, cls_mask = 0;
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        if (!((valid >> c) & 1)) continue;
-        const bool cls = (u[c] >> s) == Pc;
-        if (static_cast<uint64_t>(u[c]) >= hiA || (cls && take_class))
-          wa |= 1u << c;
-        else if (cls)
-          cls_mask |= 1u << c;
-      }
-      const int lk = k - sr;  // may be negative for the group's first keys (masked); 4-aligned only if sr is
-      if (wa) {
-#pragma unroll
-        for (int c = 0; c < 4; ++c)
-          if ((wa >> c) & 1) atomicOr(bitsA + ((lk + c) >> 5), 1u << ((lk + c) & 31));
-      }
-      if (stage && cls_mask) {  // (the class is a small part of the row: one slot reservation per group)
-        int pos = atomicAdd(&ctl->fill, __popc(cls_mask));
-#pragma unroll
-        for (int c = 0; c < 4; ++c)
-          if ((cls_mask >> c) & 1) {
-            if (pos < kCap) skey[pos] = u[c], sidx[pos] = static_cast<uint32_t>(lk + c);
-            ++pos;
-          }
-      }
-    });
-    bar_math();
-    if (take_class) need = 0;
-  }
-  const int staged = stage ? min(ctl->fill, kCap) : 0;
-  // The remaining digits: bits 20..10, then 9..0, on the staged pairs or by filtered passes over the row.
-  for (int L = 1; L < 3 && need != 0; ++L) {
-    const int bits = L == 1 ? 11 : 10, sh = s - bits;
-    const uint32_t mask = (1u << bits) - 1;
-    for (int i = tid; i < kBins; i += kMath) hist[i] = 0;
-    bar_math();
-    if (stage) {
-      for (int i = tid; i < staged; i += kMath) {
-        const uint32_t u = skey[i];
-        if ((u >> s) == Pc) atomicAdd(hist + ((u >> sh) & mask), 1u);
-      }
-    } else {
-      for_each_group(rowp, sr, sr + n, tid, kMath, [&](int, const uint32_t(&u)[4], uint32_t valid) {
-        hist4(hist, u, valid, Pc, s, sh, mask);
-      });
-    }
-    bar_math();
-    const int per = (1 << bits) / kMath;
-    uint32_t hv2[4] = {0, 0, 0, 0};
-    for (int i = 0; i < per; ++i) hv2[i] = hist[tid * per + i];
-    find_digit(ctl, hv2, per, need);
-    if (!ctl->found[3]) {
-      for (int i = tid; i < topk; i += kMath) orow[i] = -1;
-      bar_math();
-      return;
-    }
-    Pc = (Pc << bits) | static_cast<uint32_t>(ctl->found[0]);
-    s = sh;
-    need = static_cast<uint32_t>(ctl->found[1]);
-    ccount = static_cast<uint32_t>(ctl->found[2]);
-    // The final class's marks: members of the first digit's class against (Pc, s).
-    const bool take_class = ccount == need;
-    if (take_class || s == 0) {
-      const uint64_t hiA = (static_cast<uint64_t>(Pc) + 1) << s;
-      const uint32_t P0 = Pc >> (21 - s);
-      auto markf = [&](uint32_t u, int lk) {
-        if (static_cast<uint64_t>(u) >= hiA || (take_class && (u >> s) == Pc))
-          atomicOr(bitsA + (lk >> 5), 1u << (lk & 31));
-        else if ((u >> s) == Pc)
-          atomicOr(bitsB + (lk >> 5), 1u << (lk & 31));
-      };
-      if (stage) {
-        for (int i = tid; i < staged; i += kMath) markf(skey[i], static_cast<int>(sidx[i]));
-      } else {
-        for_each_group(rowp, sr, sr + n, tid, kMath, [&](int k, const uint32_t(&u)[4], uint32_t valid) {
-#pragma unroll
-          for (int c = 0; c < 4; ++c)
-            if (((valid >> c) & 1) && (u[c] >> 21) == P0) markf(u[c], k + c - sr);
-        });
-      }
-      if (take_class) need = 0;
-      bar_math();
-      break;
-    }
-  }
-  emit_row(bitsA, bitsB, nw, need, topk, orow, 0);
-}
-
-// The owner's work for row `row` of block b with the warp-aggregated
-// staging (variants 99 / 101 / 103; every math thread).
-// kDeep (kMode bit 3): the row is prefetched into L2 first (bulk prefetches,
-// overlapping the first digit's histogram sums), and the pass keeps 8 float4
-// loads per thread in flight instead of 2: the pass was latency-bound
-// (session 24: ~30 us per 64K-key row, 16 KB in flight per SM).
-// kWarp (kMode bit 4, with kDeep): each warp stages its class keys into its
-// own 1/16 of the staging area by ballots (a register offset per warp: no
-// scan, no shared counter), session 24: the scan-and-atomic staging was ~150
-// SASS instructions per float4 group, ~10 us of issue per 64K-key row. A warp
-// that overflows its part sends the row to the unstaged passes.
-// kRing (kMode bit 5, with kWarp): the lean pass reads the row through the
-// ring (rows whose bitmaps leave room below it; longer rows the loads).
-template <int kS0, bool kDeep = false, bool kWarp = false, bool kRing = false, bool kThr = false,
-          bool kPipe = false>
-__device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t* smem, Ctl* ctl, int b, int r,
-                                             uint64_t* ring_full = nullptr) {
-  // The first digit: bits 31..kS0 (11 bits from the select's own pass, 10
-  // from the tile loops' epilogue histograms, 9 from the shares' epilogue), in
-  // 2^(32 - kS0) bins; the rest in digits of at most 11 bits.
-  static_assert(kS0 == 21 || kS0 == 22 || kS0 == 23, "first digits of 11, 10 or 9 bits");
+// The owner's work for row `row` of block b (every math thread): session
+// 22's owner_row_v2 (the staging sized by the row's bitmaps) with session
+// 24's deep, lean pass (kMode bits 3 and 4, in every kept variant):
+// - deep: the row is prefetched into L2 first (bulk prefetches, overlapping
+//   the first digit's histogram sums), and the pass keeps 8 float4 loads per
+//   thread in flight: the pass was latency-bound (session 24: ~30 us per
+//   64K-key row with 2 loads per thread, 16 KB in flight per SM);
+// - lean: one compare per key, and each warp stages its class keys into its
+//   own 1/16 of the staging area by ballots (a register offset per warp: no
+//   scan, no shared counter; the scan-and-atomic staging was ~150 SASS
+//   instructions per float4 group, ~10 us of issue per 64K-key row). A warp
+//   that overflows its part sends the row to the unstaged passes.
+// kThr (kMode bit 6) stages each thread's class keys into its own slots
+// instead, kPipe (kMode bit 7) issues the pass's loads a round ahead.
+// (The retired variants' other passes, sessions 22-25: docs/FUSED.md.)
+template <int kS0, bool kThr = false, bool kPipe = false>
+__device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t* smem, Ctl* ctl, int b, int r) {
+  // The first digit: bits 31..kS0 (10 from the tile loops' epilogue
+  // histograms, 9 from the shares' epilogue), in 2^(32 - kS0) bins; the rest
+  // in digits of at most 11 bits.
+  static_assert(kS0 == 22 || kS0 == 23, "first digits of 10 or 9 bits");
   constexpr int kBins1 = 1 << (32 - kS0), kPer1 = kBins1 / kMath;
   const Sm90LogitsParams& p = P.lg;
   const int tid = threadIdx.x;
@@ -525,16 +381,23 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
   // Bit j of the bitmaps is key sr0 + j (sr0 = sr rounded down to 4: a float4 group's keys share a word).
   const int sr0 = sr & ~3;
   const int nw = (n + (sr - sr0) + 31) >> 5;
-  // (kRing: the ring at kRingOff where the row's bitmaps and 4K staged pairs fit below it)
-  const bool ring = kRing && kOffBitsA + 2 * nw * 4 + 4096 * 8 <= kRingOff;
-  const int cap = ((ring ? kRingOff : kSmemSelect) - kOffBitsA - 2 * nw * 4) / 8 / 4 * 4;
+  // (Dead code kept on purpose: the pass's branch through the ring of bulk
+  // copies of the retired variants 111 / 115 (kRing) is never taken, ring is
+  // false; but deleting it changes the SASS nvcc emits for the kThr kernels
+  // (113 / 117 / 119 / 121: the same memory operations, reassociated address
+  // arithmetic, 8 fewer instructions), and the kept kernels' SASS is the one
+  // the GPU rounds checked and measured. Delete it with the next GPU-checked
+  // change of this pass.)
+  constexpr bool ring = false;
+  uint64_t* ring_full = nullptr;
+  const int cap = (kSmemSelect - kOffBitsA - 2 * nw * 4) / 8 / 4 * 4;
   uint32_t* hist = reinterpret_cast<uint32_t*>(smem + kOffHist);
   uint32_t* bitsA = reinterpret_cast<uint32_t*>(smem + kOffBitsA);
   uint32_t* bitsB = bitsA + nw;
   uint32_t* skey = bitsB + nw;
   uint32_t* sidx = skey + cap;
   const float* rowp = p.logits + static_cast<int64_t>(row) * p.ld;
-  if constexpr (kDeep) {  // 8 KB per prefetch, the row's float4 groups (16-byte aligned: ld is a multiple of 4)
+  {  // 8 KB per prefetch, the row's float4 groups (16-byte aligned: ld is a multiple of 4)
     const char* a = reinterpret_cast<const char*>(rowp + sr0);
     const uint32_t bytes = static_cast<uint32_t>(((sr + n + 3) >> 2) - (sr0 >> 2)) * 16u;
     for (uint32_t c = static_cast<uint32_t>(tid) * 8192u; c < bytes; c += kMath * 8192u)
@@ -544,7 +407,8 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
   uint32_t hv[4] = {0, 0, 0, 0};
   {
     const uint32_t* hb = P.hist + (static_cast<size_t>(b) * P.m * kRows + r) * kBins1 + kPer1 * tid;
-    if constexpr (kWarp && kPer1 == 2) {  // (109: the m <= 16 pieces' loads all in flight at once)
+    static_assert(kPer1 == 2 || kPer1 == 1, "two bins per thread (10 bits) or one (9)");
+    if constexpr (kPer1 == 2) {  // (109: the m <= 16 pieces' loads all in flight at once)
       uint2 hx[16];
 #pragma unroll
       for (int j = 0; j < 16; ++j)
@@ -556,18 +420,12 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
 #pragma unroll 4
     for (int j = 0; j < P.m; ++j) {
       const uint32_t* hj = hb + static_cast<size_t>(j) * kRows * kBins1;
-      if constexpr (kPer1 == 4) {
-        const uint4 v = __ldcg(reinterpret_cast<const uint4*>(hj));
-        hv[0] += v.x, hv[1] += v.y, hv[2] += v.z, hv[3] += v.w;
-      } else if constexpr (kPer1 == 2) {
-        const uint2 v = __ldcg(reinterpret_cast<const uint2*>(hj));
-        hv[0] += v.x, hv[1] += v.y;
-      } else {
-        hv[0] += __ldcg(hj);
-      }
+      hv[0] += __ldcg(hj);  // (the shares' 9 bits: one bin per thread)
     }
   }
   for (int i = tid; i < nw; i += kMath) bitsA[i] = 0, bitsB[i] = 0;
+  // (Ctl::fill is read by no kept pass since the shared-counter staging was
+  // retired; the store stays so that the kept kernels' SASS is unchanged.)
   if (tid == 0) ctl->fill = 0;
   find_digit(ctl, hv, kPer1, static_cast<uint32_t>(topk));
   mark(P, 6);
@@ -582,16 +440,15 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
   uint32_t ccount = static_cast<uint32_t>(ctl->found[2]);
   bool stage = ccount <= static_cast<uint32_t>(cap);
   constexpr int kWarps = kMath / 32;
-  const int capw = cap / kWarps / 4 * 4;  // (kWarp: each warp's part of the staging area)
+  const int capw = cap / kWarps / 4 * 4;  // (the lean pass: each warp's part of the staging area)
   __shared__ int warp_fill[kWarps];
   // (kThr: thread t's staged pairs at tpair[j * kMath], j < capt: no
   // coordination between threads; bank-conflict free, kMath * 2 words apart)
-  static_assert(!kThr || kWarp, "the threads' staging is the lean pass's");
   const int toff = (kOffBitsA + 2 * nw * 4 + 7) & ~7;
-  const int capt = ((ring ? kRingOff : kSmemSelect) - toff) / 8 / kMath;
+  const int capt = (kSmemSelect - toff) / 8 / kMath;
   uint2* tpair = reinterpret_cast<uint2*>(smem + toff) + tid;
   int tcnt = 0;  // (kThr: this thread's class keys, counted past capt too)
-  static_assert(!kPipe || (kThr && !kRing), "the pipelined loads are the threads' staging's, without the ring");
+  static_assert(!kPipe || kThr, "the pipelined loads are the threads' staging's");
   // The pass over the row (every thread the same number of rounds, so each
   // warp reserves its staging slots at once): winners above the class into A
   // (the class too where it is all taken), the class staged.
@@ -601,14 +458,14 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
     const int lane = tid & 31;
     const float4* p4 = reinterpret_cast<const float4*>(rowp);
     const int v0 = sr >> 2, v1 = (sr + n + 3) >> 2, e = sr + n;
-    int wfill = 0;  // (kWarp: this warp's staged keys, the same in every lane)
+    int wfill = 0;  // (the ballots' staging: this warp's staged keys, the same in every lane)
     const uint32_t lt_mask = (1u << lane) - 1u;
     uint32_t* wkey = skey + (tid >> 5) * capw;
     uint32_t* widx = sidx + (tid >> 5) * capw;
-    constexpr int kU = kDeep ? 8 : 2;  // float4 loads per thread in flight
+    constexpr int kU = 8;  // float4 loads per thread in flight (the deep pass)
     int tp = 0;  // (kThr: this thread's next slot, tpair[tp]; tp < tend while it fits)
     const int tend = capt * kMath;
-    if constexpr (kWarp) {
+    {  // (kMode bit 4, every kept variant)
       // The lean pass (session 24): one unsigned compare per key for the
       // winners (above the class: u > hi_m1, never overflowing), one for the
       // class; no key range checks in the rounds wholly inside [sr, e); the
@@ -640,7 +497,7 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
           }
         }
       };
-      // (kThr, 113 / 115 / 117: the same classes from the key's first digit
+      // (kThr, 113 / 117 / 119 / 121: the same classes from the key's first digit
       // d = u >> kS0 (< 2^11, so signed compares hold): winners d > Pc, or
       // d >= Pc where the class is all taken; each class key staged by its
       // thread at tpair[tp], kMath pairs apart: one predicated store, no ballots.)
@@ -666,7 +523,7 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
         if constexpr (kThr) group_t(xx, v, vmask);
         else group(xx, v, vmask);
       };
-      if (ring) {
+      if (ring) {  // (dead: see `ring` above)
         // Chunks of 1024 float4 groups through the ring: thread 0 keeps 4 in
         // flight; every thread takes 2 groups of each chunk from shared memory.
         constexpr int kG = kRingBytes / 16;
@@ -765,73 +622,25 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
           }
         }
       }
-    } else
-    for (int base = v0; base < v1; base += kU * kMath) {
-      float4 x[kU];
-#pragma unroll
-      for (int i = 0; i < kU; ++i) {
-        const int v = base + i * kMath + tid;
-        x[i] = v < v1 ? __ldcg(p4 + v) : make_float4(0.f, 0.f, 0.f, 0.f);
-      }
-#pragma unroll
-      for (int i = 0; i < kU; ++i) {
-        const int v = base + i * kMath + tid;
-        const int k = 4 * v;
-        const uint32_t u[4] = {okey(x[i].x), okey(x[i].y), okey(x[i].z), okey(x[i].w)};
-        uint32_t wa = 0, cls_mask = 0;
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const bool valid = v < v1 && k + c >= sr && k + c < e;
-          const uint32_t d = u[c] - lo_c;  // (wraps below the class: huge)
-          const bool cls = d < (1u << kS0);
-          const bool above = !cls && u[c] > lo_c;
-          if (valid && (above || (cls && take_class))) wa |= 1u << c;
-          else if (valid && cls) cls_mask |= 1u << c;
-        }
-        const int lk = k - sr0;
-        if (wa) atomicOr(bitsA + (lk >> 5), wa << (lk & 31));
-        if (stage) {
-          const int cnt = __popc(cls_mask);
-          int incl = cnt;
-#pragma unroll
-          for (int dd = 1; dd < 32; dd <<= 1) {
-            const int t = __shfl_up_sync(0xffffffffu, incl, dd);
-            if (lane >= dd) incl += t;
-          }
-          const int total = __shfl_sync(0xffffffffu, incl, 31);
-          int slot = 0;
-          if (lane == 31 && total) slot = atomicAdd(&ctl->fill, total);
-          slot = __shfl_sync(0xffffffffu, slot, 31) + incl - cnt;
-#pragma unroll
-          for (int c = 0; c < 4; ++c)
-            if ((cls_mask >> c) & 1) {
-              if (slot < cap) skey[slot] = u[c], sidx[slot] = static_cast<uint32_t>(lk + c);
-              ++slot;
-            }
-        }
-      }
     }
     if constexpr (kThr) {
       tcnt = tp / kMath;
       const int wmax = __reduce_max_sync(0xffffffffu, tcnt);  // (checked against capt below)
       if (lane == 0) warp_fill[tid >> 5] = wmax;
-    } else if constexpr (kWarp) {
+    } else {
       if (lane == 0) warp_fill[tid >> 5] = wfill;
     }
     bar_math();
     if (take_class) need = 0;
-    if constexpr (kWarp) {
-      if (stage) {
-        int over = 0;
+    if (stage) {
+      int over = 0;
 #pragma unroll
-        for (int w = 0; w < kWarps; ++w) over |= warp_fill[w] > (kThr ? capt : capw);
-        stage = over == 0;  // (a warp's part overflowed: the unstaged passes)
-      }
+      for (int w = 0; w < kWarps; ++w) over |= warp_fill[w] > (kThr ? capt : capw);
+      stage = over == 0;  // (a warp's part overflowed: the unstaged passes)
     }
   }
   mark(P, 7);
   if (P.marks != nullptr && tid == 0) P.marks[blockIdx.x * 16 + 10] = (ccount << 1) | 1u;  // (a count, not a time)
-  const int staged = stage ? min(ctl->fill, cap) : 0;
   // The remaining digits: bits s - 1 .. s - 11 while s > 11, then the rest,
   // on the staged pairs or by filtered passes over the row.
   for (int L = 1; L < 4 && need != 0; ++L) {
@@ -844,16 +653,11 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
         const uint32_t u = tpair[j * kMath].x;
         if ((u >> s) == Pc) atomicAdd(hist + ((u >> sh) & mask), 1u);
       }
-    } else if (stage && kWarp) {  // (warp w's own part)
+    } else if (stage) {  // (warp w's own part)
       const int wn = warp_fill[tid >> 5];
       const uint32_t* wk = skey + (tid >> 5) * capw;
       for (int i = tid & 31; i < wn; i += 32) {
         const uint32_t u = wk[i];
-        if ((u >> s) == Pc) atomicAdd(hist + ((u >> sh) & mask), 1u);
-      }
-    } else if (stage) {
-      for (int i = tid; i < staged; i += kMath) {
-        const uint32_t u = skey[i];
         if ((u >> s) == Pc) atomicAdd(hist + ((u >> sh) & mask), 1u);
       }
     } else {
@@ -891,13 +695,11 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
           const uint2 pr = tpair[j * kMath];
           markf(pr.x, static_cast<int>(pr.y));
         }
-      } else if (stage && kWarp) {
+      } else if (stage) {
         const int wn = warp_fill[tid >> 5];
         const uint32_t* wk = skey + (tid >> 5) * capw;
         const uint32_t* wi = sidx + (tid >> 5) * capw;
         for (int i = tid & 31; i < wn; i += 32) markf(wk[i], static_cast<int>(wi[i]));
-      } else if (stage) {
-        for (int i = tid; i < staged; i += kMath) markf(skey[i], static_cast<int>(sidx[i]));
       } else {
         for_each_group(rowp, sr, sr + n, tid, kMath, [&](int k, const uint32_t(&u)[4], uint32_t valid) {
 #pragma unroll
@@ -917,24 +719,18 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
 // The select after the tile loops (every math thread): the piece's histograms,
 // published; then the owned rows. A call boundary, so the tile loop keeps the
 // dense kernel's registers: the block, the piece and the rows are found again here.
-// kMode: bit 0 the owner's warp-aggregated staging (owner_row_v2, dev
-// variant 99), bit 1 (with bit 0) the first digit's histograms from the tile
-// loops' epilogue (EpiHist at shared offset kEpiOff, dev variant 101), bit 3
-// (with bit 0) the deep pass (owner_row_v2's kDeep, dev variants 105 / 107),
-// bit 4 the lean pass (kWarp, 109), bit 5 its ring of bulk copies (kRing, 111),
-// bit 6 (with bit 4) the class staged by each thread into its own slots
-// (kThr, 113 / 115: no ballots, no branches around the stores), bit 7 (with
-// bit 6, no ring) the pass's loads pipelined a round ahead (kPipe, 117).
+// kMode (the kept variants 109 / 113 / 117: 27 / 91 / 219): bits 0, 1, 3, 4
+// always (owner_row_v2 on the first digit's histograms from the tile loops'
+// epilogue, EpiHist at shared offset kEpiOff, with the deep, lean pass); bit 6
+// the class staged by each thread into its own slots (kThr, 113 / 117: no
+// ballots, no branches around the stores), bit 7 (with bit 6) the pass's loads
+// pipelined a round ahead (kPipe, 117). (The retired variants 97-107, 111
+// and 115, modes 0-15, 59 and 123: docs/FUSED.md.)
 template <int kMode, int kEpiOff>
 __device__ __noinline__ void staged_select(const StagedTopkParams P) {
-  constexpr bool kV2 = (kMode & 1) != 0, kEpi = (kMode & 2) != 0, kDeep = (kMode & 8) != 0,
-                 kWarp = (kMode & 16) != 0, kRing = (kMode & 32) != 0, kThr = (kMode & 64) != 0,
-                 kPipe = (kMode & 128) != 0;
-  static_assert(!kWarp || kDeep, "the warps' staging is the deep pass's");
-  static_assert(!kRing || kWarp, "the ring is the lean pass's");
-  __shared__ alignas(8) uint64_t ring_full[kRingSlots];
-  static_assert(!kEpi || kV2, "the epilogue's 10-bit first digit needs owner_row_v2");
-  static_assert(!kDeep || kV2, "the deep pass is owner_row_v2's");
+  static_assert((kMode & 27) == 27 && (kMode & 36) == 0 && kMode < 256,
+                "a kept staged mode: bits 0, 1, 3, 4 set, no shares (bit 2), no ring (bit 5)");
+  constexpr bool kThr = (kMode & 64) != 0, kPipe = (kMode & 128) != 0;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
   __shared__ Ctl ctl_s;
@@ -946,83 +742,18 @@ __device__ __noinline__ void staged_select(const StagedTopkParams P) {
   const int nt = lean2_block_span(p, b, lane, lo, s_l, len_l);
   const int t0 = static_cast<int>(static_cast<long long>(nt) * rank / m);
   const int t1 = static_cast<int>(static_cast<long long>(nt) * (rank + 1) / m);
-  const int k0 = t1 > t0 ? min(lo + t0 * 128, p.keys) : 0, k1 = t1 > t0 ? min(lo + t1 * 128, p.keys) : 0;
   bar_math();  // every math warp's tile loop is done: the K ring and Q buffers are free
   mark(P, 1);
-  uint32_t* hist = reinterpret_cast<uint32_t*>(smem + kOffHist);
-  constexpr int kPubBins = kEpi ? kEpiBins : kBins;  // the published histograms' bins per row
-  if constexpr (kEpi) {
-    // 1. The piece's histograms are the tile loops' (shared memory at kEpiOff,
-    // all 8 rows), less the logits outside each row (128 per row and tile,
-    // all -inf: kEpiPadBin).
-    hist = reinterpret_cast<uint32_t*>(smem + kEpiOff);
-    if (tid < kRows && t1 > t0) {
-      const long long a = max(static_cast<long long>(s_l), lo + static_cast<long long>(t0) * 128);
-      const long long e = min(static_cast<long long>(s_l) + len_l, lo + static_cast<long long>(t1) * 128);
-      const long long pad = static_cast<long long>(t1 - t0) * 128 - max(e - a, 0ll);
-      hist[tid * kEpiBins + kEpiPadBin] -= static_cast<uint32_t>(pad);
-    }
-  } else if constexpr (kV2) {
-  // 1. The piece's histograms. Thread t takes row t mod 8 (a warp's lanes
-  // spread over the 8 rows: 4 lanes of a row per warp, so same-bin atomics
-  // of a warp rarely collide), 64 threads per row striding over float4 groups.
-  for (int i = tid; i < kRows * kBins; i += kMath) hist[i] = 0;
-  bar_math();
-  {
-    const int r_me = tid & (kRows - 1), sub = tid >> 3;
-    const int row = b * kRows + r_me;
-    int sr = 0, n = 0;
-    if (row < p.rows) {
-      sr = max(__ldg(p.starts + row), 0);
-      n = max(min(__ldg(p.ends + row), p.keys) - sr, 0);
-    }
-    uint32_t* hrow = hist + r_me * kBins;
-    const int a = max(sr, k0), e = min(sr + n, k1);
-    if (n > P.topk && a < e) {  // (rows of at most topk keys need no histogram)
-      const float4* p4 = reinterpret_cast<const float4*>(p.logits + static_cast<int64_t>(row) * p.ld);
-      const int v0 = a >> 2, v1 = (e + 3) >> 2;
-      auto group = [&](int v, float4 x) {
-        const int k = 4 * v;
-        const uint32_t b0 = okey(x.x) >> 21, b1 = okey(x.y) >> 21, b2 = okey(x.z) >> 21, b3 = okey(x.w) >> 21;
-        if (k >= a && k + 4 <= e && b0 == b1 && b1 == b2 && b2 == b3) {  // (equal bins: one atomic)
-          atomicAdd(hrow + b0, 4u);
-        } else {
-          if (k >= a && k < e) atomicAdd(hrow + b0, 1u);
-          if (k + 1 >= a && k + 1 < e) atomicAdd(hrow + b1, 1u);
-          if (k + 2 >= a && k + 2 < e) atomicAdd(hrow + b2, 1u);
-          if (k + 3 >= a && k + 3 < e) atomicAdd(hrow + b3, 1u);
-        }
-      };
-      int v = v0 + sub;
-      for (; v + 3 * kGroup < v1; v += 4 * kGroup) {
-        float4 x[4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) x[i] = __ldcg(p4 + v + i * kGroup);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) group(v + i * kGroup, x[i]);
-      }
-      for (; v < v1; v += kGroup) group(v, __ldcg(p4 + v));
-    }
-  }
-  } else {
-  // 1. The piece's histograms (row r_me by its 64 threads), published.
-  {
-    const int r_me = tid / kGroup, sub = tid % kGroup;
-    const int row = b * kRows + r_me;
-    int sr = 0, n = 0;
-    if (row < p.rows) {
-      sr = max(__ldg(p.starts + row), 0);
-      n = max(min(__ldg(p.ends + row), p.keys) - sr, 0);
-    }
-    uint32_t* hrow = hist + r_me * kBins;
-    for (int i = sub; i < kBins; i += kGroup) hrow[i] = 0;
-    asm volatile("bar.sync %0, %1;" ::"r"(1 + r_me), "n"(kGroup) : "memory");
-    if (n > P.topk) {  // (rows of at most topk keys need no histogram)
-      const float* rowp = p.logits + static_cast<int64_t>(row) * p.ld;
-      for_each_group(rowp, max(sr, k0), min(sr + n, k1), sub, kGroup,
-                     [&](int, const uint32_t(&u)[4], uint32_t valid) { hist4(hrow, u, valid, 0u, 32, 21, 2047u); });
-    }
-  }
+  constexpr int kPubBins = kEpiBins;  // the published histograms' bins per row
+  // 1. The piece's histograms are the tile loops' (shared memory at kEpiOff,
+  // all 8 rows), less the logits outside each row (128 per row and tile,
+  // all -inf: kEpiPadBin).
+  uint32_t* hist = reinterpret_cast<uint32_t*>(smem + kEpiOff);
+  if (tid < kRows && t1 > t0) {
+    const long long a = max(static_cast<long long>(s_l), lo + static_cast<long long>(t0) * 128);
+    const long long e = min(static_cast<long long>(s_l) + len_l, lo + static_cast<long long>(t1) * 128);
+    const long long pad = static_cast<long long>(t1 - t0) * 128 - max(e - a, 0ll);
+    hist[tid * kEpiBins + kEpiPadBin] -= static_cast<uint32_t>(pad);
   }
   bar_math();
   mark(P, 2);
@@ -1040,21 +771,10 @@ __device__ __noinline__ void staged_select(const StagedTopkParams P) {
   if (tid == 0) {
     while (ld_acquire(P.counters + b) < static_cast<uint32_t>(m)) __nanosleep(64);
   }
-  if constexpr (kRing) {
-    if (tid == 0) {
-      for (int i = 0; i < kRingSlots; ++i) ptx::mbar_init(ring_full + i, 1);
-      ptx::fence_barrier_init();
-      ctl->ring_seq = 0;
-    }
-  }
   bar_math();
   mark(P, 4);
-  for (int r = rank; r < kRows && b * kRows + r < p.rows; r += m) {
-    if constexpr (kV2)
-      owner_row_v2<kEpi ? 32 - kEpiBits : 21, kDeep, kWarp, kRing, kThr, kPipe>(P, smem, ctl, b, r, ring_full);
-    else
-      owner_row(P, smem, ctl, b, r);
-  }
+  for (int r = rank; r < kRows && b * kRows + r < p.rows; r += m)
+    owner_row_v2<32 - kEpiBits, kThr, kPipe>(P, smem, ctl, b, r);
   mark(P, 5);
 }
 
@@ -1063,6 +783,8 @@ __device__ __noinline__ void staged_select(const StagedTopkParams P) {
 // block's counter holds the block's tile count. A call boundary, as staged_select.
 template <int kMode>
 __device__ __noinline__ void shares_select(const StagedTopkParams P) {
+  static_assert((kMode & 31) == 31 && (kMode & 32) == 0 && kMode < 256,
+                "a kept shares mode (119 / 121): bits 0-4 set, no ring (bit 5)");
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
   __shared__ Ctl ctl_sh;
@@ -1083,8 +805,7 @@ __device__ __noinline__ void shares_select(const StagedTopkParams P) {
     }
     bar_math();
     if (row == r0) mark(P, 4);
-    owner_row_v2<32 - kShareBits, (kMode & 8) != 0, (kMode & 16) != 0, false, (kMode & 64) != 0, (kMode & 128) != 0>(
-        P, smem, &ctl_sh, b, row - b * kRows);
+    owner_row_v2<32 - kShareBits, (kMode & 64) != 0, (kMode & 128) != 0>(P, smem, &ctl_sh, b, row - b * kRows);
   }
   mark(P, 5);
 }
@@ -1102,8 +823,10 @@ __host__ __device__ constexpr int staged_smem_bytes() {
   return (kMode & 4) != 0 ? staged_share_hist_offset<Cfg>() + staged_topk::kShareHistBytes + 1024 : Cfg::kSmemBytes;
 }
 
-// kMode bit 2 (shares): grid G <= SMs CTAs, CTA c the dense kernel's share c of G of the call's tiles.
-template <class Cfg, int kMode = 0>
+// kMode: a kept variant's (27 / 91 / 219 / 95 / 223: fused_mqa_topk_staged.cu's
+// staged_mode); bit 2 (shares): grid G <= SMs CTAs, CTA c the dense kernel's
+// share c of G of the call's tiles.
+template <class Cfg, int kMode>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     sm90_fused_staged_topk_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                                   const __grid_constant__ CUtensorMap tm_scales,
@@ -1125,7 +848,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   staged_topk::mark(P, 15);
   const int tid = threadIdx.x, wg = tid / 128, lane = tid & 31;
   constexpr bool kShares = (kMode & 4) != 0;
-  static_assert(!kShares || (kMode & 3) == 3, "the shares' select is owner_row_v2's, on the epilogue's histograms");
+  static_assert((kMode & 27) == 27 && (kMode & 32) == 0 && kMode < 256,
+                "a kept staged mode: owner_row_v2 (bit 0) on the epilogue's histograms (bit 1) with the deep, lean "
+                "pass (bits 3, 4), no ring (bit 5)");
   // This CTA's tiles: the dense kernel's share c of G of the call's tiles
   // (shares), or piece `rank` of its row block's m pieces.
   WorkShare share;
@@ -1155,7 +880,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     return;
   }
   ptx::setmaxnreg_inc<Cfg::kMathRegs>();
-  if constexpr ((kMode & 2) != 0) {
+  {  // (kMode bit 1, every kept variant)
     // The first digit's histograms from the tile loops: shares past the tile
     // loop's shared memory (9 bits, flushed per block), pieces in the second
     // Q buffer (10 bits). Zeroed, and the rows' addresses tabled, first.
@@ -1180,9 +905,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                                   staged_topk::EpiHist{rowbase});
       staged_topk::staged_select<kMode, kHistOff>(P);
     }
-  } else {
-    if (share.count > 0) logits_v2_lean2_math<Cfg>(p, smem, full, empty, q_full, q_empty, wg, lean2_slot);
-    staged_topk::staged_select<kMode, 0>(P);
   }
 }
 
@@ -1210,7 +932,7 @@ inline size_t fused_staged_aux_bytes(int rows, int m) {
 // bytes (the blocks' histograms are zeroed here too). cudaErrorInvalidValue
 // for a bad m or a tensor map that cannot be encoded (*map_error as the
 // logits launcher's).
-template <class Cfg = Sm90LogitsV2Default, int kMode = 0>
+template <class Cfg, int kMode>
 inline cudaError_t launch_sm90_fused_staged_topk(const void* q, const void* k, const float* scales,
                                                  const float* weights, const int* starts, const int* ends,
                                                  float* logits, int64_t ld, void* aux, int* out, int rows, int keys,
