@@ -2,6 +2,7 @@
 // one memset (the block counter) and one launch.
 #include "fused_mqa_topk.h"
 
+#include "fused_mqa_topk_hybrid.h"
 #include "fused_mqa_topk_staged.h"
 #include "fused_mqa_topk_split.h"
 #include "mqa_topk/sm90_fused_mqa_topk.cuh"
@@ -31,6 +32,9 @@ bool valid_topk(int64_t t) { return t == 512 || t == 1024 || t == 2048; }
 // MQA_TOPK_FUSED_STAGED_VARIANT=109/113/117/119/121 picks the staged kernel's variant
 // (fused_mqa_topk_staged.h; unset: kFusedStagedVariant; 119 / 121 apply at any
 // number of row blocks, so with MQA_TOPK_FUSED_STAGED=1 they run every call);
+// MQA_TOPK_FUSED_HYBRID=0/1 never / always (where it applies: SMs + 1 or 2 row blocks) runs the
+// hybrid kernel (fused_mqa_topk_hybrid.h; unset: kFusedHybrid; the knobs that turn the staged kernel off
+// turn it off too);
 // MQA_TOPK_FUSED_SHARE_RULE=N sets the split kernel's share rule (fused_v3_share_blocks
 // in sm90_fused_mqa_topk_v3.cuh: 0 the session-12 rule, N in [1, 4096] shares
 // only over the partial last wave's blocks, at least N tiles each; unset: kFusedShareRule).
@@ -46,6 +50,9 @@ int env_int(const char* name) {
 // lean pass (109) at 512 rows 1.000-1.005x native against 87's 1.03x (H200),
 // and the default 117 there at 0.96-0.97x (H100).
 bool fused_use_staged(int rows, int num_sms) { return 2 * ((static_cast<long long>(rows) + 7) / 8) <= num_sms; }
+// Whether rows just past whole waves take the hybrid kernel by default
+// (fused_mqa_topk_hybrid.h; issue 12, session 26).
+constexpr bool kFusedHybrid = false;
 // The split kernel's share rule (Sm90FusedParams::share_rule) by default.
 constexpr int kFusedShareRule = 0;
 // (Past SMs / 2 row blocks the split kernels keep the poorly filled waves:
@@ -137,6 +144,32 @@ void fused_mqa_topk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
       return;
     }
   }
+  // Rows just past whole waves (B = SMs + r row blocks, r = 1 or 2): the
+  // hybrid kernel (whole blocks beside the staged kernel's pieces and owners
+  // for the last r blocks; fused_mqa_topk_hybrid.h), where the workspace holds
+  // its v3 part; its own buffer (the r blocks' logits) from the caching allocator.
+  {
+    const char* hy = env_str("MQA_TOPK_FUSED_HYBRID");
+    const char* force_split = env_str("MQA_TOPK_FUSED_SPLIT");
+    const char* kern = env_str("MQA_TOPK_FUSED_KERNEL");
+    TORCH_CHECK(!(hy && *hy) || std::strcmp(hy, "0") == 0 || std::strcmp(hy, "1") == 0,
+                "MQA_TOPK_FUSED_HYBRID: must be 0 or 1, got ", hy);
+    const bool knobs = a.probe != 0 || a.cap != 0 || a.target != 0 || (force_split && *force_split) ||
+                       (kern && *kern);
+    const bool want = !knobs && (hy && *hy ? std::strcmp(hy, "1") == 0 : kFusedHybrid);
+    if (want && fused_hybrid_extra(a.rows, a.keys, a.num_sms) > 0 &&
+        workspace.numel() >= static_cast<int64_t>(fused_hybrid_workspace_bytes(a.topk, a.rows, a.keys, a.num_sms))) {
+      const at::Tensor aux = at::empty({static_cast<int64_t>(fused_hybrid_aux_bytes(a.rows, a.keys, a.num_sms))},
+                                       q.options().dtype(at::kByte));
+      const cudaError_t err =
+          fused_hybrid_launch(q.data_ptr(), k.data_ptr(), scales.data_ptr<float>(), weights.data_ptr<float>(),
+                              starts.data_ptr<int>(), ends.data_ptr<int>(), output.data_ptr<int>(), workspace.data_ptr(),
+                              aux.data_ptr(), a.rows, a.keys, a.topk, a.num_sms, stream, &map_error,
+                              mqa_topk::range_error_sink(q.device().index()));
+      fused_mqa_topk_report(err, map_error);
+      return;
+    }
+  }
   // Split blocks across CTAs when whole blocks would leave the last wave poorly
   // filled, and the workspace has the split kernel's room (a workspace sized
   // for the unsplit kernel alone, as before, keeps the unsplit kernel).
@@ -193,12 +226,13 @@ void fused_mqa_topk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
 std::vector<mqa_topk::KernelInfo> fused_mqa_topk_kernel_info() {
   using Cfg = mqa_topk::Sm90FusedDefault;
   // (the v3 kernels' attributes from their own translation units: one instantiation each)
-  cudaFuncAttributes wa{}, sa{}, la{}, ca{};
-  int whole_smem = 0, split_smem = 0, large_smem = 0, staged_smem = 0;
+  cudaFuncAttributes wa{}, sa{}, la{}, ca{}, ha{};
+  int whole_smem = 0, split_smem = 0, large_smem = 0, staged_smem = 0, hybrid_smem = 0;
   const cudaError_t werr = fused_v3_whole_attributes(&wa, &whole_smem);
   const cudaError_t serr = fused_v3_split_attributes(&sa, &split_smem);
   const cudaError_t lerr = fused_v3_split_large_attributes(&la, &large_smem);
   const cudaError_t cerr = fused_staged_attributes(&ca, &staged_smem);
+  const cudaError_t herr = fused_hybrid_attributes(&ha, &hybrid_smem);
   return {mqa_topk::kernel_info("sm90_fused_mqa_topk_v3<rows=8,wg=4,stages=8,check=12,gate,lean-loop,qperm,fast-gate,topk=2048>",
                                 werr, wa, whole_smem),
           mqa_topk::kernel_info("sm90_fused_mqa_topk_v3<rows=8,wg=4,stages=8,check=12,gate,shares=partial-wave>",
@@ -208,6 +242,8 @@ std::vector<mqa_topk::KernelInfo> fused_mqa_topk_kernel_info() {
               lerr, la, large_smem),
           mqa_topk::kernel_info("sm90_fused_staged_topk<logits_v2 loop,pieces<=16,published histograms,owner rows>",
                                 cerr, ca, staged_smem),
+          mqa_topk::kernel_info("sm90_fused_hybrid_topk<v3 whole blocks + staged pieces and owners of the last 1-2 blocks,topk=2048>",
+                                herr, ha, hybrid_smem),
           mqa_topk::kernel_info("sm90_fused_mqa_topk<rows=8,wg=2,stages=7,gate>",
                                 &mqa_topk::sm90_fused_mqa_topk_kernel<Cfg>, Cfg::kSmemBytes)};
 }

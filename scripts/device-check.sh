@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole GPU round in one call (device time is scarce: build once, then
 # test, verify and bench). Usage: scripts/device-check.sh [stage ...]
-#   stages: build probe logits-variants (LOGITS_VARIANTS="17 18" picks some) logits-one (LOGITS_ONE="26 67 1000") fused-ab (FUSED_AB=11) v3-ab (V3_AB="8192 65536 --variants 12,13") v3-debug v3-dump (V3_DUMP="12 15") v3-tests fused-variants fused-probe split-probe split-breakdown split-grid split-probe-rising fused-tests verify-fused bench-fused bench-logits-headline bench-fused-grid bench-adversarial bench-small-rows bench-small-rows-staged (STAGED_VARIANTS="109 113 117") bench-small-rows-rules (SHARE_RULES="0 4 8 16") gpu-tests verify verify-ref bench bench-torch bench-split bench-logits bench-topk crossover ncu sanitize sanitize-ranges graph deepgemm  (default: all but crossover/sanitize/sanitize-ranges/graph/deepgemm)
+#   stages: build probe logits-variants (LOGITS_VARIANTS="17 18" picks some) logits-one (LOGITS_ONE="26 67 1000") fused-ab (FUSED_AB=11) v3-ab (V3_AB="8192 65536 --variants 12,13") v3-debug v3-dump (V3_DUMP="12 15") v3-tests fused-variants fused-probe split-probe split-breakdown split-grid split-probe-rising fused-tests verify-fused bench-fused bench-logits-headline bench-fused-grid bench-adversarial bench-small-rows bench-small-rows-staged (STAGED_VARIANTS="109 113 117") bench-small-rows-rules (SHARE_RULES="0 4 8 16") bench-small-rows-hybrid gpu-tests verify verify-ref bench bench-torch bench-split bench-logits bench-topk crossover ncu sanitize sanitize-ranges graph deepgemm  (default: all but crossover/sanitize/sanitize-ranges/graph/deepgemm)
 # Set MQA_TOPK_DEV_PROBES=1 for the whole call when a stage needs the dev
 # variants (fused-variants, fused-probe, probe): the extension is built once.
 # deepgemm: builds DeepGEMM from the ignored .peers/ folder (carry it: ../shared/peers/README.md),
@@ -78,6 +78,14 @@ for s in "${stages[@]}"; do
                               run bench-small-rows-rule$r-$i env MQA_TOPK_FUSED_SHARE_RULE=$r \
                                 mqa-topk bench --config small-rows --paths fused,native $RULE_CASES --out "$OUT/bench-small-rows-rule$r-$i.csv"
                             done ;;
+    # (issue 12, session 26: the hybrid kernel at 1064-2120 rows against the op's default)
+    bench-small-rows-hybrid) for h in 0 1 0 1; do
+                               i=$((${i:-0} + 1))
+                               run bench-small-rows-hybrid$h-$i env MQA_TOPK_FUSED_HYBRID=$h \
+                                 mqa-topk bench --config small-rows --paths fused,native --case r1064-t512 --case r1064-t1024 \
+                                 --case r1064-t2048 --case r2120-t512 --case r2120-t1024 --case r2120-t2048 \
+                                 --out "$OUT/bench-small-rows-hybrid$h-$i.csv"
+                             done ;;
     fused-tests) run fused-tests python3 -m pytest -q -rf tests/test_gpu_fused.py ;;
     verify-fused) run verify-fused mqa-topk verify --paths fused,native --out "$OUT/verify-fused.json" ;;
     bench-fused) run bench-fused mqa-topk bench --paths fused,native --out "$OUT/bench-fused.csv" ;;

@@ -77,6 +77,15 @@ if hasattr(ops._native(), "fused_mqa_topk"):
         ops.fused_mqa_topk_prefill(q, k, scales, w, starts, ends, out)
     del os.environ["MQA_TOPK_FUSED_SHARE_RULE"]
     del os.environ["MQA_TOPK_FUSED_SPLIT"]
+    # The hybrid kernel (session 26): one extra block (random ranges: empty slices), an extra block of one
+    # row, two extra blocks.
+    os.environ["MQA_TOPK_FUSED_HYBRID"] = "1"
+    for rows, keys, layout, topk in ((1064, 20000, "random", 2048), (1057, 5000, "causal", 512),
+                                     (1072, 3000, "random", 1024)):
+        q, k, scales, w, starts, ends = make(rows, keys, 19, layout)
+        out = torch.empty((rows, topk), dtype=torch.int32, device="cuda")
+        ops.fused_mqa_topk_prefill(q, k, scales, w, starts, ends, out)
+    del os.environ["MQA_TOPK_FUSED_HYBRID"]
     # The staged kernel (issue 12, session 22): 16 / 4 / 2 / 1 pieces per block, random and causal
     # ranges, one row, rows of n <= topk, all-equal logits (the class too large to stage).
     # Its variants (109: the epilogue's histograms and the lean pass; 113: 109 with each thread's own

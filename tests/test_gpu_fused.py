@@ -424,6 +424,50 @@ def test_fused_op_share_rule_knob_error(dev, monkeypatch, value):
         run_fused(w, 512, -1)
 
 
+# The hybrid kernel (session 26, MQA_TOPK_FUSED_HYBRID=1): SMs + 1 or 2 row
+# blocks, whole blocks on the v3 body beside the staged kernel's pieces and
+# owners of the last blocks. One extra block (1064 rows), an extra block of
+# one row (1057), two extra blocks (1072), the next wave (2120); rows shorter
+# than a piece (empty slices), ragged and short rows, ties, rising scores.
+HYBRID_CASES = [
+    dict(layout="causal", rows=1064, keys=20000, dist="gaussian"),
+    dict(layout="ragged", rows=1057, keys=30000, dist="dsa", unaligned_starts=True),
+    dict(layout="full", rows=1072, keys=3000, dist="short_rows"),
+    dict(layout="full", rows=1064, keys=9000, dist="ties", tie_mode="whole"),
+    dict(layout="causal", rows=2120, keys=8000, dist="rising"),
+    dict(layout="full", rows=1060, keys=1500, dist="relu_saturated"),
+]
+
+
+@pytest.mark.parametrize("kw", HYBRID_CASES, ids=lambda kw: f"{kw['layout']}-{kw['rows']}x{kw['keys']}-{kw['dist']}")
+def test_fused_op_hybrid_exact(dev, monkeypatch, kw):
+    """The hybrid kernel for every topk: exact, inputs untouched, reruns
+    bitwise equal, and the same sets as the whole-block kernel."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    if ((kw["rows"] + 7) // 8) % sms not in (1, 2) or (kw["rows"] + 7) // 8 <= sms:
+        pytest.skip(f"{kw['rows']} rows are not SMs + 1 or 2 row blocks on {sms} SMs")
+    for topk in (512, 1024, 2048):
+        w = make_workload(device="cuda", seed=31, topk=topk, **kw)
+        for name in ("MQA_TOPK_FUSED_SPLIT", "MQA_TOPK_FUSED_KERNEL", "MQA_TOPK_FUSED_STAGED"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("MQA_TOPK_FUSED_HYBRID", "1")
+        out = check_fused(w, topk, f"hybrid kernel {kw} topk={topk}")
+        monkeypatch.delenv("MQA_TOPK_FUSED_HYBRID", raising=False)
+        monkeypatch.setenv("MQA_TOPK_FUSED_SPLIT", "0")
+        whole = run_fused(w, topk, -5)
+        assert torch.equal(out.sort(dim=1).values, whole.sort(dim=1).values), (
+            f"{kw} topk={topk}: the hybrid kernel's sets differ from the whole-block kernel's")
+
+
+@pytest.mark.parametrize("value", ["2", "yes", "-1"])
+def test_fused_op_hybrid_knob_error(dev, monkeypatch, value):
+    """A bad MQA_TOPK_FUSED_HYBRID is an error naming the knob."""
+    w = make_workload(device="cuda", seed=3, topk=512, layout="causal", rows=1064, keys=3000, dist="gaussian")
+    monkeypatch.setenv("MQA_TOPK_FUSED_HYBRID", value)
+    with pytest.raises(RuntimeError, match="MQA_TOPK_FUSED_HYBRID"):
+        run_fused(w, 512, -1)
+
+
 @pytest.mark.parametrize("force", ["1", "0", ""])
 def test_fused_op_split_dispatch(dev, monkeypatch, force):
     """The op launches the split kernel when whole blocks would leave the last

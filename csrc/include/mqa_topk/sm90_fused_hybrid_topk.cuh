@@ -1,0 +1,275 @@
+// sm90_fused_hybrid_topk: the fused MQA-logits + top-k for calls just past a
+// whole wave of row blocks (issue 12, session 26), one launch. Torch-free.
+//
+// Why. At B = SMs + r row blocks (1064 rows: 133 blocks on 132 SMs) whole
+// blocks leave a last wave of r blocks, and the split kernel 87 cuts every
+// block in two: 0.66-0.71 ms at 64K keys where 132 whole blocks alone take
+// ~0.60 (1056 rows). Cutting only the r extra blocks into many small pieces
+// on the split protocol costs more than it saves (session 26: its shared gate
+// and merge grow with the pieces). Here the r extra blocks go the staged
+// kernel's way instead (sm90_fused_staged_topk.cuh): pieces that only compute
+// logits and publish first-digit histograms, and one owner per row.
+//
+// Design. Grid r m + G CTAs (m <= 16 pieces per extra block, G = SMs):
+//   - CTAs [0, r m) (the lowest indices, so the first dispatched) are the
+//     staged kernel's pieces of the last r row blocks: each computes its
+//     slice of the block's logits into a logits workspace with the dense tile
+//     loop (bitwise the dense kernel's logits), its first digit's histograms
+//     from the epilogue (EpiHist), publishes them and counts itself in the
+//     block's counter, and leaves (~30-40 us at 64K keys and m = 16);
+//   - CTAs [r m, r m + G) run the whole-block v3 kernel's body
+//     (fused_v3_body<CfgV3>, unchanged: the op's kernel at full waves) on the
+//     first B - r blocks from its block counter; the last r m of them start
+//     when the pieces leave. After its blocks, a CTA takes an owner ticket
+//     (an atomic counter, so the first to finish own): ticket t < the extra
+//     rows owns extra row t with the staged owner (owner_row_v2, variant 117's
+//     pass), after the pieces of its block have counted themselves (they
+//     started before any whole-block CTA finished its first block, and no CTA
+//     waits on a CTA that has not started: no deadlock).
+// Exact as both halves are: (value desc, index asc), reruns bitwise identical
+// (the whole blocks' sets and order are the v3 kernel's, the extra rows' the
+// staged kernel's, neither depends on timing). Range errors: the pieces'
+// checker warps check every row of the call (the sink's own row numbers).
+#pragma once
+
+#include "sm90_fused_mqa_topk_v3.cuh"
+#include "sm90_fused_staged_topk.cuh"
+
+namespace mqa_topk {
+
+struct HybridParams {
+  int pieces;              // r m: CTAs [0, pieces) are the extra blocks' pieces
+  uint32_t* owner_ticket;  // zero at launch
+  const int* starts;       // the call's rows (range checks)
+  const int* ends;
+  int rows;
+  int keys;
+  RangeErrorSink err;
+};
+
+// The staged part's mode: variant 117 (the op's staged default, kMode 219).
+constexpr int kHybridStagedMode = 219;
+
+namespace hybrid_detail {
+
+// A piece of an extra block: the staged kernel's piece c = b m + rank (its
+// tile loop with the epilogue's histograms), then its histograms published
+// and the block's counter (staged_select's first step). Inlined (so is
+// owner): as calls, ptxas compiles them at the launch's 96 registers and
+// they spill (the tile loop 18 local loads and stores per tile).
+template <class Cfg>
+__device__ __forceinline__ void piece(const CUtensorMap* tm_q, const CUtensorMap* tm_k, const CUtensorMap* tm_s,
+                                      const CUtensorMap* tm_w, const CUtensorMap* tm_q2, const StagedTopkParams& P,
+                                      const HybridParams& h, uint8_t* smem) {
+  using namespace staged_topk;
+  constexpr int S = Cfg::kNumStages;
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + Cfg::kOffBars);
+  uint64_t* full = bars;
+  uint64_t* empty = bars + S;
+  uint64_t* q_full = bars + 2 * S;
+  uint64_t* q_empty = bars + 2 * S + 2;
+  __shared__ int lean2_slot[2][Cfg::kSlotInts];
+  const Sm90LogitsParams& p = P.lg;
+  const int tid = threadIdx.x, wg = tid / 128, lane = tid & 31;
+  const int m = P.m, c = static_cast<int>(blockIdx.x), b = c / m, rank = c % m;
+  int lo = 0, s_l = 0, len_l = 0;
+  const int nt = lean2_block_span(p, b, lane, lo, s_l, len_l);
+  const int t0 = static_cast<int>(static_cast<long long>(nt) * rank / m);
+  const int t1 = static_cast<int>(static_cast<long long>(nt) * (rank + 1) / m);
+  const WorkShare share{b, t0, t1 - t0};
+  if (tid == 0) init_pipeline_barriers<S, Cfg::kMathThreads / 32>(full, empty, q_full, q_empty);
+  __syncthreads();
+  if (wg == Cfg::kMathWarpgroups) {
+    ptx::setmaxnreg_dec<Cfg::kProducerRegs>();
+    if (tid >= Cfg::kMathThreads + 32) {  // warps 1-3 check every row of the call, then exit
+      constexpr int kCheckers = 96;
+      check_row_ranges(h.err, h.starts, h.ends, h.rows, h.keys, kKernelFused,
+                       range_checker_index(tid, Cfg::kMathThreads + 32, kCheckers), h.pieces * kCheckers);
+      return;
+    }
+    if (share.count > 0)
+      logits_v2_lean2_producer<Cfg>(p, smem, share, full, empty, q_full, q_empty, lean2_slot, tm_q, tm_k, tm_s, tm_w,
+                                    tm_q2);
+    return;
+  }
+  ptx::setmaxnreg_inc<Cfg::kMathRegs>();
+  constexpr int kHistOff = Cfg::kOffQ + Cfg::kQTileBytes;  // (the second Q buffer: a piece holds one block)
+  static_assert(kRows * kEpiBins * 4 <= Cfg::kQTileBytes, "the histograms in a Q buffer");
+  uint32_t* hist = reinterpret_cast<uint32_t*>(smem + kHistOff);
+  __shared__ uint32_t rowbase[kRows];
+  for (int i = tid; i < kRows * kEpiBins / 4; i += Cfg::kMathThreads)
+    reinterpret_cast<uint4*>(hist)[i] = make_uint4(0u, 0u, 0u, 0u);
+  if (tid < kRows) rowbase[tid] = ptx::smem_addr(hist + tid * kEpiBins);
+  bar_math();
+  if (share.count > 0)
+    logits_v2_lean2_math<Cfg>(p, smem, full, empty, q_full, q_empty, wg, lean2_slot, EpiHist{rowbase});
+  bar_math();  // every math warp's tile loop is done
+  // The piece's histograms less the logits outside each row (all -inf: kEpiPadBin), published.
+  if (tid < kRows && t1 > t0) {
+    const long long a = max(static_cast<long long>(s_l), lo + static_cast<long long>(t0) * 128);
+    const long long e = min(static_cast<long long>(s_l) + len_l, lo + static_cast<long long>(t1) * 128);
+    const long long pad = static_cast<long long>(t1 - t0) * 128 - max(e - a, 0ll);
+    hist[tid * kEpiBins + kEpiPadBin] -= static_cast<uint32_t>(pad);
+  }
+  bar_math();
+  {
+    uint4* dst = reinterpret_cast<uint4*>(P.hist + static_cast<size_t>(c) * kRows * kEpiBins);
+    const uint4* src = reinterpret_cast<const uint4*>(hist);
+    for (int i = tid; i < kRows * kEpiBins / 4; i += kMath) __stcg(dst + i, src[i]);
+  }
+  __threadfence();
+  bar_math();
+  if (tid == 0) red_release_add(P.counters + b, 1u);
+}
+
+// After a whole-block CTA's blocks (its math threads): an owner ticket, and
+// for ticket t < the extra rows, extra row t's top-k.
+__device__ __forceinline__ void owner(const StagedTopkParams& P, const HybridParams& h, uint8_t* smem) {
+  using namespace staged_topk;
+  __shared__ int s_ticket;
+  __shared__ Ctl ctl_s;
+  const int tid = threadIdx.x;
+  bar_math();  // every math thread is past the v3 body: its shared memory is free
+  if (tid == 0) s_ticket = static_cast<int>(atomicAdd(h.owner_ticket, 1u));
+  bar_math();
+  const int t = s_ticket;
+  if (t >= P.lg.rows) return;
+  const int b = t / kRows, r = t % kRows;
+  if (tid == 0) {
+    while (ld_acquire(P.counters + b) < static_cast<uint32_t>(P.m)) __nanosleep(64);
+  }
+  bar_math();
+  constexpr int kM = kHybridStagedMode;
+  owner_row_v2<32 - kEpiBits, (kM & 64) != 0, (kM & 128) != 0>(P, smem, &ctl_s, b, r);
+}
+
+}  // namespace hybrid_detail
+
+// The kernel: CTAs [0, h.pieces) the extra blocks' pieces (CfgSt: the op's
+// lean logits loop), the rest the whole-block v3 body (CfgV3), then owners.
+template <class CfgV3, class CfgSt>
+__global__ void __launch_bounds__(CfgV3::kThreads, 1)
+    sm90_fused_hybrid_topk_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+                                  const __grid_constant__ CUtensorMap tm_scales,
+                                  const __grid_constant__ CUtensorMap tm_weights,
+                                  const __grid_constant__ CUtensorMap sq, const __grid_constant__ CUtensorMap sk,
+                                  const __grid_constant__ CUtensorMap ss, const __grid_constant__ CUtensorMap sw,
+                                  const __grid_constant__ CUtensorMap sq2, const __grid_constant__ Sm90FusedParams p,
+                                  const __grid_constant__ StagedTopkParams P, const __grid_constant__ HybridParams h) {
+  static_assert(CfgV3::kThreads == CfgSt::kThreads && CfgSt::kMathThreads == staged_topk::kMath &&
+                    CfgV3::kMathThreads == staged_topk::kMath && CfgSt::kLean2 != 0 && CfgSt::kBlockRows == 8 &&
+                    CfgSt::kBlockKeys == 128 && !CfgV3::kShares,
+                "both bodies: four math warpgroups and a producer warpgroup; the whole-block v3 kernel");
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
+  if (static_cast<int>(blockIdx.x) < h.pieces) {
+    hybrid_detail::piece<CfgSt>(&sq, &sk, &ss, &sw, &sq2, P, h, smem);
+    return;
+  }
+  fused_v3_body<CfgV3>(tm_q, tm_k, tm_scales, tm_weights, p);
+  if (threadIdx.x >= CfgV3::kMathThreads) return;  // (the producer warpgroup's threads)
+  hybrid_detail::owner(P, h, smem);
+}
+
+template <class CfgV3, class CfgSt>
+constexpr int hybrid_smem_bytes() {
+  return CfgV3::kSmemBytes > CfgSt::kSmemBytes ? CfgV3::kSmemBytes : CfgSt::kSmemBytes;
+}
+
+// Where it applies: more row blocks than SMs with r = B mod SMs in [1, 2]
+// extra blocks, rows of at most kMaxRowKeys keys. Returns r (0: not).
+constexpr int fused_hybrid_extra_blocks(int rows, int keys, int num_sms) {
+  const long long nb = (static_cast<long long>(rows) + 7) / 8;
+  if (rows <= 0 || keys <= 0 || keys > staged_topk::kMaxRowKeys || num_sms <= 0 || nb <= num_sms) return 0;
+  const long long r = nb % num_sms;
+  return r >= 1 && r <= 2 ? static_cast<int>(r) : 0;
+}
+constexpr int kHybridPieces = 16;  // pieces per extra block (owner_row_v2 sums at most 16 histograms)
+
+// Workspace of the staged part (beside the v3 part's, the op's workspace):
+// the extra rows' logits [8 r, ld] fp32, their pieces' histograms, the blocks'
+// counters and the owner ticket.
+inline size_t fused_hybrid_aux_bytes(int keys, int r) {
+  const size_t logits = (static_cast<size_t>(8 * r) * ((static_cast<size_t>(keys) + 3) / 4 * 4) * 4 + 255) / 256 * 256;
+  return logits + static_cast<size_t>(r) * kHybridPieces * staged_topk::kRows * staged_topk::kEpiBins * 4 + 256;
+}
+// The v3 part's workspace (its regions per CTA index: the grid's CTAs).
+template <class CfgV3>
+inline size_t fused_hybrid_v3_workspace_bytes(int topk, int r, int num_sms) {
+  return fused_v3_workspace_bytes<CfgV3>(topk, r * kHybridPieces + num_sms);
+}
+
+// Launches it (rows with fused_hybrid_extra_blocks(rows, keys, num_sms) = r > 0):
+// q, k, scales, weights, starts, ends, out as the fused op; workspace
+// fused_hybrid_v3_workspace_bytes bytes (the v3 part), aux
+// fused_hybrid_aux_bytes(keys, r) bytes (256-byte aligned); both overwritten.
+template <class CfgV3, class CfgSt = Sm90LogitsV2Default>
+inline cudaError_t launch_sm90_fused_hybrid_topk(const void* q, const void* k, const float* scales,
+                                                 const float* weights, const int* starts, const int* ends, int* out,
+                                                 void* workspace, void* aux, int rows, int keys, int topk, int num_sms,
+                                                 cudaStream_t stream, int* map_error = nullptr,
+                                                 RangeErrorSink range_err = {}) {
+  const int r = fused_hybrid_extra_blocks(rows, keys, num_sms);
+  if (r == 0 || (CfgV3::kFixedTopk != 0 && topk != CfgV3::kFixedTopk)) return cudaErrorInvalidValue;
+  const int nb = (rows + 7) / 8, whole_rows = 8 * (nb - r), extra_rows = rows - whole_rows;
+  const int m = kHybridPieces;
+  // The v3 part: rows [0, whole_rows), its maps as launch_sm90_fused_mqa_topk_v3's.
+  CUtensorMap tm_q, tm_k, tm_s, tm_w;
+  const int res[4] = {
+      make_tensor_map_2d(&tm_q, q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 128, static_cast<uint64_t>(whole_rows) * 32, 128,
+                         128, CfgV3::kQBoxRows, CU_TENSOR_MAP_SWIZZLE_128B),
+      make_tensor_map_2d(&tm_k, k, CU_TENSOR_MAP_DATA_TYPE_UINT8, 128, keys, 128, 128, CfgV3::kBlockKeys,
+                         CU_TENSOR_MAP_SWIZZLE_128B),
+      make_tensor_map_2d(&tm_s, scales, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, keys, 1,
+                         (static_cast<uint64_t>(keys) * 4 + 15) / 16 * 16, CfgV3::kBlockKeys, 1,
+                         CU_TENSOR_MAP_SWIZZLE_NONE),
+      make_tensor_map_2d(&tm_w, weights, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 32, whole_rows, 32 * 4, 32,
+                         CfgV3::kRowsPerBlock, CU_TENSOR_MAP_SWIZZLE_NONE)};
+  if (const int e = first_map_error(res, 4)) {
+    if (map_error) *map_error = e;
+    return cudaErrorInvalidValue;
+  }
+  // The staged part: rows [whole_rows, rows), offset views.
+  const uint8_t* q_x = static_cast<const uint8_t*>(q) + static_cast<size_t>(whole_rows) * 32 * 128;
+  const float* w_x = weights + static_cast<size_t>(whole_rows) * 32;
+  const int64_t ld = (static_cast<int64_t>(keys) + 3) / 4 * 4;
+  float* logits = static_cast<float*>(aux);
+  const size_t logits_bytes = (static_cast<size_t>(8 * r) * static_cast<size_t>(ld) * 4 + 255) / 256 * 256;
+  uint32_t* hist = reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(aux) + logits_bytes);
+  uint32_t* counters = hist + static_cast<size_t>(r) * m * staged_topk::kRows * staged_topk::kEpiBins;
+  CUtensorMap sq, sk, ss, sw, sq2;
+  if (const int e = make_logits_maps(sq, sk, ss, sw, sq2, q_x, k, scales, w_x, logits, ld, extra_rows, keys,
+                                     CfgSt::kQBoxRows, CfgSt::kKSliceKeys, CfgSt::kBlockRows, CfgSt::kWgRows)) {
+    if (map_error) *map_error = e;
+    return cudaErrorInvalidValue;
+  }
+  if constexpr (CfgSt::kQPermLong) {  // the 2-row-box Q map of the pieces
+    const int e = make_tensor_map_2d(&sq2, q_x, CU_TENSOR_MAP_DATA_TYPE_UINT8, 128,
+                                     static_cast<uint64_t>(extra_rows) * 32, 128, 128, 2, CU_TENSOR_MAP_SWIZZLE_128B);
+    if (e) {
+      const int res1[1] = {e};
+      if (map_error) *map_error = first_map_error(res1, 1);
+      return cudaErrorInvalidValue;
+    }
+  }
+  auto kernel = &sm90_fused_hybrid_topk_kernel<CfgV3, CfgSt>;
+  constexpr int kSmem = hybrid_smem_bytes<CfgV3, CfgSt>();
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  if (err != cudaSuccess) return err;
+  err = cudaMemsetAsync(workspace, 0, kFusedHeaderBytes, stream);  // (the v3 block counter)
+  if (err != cudaSuccess) return err;
+  err = cudaMemsetAsync(counters, 0, 256, stream);  // (the blocks' counters and the owner ticket)
+  if (err != cudaSuccess) return err;
+  uint32_t* ws = reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(workspace) + kFusedHeaderBytes);
+  Sm90FusedParams p{starts, ends, out, ws, static_cast<int*>(workspace), whole_rows, keys, topk, CfgV3::cap(topk), 0,
+                    range_err, CfgV3::gate_target(topk)};
+  RangeErrorSink err_x = range_err;
+  err_x.row_base += whole_rows;
+  const StagedTopkParams P{Sm90LogitsParams{starts + whole_rows, ends + whole_rows, logits, ld, extra_rows, keys, err_x},
+                           out + static_cast<size_t>(whole_rows) * topk, hist, counters, topk, m, nullptr};
+  const HybridParams h{r * m, counters + 32, starts, ends, rows, keys, range_err};
+  kernel<<<r * m + num_sms, CfgV3::kThreads, kSmem, stream>>>(tm_q, tm_k, tm_s, tm_w, sq, sk, ss, sw, sq2, p, P, h);
+  return cudaGetLastError();
+}
+
+}  // namespace mqa_topk
