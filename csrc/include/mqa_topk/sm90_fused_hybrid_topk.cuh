@@ -54,9 +54,12 @@ namespace hybrid_detail {
 
 // A piece of an extra block: the staged kernel's piece c = b m + rank (its
 // tile loop with the epilogue's histograms), then its histograms published
-// and the block's counter (staged_select's first step). Inlined (so is
-// owner): as calls, ptxas compiles them at the launch's 96 registers and
-// they spill (the tile loop 18 local loads and stores per tile).
+// and the block's counter (staged_select's first step). Inlined: as a call
+// its tile loop spilled (18 local loads and stores per tile). The owner is a
+// call (its parameters by value): inlined, the v3 body's tile loops moved
+// (336 / 324 SASS instructions, a local load in one; as a call 337 / 325,
+// none, against the whole-block kernel's 338 / 325), and its own spills
+// (612 bytes) are off the tile loops (session 26, nvcc 13.0).
 template <class Cfg>
 __device__ __forceinline__ void piece(const CUtensorMap* tm_q, const CUtensorMap* tm_k, const CUtensorMap* tm_s,
                                       const CUtensorMap* tm_w, const CUtensorMap* tm_q2, const StagedTopkParams& P,
@@ -124,13 +127,15 @@ __device__ __forceinline__ void piece(const CUtensorMap* tm_q, const CUtensorMap
 
 // After a whole-block CTA's blocks (its math threads): an owner ticket, and
 // for ticket t < the extra rows, extra row t's top-k.
-__device__ __forceinline__ void owner(const StagedTopkParams& P, const HybridParams& h, uint8_t* smem) {
+__device__ __noinline__ void owner(const StagedTopkParams P, uint32_t* owner_ticket) {
   using namespace staged_topk;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
   __shared__ int s_ticket;
   __shared__ Ctl ctl_s;
   const int tid = threadIdx.x;
   bar_math();  // every math thread is past the v3 body: its shared memory is free
-  if (tid == 0) s_ticket = static_cast<int>(atomicAdd(h.owner_ticket, 1u));
+  if (tid == 0) s_ticket = static_cast<int>(atomicAdd(owner_ticket, 1u));
   bar_math();
   const int t = s_ticket;
   if (t >= P.lg.rows) return;
@@ -168,7 +173,7 @@ __global__ void __launch_bounds__(CfgV3::kThreads, 1)
   }
   fused_v3_body<CfgV3>(tm_q, tm_k, tm_scales, tm_weights, p);
   if (threadIdx.x >= CfgV3::kMathThreads) return;  // (the producer warpgroup's threads)
-  hybrid_detail::owner(P, h, smem);
+  hybrid_detail::owner(P, h.owner_ticket);
 }
 
 template <class CfgV3, class CfgSt>
