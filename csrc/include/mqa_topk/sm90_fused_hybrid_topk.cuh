@@ -127,6 +127,7 @@ __device__ __forceinline__ void piece(const CUtensorMap* tm_q, const CUtensorMap
 
 // After a whole-block CTA's blocks (its math threads): an owner ticket, and
 // for ticket t < the extra rows, extra row t's top-k.
+template <int kM>
 __device__ __noinline__ void owner(const StagedTopkParams P, uint32_t* owner_ticket) {
   using namespace staged_topk;
   extern __shared__ uint8_t smem_raw[];
@@ -144,7 +145,6 @@ __device__ __noinline__ void owner(const StagedTopkParams P, uint32_t* owner_tic
     while (ld_acquire(P.counters + b) < static_cast<uint32_t>(P.m)) __nanosleep(64);
   }
   bar_math();
-  constexpr int kM = kHybridStagedMode;
   owner_row_v2<32 - kEpiBits, (kM & 64) != 0, (kM & 128) != 0>(P, smem, &ctl_s, b, r);
 }
 
@@ -173,7 +173,7 @@ __global__ void __launch_bounds__(CfgV3::kThreads, 1)
   }
   fused_v3_body<CfgV3>(tm_q, tm_k, tm_scales, tm_weights, p);
   if (threadIdx.x >= CfgV3::kMathThreads) return;  // (the producer warpgroup's threads)
-  hybrid_detail::owner(P, h.owner_ticket);
+  hybrid_detail::owner<kHybridStagedMode>(P, h.owner_ticket);
 }
 
 template <class CfgV3, class CfgSt>
