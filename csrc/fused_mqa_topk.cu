@@ -51,8 +51,10 @@ int env_int(const char* name) {
 // and the default 117 there at 0.96-0.97x (H100).
 bool fused_use_staged(int rows, int num_sms) { return 2 * ((static_cast<long long>(rows) + 7) / 8) <= num_sms; }
 // Whether rows just past whole waves take the hybrid kernel by default
-// (fused_mqa_topk_hybrid.h; issue 12, session 26).
-constexpr bool kFusedHybrid = false;
+// (fused_mqa_topk_hybrid.h; issue 12, session 26: on an H100 at 64K keys,
+// 1064 rows 0.88-0.91x native against the split kernel 87's 0.97-1.02x,
+// 2120 rows 0.86-0.90x against 0.92-0.93x; BENCHMARKS.md).
+constexpr bool kFusedHybrid = true;
 // The split kernel's share rule (Sm90FusedParams::share_rule) by default.
 constexpr int kFusedShareRule = 0;
 // (Past SMs / 2 row blocks the split kernels keep the poorly filled waves:
