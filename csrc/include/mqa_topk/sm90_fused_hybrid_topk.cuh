@@ -243,20 +243,8 @@ inline cudaError_t launch_sm90_fused_hybrid_topk(const void* q, const void* k, c
   uint32_t* hist = reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(aux) + logits_bytes);
   uint32_t* counters = hist + static_cast<size_t>(r) * m * staged_topk::kRows * staged_topk::kEpiBins;
   CUtensorMap sq, sk, ss, sw, sq2;
-  if (const int e = make_logits_maps(sq, sk, ss, sw, sq2, q_x, k, scales, w_x, logits, ld, extra_rows, keys,
-                                     CfgSt::kQBoxRows, CfgSt::kKSliceKeys, CfgSt::kBlockRows, CfgSt::kWgRows)) {
-    if (map_error) *map_error = e;
+  if (!make_staged_maps<CfgSt>(sq, sk, ss, sw, sq2, q_x, k, scales, w_x, logits, ld, extra_rows, keys, map_error))
     return cudaErrorInvalidValue;
-  }
-  if constexpr (CfgSt::kQPermLong) {  // the 2-row-box Q map of the pieces
-    const int e = make_tensor_map_2d(&sq2, q_x, CU_TENSOR_MAP_DATA_TYPE_UINT8, 128,
-                                     static_cast<uint64_t>(extra_rows) * 32, 128, 128, 2, CU_TENSOR_MAP_SWIZZLE_128B);
-    if (e) {
-      const int res1[1] = {e};
-      if (map_error) *map_error = first_map_error(res1, 1);
-      return cudaErrorInvalidValue;
-    }
-  }
   auto kernel = &sm90_fused_hybrid_topk_kernel<CfgV3, CfgSt>;
   constexpr int kSmem = hybrid_smem_bytes<CfgV3, CfgSt>();
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);

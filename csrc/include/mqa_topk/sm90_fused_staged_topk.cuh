@@ -932,6 +932,32 @@ inline size_t fused_staged_aux_bytes(int rows, int m) {
 // bytes (the blocks' histograms are zeroed here too). cudaErrorInvalidValue
 // for a bad m or a tensor map that cannot be encoded (*map_error as the
 // logits launcher's).
+// The staged pieces' tensor maps over rows x keys (q, weights: the pieces'
+// first row; logits: their workspace, pitch ld): the logits launcher's maps
+// and, with kQPermLong, the 2-row-box Q map (the permuted Q of pieces of >= 32
+// tiles) in tm_o. False (and *map_error as the logits launcher's) when a map
+// cannot be encoded. (The staged launcher's and the hybrid kernel's.)
+template <class Cfg>
+inline bool make_staged_maps(CUtensorMap& tm_q, CUtensorMap& tm_k, CUtensorMap& tm_s, CUtensorMap& tm_w,
+                             CUtensorMap& tm_o, const void* q, const void* k, const float* scales, const float* weights,
+                             float* logits, int64_t ld, int rows, int keys, int* map_error) {
+  if (const int e = make_logits_maps(tm_q, tm_k, tm_s, tm_w, tm_o, q, k, scales, weights, logits, ld, rows, keys,
+                                     Cfg::kQBoxRows, Cfg::kKSliceKeys, Cfg::kBlockRows, Cfg::kWgRows)) {
+    if (map_error) *map_error = e;
+    return false;
+  }
+  if constexpr (Cfg::kQPermLong) {
+    const int e = make_tensor_map_2d(&tm_o, q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 128, static_cast<uint64_t>(rows) * 32, 128,
+                                     128, 2, CU_TENSOR_MAP_SWIZZLE_128B);
+    if (e) {
+      const int res[1] = {e};
+      if (map_error) *map_error = first_map_error(res, 1);
+      return false;
+    }
+  }
+  return true;
+}
+
 template <class Cfg, int kMode>
 inline cudaError_t launch_sm90_fused_staged_topk(const void* q, const void* k, const float* scales,
                                                  const float* weights, const int* starts, const int* ends,
@@ -942,20 +968,8 @@ inline cudaError_t launch_sm90_fused_staged_topk(const void* q, const void* k, c
   if (rows <= 0) return cudaSuccess;
   if (m < 1 || (!kShares && m > 16) || keys <= 0 || keys > staged_topk::kMaxRowKeys) return cudaErrorInvalidValue;
   CUtensorMap tm_q, tm_k, tm_s, tm_w, tm_o;
-  if (const int e = make_logits_maps(tm_q, tm_k, tm_s, tm_w, tm_o, q, k, scales, weights, logits, ld, rows, keys,
-                                     Cfg::kQBoxRows, Cfg::kKSliceKeys, Cfg::kBlockRows, Cfg::kWgRows)) {
-    if (map_error) *map_error = e;
+  if (!make_staged_maps<Cfg>(tm_q, tm_k, tm_s, tm_w, tm_o, q, k, scales, weights, logits, ld, rows, keys, map_error))
     return cudaErrorInvalidValue;
-  }
-  if constexpr (Cfg::kQPermLong) {  // the 2-row-box Q map (the permuted Q of pieces of >= 32 tiles)
-    const int e = make_tensor_map_2d(&tm_o, q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 128, static_cast<uint64_t>(rows) * 32, 128,
-                                     128, 2, CU_TENSOR_MAP_SWIZZLE_128B);
-    if (e) {
-      const int res[1] = {e};
-      if (map_error) *map_error = first_map_error(res, 1);
-      return cudaErrorInvalidValue;
-    }
-  }
   auto kernel = &sm90_fused_staged_topk_kernel<Cfg, kMode>;
   constexpr int kSmem = staged_smem_bytes<Cfg, kMode>();
   static_assert(kSmem <= 227 * 1024, "shared memory per CTA");
