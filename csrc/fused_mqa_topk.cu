@@ -118,15 +118,15 @@ void fused_mqa_topk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
   const c10::cuda::CUDAGuard guard(q.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(q.device().index());
   int map_error = 0;
+  const char* force = env_str("MQA_TOPK_FUSED_SPLIT");
+  const char* kern = env_str("MQA_TOPK_FUSED_KERNEL");
+  // (a development knob that picks another kernel or probes one: the staged and hybrid kernels stand aside)
+  const bool knobs = a.probe != 0 || a.cap != 0 || a.target != 0 || (force && *force) || (kern && *kern);
   // Few row blocks: the staged kernel, its workspace (the logits, rows x keys x
   // 4 bytes: 16 MB at 64 x 64K; the pieces' histograms) from the caching
   // allocator on this stream.
   {
     const char* st = env_str("MQA_TOPK_FUSED_STAGED");
-    const char* force_split = env_str("MQA_TOPK_FUSED_SPLIT");
-    const char* kern = env_str("MQA_TOPK_FUSED_KERNEL");
-    const bool knobs = a.probe != 0 || a.cap != 0 || a.target != 0 || (force_split && *force_split) ||
-                       (kern && *kern);
     const bool want = !knobs && (st && *st ? std::atoi(st) != 0 : fused_use_staged(a.rows, a.num_sms));
     const char* sv = env_str("MQA_TOPK_FUSED_STAGED_VARIANT");
     const int variant = sv && *sv ? std::atoi(sv) : kFusedStagedVariant;
@@ -152,12 +152,8 @@ void fused_mqa_topk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
   // its v3 part; its own buffer (the r blocks' logits) from the caching allocator.
   {
     const char* hy = env_str("MQA_TOPK_FUSED_HYBRID");
-    const char* force_split = env_str("MQA_TOPK_FUSED_SPLIT");
-    const char* kern = env_str("MQA_TOPK_FUSED_KERNEL");
     TORCH_CHECK(!(hy && *hy) || std::strcmp(hy, "0") == 0 || std::strcmp(hy, "1") == 0,
                 "MQA_TOPK_FUSED_HYBRID: must be 0 or 1, got ", hy);
-    const bool knobs = a.probe != 0 || a.cap != 0 || a.target != 0 || (force_split && *force_split) ||
-                       (kern && *kern);
     const bool want = !knobs && (hy && *hy ? std::strcmp(hy, "1") == 0 : kFusedHybrid);
     if (want && fused_hybrid_extra(a.rows, a.keys, a.num_sms) > 0 &&
         workspace.numel() >= static_cast<int64_t>(fused_hybrid_workspace_bytes(a.topk, a.rows, a.keys, a.num_sms))) {
@@ -177,9 +173,7 @@ void fused_mqa_topk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
   // for the unsplit kernel alone, as before, keeps the unsplit kernel).
   // The split blocks run on the v3 kernel's shares (fused_v3_split_launch)
   // where the workspace holds its regions, else on the v2 split kernel.
-  const char* force = env_str("MQA_TOPK_FUSED_SPLIT");
   const bool want = force && *force ? std::atoi(force) != 0 : fused_use_split(a.rows, a.num_sms);
-  const char* kern = env_str("MQA_TOPK_FUSED_KERNEL");
   const bool v2 = a.cap != 0 || (kern && std::strcmp(kern, "v2") == 0);
   const int64_t ws_bytes = workspace.numel();
   const bool split_v3 =

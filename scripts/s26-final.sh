@@ -14,12 +14,5 @@ grep -h "passed\|failed\|ERROR SUMMARY\|checks passed\|mismatch" "$OUT/device.lo
 grep -h " rc=" "$OUT/device.log" | tail -8
 timeout 120 mqa-topk bench --config small-rows --paths fused,native --out "$OUT/bench-small-rows-2.csv" \
   >> "$OUT/device.log" 2>&1
-python3 - <<'PY'
-import glob, os, pandas as pd
-for f in sorted(glob.glob(os.environ["OUT"] + "/bench-*.csv")):
-    d = pd.read_csv(f)
-    p = d.pivot_table(index=["rows", "topk"], columns="path", values="median_ms")
-    p["ratio"] = p["fused"] / p["native"]
-    print(os.path.basename(f), d["env_gpu"].iloc[0]); print(p.round(4).to_string())
-PY
+python3 scripts/ratio_table.py "$OUT"/bench-*.csv
 echo "done"

@@ -12,11 +12,4 @@ bash scripts/device-check.sh sanitize > /dev/null 2>&1
 grep -h "ERROR SUMMARY" "$OUT/device.log" | tail -1
 SHARE_RULES="${SHARE_RULES:-0 4 8 16 0 4}" bash scripts/device-check.sh bench-small-rows-rules > /dev/null 2>&1
 grep -h " rc=" "$OUT/device.log" | tail -10
-python3 - <<'PY'
-import glob, os, pandas as pd
-for f in sorted(glob.glob(os.environ["OUT"] + "/bench-small-rows-rule*.csv")):
-    d = pd.read_csv(f)
-    p = d.pivot_table(index=["rows", "topk"], columns="path", values="median_ms")
-    p["ratio"] = p["fused"] / p["native"]
-    print(os.path.basename(f)); print(p.round(4).to_string())
-PY
+python3 scripts/ratio_table.py "$OUT"/bench-small-rows-rule*.csv

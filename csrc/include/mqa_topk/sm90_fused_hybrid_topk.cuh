@@ -74,12 +74,9 @@ __device__ __forceinline__ void piece(const CUtensorMap* tm_q, const CUtensorMap
   __shared__ int lean2_slot[2][Cfg::kSlotInts];
   const Sm90LogitsParams& p = P.lg;
   const int tid = threadIdx.x, wg = tid / 128, lane = tid & 31;
-  const int m = P.m, c = static_cast<int>(blockIdx.x), b = c / m, rank = c % m;
-  int lo = 0, s_l = 0, len_l = 0;
-  const int nt = lean2_block_span(p, b, lane, lo, s_l, len_l);
-  const int t0 = static_cast<int>(static_cast<long long>(nt) * rank / m);
-  const int t1 = static_cast<int>(static_cast<long long>(nt) * (rank + 1) / m);
-  const WorkShare share{b, t0, t1 - t0};
+  const int c = static_cast<int>(blockIdx.x);
+  const PieceSpan ps = piece_span(p, P.m, c, lane);
+  const WorkShare share{ps.b, ps.t0, ps.t1 - ps.t0};
   if (tid == 0) init_pipeline_barriers<S, Cfg::kMathThreads / 32>(full, empty, q_full, q_empty);
   __syncthreads();
   if (wg == Cfg::kMathWarpgroups) {
@@ -107,22 +104,10 @@ __device__ __forceinline__ void piece(const CUtensorMap* tm_q, const CUtensorMap
   if (share.count > 0)
     logits_v2_lean2_math<Cfg>(p, smem, full, empty, q_full, q_empty, wg, lean2_slot, EpiHist{rowbase});
   bar_math();  // every math warp's tile loop is done
-  // The piece's histograms less the logits outside each row (all -inf: kEpiPadBin), published.
-  if (tid < kRows && t1 > t0) {
-    const long long a = max(static_cast<long long>(s_l), lo + static_cast<long long>(t0) * 128);
-    const long long e = min(static_cast<long long>(s_l) + len_l, lo + static_cast<long long>(t1) * 128);
-    const long long pad = static_cast<long long>(t1 - t0) * 128 - max(e - a, 0ll);
-    hist[tid * kEpiBins + kEpiPadBin] -= static_cast<uint32_t>(pad);
-  }
+  // The piece's histograms less the logits outside each row, published.
+  piece_unpad(hist, ps, tid);
   bar_math();
-  {
-    uint4* dst = reinterpret_cast<uint4*>(P.hist + static_cast<size_t>(c) * kRows * kEpiBins);
-    const uint4* src = reinterpret_cast<const uint4*>(hist);
-    for (int i = tid; i < kRows * kEpiBins / 4; i += kMath) __stcg(dst + i, src[i]);
-  }
-  __threadfence();
-  bar_math();
-  if (tid == 0) red_release_add(P.counters + b, 1u);
+  piece_publish(P, hist, c, ps.b, tid);
 }
 
 // After a whole-block CTA's blocks (its math threads): an owner ticket, and

@@ -216,6 +216,46 @@ __device__ __forceinline__ uint32_t ld_acquire(const uint32_t* p) {
 __device__ __forceinline__ void red_release_add(uint32_t* p, uint32_t v) {
   asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
+// Piece c of its row block's m pieces: the block b = c / m, its key span
+// (lean2_block_span: the block's first key lo, this lane's row's start s and
+// length len) and the piece's tiles [t0, t1) of the block's nt.
+struct PieceSpan {
+  int b, lo, s, len, t0, t1;
+};
+__device__ __forceinline__ PieceSpan piece_span(const Sm90LogitsParams& p, int m, int c, int lane) {
+  PieceSpan ps{c / m, 0, 0, 0, 0, 0};
+  const int rank = c % m;
+  const int nt = lean2_block_span(p, ps.b, lane, ps.lo, ps.s, ps.len);
+  ps.t0 = static_cast<int>(static_cast<long long>(nt) * rank / m);
+  ps.t1 = static_cast<int>(static_cast<long long>(nt) * (rank + 1) / m);
+  return ps;
+}
+// The piece's epilogue histograms (hist: u32 [kRows][kEpiBins], shared) less
+// the logits outside each row (128 per row and tile, all -inf: kEpiPadBin);
+// threads 0-7 (lane = row), after the tile loops.
+__device__ __forceinline__ void piece_unpad(uint32_t* hist, const PieceSpan& ps, int tid) {
+  if (tid < kRows && ps.t1 > ps.t0) {
+    const long long a = max(static_cast<long long>(ps.s), ps.lo + static_cast<long long>(ps.t0) * 128);
+    const long long e = min(static_cast<long long>(ps.s) + ps.len, ps.lo + static_cast<long long>(ps.t1) * 128);
+    const long long pad = static_cast<long long>(ps.t1 - ps.t0) * 128 - max(e - a, 0ll);
+    hist[tid * kEpiBins + kEpiPadBin] -= static_cast<uint32_t>(pad);
+  }
+}
+// Piece c publishes its histograms (every math thread) and counts itself in
+// block b's counter (one release, after every thread's stores and fence).
+// (C: the index's type as the caller has it, int or blockIdx.x's unsigned.)
+template <class C>
+__device__ __forceinline__ void piece_publish(const StagedTopkParams& P, const uint32_t* hist, C c, int b, int tid) {
+  {
+    uint4* dst = reinterpret_cast<uint4*>(P.hist + static_cast<size_t>(c) * kRows * kEpiBins);
+    const uint4* src = reinterpret_cast<const uint4*>(hist);
+    for (int i = tid; i < kRows * kEpiBins / 4; i += kMath) __stcg(dst + i, src[i]);
+  }
+  __threadfence();
+  bar_math();
+  if (tid == 0) red_release_add(P.counters + b, 1u);
+}
+
 __device__ __forceinline__ bool in_class(uint32_t u, uint32_t P, int s) { return s >= 32 || (u >> s) == P; }
 
 // Keys [a, e) of the workspace row `rowp` in float4 groups: op(first key of
@@ -737,34 +777,18 @@ __device__ __noinline__ void staged_select(const StagedTopkParams P) {
   Ctl* ctl = &ctl_s;
   const Sm90LogitsParams& p = P.lg;
   const int tid = threadIdx.x, lane = tid & 31;
-  const int m = P.m, b = static_cast<int>(blockIdx.x) / m, rank = static_cast<int>(blockIdx.x) % m;
-  int lo = 0, s_l = 0, len_l = 0;
-  const int nt = lean2_block_span(p, b, lane, lo, s_l, len_l);
-  const int t0 = static_cast<int>(static_cast<long long>(nt) * rank / m);
-  const int t1 = static_cast<int>(static_cast<long long>(nt) * (rank + 1) / m);
+  const int m = P.m, rank = static_cast<int>(blockIdx.x) % m;
+  const PieceSpan ps = piece_span(p, m, static_cast<int>(blockIdx.x), lane);
+  const int b = ps.b;
   bar_math();  // every math warp's tile loop is done: the K ring and Q buffers are free
   mark(P, 1);
-  constexpr int kPubBins = kEpiBins;  // the published histograms' bins per row
   // 1. The piece's histograms are the tile loops' (shared memory at kEpiOff,
-  // all 8 rows), less the logits outside each row (128 per row and tile,
-  // all -inf: kEpiPadBin).
+  // all 8 rows), less the logits outside each row; published.
   uint32_t* hist = reinterpret_cast<uint32_t*>(smem + kEpiOff);
-  if (tid < kRows && t1 > t0) {
-    const long long a = max(static_cast<long long>(s_l), lo + static_cast<long long>(t0) * 128);
-    const long long e = min(static_cast<long long>(s_l) + len_l, lo + static_cast<long long>(t1) * 128);
-    const long long pad = static_cast<long long>(t1 - t0) * 128 - max(e - a, 0ll);
-    hist[tid * kEpiBins + kEpiPadBin] -= static_cast<uint32_t>(pad);
-  }
+  piece_unpad(hist, ps, tid);
   bar_math();
   mark(P, 2);
-  {
-    uint4* dst = reinterpret_cast<uint4*>(P.hist + static_cast<size_t>(blockIdx.x) * kRows * kPubBins);
-    const uint4* src = reinterpret_cast<const uint4*>(hist);
-    for (int i = tid; i < kRows * kPubBins / 4; i += kMath) __stcg(dst + i, src[i]);
-  }
-  __threadfence();
-  bar_math();
-  if (tid == 0) red_release_add(P.counters + b, 1u);
+  piece_publish(P, hist, blockIdx.x, b, tid);
   mark(P, 3);
   // 2. The owned rows: r = rank, rank + m, ... (< 8, < rows).
   if (rank >= kRows || b * kRows + rank >= p.rows) return;
@@ -857,12 +881,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   if constexpr (kShares) {
     share = find_work_share_v2<Cfg>(p);  // (every thread: it synchronizes the CTA)
   } else {
-    const int m = P.m, b = static_cast<int>(blockIdx.x) / m, rank = static_cast<int>(blockIdx.x) % m;
-    int lo = 0, s_l = 0, len_l = 0;
-    const int nt = lean2_block_span(p, b, lane, lo, s_l, len_l);
-    const int t0 = static_cast<int>(static_cast<long long>(nt) * rank / m);
-    const int t1 = static_cast<int>(static_cast<long long>(nt) * (rank + 1) / m);
-    share = WorkShare{b, t0, t1 - t0};
+    const staged_topk::PieceSpan ps = staged_topk::piece_span(p, P.m, static_cast<int>(blockIdx.x), lane);
+    share = WorkShare{ps.b, ps.t0, ps.t1 - ps.t0};
   }
   if (tid == 0) init_pipeline_barriers<S, Cfg::kMathThreads / 32>(full, empty, q_full, q_empty);
   __syncthreads();
