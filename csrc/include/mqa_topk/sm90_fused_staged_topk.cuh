@@ -92,16 +92,8 @@ struct Ctl {
   int scan[kMath / 32];
   int found[4];  // digit, need, class count, found
   int fill;      // (the retired shared-counter staging's pairs: zeroed, no longer read)
-  uint32_t ring_seq;  // (owner_row_v2's dead ring branch: see `ring` there)
-  int pad[2];
+  int pad[3];    // (pad[0]: the retired ring's chunk count; the layout kept)
 };
-
-// (The retired variants 111 / 115's ring of 4 16 KB slots at the top of the
-// select's shared memory, filled by bulk copies: named only by owner_row_v2's
-// dead ring branch.)
-constexpr int kRingSlots = 4;
-constexpr int kRingBytes = 16384;                // 1024 float4 groups
-constexpr int kRingOff = 196608 - kRingSlots * kRingBytes;
 
 __device__ __forceinline__ uint32_t okey(float x) {
   const uint32_t u = __float_as_uint(x);
@@ -421,15 +413,6 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
   // Bit j of the bitmaps is key sr0 + j (sr0 = sr rounded down to 4: a float4 group's keys share a word).
   const int sr0 = sr & ~3;
   const int nw = (n + (sr - sr0) + 31) >> 5;
-  // (Dead code kept on purpose: the pass's branch through the ring of bulk
-  // copies of the retired variants 111 / 115 (kRing) is never taken, ring is
-  // false; but deleting it changes the SASS nvcc emits for the kThr kernels
-  // (113 / 117 / 119 / 121: the same memory operations, reassociated address
-  // arithmetic, 8 fewer instructions), and the kept kernels' SASS is the one
-  // the GPU rounds checked and measured. Delete it with the next GPU-checked
-  // change of this pass.)
-  constexpr bool ring = false;
-  uint64_t* ring_full = nullptr;
   const int cap = (kSmemSelect - kOffBitsA - 2 * nw * 4) / 8 / 4 * 4;
   uint32_t* hist = reinterpret_cast<uint32_t*>(smem + kOffHist);
   uint32_t* bitsA = reinterpret_cast<uint32_t*>(smem + kOffBitsA);
@@ -563,50 +546,7 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
         if constexpr (kThr) group_t(xx, v, vmask);
         else group(xx, v, vmask);
       };
-      if (ring) {  // (dead: see `ring` above)
-        // Chunks of 1024 float4 groups through the ring: thread 0 keeps 4 in
-        // flight; every thread takes 2 groups of each chunk from shared memory.
-        constexpr int kG = kRingBytes / 16;
-        const int nc = (v1 - v0 + kG - 1) / kG;
-        const uint32_t seq0 = ctl->ring_seq;  // (written by thread 0 before a barrier of find_digit)
-        auto issue = [&](int c) {
-          const int slot = static_cast<int>((seq0 + static_cast<uint32_t>(c)) % kRingSlots);
-          const uint32_t bytes = static_cast<uint32_t>(min(kG, v1 - v0 - c * kG)) * 16u;
-          ptx::mbar_arrive_expect_tx(ring_full + slot, bytes);
-          ptx::bulk_load_1d(smem + kRingOff + slot * kRingBytes, p4 + v0 + c * kG, bytes, ring_full + slot);
-        };
-        if (tid == 0) {
-          ptx::fence_proxy_async();  // (the slots' earlier generic accesses before the copies' writes)
-          for (int c = 0; c < min(kRingSlots, nc); ++c) issue(c);
-        }
-        for (int c = 0; c < nc; ++c) {
-          const uint32_t q = seq0 + static_cast<uint32_t>(c);
-          const int slot = static_cast<int>(q % kRingSlots);
-          ptx::mbar_wait(ring_full + slot, (q / kRingSlots) & 1u);
-          const float4* rs = reinterpret_cast<const float4*>(smem + kRingOff + slot * kRingBytes);
-          const int cb = v0 + c * kG;
-          const float4 xa = rs[tid], xb = rs[tid + kMath];  // (past the row's end: stale, masked off)
-          if (4 * cb >= sr && 4 * (cb + kG) <= e) {  // (the same for every thread)
-            grp(xa, cb + tid, 0xfu);
-            grp(xb, cb + tid + kMath, 0xfu);
-          } else {
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              const int v = cb + tid + h * kMath, k = 4 * v;
-              uint32_t vm = 0;
-#pragma unroll
-              for (int cc = 0; cc < 4; ++cc) vm |= (v < v1 && k + cc >= sr && k + cc < e) ? (1u << cc) : 0u;
-              grp(h ? xb : xa, v, vm);
-            }
-          }
-          bar_math();  // (the slot is free)
-          if (tid == 0 && c + kRingSlots < nc) {
-            ptx::fence_proxy_async();
-            issue(c + kRingSlots);
-          }
-        }
-        if (tid == 0) ctl->ring_seq = seq0 + static_cast<uint32_t>(nc);  // (read after the pass's barrier)
-      } else if constexpr (kPipe) {
+      if constexpr (kPipe) {
         // (kPipe, 117: rounds of 4 float4 groups per thread, the next round's
         // loads issued before this round's keys are classified: 4 to 8 loads
         // per thread always in flight, where 109's 8 drain before each round.)
