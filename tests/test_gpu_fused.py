@@ -665,7 +665,7 @@ STAGED_CASES = [
 ]
 
 
-STAGED_VARIANTS = (109, 113, 117, 119, 121)
+STAGED_VARIANTS = (109, 113, 117, 119, 121, 123, 125)
 SHARES_VARIANTS = (119, 121)  # (any number of row blocks)
 
 

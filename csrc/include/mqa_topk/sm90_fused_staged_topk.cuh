@@ -392,8 +392,47 @@ __device__ __forceinline__ void emit_row(const uint32_t* bitsA, const uint32_t* 
 // kThr (kMode bit 6) stages each thread's class keys into its own slots
 // instead, kPipe (kMode bit 7) issues the pass's loads a round ahead.
 // (The retired variants' other passes, sessions 22-25: docs/FUSED.md.)
-template <int kS0, bool kThr = false, bool kPipe = false>
-__device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t* smem, Ctl* ctl, int b, int r) {
+// The row's float4 groups [sr0, sr + n) of workspace row `rowp` into L2, 8 KB per bulk prefetch (16-byte
+// aligned: ld is a multiple of 4), every math thread.
+__device__ __forceinline__ void prefetch_row_l2(const float* rowp, int sr0, int sr, int n) {
+  const char* a = reinterpret_cast<const char*>(rowp + sr0);
+  const uint32_t bytes = static_cast<uint32_t>(((sr + n + 3) >> 2) - (sr0 >> 2)) * 16u;
+  for (uint32_t c = static_cast<uint32_t>(threadIdx.x) * 8192u; c < bytes; c += kMath * 8192u)
+    ptx::prefetch_l2_bulk(a + c, min(8192u, bytes - c));
+}
+
+// Thread tid's bins of row r's first digit (block b), summed over the m pieces' histograms (L2): kPer1
+// bins per thread, into hv[0, kPer1).
+template <int kPer1, int kBins1>
+__device__ __forceinline__ void first_digit_bins(const StagedTopkParams& P, int b, int r, int tid, uint32_t (&hv)[4]) {
+  const uint32_t* hb = P.hist + (static_cast<size_t>(b) * P.m * kRows + r) * kBins1 + kPer1 * tid;
+  static_assert(kPer1 == 2 || kPer1 == 1, "two bins per thread (10 bits) or one (9)");
+  if constexpr (kPer1 == 2) {  // (109: the m <= 16 pieces' loads all in flight at once)
+    uint2 hx[16];
+#pragma unroll
+    for (int j = 0; j < 16; ++j)
+      hx[j] = j < P.m ? __ldcg(reinterpret_cast<const uint2*>(hb + static_cast<size_t>(j) * kRows * kBins1))
+                      : make_uint2(0u, 0u);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) hv[0] += hx[j].x, hv[1] += hx[j].y;
+  } else
+#pragma unroll 4
+  for (int j = 0; j < P.m; ++j) {
+    const uint32_t* hj = hb + static_cast<size_t>(j) * kRows * kBins1;
+    hv[0] += __ldcg(hj);  // (the shares' 9 bits: one bin per thread)
+  }
+}
+
+// kNext (kMode bit 8, 123): the owner's next row (r_next of the block, -1 for
+// none) is prefetched into L2 right after this row's pass, so that its bytes
+// come from HBM while this row's digits and output run (the pass itself was
+// HBM-bound at 512 rows: 128 owners streaming 256 KB rows at once); `pre`: this
+// row was prefetched so by the row before it.
+// kNextHist (kMode bit 9, 125, with bit 8): the next row's first-digit bins
+// are summed there too (hvn: this thread's two, kept in registers).
+template <int kS0, bool kThr = false, bool kPipe = false, bool kNext = false, bool kNextHist = false>
+__device__ __forceinline__ bool owner_row_v2(const StagedTopkParams& P, uint8_t* smem, Ctl* ctl, int b, int r,
+                                             int r_next = -1, bool pre = false, uint32_t* hvn = nullptr) {
   // The first digit: bits 31..kS0 (10 from the tile loops' epilogue
   // histograms, 9 from the shares' epilogue), in 2^(32 - kS0) bins; the rest
   // in digits of at most 11 bits.
@@ -408,7 +447,7 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
   int* orow = P.out + static_cast<int64_t>(row) * topk;
   if (n <= topk) {  // every key, then -1
     for (int i = tid; i < topk; i += kMath) orow[i] = i < n ? i : -1;
-    return;
+    return false;
   }
   // Bit j of the bitmaps is key sr0 + j (sr0 = sr rounded down to 4: a float4 group's keys share a word).
   const int sr0 = sr & ~3;
@@ -420,31 +459,14 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
   uint32_t* skey = bitsB + nw;
   uint32_t* sidx = skey + cap;
   const float* rowp = p.logits + static_cast<int64_t>(row) * p.ld;
-  {  // 8 KB per prefetch, the row's float4 groups (16-byte aligned: ld is a multiple of 4)
-    const char* a = reinterpret_cast<const char*>(rowp + sr0);
-    const uint32_t bytes = static_cast<uint32_t>(((sr + n + 3) >> 2) - (sr0 >> 2)) * 16u;
-    for (uint32_t c = static_cast<uint32_t>(tid) * 8192u; c < bytes; c += kMath * 8192u)
-      ptx::prefetch_l2_bulk(a + c, min(8192u, bytes - c));
-  }
+  if (!kNext || !pre) prefetch_row_l2(rowp, sr0, sr, n);
+  bool prefetched = false;  // (kNext: the next row's prefetch issued)
   // The first digit from the m pieces' histograms (L2): 4 bins per thread.
   uint32_t hv[4] = {0, 0, 0, 0};
-  {
-    const uint32_t* hb = P.hist + (static_cast<size_t>(b) * P.m * kRows + r) * kBins1 + kPer1 * tid;
-    static_assert(kPer1 == 2 || kPer1 == 1, "two bins per thread (10 bits) or one (9)");
-    if constexpr (kPer1 == 2) {  // (109: the m <= 16 pieces' loads all in flight at once)
-      uint2 hx[16];
-#pragma unroll
-      for (int j = 0; j < 16; ++j)
-        hx[j] = j < P.m ? __ldcg(reinterpret_cast<const uint2*>(hb + static_cast<size_t>(j) * kRows * kBins1))
-                        : make_uint2(0u, 0u);
-#pragma unroll
-      for (int j = 0; j < 16; ++j) hv[0] += hx[j].x, hv[1] += hx[j].y;
-    } else
-#pragma unroll 4
-    for (int j = 0; j < P.m; ++j) {
-      const uint32_t* hj = hb + static_cast<size_t>(j) * kRows * kBins1;
-      hv[0] += __ldcg(hj);  // (the shares' 9 bits: one bin per thread)
-    }
+  if (kNextHist && pre) {  // (the row before summed this row's bins)
+    hv[0] = hvn[0], hv[1] = hvn[1];
+  } else {
+    first_digit_bins<kPer1, kBins1>(P, b, r, tid, hv);
   }
   for (int i = tid; i < nw; i += kMath) bitsA[i] = 0, bitsB[i] = 0;
   // (Ctl::fill is read by no kept pass since the shared-counter staging was
@@ -455,7 +477,7 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
   if (!ctl->found[3]) {  // (inconsistent histograms: impossible for the kernel's own logits)
     for (int i = tid; i < topk; i += kMath) orow[i] = -1;
     bar_math();
-    return;
+    return false;
   }
   uint32_t Pc = static_cast<uint32_t>(ctl->found[0]);
   int s = kS0;
@@ -603,6 +625,20 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
         }
       }
     }
+    if constexpr (kNext) {  // (this thread's loads of the pass are done: the next row's bytes to L2)
+      if (r_next >= 0) {
+        const int rn = b * kRows + r_next;
+        const int srn = max(__ldg(p.starts + rn), 0);
+        const int nn = max(min(__ldg(p.ends + rn), p.keys) - srn, 0);
+        if (nn > topk) prefetch_row_l2(p.logits + static_cast<int64_t>(rn) * p.ld, srn & ~3, srn, nn);
+        if constexpr (kNextHist) {
+          uint32_t h4[4] = {0, 0, 0, 0};
+          first_digit_bins<kPer1, kBins1>(P, b, r_next, tid, h4);
+          hvn[0] = h4[0], hvn[1] = h4[1];
+        }
+        prefetched = true;
+      }
+    }
     if constexpr (kThr) {
       tcnt = tp / kMath;
       const int wmax = __reduce_max_sync(0xffffffffu, tcnt);  // (checked against capt below)
@@ -653,7 +689,7 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
     if (!ctl->found[3]) {
       for (int i = tid; i < topk; i += kMath) orow[i] = -1;
       bar_math();
-      return;
+      return prefetched;
     }
     Pc = (Pc << bits) | static_cast<uint32_t>(ctl->found[0]);
     s = sh;
@@ -694,6 +730,7 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
   }
   mark(P, 8);
   emit_row(bitsA, bitsB, nw, need, topk, orow, sr0 - sr);
+  return prefetched;
 }
 
 // The select after the tile loops (every math thread): the piece's histograms,
@@ -708,9 +745,12 @@ __device__ __forceinline__ void owner_row_v2(const StagedTopkParams& P, uint8_t*
 // and 115, modes 0-15, 59 and 123: docs/FUSED.md.)
 template <int kMode, int kEpiOff>
 __device__ __noinline__ void staged_select(const StagedTopkParams P) {
-  static_assert((kMode & 27) == 27 && (kMode & 36) == 0 && kMode < 256,
-                "a kept staged mode: bits 0, 1, 3, 4 set, no shares (bit 2), no ring (bit 5)");
-  constexpr bool kThr = (kMode & 64) != 0, kPipe = (kMode & 128) != 0;
+  static_assert((kMode & 27) == 27 && (kMode & 36) == 0 && kMode < 1024 &&
+                    ((kMode & 256) == 0 || (kMode & 192) == 192) && ((kMode & 512) == 0 || (kMode & 256) != 0),
+                "a kept staged mode: bits 0, 1, 3, 4 set, no shares (bit 2), no ring (bit 5); bit 8 on 117's pass, "
+                "bit 9 with bit 8");
+  constexpr bool kThr = (kMode & 64) != 0, kPipe = (kMode & 128) != 0, kNext = (kMode & 256) != 0;
+  constexpr bool kNextHist = (kMode & 512) != 0;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
   __shared__ Ctl ctl_s;
@@ -737,8 +777,17 @@ __device__ __noinline__ void staged_select(const StagedTopkParams P) {
   }
   bar_math();
   mark(P, 4);
-  for (int r = rank; r < kRows && b * kRows + r < p.rows; r += m)
-    owner_row_v2<32 - kEpiBits, kThr, kPipe>(P, smem, ctl, b, r);
+  if constexpr (kNext) {
+    bool pre = false;
+    uint32_t hvn[2] = {0u, 0u};
+    for (int r = rank; r < kRows && b * kRows + r < p.rows; r += m) {
+      const int rn = r + m < kRows && b * kRows + r + m < p.rows ? r + m : -1;
+      pre = owner_row_v2<32 - kEpiBits, kThr, kPipe, true, kNextHist>(P, smem, ctl, b, r, rn, pre, hvn);
+    }
+  } else {
+    for (int r = rank; r < kRows && b * kRows + r < p.rows; r += m)
+      owner_row_v2<32 - kEpiBits, kThr, kPipe>(P, smem, ctl, b, r);
+  }
   mark(P, 5);
 }
 
@@ -812,9 +861,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   staged_topk::mark(P, 15);
   const int tid = threadIdx.x, wg = tid / 128, lane = tid & 31;
   constexpr bool kShares = (kMode & 4) != 0;
-  static_assert((kMode & 27) == 27 && (kMode & 32) == 0 && kMode < 256,
+  static_assert((kMode & 27) == 27 && (kMode & 32) == 0 && kMode < 1024,
                 "a kept staged mode: owner_row_v2 (bit 0) on the epilogue's histograms (bit 1) with the deep, lean "
-                "pass (bits 3, 4), no ring (bit 5)");
+                "pass (bits 3, 4), no ring (bit 5); bits 8, 9 the next row's prefetch and bins");
   // This CTA's tiles: the dense kernel's share c of G of the call's tiles
   // (shares), or piece `rank` of its row block's m pieces.
   WorkShare share;
