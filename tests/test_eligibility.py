@@ -34,7 +34,14 @@ def test_shipped_default_is_the_h200_measurement(monkeypatch):
     cal = el.load_calibration()
     assert cal["gpu"] == "NVIDIA H200" and cal["sms"] == 132 and cal["commit"]
     assert cal["source"].startswith("mqa-topk crossover")
-    assert cal["block_rows"] == 8 and cal["wave_rule"] is True
+    assert cal["block_rows"] == 8 and isinstance(cal["wave_rule"], bool)
+    # The wave rule is crossover's decision on the shipped wave table (fused at
+    # most (1 + tolerance) x dense's time at every poorly filled last wave: off).
+    from mqa_topk_cli.crossover import decide_wave_rule
+    wave = cal["measured"]["wave"]
+    decision = decide_wave_rule(wave["table"], wave["decision"]["tolerance"])
+    assert decision["rows_checked"] > 0
+    assert decision == wave["decision"] and cal["wave_rule"] == decision["wave_rule"]
     grid = cal["measured"]["grid"]
     assert {g["topk"] for g in grid} == {512, 1024, 2048}
     # Every threshold is what crossover's rule gives on the shipped grid: the

@@ -423,13 +423,15 @@ __device__ __forceinline__ void first_digit_bins(const StagedTopkParams& P, int 
   }
 }
 
-// kNext (kMode bit 8, 123): the owner's next row (r_next of the block, -1 for
-// none) is prefetched into L2 right after this row's pass, so that its bytes
-// come from HBM while this row's digits and output run (the pass itself was
-// HBM-bound at 512 rows: 128 owners streaming 256 KB rows at once); `pre`: this
-// row was prefetched so by the row before it.
+// kNext (kMode bit 8, dev variant 123, session 27): the owner's next row
+// (r_next of the block, -1 for none) is prefetched into L2 right after this
+// row's pass, so that its bytes come from HBM while this row's digits and
+// output run; `pre`: this row was prefetched so by the row before it.
 // kNextHist (kMode bit 9, 125, with bit 8): the next row's first-digit bins
 // are summed there too (hvn: this thread's two, kept in registers).
+// Measured (H200): no gain (512 rows ~0.5-1% slower): the pass is ~8 us per
+// 64K-key row with or without the prefetch, so it is not HBM-bound there.
+// Exact, kept as development variants; 117 (the op's) has neither.
 template <int kS0, bool kThr = false, bool kPipe = false, bool kNext = false, bool kNextHist = false>
 __device__ __forceinline__ bool owner_row_v2(const StagedTopkParams& P, uint8_t* smem, Ctl* ctl, int b, int r,
                                              int r_next = -1, bool pre = false, uint32_t* hvn = nullptr) {
