@@ -432,7 +432,11 @@ __device__ __forceinline__ void first_digit_bins(const StagedTopkParams& P, int 
 // Measured (H200): no gain (512 rows ~0.5-1% slower): the pass is ~8 us per
 // 64K-key row with or without the prefetch, so it is not HBM-bound there.
 // Exact, kept as development variants; 117 (the op's) has neither.
-template <int kS0, bool kThr = false, bool kPipe = false, bool kNext = false, bool kNextHist = false>
+// kFine (kMode bit 10; v3check's timeline variant 128, session 27): thread 0's
+// marks inside the remaining digits too (9 / 11: the second digit's
+// histogram / digit found, 12 / 13: the third's, 14: the final class marked).
+template <int kS0, bool kThr = false, bool kPipe = false, bool kNext = false, bool kNextHist = false,
+          bool kFine = false>
 __device__ __forceinline__ bool owner_row_v2(const StagedTopkParams& P, uint8_t* smem, Ctl* ctl, int b, int r,
                                              int r_next = -1, bool pre = false, uint32_t* hvn = nullptr) {
   // The first digit: bits 31..kS0 (10 from the tile loops' epilogue
@@ -684,6 +688,7 @@ __device__ __forceinline__ bool owner_row_v2(const StagedTopkParams& P, uint8_t*
       });
     }
     bar_math();
+    if constexpr (kFine) mark(P, L == 1 ? 9 : 12);
     const int per = max((1 << bits) / kMath, 1);  // (fewer bins than threads: the rest read zeros)
     uint32_t hv2[4] = {0, 0, 0, 0};
     for (int i = 0; i < per; ++i) hv2[i] = hist[tid * per + i];
@@ -693,6 +698,7 @@ __device__ __forceinline__ bool owner_row_v2(const StagedTopkParams& P, uint8_t*
       bar_math();
       return prefetched;
     }
+    if constexpr (kFine) mark(P, L == 1 ? 11 : 13);
     Pc = (Pc << bits) | static_cast<uint32_t>(ctl->found[0]);
     s = sh;
     need = static_cast<uint32_t>(ctl->found[1]);
@@ -727,6 +733,7 @@ __device__ __forceinline__ bool owner_row_v2(const StagedTopkParams& P, uint8_t*
       }
       if (take_class) need = 0;
       bar_math();
+      if constexpr (kFine) mark(P, 14);
       break;
     }
   }
@@ -747,12 +754,12 @@ __device__ __forceinline__ bool owner_row_v2(const StagedTopkParams& P, uint8_t*
 // and 115, modes 0-15, 59 and 123: docs/FUSED.md.)
 template <int kMode, int kEpiOff>
 __device__ __noinline__ void staged_select(const StagedTopkParams P) {
-  static_assert((kMode & 27) == 27 && (kMode & 36) == 0 && kMode < 1024 &&
+  static_assert((kMode & 27) == 27 && (kMode & 36) == 0 && kMode < 2048 &&
                     ((kMode & 256) == 0 || (kMode & 192) == 192) && ((kMode & 512) == 0 || (kMode & 256) != 0),
                 "a kept staged mode: bits 0, 1, 3, 4 set, no shares (bit 2), no ring (bit 5); bit 8 on 117's pass, "
-                "bit 9 with bit 8");
+                "bit 9 with bit 8; bit 10 the fine marks");
   constexpr bool kThr = (kMode & 64) != 0, kPipe = (kMode & 128) != 0, kNext = (kMode & 256) != 0;
-  constexpr bool kNextHist = (kMode & 512) != 0;
+  constexpr bool kNextHist = (kMode & 512) != 0, kFine = (kMode & 1024) != 0;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
   __shared__ Ctl ctl_s;
@@ -784,11 +791,11 @@ __device__ __noinline__ void staged_select(const StagedTopkParams P) {
     uint32_t hvn[2] = {0u, 0u};
     for (int r = rank; r < kRows && b * kRows + r < p.rows; r += m) {
       const int rn = r + m < kRows && b * kRows + r + m < p.rows ? r + m : -1;
-      pre = owner_row_v2<32 - kEpiBits, kThr, kPipe, true, kNextHist>(P, smem, ctl, b, r, rn, pre, hvn);
+      pre = owner_row_v2<32 - kEpiBits, kThr, kPipe, true, kNextHist, kFine>(P, smem, ctl, b, r, rn, pre, hvn);
     }
   } else {
     for (int r = rank; r < kRows && b * kRows + r < p.rows; r += m)
-      owner_row_v2<32 - kEpiBits, kThr, kPipe>(P, smem, ctl, b, r);
+      owner_row_v2<32 - kEpiBits, kThr, kPipe, false, false, kFine>(P, smem, ctl, b, r);
   }
   mark(P, 5);
 }
@@ -863,7 +870,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   staged_topk::mark(P, 15);
   const int tid = threadIdx.x, wg = tid / 128, lane = tid & 31;
   constexpr bool kShares = (kMode & 4) != 0;
-  static_assert((kMode & 27) == 27 && (kMode & 32) == 0 && kMode < 1024,
+  static_assert((kMode & 27) == 27 && (kMode & 32) == 0 && kMode < 2048,
                 "a kept staged mode: owner_row_v2 (bit 0) on the epilogue's histograms (bit 1) with the deep, lean "
                 "pass (bits 3, 4), no ring (bit 5); bits 8, 9 the next row's prefetch and bins");
   // This CTA's tiles: the dense kernel's share c of G of the call's tiles
