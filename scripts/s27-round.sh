@@ -35,7 +35,7 @@ if parts:
     print(d["env_gpu"].iloc[0]); print("fused / native by (variant, rep)"); print(r.round(3).to_string())
 PY
 # On an H200 (issue 12's acceptance GPU): the op's own dispatch too (small-row table, crossover, headline).
-if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+if [ "${H200_EXTRAS:-1}" = 1 ] && nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   bash scripts/device-check.sh bench-small-rows crossover bench-fused > /dev/null 2>&1
   python3 scripts/ratio_table.py "$OUT"/bench-small-rows.csv "$OUT"/bench-fused.csv
 fi

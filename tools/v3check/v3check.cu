@@ -165,11 +165,12 @@ cudaError_t launch_dense_logits(const Dev& d, cudaStream_t st = 0) {
 // MQA_TOPK_FUSED_STAGED_VARIANT numbers, each odd one's timeline-marks twin
 // one above it): 109 / 110, 113 / 114, 117 / 118 on pieces of row blocks,
 // 123 / 124 (session 27: 117 with the next row's L2 prefetch), 125 / 126 (123 + the next row's bins), 128 (117's
-// timeline with the fine marks inside the digits), 119 / 120, 121 / 122 on shares of every SM. (97-108, 111 / 112 and 115 / 116
+// timeline with the fine marks inside the digits), 129 / 130 (117 with the last digit of a small class ranked
+// by one warp; 130 with the fine marks), 119 / 120, 121 / 122 on shares of every SM. (97-108, 111 / 112 and 115 / 116
 // were retired with their kernel modes.)
 bool staged_pieces_variant(int v) {
   return v == 109 || v == 110 || v == 113 || v == 114 || v == 117 || v == 118 || v == 123 || v == 124 ||
-         v == 125 || v == 126 || v == 128;
+         v == 125 || v == 126 || v == 128 || v == 129 || v == 130;
 }
 bool staged_shares_variant(int v) { return v >= 119 && v <= 122; }
 
@@ -263,6 +264,8 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
           d.q, d.k, d.scales, d.weights, d.starts, d.ends, d.logits, d.ld, d.ws, d.out, w.rows, w.keys, w.topk, m, st,
           &me, {}, marks);
     };
+    if (variant == 129) return go(std::integral_constant<int, 2267>{});  // (session 27: 117 + the small last digit)
+    if (variant == 130) return go(std::integral_constant<int, 3291>{});  // (129 with the fine marks)
     if (variant == 128) return go(std::integral_constant<int, 1243>{});  // (session 27: 117 + the digits' fine marks)
     if (variant >= 125) return go(std::integral_constant<int, 987>{});  // (session 27: 123 + the next row's bins)
     if (variant >= 123) return go(std::integral_constant<int, 475>{});  // (session 27: 117 + the next row's prefetch)
