@@ -9,8 +9,14 @@ mkdir -p "$OUT"
 export CC=/usr/bin/gcc CXX=/usr/bin/g++
 nvidia-smi --query-gpu=name --format=csv,noheader
 [ -n "${STEPS:-}" ] && [ -x build/v3check_cluster ] && bash tools/v3check/round.sh "$STEPS" > /dev/null 2>&1
-STAGE_TIMEOUT_gpu_tests=300 bash scripts/device-check.sh build gpu-tests sanitize verify-fused > /dev/null 2>&1
-rm -f "$OUT/verify-fused.json"  # (its summary is in device.log; the device tool returns at most 8 files)
+if [ -n "${LEAN:-}" ]; then  # (LEAN=1: a dev variant's round: build, the staged tests, memcheck)
+  bash scripts/device-check.sh build sanitize > /dev/null 2>&1
+  timeout 240 python3 -m pytest -q -m gpu -x tests/test_gpu_fused.py -k staged >> "$OUT/device.log" 2>&1
+  echo "staged gpu tests rc=$?" >> "$OUT/device.log"
+else
+  STAGE_TIMEOUT_gpu_tests=300 bash scripts/device-check.sh build gpu-tests sanitize verify-fused > /dev/null 2>&1
+  rm -f "$OUT/verify-fused.json"  # (its summary is in device.log; the device tool returns at most 8 files)
+fi
 cases=""
 for r in 64 256 512; do for t in 512 1024 2048; do cases="$cases --case r$r-t$t"; done; done
 for rep in 1 2; do
@@ -41,4 +47,4 @@ if [ "${H200_EXTRAS:-1}" = 1 ] && nvidia-smi --query-gpu=name --format=csv,nohea
 fi
 [ -f "$OUT/v3check.log" ] && grep -v "^  (v" "$OUT/v3check.log" | grep -v "^\[\|^rc=0" | grep -v "^check .*wrong rows 0, reruns differing in order 0, in set 0" | tail -c 5000
 grep -h "passed\|failed\|ERROR SUMMARY\|checks passed\|mismatch" "$OUT/device.log" | tail -6
-grep -h " rc=" "$OUT/device.log" | tail -6
+grep -h " rc=\|tests rc=" "$OUT/device.log" | tail -6
