@@ -29,7 +29,7 @@ bool valid_topk(int64_t t) { return t == 512 || t == 1024 || t == 2048; }
 // MQA_TOPK_FUSED_STAGED=0/1 never / always (where it applies) runs the
 // staged kernel for at most one wave of row blocks (unset: fused_use_staged);
 // a set MQA_TOPK_FUSED_SPLIT or MQA_TOPK_FUSED_KERNEL, a probe, cap or target knob turns it off;
-// MQA_TOPK_FUSED_STAGED_VARIANT=109/113/117/119/121/123/125/129 picks the staged kernel's variant
+// MQA_TOPK_FUSED_STAGED_VARIANT=109/113/117/119/121/123/125 picks the staged kernel's variant
 // (fused_mqa_topk_staged.h; unset: kFusedStagedVariant; 119 / 121 apply at any
 // number of row blocks, so with MQA_TOPK_FUSED_STAGED=1 they run every call);
 // MQA_TOPK_FUSED_HYBRID=0/1 never / always (where it applies: SMs + 1 or 2 row blocks) runs the
@@ -131,8 +131,8 @@ void fused_mqa_topk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
     const char* sv = env_str("MQA_TOPK_FUSED_STAGED_VARIANT");
     const int variant = sv && *sv ? std::atoi(sv) : kFusedStagedVariant;
     TORCH_CHECK(!want || fused_staged_variant_known(variant),
-                "MQA_TOPK_FUSED_STAGED_VARIANT: must be 109, 113, 117, 119, 121, 123, 125 or 129 (97-107, "
-                "111 and 115 were retired), got ", sv);
+                "MQA_TOPK_FUSED_STAGED_VARIANT: must be 109, 113, 117, 119, 121, 123 or 125 (97-107, 111 "
+                "and 115 were retired), got ", sv);
     const int m = want ? fused_staged_grid_param(variant, a.rows, a.keys, a.num_sms) : 0;
     if (m > 0) {
       const at::Tensor ws = at::empty({static_cast<int64_t>(fused_staged_workspace_bytes(a.rows, a.keys, m, variant))},

@@ -26,7 +26,6 @@ constexpr int staged_mode(int variant) {
     case 117: return 219;  // (113 with the pass's loads a round ahead)
     case 123: return 475;  // (117 with the owner's next row prefetched into L2 after each pass)
     case 125: return 987;  // (123 with the next row's first-digit bins summed there too)
-    case 129: return 2267;  // (117 with the last digit of a small class ranked by one warp)
     case 119: return 95;  // (113's pass on shares of every SM: the shares' owners)
     case 121: return 223;  // (119 with 117's loads a round ahead)
     default: return -1;
@@ -65,7 +64,6 @@ cudaError_t fused_staged_launch(const void* q, const void* k, const float* scale
     STAGED_LAUNCH_CASE(117)
     STAGED_LAUNCH_CASE(123)
     STAGED_LAUNCH_CASE(125)
-    STAGED_LAUNCH_CASE(129)
     STAGED_LAUNCH_CASE(119)
     STAGED_LAUNCH_CASE(121)
 #undef STAGED_LAUNCH_CASE

@@ -19,7 +19,7 @@ int fused_staged_pieces(int rows, int keys, int num_sms);
 // block, or for variants 119 / 121 (shares: any number of row blocks) the
 // grid, num_sms; 0 where the variant does not apply.
 int fused_staged_grid_param(int variant, int rows, int keys, int num_sms);
-// Whether fused_staged_launch knows the variant (109, 113, 117, 119, 121, 123, 125, 129).
+// Whether fused_staged_launch knows the variant (109, 113, 117, 119, 121, 123, 125).
 bool fused_staged_variant_known(int variant);
 
 // Workspace bytes: the logits [rows, fused_staged_ld(keys)] fp32, then the

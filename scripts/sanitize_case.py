@@ -91,10 +91,9 @@ if hasattr(ops._native(), "fused_mqa_topk"):
     # Its variants (109: the epilogue's histograms and the lean pass; 113: 109 with each thread's own
     # staging slots; 117, the op's: 113 with the pass's loads a round ahead; 119 / 121: 113's / 117's
     # pass on shares of every SM, also past one wave of row blocks; 123 / 125: 117 with the next row
-    # prefetched / and its bins summed; 129: 117 with the small last digit by one warp; 97-107, 111
-    # and 115 were retired).
+    # prefetched / and its bins summed; 97-107, 111 and 115 were retired).
     os.environ["MQA_TOPK_FUSED_STAGED"] = "1"
-    for variant in ("109", "113", "117", "119", "121", "123", "125", "129"):
+    for variant in ("109", "113", "117", "119", "121", "123", "125"):
         os.environ["MQA_TOPK_FUSED_STAGED_VARIANT"] = variant
         for rows, keys, layout, topk in ((67, 1000, "causal", 512), (37, 3001, "random", 2048),
                                          (1, 5000, "causal", 1024), (64, 20000, "causal", 2048),

@@ -1,8 +1,8 @@
 // Torch-free translation unit: instantiates the fused staged kernel
 // (sm90_fused_staged_topk.cuh; the op's path for at most SMs / 2 row blocks
 // since session 25) in every kept variant's mode through its host launcher, so
-// CI catches a kernel that does not compile for sm_90a: 109 / 113 / 117 / 123 / 125 / 129 (kMode
-// 27 / 91 / 219 / 475 / 987 / 2267; 117 the op's default) on pieces of row blocks, 119 / 121 (95 /
+// CI catches a kernel that does not compile for sm_90a: 109 / 113 / 117 / 123 / 125 (kMode
+// 27 / 91 / 219 / 475 / 987; 117 the op's default) on pieces of row blocks, 119 / 121 (95 /
 // 223) on shares of every SM. Nothing is launched.
 #include "mqa_topk/sm90_fused_staged_topk.cuh"
 
@@ -20,7 +20,6 @@ cudaError_t ci_launch_staged_109(int rows, int keys) { return ci_launch_staged_m
 cudaError_t ci_launch_staged_113(int rows, int keys) { return ci_launch_staged_mode<91>(rows, keys); }
 cudaError_t ci_launch_staged_123(int rows, int keys) { return ci_launch_staged_mode<475>(rows, keys); }  // (117 + the next row's prefetch)
 cudaError_t ci_launch_staged_125(int rows, int keys) { return ci_launch_staged_mode<987>(rows, keys); }  // (123 + the next row's bins)
-cudaError_t ci_launch_staged_129(int rows, int keys) { return ci_launch_staged_mode<2267>(rows, keys); }  // (117 + the small last digit)
 cudaError_t ci_launch_staged_shares(int rows, int keys) { return ci_launch_staged_mode<95>(rows, keys); }  // (119)
 cudaError_t ci_launch_staged_shares_pipe(int rows, int keys) { return ci_launch_staged_mode<223>(rows, keys); }  // (121)
 static_assert(mqa_topk::staged_smem_bytes<mqa_topk::Sm90LogitsV2Default, 95>() <= 227 * 1024 &&

@@ -164,13 +164,11 @@ cudaError_t launch_dense_logits(const Dev& d, cudaStream_t st = 0) {
 // The staged kernel's variants here (sm90_fused_staged_topk.cuh; the op's
 // MQA_TOPK_FUSED_STAGED_VARIANT numbers, each odd one's timeline-marks twin
 // one above it): 109 / 110, 113 / 114, 117 / 118 on pieces of row blocks,
-// 123 / 124 (session 27: 117 with the next row's L2 prefetch), 125 / 126 (123 + the next row's bins), 128 (117's
-// timeline with the fine marks inside the digits), 129 / 130 (117 with the last digit of a small class ranked
-// by one warp; 130 with the fine marks), 119 / 120, 121 / 122 on shares of every SM. (97-108, 111 / 112 and 115 / 116
+// 123 / 124 (session 27: 117 with the next row's L2 prefetch), 125 / 126 (123 + the next row's bins), 119 / 120, 121 / 122 on shares of every SM. (97-108, 111 / 112 and 115 / 116
 // were retired with their kernel modes.)
 bool staged_pieces_variant(int v) {
   return v == 109 || v == 110 || v == 113 || v == 114 || v == 117 || v == 118 || v == 123 || v == 124 ||
-         v == 125 || v == 126 || v == 128 || v == 129 || v == 130;
+         v == 125 || v == 126;
 }
 bool staged_shares_variant(int v) { return v >= 119 && v <= 122; }
 
@@ -264,9 +262,6 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
           d.q, d.k, d.scales, d.weights, d.starts, d.ends, d.logits, d.ld, d.ws, d.out, w.rows, w.keys, w.topk, m, st,
           &me, {}, marks);
     };
-    if (variant == 129) return go(std::integral_constant<int, 2267>{});  // (session 27: 117 + the small last digit)
-    if (variant == 130) return go(std::integral_constant<int, 3291>{});  // (129 with the fine marks)
-    if (variant == 128) return go(std::integral_constant<int, 1243>{});  // (session 27: 117 + the digits' fine marks)
     if (variant >= 125) return go(std::integral_constant<int, 987>{});  // (session 27: 123 + the next row's bins)
     if (variant >= 123) return go(std::integral_constant<int, 475>{});  // (session 27: 117 + the next row's prefetch)
     if (variant >= 117) return go(std::integral_constant<int, 219>{});  // (session 25: 113 with the loads a round ahead)
@@ -780,9 +775,8 @@ int cmd_timeline(int argc, char** argv) {
       const int m = fused_staged_pieces(w.rows, w.keys, ctas);
       const int n = staged_shares_variant(v) ? ctas : m * ((w.rows + 7) / 8);  // (the shares' grid: every CTA)
       static const char* names98[16] = {"", "loops done", "piece hist", "published", "owner's wait done",
-                                        "owner done", "v2: 1st digit", "v2: pass done", "v2: digits done",
-                                        "d2: hist", "", "d2: found", "d3: hist", "d3: found", "final marked",
-                                        "kernel start"};
+                                        "owner done", "v2: 1st digit", "v2: pass done", "v2: digits done", "",
+                                        "", "", "", "", "", "kernel start"};
       const char* const* nm = names98;
       for (int rep = 0; rep < 2; ++rep) {
         CK(cudaMemset(d.out, 0, (size_t(w.rows) * w.topk + size_t(std::max(n, 1)) * 16) * 4));

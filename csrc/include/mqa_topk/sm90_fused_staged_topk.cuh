@@ -432,13 +432,7 @@ __device__ __forceinline__ void first_digit_bins(const StagedTopkParams& P, int 
 // Measured (H200): no gain (512 rows ~0.5-1% slower): the pass is ~8 us per
 // 64K-key row with or without the prefetch, so it is not HBM-bound there.
 // Exact, kept as development variants; 117 (the op's) has neither.
-// kFine (kMode bit 10; v3check's timeline variant 128, session 27): thread 0's
-// marks inside the remaining digits too (9 / 11: the second digit's
-// histogram / digit found, 12 / 13: the third's, 14: the final class marked).
-// kSmallLast (kMode bit 11, 129): the last digit on a class of at most 64
-// staged keys by one warp (see the digit loop).
-template <int kS0, bool kThr = false, bool kPipe = false, bool kNext = false, bool kNextHist = false,
-          bool kFine = false, bool kSmallLast = false>
+template <int kS0, bool kThr = false, bool kPipe = false, bool kNext = false, bool kNextHist = false>
 __device__ __forceinline__ bool owner_row_v2(const StagedTopkParams& P, uint8_t* smem, Ctl* ctl, int b, int r,
                                              int r_next = -1, bool pre = false, uint32_t* hvn = nullptr) {
   // The first digit: bits 31..kS0 (10 from the tile loops' epilogue
@@ -690,7 +684,6 @@ __device__ __forceinline__ bool owner_row_v2(const StagedTopkParams& P, uint8_t*
       });
     }
     bar_math();
-    if constexpr (kFine) mark(P, L == 1 ? 9 : 12);
     const int per = max((1 << bits) / kMath, 1);  // (fewer bins than threads: the rest read zeros)
     uint32_t hv2[4] = {0, 0, 0, 0};
     for (int i = 0; i < per; ++i) hv2[i] = hist[tid * per + i];
@@ -700,7 +693,6 @@ __device__ __forceinline__ bool owner_row_v2(const StagedTopkParams& P, uint8_t*
       bar_math();
       return prefetched;
     }
-    if constexpr (kFine) mark(P, L == 1 ? 11 : 13);
     Pc = (Pc << bits) | static_cast<uint32_t>(ctl->found[0]);
     s = sh;
     need = static_cast<uint32_t>(ctl->found[1]);
@@ -735,61 +727,7 @@ __device__ __forceinline__ bool owner_row_v2(const StagedTopkParams& P, uint8_t*
       }
       if (take_class) need = 0;
       bar_math();
-      if constexpr (kFine) mark(P, 14);
       break;
-    }
-    if constexpr (kSmallLast) {
-      // (kMode bit 11) The last digit's class is a handful of keys: one pass
-      // over the staged pairs marks those above it and gathers it, one warp
-      // ranks it. The same bitmaps and need as the 2048-bin level and the
-      // marking pass it replaces, so the same output.
-      if (stage && kThr && s == 11 && ccount <= 64) {
-        uint2* list = reinterpret_cast<uint2*>(hist);  // (free: find_digit read it before its barriers)
-        for (int j = 0; j < tcnt; ++j) {
-          const uint2 pr = tpair[j * kMath];
-          const uint32_t d = pr.x >> 11;
-          if (d > Pc) {
-            atomicOr(bitsA + (pr.y >> 5), 1u << (pr.y & 31));
-          } else if (d == Pc) {
-            const int q = atomicAdd(&ctl->fill, 1);  // (zero since the row's start; < ccount <= 64)
-            list[q] = pr;
-          }
-        }
-        bar_math();
-        if (tid < 32) {
-          const int lane = tid, cnt = min(ctl->fill, 64);
-          const bool ha = lane < cnt, hb = lane + 32 < cnt;
-          const uint2 ea = ha ? list[lane] : make_uint2(0u, 0u), eb = hb ? list[lane + 32] : make_uint2(0u, 0u);
-          uint32_t gta = 0, eqa = 0, gtb = 0, eqb = 0;
-          for (int j = 0; j < cnt; ++j) {
-            const uint32_t u = list[j].x;
-            gta += u > ea.x, eqa += u == ea.x, gtb += u > eb.x, eqb += u == eb.x;
-          }
-          // v*: the need-th largest key of the class (more than need - 1 keys
-          // above it, need or more at or above it); the ties at v* all taken
-          // when the class's rest is exactly `need`.
-          const uint32_t ba = __ballot_sync(0xffffffffu, ha && gta < need && gta + eqa >= need);
-          const uint32_t bb = __ballot_sync(0xffffffffu, hb && gtb < need && gtb + eqb >= need);
-          const int src = ba ? __ffs(ba) - 1 : __ffs(bb) - 1;
-          const uint32_t vs = __shfl_sync(0xffffffffu, ba ? ea.x : eb.x, src & 31);
-          const uint32_t gv = __shfl_sync(0xffffffffu, ba ? gta : gtb, src & 31);
-          const uint32_t ev = __shfl_sync(0xffffffffu, ba ? eqa : eqb, src & 31);
-          const uint32_t nt = need - gv;
-          const bool all = ev == nt;
-          if ((ba | bb) != 0u) {
-            if (ha && (ea.x > vs || (all && ea.x == vs))) atomicOr(bitsA + (ea.y >> 5), 1u << (ea.y & 31));
-            else if (ha && ea.x == vs) atomicOr(bitsB + (ea.y >> 5), 1u << (ea.y & 31));
-            if (hb && (eb.x > vs || (all && eb.x == vs))) atomicOr(bitsA + (eb.y >> 5), 1u << (eb.y & 31));
-            else if (hb && eb.x == vs) atomicOr(bitsB + (eb.y >> 5), 1u << (eb.y & 31));
-          }
-          // (no v*: inconsistent counts, impossible for the kernel's own logits: no ties taken)
-          if (lane == 0) ctl->found[1] = (ba | bb) != 0u && !all ? static_cast<int>(nt) : 0;
-        }
-        bar_math();
-        need = static_cast<uint32_t>(ctl->found[1]);
-        if constexpr (kFine) mark(P, 14);
-        break;
-      }
     }
   }
   mark(P, 8);
@@ -809,12 +747,12 @@ __device__ __forceinline__ bool owner_row_v2(const StagedTopkParams& P, uint8_t*
 // and 115, modes 0-15, 59 and 123: docs/FUSED.md.)
 template <int kMode, int kEpiOff>
 __device__ __noinline__ void staged_select(const StagedTopkParams P) {
-  static_assert((kMode & 27) == 27 && (kMode & 36) == 0 && kMode < 4096 &&
+  static_assert((kMode & 27) == 27 && (kMode & 36) == 0 && kMode < 1024 &&
                     ((kMode & 256) == 0 || (kMode & 192) == 192) && ((kMode & 512) == 0 || (kMode & 256) != 0),
                 "a kept staged mode: bits 0, 1, 3, 4 set, no shares (bit 2), no ring (bit 5); bit 8 on 117's pass, "
-                "bit 9 with bit 8; bit 10 the fine marks; bit 11 the small last digit");
+                "bit 9 with bit 8");
   constexpr bool kThr = (kMode & 64) != 0, kPipe = (kMode & 128) != 0, kNext = (kMode & 256) != 0;
-  constexpr bool kNextHist = (kMode & 512) != 0, kFine = (kMode & 1024) != 0, kSmallLast = (kMode & 2048) != 0;
+  constexpr bool kNextHist = (kMode & 512) != 0;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
   __shared__ Ctl ctl_s;
@@ -846,12 +784,11 @@ __device__ __noinline__ void staged_select(const StagedTopkParams P) {
     uint32_t hvn[2] = {0u, 0u};
     for (int r = rank; r < kRows && b * kRows + r < p.rows; r += m) {
       const int rn = r + m < kRows && b * kRows + r + m < p.rows ? r + m : -1;
-      pre = owner_row_v2<32 - kEpiBits, kThr, kPipe, true, kNextHist, kFine, kSmallLast>(P, smem, ctl, b, r, rn, pre,
-                                                                                           hvn);
+      pre = owner_row_v2<32 - kEpiBits, kThr, kPipe, true, kNextHist>(P, smem, ctl, b, r, rn, pre, hvn);
     }
   } else {
     for (int r = rank; r < kRows && b * kRows + r < p.rows; r += m)
-      owner_row_v2<32 - kEpiBits, kThr, kPipe, false, false, kFine, kSmallLast>(P, smem, ctl, b, r);
+      owner_row_v2<32 - kEpiBits, kThr, kPipe>(P, smem, ctl, b, r);
   }
   mark(P, 5);
 }
@@ -926,7 +863,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   staged_topk::mark(P, 15);
   const int tid = threadIdx.x, wg = tid / 128, lane = tid & 31;
   constexpr bool kShares = (kMode & 4) != 0;
-  static_assert((kMode & 27) == 27 && (kMode & 32) == 0 && kMode < 4096,
+  static_assert((kMode & 27) == 27 && (kMode & 32) == 0 && kMode < 1024,
                 "a kept staged mode: owner_row_v2 (bit 0) on the epilogue's histograms (bit 1) with the deep, lean "
                 "pass (bits 3, 4), no ring (bit 5); bits 8, 9 the next row's prefetch and bins");
   // This CTA's tiles: the dense kernel's share c of G of the call's tiles
