@@ -34,12 +34,9 @@ for f in sorted(glob.glob(os.path.join(out, "ab-v*-*.csv"))):
     v, rep = os.path.basename(f)[4:-4].split("-")
     d = pd.read_csv(f); d["variant"] = int(v); d["rep"] = int(rep); parts.append(d); os.remove(f)
 if parts:
-    d = pd.concat(parts); d.to_csv(os.path.join(out, "bench-staged-ab.csv"), index=False)
-    p = d.pivot_table(index=["rows", "topk"], columns=["variant", "rep", "path"], values="median_ms")
-    r = pd.DataFrame({(v, rep): p[(v, rep, "fused")] / p[(v, rep, "native")]
-                      for v, rep in sorted({(a, b) for a, b, _ in p.columns})})
-    print(d["env_gpu"].iloc[0]); print("fused / native by (variant, rep)"); print(r.round(3).to_string())
+    pd.concat(parts).to_csv(os.path.join(out, "bench-staged-ab.csv"), index=False)
 PY
+[ -f "$OUT/bench-staged-ab.csv" ] && python3 scripts/ratio_table.py "$OUT/bench-staged-ab.csv"
 # On an H200 (issue 12's acceptance GPU): the op's own dispatch too (small-row table, crossover, headline).
 if [ "${H200_EXTRAS:-1}" = 1 ] && nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   bash scripts/device-check.sh bench-small-rows crossover bench-fused > /dev/null 2>&1

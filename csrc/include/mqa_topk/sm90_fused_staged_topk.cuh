@@ -779,16 +779,11 @@ __device__ __noinline__ void staged_select(const StagedTopkParams P) {
   }
   bar_math();
   mark(P, 4);
-  if constexpr (kNext) {
-    bool pre = false;
-    uint32_t hvn[2] = {0u, 0u};
-    for (int r = rank; r < kRows && b * kRows + r < p.rows; r += m) {
-      const int rn = r + m < kRows && b * kRows + r + m < p.rows ? r + m : -1;
-      pre = owner_row_v2<32 - kEpiBits, kThr, kPipe, true, kNextHist>(P, smem, ctl, b, r, rn, pre, hvn);
-    }
-  } else {
-    for (int r = rank; r < kRows && b * kRows + r < p.rows; r += m)
-      owner_row_v2<32 - kEpiBits, kThr, kPipe>(P, smem, ctl, b, r);
+  bool pre = false;               // (kNext: this row prefetched by the row before it)
+  uint32_t hvn[2] = {0u, 0u};     // (kNextHist: its first-digit bins)
+  for (int r = rank; r < kRows && b * kRows + r < p.rows; r += m) {
+    const int rn = r + m < kRows && b * kRows + r + m < p.rows ? r + m : -1;
+    pre = owner_row_v2<32 - kEpiBits, kThr, kPipe, kNext, kNextHist>(P, smem, ctl, b, r, rn, pre, hvn);
   }
   mark(P, 5);
 }
