@@ -1,39 +1,18 @@
 // Registers the ops with Python. Nothing else lives here: contract checks are
-// in the launchers (one .cu per op), kernels in include/mqa_topk/.
+// in the launchers (csrc/*.cpp, one per op), the kernels' instantiations in
+// csrc/kernels/, the kernels in include/mqa_topk/.
 #include <torch/extension.h>
 
+#include "fused_mqa_topk.h"
 #include "mqa_logits.h"
 #include "range_errors.h"
-#if __has_include("topk_per_row.h")
 #include "topk_per_row.h"
-#define MQA_HAS_TOPK 1
-#endif
-#if __has_include("fused_mqa_topk.h")
-#include "fused_mqa_topk.h"
-#define MQA_HAS_FUSED 1
-#endif
-
-#ifdef MQA_TOPK_DEV_PROBES
-void mqa_logits_probe(int64_t variant, const at::Tensor& q, const at::Tensor& k, const at::Tensor& scales,
-                      const at::Tensor& weights, const at::Tensor& starts, const at::Tensor& ends,
-                      const at::Tensor& logits);
-#ifdef MQA_HAS_FUSED
-void fused_mqa_topk_probe(int64_t variant, const at::Tensor& q, const at::Tensor& k, const at::Tensor& scales,
-                          const at::Tensor& weights, const at::Tensor& starts, const at::Tensor& ends,
-                          const at::Tensor& output, const at::Tensor& workspace);
-int64_t fused_mqa_topk_probe_workspace_bytes(int64_t variant, int64_t topk, int64_t device);
-#endif
-#endif
 
 namespace {
 py::list kernel_info() {
   std::vector<mqa_topk::KernelInfo> all = mqa_logits_kernel_info();
-#ifdef MQA_HAS_TOPK
   for (auto& k : topk_per_row_kernel_info()) all.push_back(k);
-#endif
-#ifdef MQA_HAS_FUSED
   for (auto& k : fused_mqa_topk_kernel_info()) all.push_back(k);
-#endif
   py::list out;
   for (const auto& k : all) {
     py::dict d;
@@ -54,22 +33,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   // the row number of a range error recorded on the device.
   m.def("mqa_logits", &mqa_logits, "FP8 MQA logits (sm90)", py::arg("q"), py::arg("k"), py::arg("scales"),
         py::arg("weights"), py::arg("starts"), py::arg("ends"), py::arg("logits"), py::arg("row_base") = 0);
-#ifdef MQA_HAS_TOPK
   m.def("topk_per_row", &topk_per_row, "exact deterministic per-row top-k (sm90)", py::arg("logits"),
         py::arg("starts"), py::arg("ends"), py::arg("output"), py::arg("row_base") = 0);
-#endif
-#ifdef MQA_HAS_FUSED
-  m.def("fused_mqa_topk", &fused_mqa_topk, "fused FP8 MQA logits + top-k (sm90)");
-  m.def("fused_mqa_topk_workspace_bytes", &fused_mqa_topk_workspace_bytes, "fused workspace size");
-#endif
-#ifdef MQA_TOPK_DEV_PROBES
-  m.def("mqa_logits_probe", &mqa_logits_probe, "development-only logits kernel variants");
-#ifdef MQA_HAS_FUSED
-  m.def("fused_mqa_topk_probe", &fused_mqa_topk_probe, "development-only fused kernel variants");
-  m.def("fused_mqa_topk_probe_workspace_bytes", &fused_mqa_topk_probe_workspace_bytes,
-        "workspace a development variant needs");
-#endif
-#endif
+  // kernel: -1 chooses by shape (fused_heuristics.h); 0-3 forces whole, split, staged, hybrid. Returns its name.
+  m.def("fused_mqa_topk", &fused_mqa_topk, "fused FP8 MQA logits + top-k (sm90)", py::arg("q"), py::arg("k"),
+        py::arg("scales"), py::arg("weights"), py::arg("starts"), py::arg("ends"), py::arg("output"),
+        py::arg("workspace"), py::arg("kernel") = -1);
+  m.def("fused_mqa_topk_workspace_bytes", &fused_mqa_topk_workspace_bytes, "fused workspace size", py::arg("topk"),
+        py::arg("device"));
+  m.def("fused_mqa_topk_choice", &fused_mqa_topk_choice, "the fused kernel a shape runs by default",
+        py::arg("rows"), py::arg("keys"), py::arg("topk"), py::arg("heads"), py::arg("device"));
   m.def("range_error_mirror_address", &range_error_mirror_address,
         "host address of the device's range-error mirror (uint64, ~0 when clean)");
   m.def("range_error_take", &range_error_take, "the device's range-error record (0: none), then reset");

@@ -66,7 +66,9 @@ __host__ __device__ constexpr unsigned long long pack_range_error(unsigned row, 
          static_cast<unsigned long long>(static_cast<uint32_t>(value));
 }
 
-#ifndef MQA_TOPK_HOST_EMULATION
+// The device side (compiled by nvcc only; a host translation unit, such as
+// the error word's owner csrc/range_errors.cpp, sees the record format alone).
+#if defined(__CUDACC__) && !defined(MQA_TOPK_HOST_EMULATION)
 
 // The one clamping rule of every kernel.
 __device__ __forceinline__ void clamp_row_range(int& start, int& end, int keys) {
@@ -129,6 +131,6 @@ inline cudaError_t launch_row_range_check(const RangeErrorSink& sink, const int*
   return cudaGetLastError();
 }
 
-#endif  // MQA_TOPK_HOST_EMULATION
+#endif  // __CUDACC__ && !MQA_TOPK_HOST_EMULATION
 
 }  // namespace mqa_topk

@@ -74,10 +74,9 @@
 //   key + i32 index); 2 x 32 scan words, 8 control words, 32 dummy words.
 //   Pass 1's cp.async ring (kRingStages x kRingUnroll x 16 B per thread)
 //   aliases bitmaps + staging, which are only used after pass 1.
-//   TopkConfig512 (default): 512 threads, 2 CTAs/SM (<= 64 registers), 4
-//   copies, 128K-bit bitmaps, cap 6144 -> 115,104 B per CTA (ring 64 KB).
-//   TopkConfig1024: 1024 threads, 1 CTA/SM, 8 copies, 256K-bit bitmaps, cap
-//   8192 -> 197,024 B (ring 128 KB).
+//   TopkConfig: 512 threads, 2 CTAs/SM (<= 64 registers; one CTA's scan /
+//   refine / emit phases overlap the other's streaming), 4 copies, 128K-bit
+//   bitmaps, cap 6144 -> 115,104 B per CTA (ring 64 KB).
 #pragma once
 
 // MQA_TOPK_HOST_EMULATION: the kernel body is also compiled as plain C++ by a
@@ -100,23 +99,21 @@ constexpr int kMaxRowKeys = 1 << 22;  // contract.MAX_KEYS
 constexpr uint32_t kFullMask = 0xffffffffu;
 constexpr uint32_t kNoBin = 0xffffffffu;  // run-merge sentinel (not a bin)
 
-// kThreads per CTA; kMinBlocks CTAs per SM (launch bound); kUnroll float4
-// register loads in flight per thread on re-reads (mostly L2 hits);
-// kRingStages x kRingUnroll 16-byte cp.async slots per thread for pass 1
-// (from HBM); kCopies histogram copies (power of two, 4..32); kSegment bitmap
-// bits (indices per emission segment; multiple of 128); kCap staged
-// (key, index) pairs. The output does not depend on the configuration.
-template <int kThreads_, int kMinBlocks_, int kUnroll_, int kRingStages_, int kRingUnroll_, int kCopies_,
-          int kSegment_, int kCap_>
+// The kernel's configuration: kThreads per CTA; kMinBlocks CTAs per SM (launch
+// bound); kUnroll float4 register loads in flight per thread on re-reads
+// (mostly L2 hits); kRingStages x kRingUnroll 16-byte cp.async slots per
+// thread for pass 1 (from HBM); kCopies histogram copies (power of two,
+// 4..32); kSegment bitmap bits (indices per emission segment; multiple of
+// 128); kCap staged (key, index) pairs. The output does not depend on these.
 struct TopkConfig {
-  static constexpr int kRingStages = kRingStages_;
-  static constexpr int kRingUnroll = kRingUnroll_;
-  static constexpr int kThreads = kThreads_;
-  static constexpr int kMinBlocks = kMinBlocks_;
-  static constexpr int kUnroll = kUnroll_;
-  static constexpr int kCopies = kCopies_;
-  static constexpr int kSegment = kSegment_;
-  static constexpr int kCap = kCap_;
+  static constexpr int kThreads = 512;
+  static constexpr int kMinBlocks = 2;
+  static constexpr int kUnroll = 4;
+  static constexpr int kRingStages = 4;
+  static constexpr int kRingUnroll = 2;
+  static constexpr int kCopies = 4;
+  static constexpr int kSegment = 131072;
+  static constexpr int kCap = 6144;
   static constexpr int kWarps = kThreads / 32;
   static constexpr int kSegWords = kSegment / 32;
 
@@ -146,11 +143,6 @@ struct TopkConfig {
   static_assert(kMinBlocks * (kSmemBytes + 1024) <= 233472, "shared memory for kMinBlocks CTAs per SM");
   static_assert(kMinBlocks * kThreads <= 2048, "threads per SM");
 };
-
-// Default: 512 threads, two CTAs per SM (one CTA's scan/refine/emit phases
-// overlap the other's streaming). Alternative: 1024 threads, one CTA per SM.
-using TopkConfig512 = TopkConfig<512, 2, 4, 4, 2, 4, 131072, 6144>;
-using TopkConfig1024 = TopkConfig<1024, 1, 4, 4, 2, 8, 262144, 8192>;
 
 // ---------------------------------------------------------------------------
 // Keys and loads
@@ -818,40 +810,26 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 // ---------------------------------------------------------------------------
 // Host launch helpers (torch-free).
 
-enum class TopkVariant : int {
-  kThreads512x2 = 0,   // TopkConfig512 (default)
-  kThreads1024x1 = 1,  // TopkConfig1024
-};
-
-template <class Cfg>
-inline cudaError_t launch_topk_per_row_cfg(const float* logits, int64_t ld, const int* starts, const int* ends,
-                                           int* out, int rows, int width, int topk, cudaStream_t stream,
-                                           RangeErrorSink range_err = {}) {
+// logits: fp32 rows of `ld` elements (row r at logits + r * ld), starts/ends:
+// int32 [rows], out: int32 [rows, topk] contiguous. Any topk >= 1. Bad ranges
+// are clamped and, with a non-null err.word, recorded (range_check.cuh).
+inline cudaError_t launch_topk_per_row(const float* logits, int64_t ld, const int* starts, const int* ends, int* out,
+                                       int rows, int width, int topk, cudaStream_t stream,
+                                       RangeErrorSink range_err = {}) {
+  using Cfg = TopkConfig;
   if (rows < 0 || topk < 1 || width < 0 || width > kMaxRowKeys) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
   if (rows > 1 && ld < width) return cudaErrorInvalidValue;
   if (starts == nullptr || ends == nullptr || out == nullptr || (width > 0 && logits == nullptr))
     return cudaErrorInvalidValue;
   auto kernel = topk_per_row_kernel<Cfg>;
-  cudaError_t err =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                              static_cast<int>(cudaSharedmemCarveoutMaxShared));
   if (err != cudaSuccess) return err;
   kernel<<<rows, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(logits, ld, starts, ends, out, width, topk, range_err);
   return cudaGetLastError();
-}
-
-// logits: fp32 rows of `ld` elements (row r at logits + r * ld), starts/ends:
-// int32 [rows], out: int32 [rows, topk] contiguous. Any topk >= 1. Bad ranges
-// are clamped and, with a non-null err.word, recorded (range_check.cuh).
-inline cudaError_t launch_topk_per_row(const float* logits, int64_t ld, const int* starts, const int* ends,
-                                       int* out, int rows, int width, int topk, cudaStream_t stream,
-                                       TopkVariant variant = TopkVariant::kThreads512x2, RangeErrorSink range_err = {}) {
-  if (variant == TopkVariant::kThreads1024x1)
-    return launch_topk_per_row_cfg<TopkConfig1024>(logits, ld, starts, ends, out, rows, width, topk, stream, range_err);
-  return launch_topk_per_row_cfg<TopkConfig512>(logits, ld, starts, ends, out, rows, width, topk, stream, range_err);
 }
 #endif  // MQA_TOPK_HOST_EMULATION
 

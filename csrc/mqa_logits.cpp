@@ -1,13 +1,12 @@
 // Launcher of the dense FP8 MQA-logits kernel: contract checks, then launch.
 #include "mqa_logits.h"
 
-#include "mqa_topk/sm90_fp8_mqa_logits_v2.cuh"
+#include "kernels/dense_kernels.h"
 #include "range_errors.h"
 
 using mqa_topk::check_aligned;
 using mqa_topk::check_cuda_tensor;
 using mqa_topk::sm_count;
-
 
 void mqa_logits(const at::Tensor& q, const at::Tensor& k, const at::Tensor& scales, const at::Tensor& weights,
                 const at::Tensor& starts, const at::Tensor& ends, const at::Tensor& logits, int64_t row_base) {
@@ -30,7 +29,7 @@ void mqa_logits(const at::Tensor& q, const at::Tensor& k, const at::Tensor& scal
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(dev.index());
   int map_error = 0;
   // keys == 0: only the range check runs (every row must be empty).
-  const cudaError_t err = mqa_topk::launch_sm90_fp8_mqa_logits_v2(
+  const cudaError_t err = logits_launch(
       q.data_ptr(), keys ? k.data_ptr() : nullptr, keys ? scales.data_ptr<float>() : nullptr,
       weights.data_ptr<float>(), starts.data_ptr<int>(), ends.data_ptr<int>(), logits.data_ptr<float>(),
       logits.stride(0), static_cast<int>(rows), static_cast<int>(keys), sm_count(dev.index()), stream, &map_error,
@@ -42,7 +41,8 @@ void mqa_logits(const at::Tensor& q, const at::Tensor& k, const at::Tensor& scal
 }
 
 std::vector<mqa_topk::KernelInfo> mqa_logits_kernel_info() {
-  using Cfg = mqa_topk::Sm90LogitsV2Default;
-  return {mqa_topk::kernel_info("sm90_fp8_mqa_logits_v2<rows=8,wg=4(2 rows x 2 keys),stages=8,regw,stg,lean2,qperm>=32,cost=2>",
-                                &mqa_topk::sm90_fp8_mqa_logits_v2_kernel<Cfg>, Cfg::kSmemBytes)};
+  cudaFuncAttributes a{};
+  int smem = 0;
+  const cudaError_t err = logits_attributes(&a, &smem);
+  return {mqa_topk::kernel_info("sm90_fp8_mqa_logits<rows=8,math_wg=4,stages=8>", err, a, smem)};
 }

@@ -3,26 +3,9 @@
 
 #include <algorithm>
 #include <climits>
-#include <cstdlib>
-#include <cstring>
 
-#include "mqa_topk/sm90_topk_per_row.cuh"
+#include "kernels/dense_kernels.h"
 #include "range_errors.h"
-
-namespace {
-
-constexpr int64_t kMaxKeys = int64_t(1) << 22;  // contract.MAX_KEYS
-
-// MQA_TOPK_TOPK_THREADS=1024 selects the 1024-thread, one-CTA-per-SM variant
-// (for measuring); anything else the default 512-thread, two-CTAs-per-SM one.
-// Both give bitwise-identical output.
-mqa_topk::topk::TopkVariant topk_variant() {
-  const char* v = std::getenv("MQA_TOPK_TOPK_THREADS");
-  return (v != nullptr && std::strcmp(v, "1024") == 0) ? mqa_topk::topk::TopkVariant::kThreads1024x1
-                                                        : mqa_topk::topk::TopkVariant::kThreads512x2;
-}
-
-}  // namespace
 
 void topk_per_row(const at::Tensor& logits, const at::Tensor& starts, const at::Tensor& ends,
                   const at::Tensor& output, int64_t row_base) {
@@ -34,7 +17,7 @@ void topk_per_row(const at::Tensor& logits, const at::Tensor& starts, const at::
   MQA_CHECK_ARG(logits.dim() == 2, "logits", "expected shape [rows, width], got ", logits.sizes());
   const int64_t rows = logits.size(0);
   const int64_t width = logits.size(1);
-  MQA_CHECK_ARG(width <= kMaxKeys, "logits", "width ", width, " exceeds the key limit ", kMaxKeys);
+  MQA_CHECK_ARG(width <= mqa_topk::kMaxKeys, "logits", "width ", width, " exceeds the key limit ", mqa_topk::kMaxKeys);
   MQA_CHECK_ARG(rows <= INT_MAX, "logits", "too many rows (", rows, ")");
   MQA_CHECK_ARG(width <= 1 || logits.stride(1) == 1, "logits", "column stride must be 1, got strides ",
                 logits.strides());
@@ -65,19 +48,17 @@ void topk_per_row(const at::Tensor& logits, const at::Tensor& starts, const at::
 
   const c10::cuda::CUDAGuard guard(dev);
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(dev.index());
-  const cudaError_t err = mqa_topk::topk::launch_topk_per_row(
-      width > 0 ? logits.data_ptr<float>() : nullptr, ld, starts.data_ptr<int>(), ends.data_ptr<int>(),
-      output.data_ptr<int>(), static_cast<int>(rows), static_cast<int>(width), static_cast<int>(topk), stream,
-      topk_variant(), mqa_topk::range_error_sink(dev.index(), row_base));
+  const cudaError_t err = topk_launch(width > 0 ? logits.data_ptr<float>() : nullptr, ld, starts.data_ptr<int>(),
+                                      ends.data_ptr<int>(), output.data_ptr<int>(), static_cast<int>(rows),
+                                      static_cast<int>(width), static_cast<int>(topk), stream,
+                                      mqa_topk::range_error_sink(dev.index(), row_base));
   TORCH_CHECK(err == cudaSuccess, "topk_per_row: launch failed: ", cudaGetErrorString(err));
   MQA_CHECK_LAUNCH();
 }
 
 std::vector<mqa_topk::KernelInfo> topk_per_row_kernel_info() {
-  using mqa_topk::topk::TopkConfig1024;
-  using mqa_topk::topk::TopkConfig512;
-  return {mqa_topk::kernel_info("sm90_topk_per_row<threads=512,ctas_per_sm=2>",
-                                &mqa_topk::topk::topk_per_row_kernel<TopkConfig512>, TopkConfig512::kSmemBytes),
-          mqa_topk::kernel_info("sm90_topk_per_row<threads=1024,ctas_per_sm=1>",
-                                &mqa_topk::topk::topk_per_row_kernel<TopkConfig1024>, TopkConfig1024::kSmemBytes)};
+  cudaFuncAttributes a{};
+  int smem = 0;
+  const cudaError_t err = topk_attributes(&a, &smem);
+  return {mqa_topk::kernel_info("sm90_topk_per_row<threads=512,ctas_per_sm=2>", err, a, smem)};
 }

@@ -1,0 +1,58 @@
+// The fused kernels' dispatch by kernel and topk, and their sizes
+// (fused_kernels.h). Torch-free.
+#include "kernels/fused_kernels.h"
+#include "mqa_topk/sm90_fused_blocks.cuh"
+
+size_t fused_workspace_bytes(int topk, int num_sms) {
+  // The split configuration's layout needs the most (three candidate regions
+  // per CTA, the split protocol's records and histograms); the whole kernel's
+  // and the hybrid kernel's block part fit in it.
+  switch (topk) {
+    case 512: return mqa_topk::fused_blocks_workspace_bytes<mqa_topk::FusedSplitConfig<512>>(512, num_sms);
+    case 1024: return mqa_topk::fused_blocks_workspace_bytes<mqa_topk::FusedSplitConfig<1024>>(1024, num_sms);
+    case 2048: return mqa_topk::fused_blocks_workspace_bytes<mqa_topk::FusedSplitConfig<2048>>(2048, num_sms);
+    default: return 0;
+  }
+}
+
+size_t fused_buffer_bytes(mqa_topk::FusedKernel kernel, int rows, int keys, int num_sms) {
+  switch (kernel) {
+    case mqa_topk::FusedKernel::kStaged: return fused_staged_buffer_bytes(rows, keys, num_sms);
+    case mqa_topk::FusedKernel::kHybrid: return fused_hybrid_buffer_bytes(rows, keys, num_sms);
+    default: return 0;
+  }
+}
+
+namespace {
+template <int kTopk>
+cudaError_t launch_t(mqa_topk::FusedKernel kernel, const FusedCall& c, void* workspace, void* buffer, int* map_error) {
+  switch (kernel) {
+    case mqa_topk::FusedKernel::kWhole: return fused_whole_launch<kTopk>(c, workspace, map_error);
+    case mqa_topk::FusedKernel::kSplit: return fused_split_launch<kTopk>(c, workspace, map_error);
+    case mqa_topk::FusedKernel::kHybrid: return fused_hybrid_launch<kTopk>(c, workspace, buffer, map_error);
+    case mqa_topk::FusedKernel::kStaged: return fused_staged_launch(c, buffer, map_error);
+  }
+  return cudaErrorInvalidValue;
+}
+}  // namespace
+
+cudaError_t fused_launch(mqa_topk::FusedKernel kernel, const FusedCall& c, void* workspace, void* buffer,
+                         int* map_error) {
+  if (!mqa_topk::fused_kernel_runs(kernel, c.rows, c.keys, c.num_sms)) return cudaErrorInvalidValue;
+  switch (c.topk) {
+    case 512: return launch_t<512>(kernel, c, workspace, buffer, map_error);
+    case 1024: return launch_t<1024>(kernel, c, workspace, buffer, map_error);
+    case 2048: return launch_t<2048>(kernel, c, workspace, buffer, map_error);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+cudaError_t fused_kernel_attributes(mqa_topk::FusedKernel kernel, cudaFuncAttributes* attr, int* dynamic_smem) {
+  switch (kernel) {
+    case mqa_topk::FusedKernel::kWhole: return fused_whole_attributes(attr, dynamic_smem);
+    case mqa_topk::FusedKernel::kSplit: return fused_split_attributes(attr, dynamic_smem);
+    case mqa_topk::FusedKernel::kStaged: return fused_staged_attributes(attr, dynamic_smem);
+    case mqa_topk::FusedKernel::kHybrid: return fused_hybrid_attributes(attr, dynamic_smem);
+  }
+  return cudaErrorInvalidValue;
+}

@@ -1,0 +1,16 @@
+// The whole kernel for topk = 2048 (fused_kernels.h), in its own translation unit. Torch-free.
+#include "kernels/fused_kernels.h"
+#include "mqa_topk/sm90_fused_blocks.cuh"
+
+template <>
+cudaError_t fused_whole_launch<2048>(const FusedCall& c, void* workspace, int* map_error) {
+  return mqa_topk::launch_sm90_fused_blocks<mqa_topk::FusedWholeConfig<2048>>(
+      c.q, c.k, c.scales, c.weights, c.starts, c.ends, c.out, workspace, c.rows, c.keys, c.topk, c.num_sms, c.stream,
+      map_error, 0, c.range_err);
+}
+
+cudaError_t fused_whole_attributes(cudaFuncAttributes* attr, int* dynamic_smem) {
+  using Cfg = mqa_topk::FusedWholeConfig<2048>;
+  *dynamic_smem = Cfg::kSmemBytes;
+  return cudaFuncGetAttributes(attr, reinterpret_cast<const void*>(&mqa_topk::sm90_fused_blocks_kernel<Cfg>));
+}
