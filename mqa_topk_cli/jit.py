@@ -1,8 +1,8 @@
 """JIT build and load of the CUDA extension (csrc/).
 
-- ``torch.utils.cpp_extension.load`` with ninja; one translation unit per op
-  (csrc/*.cu) plus the binding (csrc/binding.cpp), so ninja compiles them in
-  parallel.
+- ``torch.utils.cpp_extension.load`` with ninja: the binding and the ops'
+  launchers (csrc/*.cpp, host code) and one translation unit per kernel and
+  topk (csrc/kernels/*.cu, torch-free), so ninja compiles them in parallel.
 - The C++ standard is torch's own choice (its headers set it); kernel headers
   compile as C++17 and newer.
 - Target ``-gencode=arch=compute_90a,code=sm_90a`` (wgmma and setmaxnreg need
@@ -46,22 +46,17 @@ def verbose_build() -> bool:
     return os.environ.get("MQA_TOPK_VERBOSE_BUILD", "0") not in ("", "0", "false", "no")
 
 
-def dev_probes() -> bool:
-    """MQA_TOPK_DEV_PROBES=1 also builds csrc/dev/ (kernel variants for measuring)."""
-    return os.environ.get("MQA_TOPK_DEV_PROBES", "0") not in ("", "0", "false", "no")
-
-
 def sources() -> list[Path]:
-    """Translation units of the extension: the binding and one .cu per op."""
+    """Translation units of the extension: the binding, the ops' launchers and
+    the kernels' instantiations."""
     root = csrc_dir()
-    extra = sorted((root / "dev").glob("*.cu")) if dev_probes() else []
-    return [root / "binding.cpp", *sorted(root.glob("*.cu")), *extra]
+    return [root / "binding.cpp", *sorted(p for p in root.glob("*.cpp") if p.name != "binding.cpp"),
+            *sorted((root / "kernels").glob("*.cu"))]
 
 
 def _all_inputs() -> list[Path]:
     root = csrc_dir()
-    files = [p for p in root.rglob("*") if p.is_file() and p.suffix in (".cu", ".cuh", ".h", ".cpp")]
-    return sorted(p for p in files if "ci" not in p.relative_to(root).parts[:1])
+    return sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in (".cu", ".cuh", ".h", ".cpp"))
 
 
 def find_nvcc() -> str | None:
@@ -94,9 +89,6 @@ def _flags() -> tuple[list[str], list[str]]:
     cxx = list(BASE_CXX_FLAGS)
     if verbose_build():
         cuda += ["-Xptxas", "-v", "-lineinfo"]
-    if dev_probes():
-        cuda.append("-DMQA_TOPK_DEV_PROBES")
-        cxx.append("-DMQA_TOPK_DEV_PROBES")
     return cuda, cxx
 
 
@@ -235,9 +227,8 @@ def build_report() -> dict:
         "cache_dir": str(_build_dir),
         "kernels": list(ext.kernel_info()),
         "ops": sorted(n for n in ("mqa_logits", "topk_per_row", "fused_mqa_topk") if hasattr(ext, n)),
-        "fused_workspace_bytes": ({t: int(ext.fused_mqa_topk_workspace_bytes(t, _current_device()))
-                                   for t in (512, 1024, 2048)}
-                                  if hasattr(ext, "fused_mqa_topk_workspace_bytes") else None),
+        "fused_workspace_bytes": {t: int(ext.fused_mqa_topk_workspace_bytes(t, _current_device()))
+                                  for t in (512, 1024, 2048)},
     }
 
 

@@ -66,6 +66,16 @@ LOGITS_PITCH = 4
 #: sync-and-raise) unless it passes ``checked=False``.
 CHECKED = os.environ.get("MQA_TOPK_CHECKED", "0").strip().lower() not in ("", "0", "false", "no", "off")
 
+#: The fused kernels, in the extension's order (csrc/include/mqa_topk/fused_heuristics.h).
+FUSED_KERNELS = ("whole", "split", "staged", "hybrid")
+
+
+#: ``MQA_TOPK_FUSED_KERNEL`` (read once, when this module is imported): a kernel
+#: every fused call runs instead of the one chosen by shape ("", "auto": none).
+FUSED_KERNEL = os.environ.get("MQA_TOPK_FUSED_KERNEL", "").strip().lower() or None
+if FUSED_KERNEL == "auto":
+    FUSED_KERNEL = None
+
 _ext = None
 #: The current raw stream of a device, as an int (the fast private binding when
 #: this torch has it).
@@ -320,43 +330,20 @@ def dense_mqa_topk_prefill(q, k, scales, weights, starts, ends, output,
         ext.topk_per_row(logits[:, :keys], st, en, output[r0:r1], r0)
 
 
-#: Candidate slots per (warpgroup, row) buffer of the fused kernel, and its
-#: workspace layout (csrc/include/mqa_topk/sm90_fused_mqa_topk.cuh, default
-#: configuration): a 128-byte header (block counter, development statistics) +
-#: per SM 2 warpgroups x 8 rows x (key, index) x cap words (one candidate set).
-def fused_candidate_cap(topk: int) -> int:
-    return topk + 1920
-
-
-_FUSED_HEADER_BYTES = 128
-_FUSED_SPLIT_CTR_BYTES = 3 * 256 * 4
-_FUSED_SPLIT_AUX_WORDS = 292
-_FUSED_SETS = 1
-
-
 def fused_mqa_topk_workspace_bytes(topk: int, num_sms: int) -> int:
     """Bytes of workspace ``fused_mqa_topk_prefill`` needs on a GPU with
-    ``num_sms`` SMs (independent of rows and keys)."""
+    ``num_sms`` SMs (independent of rows and keys): the split kernel's layout,
+    the largest (csrc/include/mqa_topk/fused_blocks_select.cuh,
+    fused_blocks_workspace_bytes): a 128-byte header, per SM 8 counter words
+    and 3 x 256 record words, then 3 candidate regions per SM of 8 rows x 8
+    segments x (key, index) x cap words, cap = (k + 1920) / 4 rounded up to 4,
+    then per region two 8-row x 256-bin histograms."""
     if topk not in contract.TOPKS:
         raise ContractError("topk", f"must be one of {contract.TOPKS}, got {topk!r}")
-    if not isinstance(num_sms, int) or num_sms <= 0:
+    if not isinstance(num_sms, int) or isinstance(num_sms, bool) or num_sms <= 0:
         raise ContractError("num_sms", f"must be a positive int, got {num_sms!r}")
-    # The v3 split kernel's layout (csrc/fused_mqa_topk_v3_split.cu; the largest
-    # need): header, per SM 8 counter words and 3 x 256 record words, then 3
-    # candidate regions per SM of 8 rows x 8 segments x (key, index) x cap
-    # words, cap = ((k + 1920) / 4) rounded up to 4 (Sm90FusedV3Config::cap),
-    # then per region two 8-row x 256-bin histograms (kSplitHist).
-    cap3 = ((topk + 1920) // 4 + 3) & ~3
-    v3_split = (_FUSED_HEADER_BYTES + num_sms * (8 + 3 * 256) * 4 + 3 * num_sms * 8 * 8 * 2 * cap3 * 4
-                + 3 * num_sms * 2 * 8 * 256 * 4)
-    # The v2 split kernel's layout: header, three ints per region
-    # (completion counter, published-sample counter, gate-ready flag; 3 KB), the
-    # candidate buffers, the pieces' partial top-k (keys and indices, 2 x num_sms
-    # regions of 8 rows x topk each), a 292-word slot per region row (the shared
-    # gate's published sample, the emitted count and constraint), 8 gate words per SM.
-    v2_split = (_FUSED_HEADER_BYTES + _FUSED_SPLIT_CTR_BYTES + _FUSED_SETS * num_sms * 2 * 8 * 2 * fused_candidate_cap(topk) * 4
-                + 2 * (2 * num_sms * 8 * topk) * 4 + 2 * num_sms * 8 * _FUSED_SPLIT_AUX_WORDS * 4 + num_sms * 8 * 4)
-    return max(v3_split, v2_split)
+    cap = ((topk + 1920) // 4 + 3) & ~3
+    return 128 + num_sms * (8 + 3 * 256) * 4 + 3 * num_sms * 8 * 8 * 2 * cap * 4 + 3 * num_sms * 2 * 8 * 256 * 4
 
 
 _workspaces: dict = {}
@@ -393,34 +380,57 @@ def _workspace(index: int, topk: int) -> torch.Tensor:
     return ws
 
 
-def fused_mqa_topk_prefill(q, k, scales, weights, starts, ends, output, workspace=None, *, checked=None) -> None:
-    """Fused single-launch logits + top-k (SPEC §2): one memset of the
-    workspace header and one kernel. Same output convention as
-    ``top_k_per_row_prefill``; the logits are bitwise those of ``mqa_logits``,
-    so the index sets equal the native dense path's. ``workspace``: a uint8
-    CUDA tensor of at least ``fused_mqa_topk_workspace_bytes`` bytes (default:
-    one cached per device, topk and stream, ``fused_mqa_topk_workspace``).
+def fused_mqa_topk_prefill(q, k, scales, weights, starts, ends, output, workspace=None, *, checked=None,
+                           kernel: str | None = None) -> None:
+    """Fused single-launch logits + top-k: one memset of the workspace header
+    and one kernel. Same output convention as ``top_k_per_row_prefill``; the
+    logits are bitwise those of ``mqa_logits``, so the index sets equal the
+    native dense path's. ``workspace``: a uint8 CUDA tensor of at least
+    ``fused_mqa_topk_workspace_bytes`` bytes (default: one cached per device,
+    topk and stream, ``fused_mqa_topk_workspace``); a smaller one is an error.
+
+    ``kernel``: None runs the kernel chosen by shape (``fused_mqa_topk_kernel``)
+    or ``MQA_TOPK_FUSED_KERNEL``'s; ``"whole"``, ``"split"``, ``"staged"`` or
+    ``"hybrid"`` forces one (an error where it cannot run the shape). Every
+    kernel gives the same index sets.
 
     No host sync (CUDA-graph capturable): ranges are checked on the device
     (``checked=True`` checks them on the host first; see the module docstring)."""
     rows, _ = check_mqa_inputs(q, k, scales, weights, starts, ends, check_values=_checked(checked))
     check_output(output, rows, q.device)
+    if kernel is None and FUSED_KERNEL is not None:
+        if FUSED_KERNEL not in FUSED_KERNELS:
+            raise ContractError("MQA_TOPK_FUSED_KERNEL",
+                                f"must be one of {', '.join(FUSED_KERNELS)} or auto, got {FUSED_KERNEL!r}")
+        kernel = FUSED_KERNEL
+    if kernel is not None and kernel not in FUSED_KERNELS:
+        raise ContractError("kernel", f"must be one of {', '.join(FUSED_KERNELS)} or None, got {kernel!r}")
     _require_cuda(q, "fused_mqa_topk_prefill")
     ext = _native()
-    if not hasattr(ext, "fused_mqa_topk"):
-        raise Unavailable("fused_mqa_topk_prefill: the fused kernel is not built in this version")
     index = q.get_device()
     _poll(ext, index)
     if workspace is None:
         workspace = _workspace(index, output.shape[1])
     elif not isinstance(workspace, torch.Tensor):
         raise ContractError("workspace", f"expected a torch.Tensor, got {type(workspace).__name__}")
-    ext.fused_mqa_topk(q, k, scales, weights, starts, ends, output, workspace)
+    ext.fused_mqa_topk(q, k, scales, weights, starts, ends, output, workspace,
+                       -1 if kernel is None else FUSED_KERNELS.index(kernel))
+
+
+def fused_mqa_topk_kernel(rows: int, keys: int, topk: int, device=None, heads: int = contract.HEADS) -> str:
+    """The fused kernel a call of this shape runs by default on ``device``
+    (csrc/include/mqa_topk/fused_heuristics.h): "whole", "split", "staged" or
+    "hybrid"."""
+    device = torch.device(device if device is not None else "cuda")
+    if device.type != "cuda":
+        raise Unavailable(f"fused_mqa_topk_kernel: the fused kernels run on a CUDA (sm_90) GPU; got {device}")
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _native().fused_mqa_topk_choice(int(rows), int(keys), int(topk), int(heads), index)
 
 
 __all__ = [
     "DEFAULT_MAX_LOGITS_BYTES", "mqa_logits", "top_k_per_row_prefill", "dense_mqa_topk_prefill",
     "fused_mqa_topk_prefill", "fused_mqa_topk_key_scales", "fused_mqa_topk_workspace",
-    "fused_mqa_topk_workspace_bytes", "fused_candidate_cap", "use_fused_mqa_topk", "fused_mqa_topk_chunk",
+    "fused_mqa_topk_workspace_bytes", "fused_mqa_topk_kernel", "FUSED_KERNELS", "FUSED_KERNEL", "use_fused_mqa_topk", "fused_mqa_topk_chunk",
     "fused_mqa_topk_min_keys", "fused_mqa_topk_available", "contract", "check_errors", "range_error", "CHECKED",
 ]

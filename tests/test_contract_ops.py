@@ -389,28 +389,21 @@ def test_native_ops_on_cpu_check_the_contract_then_say_unavailable():
 
 def test_fused_workspace_size():
     """Bug class: a workspace formula that drifts from the kernels' layouts.
-    The v3 split kernel's is the largest (fused_v3_workspace_bytes of
-    Sm90FusedV3Split: 128-byte header, per SM 8 counter words and 3 x 256
+    The split kernel's is the largest (fused_blocks_workspace_bytes of the
+    split configuration: 128-byte header, per SM 8 counter words and 3 x 256
     record words, then 3 candidate regions per SM of 8 rows x 8 segments x
     (key, index) x cap words, cap = (k + 1920) / 4 rounded up to 4, then per
-    region two 8-row x 256-bin histograms, kSplitHist); the v2
-    split kernel's (128-byte header, 3 KB of region words, per SM 2
-    warpgroups x 8 rows x (key, index) x (k + 1920) words, the pieces'
-    partial top-k, 292 aux words per region row, 8 gate words per SM) is
-    smaller and must stay covered."""
-    assert [ops.fused_candidate_cap(t) for t in (512, 1024, 2048)] == [2432, 2944, 3968]
+    region two 8-row x 256-bin histograms); the GPU tests check it against the
+    extension's own figure."""
     for t in (512, 1024, 2048):
-        cap3 = ((t + 1920) // 4 + 3) & ~3
+        cap = ((t + 1920) // 4 + 3) & ~3
         for sms in (1, 132):
-            v3 = 128 + sms * 776 * 4 + 3 * sms * 8 * 8 * 2 * cap3 * 4 + 3 * sms * 2 * 8 * 256 * 4
-            v2 = (128 + 3072 + sms * 2 * 8 * 2 * (t + 1920) * 4 + 2 * 2 * sms * 8 * t * 4
-                  + 2 * sms * 8 * 292 * 4 + sms * 8 * 4)
-            assert v3 > v2
-            assert ops.fused_mqa_topk_workspace_bytes(t, sms) == v3
-    assert [((t + 1920) // 4 + 3) & ~3 for t in (512, 1024, 2048)] == [608, 736, 992]  # Sm90FusedV3Config::cap
+            split = 128 + sms * 776 * 4 + 3 * sms * 8 * 8 * 2 * cap * 4 + 3 * sms * 2 * 8 * 256 * 4
+            assert ops.fused_mqa_topk_workspace_bytes(t, sms) == split
+    assert [((t + 1920) // 4 + 3) & ~3 for t in (512, 1024, 2048)] == [608, 736, 992]  # Sm90FusedBlocksConfig::cap
     mib = [ops.fused_mqa_topk_workspace_bytes(t, 132) / 2**20 for t in (512, 1024, 2048)]
     assert [round(m, 1) for m in mib] == [124.1, 148.9, 198.4]  # the figures the README gives
-    for bad in (0, -1, 1.0, None):
+    for bad in (0, -1, 1.0, None, True):
         _raises("num_sms", ops.fused_mqa_topk_workspace_bytes, 512, bad)
     for bad in (511, 513, 4096):
         _raises("topk", ops.fused_mqa_topk_workspace_bytes, bad, 132, match=f"must be one of (512, 1024, 2048), got {bad}")
@@ -538,11 +531,23 @@ def test_fused_prefill_passes_its_arguments_and_the_workspace(fake_ext, monkeypa
     assert got == [(x["q"].get_device(), 1024)]
     args = fake_ext.fused_calls[-1]
     assert [a is b for a, b in zip(args, (x["q"], x["k"], x["scales"], x["weights"], x["starts"], x["ends"], out))] \
-        == [True] * 7 and args[7] == "WS" and len(args) == 8
+        == [True] * 7 and args[7] == "WS" and args[8] == -1 and len(args) == 9
     ws = torch.empty(10, dtype=torch.uint8)
     ops.fused_mqa_topk_prefill(**x, output=out, workspace=ws)
     assert fake_ext.fused_calls[-1][7] is ws and len(got) == 1
     _raises("workspace", ops.fused_mqa_topk_prefill, **x, output=out, workspace=b"12", match="got bytes")
-    monkeypatch.setattr(ops, "_native", lambda: object())  # an extension built without the fused kernel
-    with pytest.raises(Unavailable, match="not built"):
-        ops.fused_mqa_topk_prefill(**x, output=out)
+    # kernel=: a name to the extension's index; anything else refused before the launch
+    for i, name in enumerate(ops.FUSED_KERNELS):
+        ops.fused_mqa_topk_prefill(**x, output=out, kernel=name)
+        assert fake_ext.fused_calls[-1][8] == i
+    calls = len(fake_ext.fused_calls)
+    for bad in ("v2", "Whole", 1, ""):
+        _raises("kernel", ops.fused_mqa_topk_prefill, **x, output=out, kernel=bad)
+    monkeypatch.setattr(ops, "FUSED_KERNEL", "staged")  # MQA_TOPK_FUSED_KERNEL, as read at import
+    ops.fused_mqa_topk_prefill(**x, output=out)
+    assert fake_ext.fused_calls[-1][8] == 2
+    ops.fused_mqa_topk_prefill(**x, output=out, kernel="split")  # the argument wins
+    assert fake_ext.fused_calls[-1][8] == 1
+    monkeypatch.setattr(ops, "FUSED_KERNEL", "banana")
+    _raises("MQA_TOPK_FUSED_KERNEL", ops.fused_mqa_topk_prefill, **x, output=out)
+    assert len(fake_ext.fused_calls) == calls + 2

@@ -71,7 +71,7 @@ class FakeExt:
     def topk_per_row(self, logits, starts, ends, output, row_base=0):
         self.calls.append(("topk_per_row", logits.shape[0], logits.shape[1], row_base))
 
-    def fused_mqa_topk(self, q, k, scales, weights, starts, ends, output, workspace):
+    def fused_mqa_topk(self, q, k, scales, weights, starts, ends, output, workspace, kernel=-1):
         self.calls.append(("fused_mqa_topk", q.shape[0], workspace.numel(), 0))
 
 
