@@ -43,7 +43,7 @@ import torch
 from . import ops
 from .contract import MAX_KEYS, TOPKS
 from .errors import Unavailable, UsageError
-from .paths import PathImpl
+from .path_base import PathImpl
 
 ENGINE_FUSED_MODULE = "vllm.model_executor.kernels.attention.dsa.fused_mqa_topk"
 ENGINE_DEEPGEMM_MODULE = "vllm.utils.deep_gemm"
