@@ -22,14 +22,12 @@ names too. They time their own logits or top-k alone through
 """
 from __future__ import annotations
 
-from typing import Callable
-
 import torch
 
 from . import checks, external, ops
 from .contract import HEAD_DIM, HEADS
 from .errors import Unavailable, UsageError
-from .path_base import PathImpl, _device_type
+from .path_base import PathImpl
 from .reference import assemble_reference_logits, ieee_fp32_matmul, reference_mqa_topk
 
 
