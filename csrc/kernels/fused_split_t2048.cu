@@ -7,7 +7,7 @@ cudaError_t fused_split_launch<2048>(const FusedCall& c, void* workspace, int* m
   // (few row blocks: fewer CTAs than SMs, every block the same whole number of pieces)
   return mqa_topk::launch_sm90_fused_blocks<mqa_topk::FusedSplitConfig<2048>>(
       c.q, c.k, c.scales, c.weights, c.starts, c.ends, c.out, workspace, c.rows, c.keys, c.topk,
-      mqa_topk::blocks_split_grid(c.rows, c.num_sms), c.stream, map_error, 0, c.range_err);
+      mqa_topk::blocks_split_grid(c.rows, c.num_sms), c.stream, map_error, c.range_err);
 }
 
 cudaError_t fused_split_attributes(cudaFuncAttributes* attr, int* dynamic_smem) {

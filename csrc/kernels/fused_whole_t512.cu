@@ -6,5 +6,5 @@ template <>
 cudaError_t fused_whole_launch<512>(const FusedCall& c, void* workspace, int* map_error) {
   return mqa_topk::launch_sm90_fused_blocks<mqa_topk::FusedWholeConfig<512>>(
       c.q, c.k, c.scales, c.weights, c.starts, c.ends, c.out, workspace, c.rows, c.keys, c.topk, c.num_sms, c.stream,
-      map_error, 0, c.range_err);
+      map_error, c.range_err);
 }

@@ -56,7 +56,6 @@ struct BlocksCtl {
   int rq_valid[16];
   int rq_reserve;
   int halves_done;  // block halves (row groups) finished: rows written or queued for a redo
-  int unused;
 };
 
 // The call's row of block b's row r.
@@ -65,13 +64,17 @@ __device__ __forceinline__ int blocks_row(int b, int r) {
   return b * 8 + r;
 }
 
-// Queues a redo of block b's rows `mask` (one thread; none when 0), then counts
-// `halves` of the block's halves (row groups) as finished.
+// Queues a redo of block b's rows `mask` (one thread; none when 0) and counts
+// them in *redone (the workspace header's diagnostic), then counts one of the
+// block's halves (row groups) as finished.
 template <class Ctl>
-__device__ __forceinline__ void blocks_half_finished(Ctl* ctl, int b, uint32_t mask, int halves = 1) {
-  if (mask) redo_queue_push(ctl, b, mask, [](volatile Ctl*, int) {});
+__device__ __forceinline__ void blocks_half_finished(Ctl* ctl, int b, uint32_t mask, int* redone) {
+  if (mask) {
+    redo_queue_push(ctl, b, mask, [](volatile Ctl*, int) {});
+    atomicAdd(redone, __popc(mask));
+  }
   __threadfence_block();
-  atomicAdd(&ctl->halves_done, halves);
+  atomicAdd(&ctl->halves_done, 1);
 }
 
 template <int kTopk_, bool kSplit_>
@@ -164,9 +167,7 @@ constexpr int kShareMinTiles = 8;  // the fewest tiles a share gets (fewer CTAs 
 struct SplitShare {
   long long sh_g0, sh_count, sh_total;  // fused_split_share
   int sh_b0, sh_t0, sh_gp;
-  int unused0;
   int last[2];                          // per row group: this CTA merges the block it just finished
-  int unused1[10];
   uint32_t gkey[8];                     // the split visit's shared gate key per row (0: none)
   uint32_t rest_cnt[16][4];             // per math warp and row: its count after a rest visit's start
   // Per row group and Q buffer: the visit's fields after its tile loops (every
@@ -185,14 +186,16 @@ inline size_t fused_blocks_workspace_bytes(int topk, int num_sms) {
   return kFusedHeaderBytes + size_t(num_sms) * 8 * Cfg::kSegs * 2 * size_t(Cfg::cap(topk)) * 4;
 }
 
-// Word offset (from p.ws) of this CTA's candidate set cs (kSplit: region cs).
+// Word offset (from p.ws) of this CTA's candidate region `reg` (whole blocks:
+// one region, 0; split blocks: 0 and 1 for the share's split pieces, 2 for
+// whole blocks).
 template <class Cfg>
-__device__ __forceinline__ size_t blocks_set_off(const Sm90FusedParams& p, int cs) {
+__device__ __forceinline__ size_t blocks_set_off(const Sm90FusedParams& p, int reg) {
   const size_t set_words = size_t(8) * Cfg::kSegs * 2 * size_t(p.cap);
   if constexpr (Cfg::kSplit)
-    return size_t(gridDim.x) * kShareCtaWords + (size_t(blockIdx.x) * kShareRegions + cs) * set_words;
+    return size_t(gridDim.x) * kShareCtaWords + (size_t(blockIdx.x) * kShareRegions + reg) * set_words;
   else
-    return (size_t(blockIdx.x) + cs) * set_words;
+    return size_t(blockIdx.x) * set_words;
 }
 
 // The candidate set at word offset set_off of the workspace.
@@ -225,8 +228,8 @@ template <class Cfg>
 __device__ __forceinline__ uint32_t blocks_gate_rho_mn(const Sm90FusedParams& p, uint32_t m, uint32_t n, int r,
                                                          uint32_t active) {
   using namespace fused_detail;
-  const uint32_t target = static_cast<uint32_t>(p.target > 0 ? p.target : fused_gate_target(p.topk));
-  if (p.probe == 1 || !((active >> r) & 1u)) return 0u;
+  const uint32_t target = static_cast<uint32_t>(fused_gate_target(p.topk));
+  if (!((active >> r) & 1u)) return 0u;
   uint32_t rho = split_gate_rank(m, n, target, 0xffffffffu);
   if (rho && rho < static_cast<uint32_t>(kGateRank)) {
     rho = max(rho, gate_rank_floor(m, n, static_cast<uint32_t>(p.topk), kGateRankFloorZ));
@@ -245,9 +248,9 @@ __device__ __forceinline__ uint32_t blocks_cap_gate(const BlocksCtl* ctl, int r,
 }
 
 // Clears row r's tile maxima and sets its threshold to the gate gk (none when
-// 0; probe 2 counts it). One warp.
-__device__ __forceinline__ void blocks_set_gate(const Sm90FusedParams& p, BlocksCtl* ctl, unsigned long long* thr_s,
-                                                  unsigned long long* stats, int r, uint32_t gk, int lane) {
+// 0). One warp.
+__device__ __forceinline__ void blocks_set_gate(BlocksCtl* ctl, unsigned long long* thr_s, int r, uint32_t gk,
+                                                int lane) {
   using namespace fused_detail;
   __syncwarp();
   ctl->tile_max[r][lane] = 0;
@@ -255,7 +258,6 @@ __device__ __forceinline__ void blocks_set_gate(const Sm90FusedParams& p, Blocks
   if (lane == 0 && gk) {
     const unsigned long long g = gate_threshold(gk);
     if (thr_s[r] < g) thr_s[r] = g;
-    if (p.probe == 2) atomicAdd(stats + 9, 1ull);
   }
 }
 
@@ -270,7 +272,7 @@ __device__ __forceinline__ void blocks_set_gate(const Sm90FusedParams& p, Blocks
 template <class Cfg>
 __device__ __forceinline__ void blocks_check_compact(const Sm90FusedParams& p, uint32_t* ws_set, uint32_t* segcnt,
                                                        unsigned long long* thr_s, uint32_t* hist_all,
-                                                       uint32_t* scratch_all, unsigned long long* stats, int rg,
+                                                       uint32_t* scratch_all, int rg,
                                                        int warp_in_wg, int seg, bool selector, uint32_t& cnt,
                                                        uint64_t& thr, uint32_t trig_red = 0) {
   using namespace fused_detail;
@@ -287,7 +289,6 @@ __device__ __forceinline__ void blocks_check_compact(const Sm90FusedParams& p, u
   // warp reading a compacted count would take over == 0, skip the barrier
   // after the compaction and pair its later barriers with the wrong ones).
   ptx::named_barrier_sync(5 + rg, 256);
-  const long long t_c = clock64();
   const int sel_row = 4 * rg + warp_in_wg;
   if (selector && (over & (0x11111111u << warp_in_wg))) {
     const uint32_t seg_stride = 2u * static_cast<uint32_t>(p.cap);
@@ -297,9 +298,7 @@ __device__ __forceinline__ void blocks_check_compact(const Sm90FusedParams& p, u
     uint32_t* si = sk + kScratch;
     const SegLanes sl = make_seg_lanes(seg0, seg_stride, static_cast<uint32_t>(p.cap), segcnt + sel_row * NS, NS,
                                        lane);
-    uint32_t c_row = 0;
-    const uint64_t th =
-        warp_select_lean(sl, thr_s[sel_row], static_cast<uint32_t>(p.topk), hist, sk, si, lane, nullptr, &c_row);
+    const uint64_t th = warp_select_lean(sl, thr_s[sel_row], static_cast<uint32_t>(p.topk), hist, sk, si, lane);
     const int kept = warp_emit(sl, th, lane, [&](int at, uint32_t key, uint32_t idx) {
       uint32_t* d = seg0 + size_t(at & (NS - 1)) * seg_stride + (at >> 3);
       __stcg(d, key);
@@ -307,13 +306,7 @@ __device__ __forceinline__ void blocks_check_compact(const Sm90FusedParams& p, u
     });
     __syncwarp();
     if (lane < NS) segcnt[sel_row * NS + lane] = static_cast<uint32_t>((kept + NS - 1 - lane) / NS);
-    if (lane == 0) {
-      thr_s[sel_row] = th;
-      if (p.probe == 2) {
-        atomicAdd(stats + 0, 1ull);
-        atomicAdd(stats + 1, static_cast<unsigned long long>(c_row));
-      }
-    }
+    if (lane == 0) thr_s[sel_row] = th;
     __threadfence_block();
   }
   ptx::named_barrier_sync(5 + rg, 256);
@@ -322,7 +315,6 @@ __device__ __forceinline__ void blocks_check_compact(const Sm90FusedParams& p, u
     cnt = segcnt[my_row * NS + seg];
     thr = thr_s[my_row];
   }
-  if (p.probe == 2 && lane == 0) atomicAdd(stats + 3, static_cast<unsigned long long>(clock64() - t_c));
 }
 
 // The call the tile loops make every kCheckTiles tiles: not inlined, so the
@@ -332,7 +324,7 @@ __device__ __forceinline__ void blocks_check_compact(const Sm90FusedParams& p, u
 // thread index, the kernel parameters and the candidate set. Returns the lane's
 // (count, threshold low, threshold high).
 template <class Cfg>
-__device__ __noinline__ uint4 blocks_check_call(const Sm90FusedParams* pp, int cs, int parity, uint32_t cnt,
+__device__ __noinline__ uint4 blocks_check_call(const Sm90FusedParams* pp, int qb, int parity, uint32_t cnt,
                                                   uint32_t thr_lo, uint32_t thr_hi) {
   const Sm90FusedParams& p = *pp;
   extern __shared__ uint8_t smem_raw[];
@@ -340,28 +332,25 @@ __device__ __noinline__ uint4 blocks_check_call(const Sm90FusedParams* pp, int c
   const int tid = threadIdx.x;
   const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
   const int rg = wg >> 1, kg = wg & 1, warp_in_wg = (tid >> 5) & 3;
-  const size_t set_words = size_t(8) * Cfg::kSegs * 2 * size_t(p.cap);
-  (void)set_words;
-  if constexpr (Cfg::kSplit)  // cs is the Q buffer: the visit's region is in this warp's vis slot
-    cs = reinterpret_cast<const SplitShare*>(smem + Cfg::kOffShr)->vis[rg][cs][3];
-  uint32_t* ws_set = p.ws + blocks_set_off<Cfg>(p, cs);
-  const int ss = Cfg::kSplit ? 0 : cs;  // kSplit: cs is the region; one set of shared-memory state
-  uint32_t* segcnt = reinterpret_cast<uint32_t*>(smem + Cfg::kOffSegCnt) + (ss * 2 + parity) * 8 * Cfg::kSegs;
-  unsigned long long* thr_s = reinterpret_cast<unsigned long long*>(smem + Cfg::kOffThr) + ss * 8;
+  int reg = 0;
+  if constexpr (Cfg::kSplit)  // the visit's region is in this warp's vis slot of Q buffer qb
+    reg = reinterpret_cast<const SplitShare*>(smem + Cfg::kOffShr)->vis[rg][qb][3];
+  uint32_t* ws_set = p.ws + blocks_set_off<Cfg>(p, reg);
+  uint32_t* segcnt = reinterpret_cast<uint32_t*>(smem + Cfg::kOffSegCnt) + parity * 8 * Cfg::kSegs;
+  unsigned long long* thr_s = reinterpret_cast<unsigned long long*>(smem + Cfg::kOffThr);
   uint64_t thr = (static_cast<uint64_t>(thr_hi) << 32) | thr_lo;
   // kSplit: a split piece's scan has cap - kTail slots per segment (its sample is in the tail).
-  const uint32_t trig_red = Cfg::kSplit && cs < 2 ? static_cast<uint32_t>(Cfg::kTail) : 0u;
+  const uint32_t trig_red = Cfg::kSplit && reg < 2 ? static_cast<uint32_t>(Cfg::kTail) : 0u;
   blocks_check_compact<Cfg>(p, ws_set, segcnt, thr_s, reinterpret_cast<uint32_t*>(smem + Cfg::kOffHist),
-                              reinterpret_cast<uint32_t*>(smem + Cfg::kOffScratch),
-                              reinterpret_cast<unsigned long long*>(p.counter) + 1, rg, warp_in_wg,
-                              kg * 4 + warp_in_wg, kg == 0, cnt, thr, trig_red);
+                            reinterpret_cast<uint32_t*>(smem + Cfg::kOffScratch), rg, warp_in_wg, kg * 4 + warp_in_wg,
+                            kg == 0, cnt, thr, trig_red);
   return make_uint4(cnt, static_cast<uint32_t>(thr), static_cast<uint32_t>(thr >> 32), 0u);
 }
 
 // The row a pair warp holds in its row group (row 4 rg + warp_in_wg of block
-// b; kg = its half) and that row's state in candidate set cs (block counts at
-// publication parity `parity`), derived from the thread index and the
-// parameters: what the non-inlined pair calls need.
+// b; kg = its half) and that row's state in candidate region `reg` (block
+// counts at publication parity `parity`), derived from the thread index and
+// the parameters: what the non-inlined pair calls need.
 template <class Cfg>
 struct BlocksPairRow {
   uint8_t* smem;
@@ -370,8 +359,7 @@ struct BlocksPairRow {
   const uint32_t* seg0;    // the row's segment 0 (keys; indices at + cap)
   const uint32_t* segcnt;  // its 8 segment counts
   uint32_t *hist, *sk, *si;
-  unsigned long long* stats;
-  __device__ __forceinline__ BlocksPairRow(const Sm90FusedParams& p, int cs, int parity, int b) {
+  __device__ __forceinline__ BlocksPairRow(const Sm90FusedParams& p, int reg, int parity, int b) {
     using namespace fused_detail;
     constexpr int NS = Cfg::kSegs;
     extern __shared__ uint8_t smem_raw[];
@@ -382,16 +370,12 @@ struct BlocksPairRow {
     kg = wg & 1;
     r = 4 * (wg >> 1) + ((tid >> 5) & 3);
     row = blocks_row<Cfg>(b, r);
-    const size_t set_words = size_t(8) * NS * 2 * size_t(p.cap);
     seg_stride = 2u * static_cast<uint32_t>(p.cap);
-    (void)set_words;
-    seg0 = p.ws + blocks_set_off<Cfg>(p, cs) + size_t(r * NS) * seg_stride;
-    segcnt = reinterpret_cast<const uint32_t*>(smem + Cfg::kOffSegCnt) + ((Cfg::kSplit ? 0 : cs) * 2 + parity) * 8 * NS +
-             r * NS;
+    seg0 = p.ws + blocks_set_off<Cfg>(p, reg) + size_t(r * NS) * seg_stride;
+    segcnt = reinterpret_cast<const uint32_t*>(smem + Cfg::kOffSegCnt) + parity * 8 * NS + r * NS;
     hist = reinterpret_cast<uint32_t*>(smem + Cfg::kOffHist) + r * 256;
     sk = reinterpret_cast<uint32_t*>(smem + Cfg::kOffScratch) + r * 2 * kScratch;
     si = sk + kScratch;
-    stats = reinterpret_cast<unsigned long long*>(p.counter) + 1;
   }
   // This warp's half of the row (8 lanes per segment) and the whole row (one warp).
   __device__ __forceinline__ fused_detail::SegLanes half_segs(const Sm90FusedParams& p) const {
@@ -406,18 +390,20 @@ struct BlocksPairRow {
   }
 };
 
-// kPairGate: the gate of row 4 rg + warp_in_wg (blocks_gate's rule) by both
-// warps that hold it; the first warp (key group 0) caps it, sets thr_s and
-// clears the tile maxima. Not inlined (as blocks_pair_end_call). Returns
-// whether the row is gated (the first warp's answer is the row's).
+// The sample gate of row 4 rg + warp_in_wg by both warps that hold it
+// (blocks_gate_rho's rank; pair_gate_fast, else the exact pair select, else
+// one warp's select under heavy ties); the first warp (key group 0) caps it,
+// sets thr_s, records the row's largest sample key and clears the tile
+// maxima. Not inlined (as blocks_pair_end_call). Returns whether the row is
+// gated (the first warp's answer is the row's).
 template <class Cfg>
-__device__ __noinline__ bool blocks_gate_pair_call(const Sm90FusedParams* pp, int cs, int parity, int b,
-                                                     uint32_t active, int ns) {
+__device__ __noinline__ bool blocks_gate_pair_call(const Sm90FusedParams* pp, int reg, int parity, int b,
+                                                   uint32_t active, int ns) {
   using namespace fused_detail;
   const Sm90FusedParams& p = *pp;
-  const BlocksPairRow<Cfg> rw(p, cs, parity, b);
+  const BlocksPairRow<Cfg> rw(p, reg, parity, b);
   const int r = rw.r, lane = rw.lane, kg = rw.kg;
-  unsigned long long* thr_s = reinterpret_cast<unsigned long long*>(rw.smem + Cfg::kOffThr) + (Cfg::kSplit ? 0 : cs) * 8;
+  unsigned long long* thr_s = reinterpret_cast<unsigned long long*>(rw.smem + Cfg::kOffThr);
   BlocksCtl* ctl = reinterpret_cast<BlocksCtl*>(rw.smem + Cfg::kOffCtl);
   const uint32_t rho = blocks_gate_rho<Cfg>(p, rw.segcnt, rw.row, r, active, lane);
   uint32_t gk = 0;
@@ -437,28 +423,27 @@ __device__ __noinline__ bool blocks_gate_pair_call(const Sm90FusedParams* pp, in
       const uint32_t mx = __reduce_max_sync(0xffffffffu, ctl->tile_max[r][lane]);
       if (lane == 0) reinterpret_cast<uint32_t*>(rw.smem + Cfg::kOffSmax)[r] = gk ? mx : 0u;
     }
-    blocks_set_gate(p, ctl, thr_s, rw.stats, r, gk, lane);
+    blocks_set_gate(ctl, thr_s, r, gk, lane);
   }
   return gk != 0;
 }
 
-// kPairSelect: the block-end select of row 4 rg + warp_in_wg of block b by
-// both warps that hold it (the caller checks that the row is active and in
-// range); not inlined, so its values stay out of the tile loops' registers
-// (everything is re-derived from the thread index, the parameters and the
-// candidate set cs, whose block-end counts are at publication parity `parity`).
-// Returns whether the row is safe (false: a gated row with too few candidates,
-// to be redone; the first warp's answer is the row's).
+// The block-end select of row 4 rg + warp_in_wg of block b by both warps that
+// hold it (the caller checks that the row is active and in range); not
+// inlined, so its values stay out of the tile loops' registers (everything is
+// re-derived from the thread index, the parameters and the candidate region
+// `reg`, whose block-end counts are at publication parity `parity`). Returns
+// whether the row is safe (false: a gated row with too few candidates, to be
+// redone; the first warp's answer is the row's).
 template <class Cfg>
-__device__ __noinline__ bool blocks_pair_end_call(const Sm90FusedParams* pp, int cs, int parity, int b, bool gated) {
+__device__ __noinline__ bool blocks_pair_end_call(const Sm90FusedParams* pp, int reg, int parity, int b, bool gated) {
   using namespace fused_detail;
   const Sm90FusedParams& p = *pp;
-  const BlocksPairRow<Cfg> rw(p, cs, parity, b);
+  const BlocksPairRow<Cfg> rw(p, reg, parity, b);
   const int r = rw.r, row = rw.row, lane = rw.lane, kg = rw.kg;
   uint8_t* smem = rw.smem;
   uint32_t *hist = rw.hist, *sk = rw.sk, *si = rw.si;
-  unsigned long long* stats = rw.stats;
-  const uint64_t thr = reinterpret_cast<const unsigned long long*>(smem + Cfg::kOffThr)[(Cfg::kSplit ? 0 : cs) * 8 + r];
+  const uint64_t thr = reinterpret_cast<const unsigned long long*>(smem + Cfg::kOffThr)[r];
   const SegLanes ps = rw.half_segs(p);
   PairCtx pc = rw.ctx();
   int start;
@@ -475,12 +460,6 @@ __device__ __noinline__ bool blocks_pair_end_call(const Sm90FusedParams* pp, int
   if (res < 0 && kg == 0) {  // heavy ties at the k-th key (or a compacted row with at most k): one warp
     ok = warp_finish_row<true>(rw.all_segs(p), thr, k, need, gated, start, hist, sk, si, lane, &cands,
                                [&](int at, int v, uint32_t) { orow[at] = v; });
-  }
-  if (kg == 0 && p.probe == 2 && lane == 0) {
-    atomicAdd(stats + 4, static_cast<unsigned long long>(cands));
-    atomicAdd(stats + 13, 1ull);
-    if (!ok) atomicAdd(stats + 8, 1ull);
-    if (res < 0) atomicAdd(stats + 10, 1ull);
   }
   return ok;
 }

@@ -174,7 +174,7 @@ __device__ __forceinline__ bool blocks_union_gate_call(const Sm90FusedParams* pp
                                                          int np);
 template <class Cfg>
 __device__ __noinline__ void blocks_split_sample_end(const Sm90FusedParams* pp, int reg, int c0, int slot0, int ns,
-                                                       uint32_t cnt, int /*b*/, int /*np*/) {
+                                                       uint32_t cnt) {
   const Sm90FusedParams& p = *pp;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
@@ -299,10 +299,7 @@ __device__ __forceinline__ bool blocks_union_gate_call(const Sm90FusedParams* pp
   // (Every warp waits for itself, on a warp-uniform condition: a loop the
   // compiler cannot prove uniform in this call makes the tile loops' values
   // non-uniform after it, and costs them their registers.)
-  const long long tw0 = clock64();
   if (np > 1) blocks_wait_ctr<Cfg>(p, c0, slot0, rg, np);
-  if (p.probe == 2 && lane == 0)  // (probe 2: the wait for the samples, word 2)
-    atomicAdd(rw.stats + 2, static_cast<unsigned long long>(clock64() - tw0));
   unsigned long long* thr_s = reinterpret_cast<unsigned long long*>(rw.smem + Cfg::kOffThr);
   SplitShare* shr = reinterpret_cast<SplitShare*>(rw.smem + Cfg::kOffShr);
   uint32_t m = 0, tiles = 0;
@@ -351,7 +348,6 @@ __device__ __forceinline__ bool blocks_union_gate_call(const Sm90FusedParams* pp
   if (kg == 0 && lane == 0) {
     shr->gkey[r] = gk;
     thr_s[r] = gk ? gate_threshold(gk) : 0ull;
-    if (gk && p.probe == 2) atomicAdd(rw.stats + 9, 1ull);
   }
   return gk != 0;
 }
@@ -420,20 +416,16 @@ __device__ __forceinline__ uint32_t blocks_split_copy(const Sm90FusedParams* pp,
 // it copied to its segments' heads (blocks_split_copy). Returns the lane's
 // count; the rows' thresholds are in thr_s.
 template <class Cfg>
-__device__ __noinline__ uint32_t blocks_split_rest_start(const Sm90FusedParams* pp, int qb, int b, int /*qi*/) {
+__device__ __noinline__ uint32_t blocks_split_rest_start(const Sm90FusedParams* pp, int qb, int b) {
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
   const int rg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 256, 0);
   const volatile int* vis = reinterpret_cast<const SplitShare*>(smem + Cfg::kOffShr)->vis[rg][qb];
   const int reg = __shfl_sync(0xffffffffu, vis[3], 0), c0 = __shfl_sync(0xffffffffu, vis[4], 0);
   const int slot0 = __shfl_sync(0xffffffffu, vis[5], 0), np = __shfl_sync(0xffffffffu, vis[6], 0);
-  const long long tg0 = clock64();
   blocks_union_gate_call<Cfg>(pp, reg, b, c0, slot0, np);
   ptx::named_barrier_sync(5 + rg, 256);  // the row group's gates are in thr_s
-  if (pp->probe == 2 && (threadIdx.x & 31) == 0)  // (probe 2: the gate with its wait, word 1)
-    atomicAdd(reinterpret_cast<unsigned long long*>(pp->counter) + 1 + 1, static_cast<unsigned long long>(clock64() - tg0));
-  const uint32_t c = blocks_split_copy<Cfg>(pp, reg, np);
-  return c;
+  return blocks_split_copy<Cfg>(pp, reg, np);
 }
 
 // kSplit, at the end of visit qi (all math warps; after its tile loops: a
@@ -457,7 +449,7 @@ __device__ __noinline__ void blocks_prestart(const Sm90FusedParams* pp, int qi) 
   if (b < 0 || __shfl_sync(0xffffffffu, slot[6], 0) != kVisitRest) return;
   if (lane < 9) shr->vis[rg][qb][lane] = slot[lane < 7 ? 6 + lane : lane == 7 ? 2 : 5];
   __syncwarp();
-  const uint32_t c = blocks_split_rest_start<Cfg>(pp, qb, b, qi);
+  const uint32_t c = blocks_split_rest_start<Cfg>(pp, qb, b);
   if (lane < 4) shr->rest_cnt[tid >> 5][lane] = c;  // (lane l holds row 4 rg + l, as every lane of quad l)
   __syncwarp();
 }
@@ -595,12 +587,6 @@ __device__ __noinline__ bool blocks_split_end_call(const Sm90FusedParams* pp, in
   if (res < 0 && kg == 0)  // heavy ties at the k-th key: one warp
     ok = warp_finish_row<true>(blocks_piece_segs<Cfg>(p, c0, slot0, np, r, -1, false), thr, k, need, gk != 0, start,
                                rw.hist, rw.sk, rw.si, lane, &cands, [&](int at, int v, uint32_t) { orow[at] = v; });
-  if (kg == 0 && p.probe == 2 && lane == 0) {
-    atomicAdd(rw.stats + 4, static_cast<unsigned long long>(cands));
-    atomicAdd(rw.stats + 13, 1ull);
-    if (!ok) atomicAdd(rw.stats + 8, 1ull);
-    if (res < 0) atomicAdd(rw.stats + 10, 1ull);
-  }
   return ok;
 }
 
@@ -623,19 +609,16 @@ __device__ __noinline__ void blocks_visit_end(const Sm90FusedParams* pp, int qi,
   unsigned long long* thr_s = reinterpret_cast<unsigned long long*>(smem + Cfg::kOffThr);
   uint32_t* redo_rg = reinterpret_cast<uint32_t*>(smem + Cfg::kOffRedo);
   BlocksCtl* ctl = reinterpret_cast<BlocksCtl*>(smem + Cfg::kOffCtl);
-  unsigned long long* stats = reinterpret_cast<unsigned long long*>(p.counter) + 1;
-  const long long t0 = clock64();
   if (vis_u(0) == kVisitSample) {  // publish the piece's sample; its rest visit comes later
     if (vis_u(2) != vis_u(7)) {  // its last MMA was not the piece's last tile: release the Q buffer now
       __syncwarp();
       if (lane == 0) ptx::mbar_arrive(q_empty + qb);
     }
-    blocks_split_sample_end<Cfg>(pp, vis_u(3), vis_u(4), vis_u(5), vis_u(2), cnt, b, vis_u(6));
+    blocks_split_sample_end<Cfg>(pp, vis_u(3), vis_u(4), vis_u(5), vis_u(2), cnt);
   } else {  // a rest visit: publish; the block's last piece selects its rows
     const int reg = vis_u(3);
     const bool ok = blocks_split_end_call<Cfg>(pp, reg, b, vis_u(4), vis_u(5), vis_u(6), cnt,
                                                  static_cast<uint32_t>(vis_u(8)));
-    if (p.probe == 2 && lane == 0 && kg == 0) atomicAdd(stats + 5, static_cast<unsigned long long>(clock64() - t0));
     if (kg == 0) {
       if (lane == 0) {
         thr_s[sel_row] = 0;
@@ -646,26 +629,21 @@ __device__ __noinline__ void blocks_visit_end(const Sm90FusedParams* pp, int qi,
         volatile uint32_t* rr = redo_rg + rg;
         const uint32_t mask = *rr;
         *rr = 0;
-        blocks_half_finished(ctl, b, mask);
+        blocks_half_finished(ctl, b, mask, p.counter + kFusedRedoWord);
       }
     }
     ptx::named_barrier_sync(5 + rg, 256);
   }
-  const long long t1 = clock64();
   blocks_prestart<Cfg>(pp, qi + 1);
-  if (p.probe == 2 && lane == 0) atomicAdd(stats + 7, static_cast<unsigned long long>(clock64() - t1));
 }
 
 // How many blocks (the first ones: the shortest of a causal chunk) the shares
 // cover, of nblocks on grid CTAs: every block when they are at most two
 // waves, none when they fill whole waves, else the last partial wave and one
 // full wave (so a split block has about two pieces, not grid / (nblocks mod
-// grid) small ones). The rest run whole from the block counter. (rule > 0, a
-// development rule: every block up to one wave, else only the partial last
-// wave's, in shares of at least `rule` tiles; measured slower.)
-__host__ __device__ constexpr int blocks_share_blocks(int nblocks, int grid, int rule = 0) {
-  return rule > 0 ? (nblocks <= grid ? nblocks : nblocks % grid)
-                  : nblocks <= 2 * grid ? nblocks : nblocks % grid == 0 ? 0 : grid + nblocks % grid;
+// grid) small ones). The rest run whole from the block counter.
+__host__ __device__ constexpr int blocks_share_blocks(int nblocks, int grid) {
+  return nblocks <= 2 * grid ? nblocks : nblocks % grid == 0 ? 0 : grid + nblocks % grid;
 }
 
 // The split kernel's grid: with B row blocks of at most a quarter of the SMs,

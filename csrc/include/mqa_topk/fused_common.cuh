@@ -12,37 +12,19 @@ struct Sm90FusedParams {
   const int* starts;
   const int* ends;
   int* out;          // [rows, topk]
-  uint32_t* ws;      // candidate buffers, kSets x num_sms x 2 x 8 x 2 x cap
-  int* counter;      // block counter, zero at launch; statistics follow it
+  uint32_t* ws;      // past the header: the candidate segments (fused_blocks_workspace_bytes)
+  int* counter;      // the workspace header: block counter (word 0), rows redone (word 1); zero at launch
   int rows;
   int keys;
   int topk;
-  int cap;           // candidates per (warpgroup, row) buffer
-  int probe;         // development only: 1 = never append (logits + filter alone), 2 = real + statistics
+  int cap;           // candidates per (row, warp) segment
   RangeErrorSink err;  // bad rows are recorded here (range_check.cuh; null: not recorded)
-  int target = 0;      // development only: the gate's candidate target (0: fused_gate_target(topk))
-  // kSplit: the pieces' partial top-k ([region][row][piece][topk] keys and
-  // absolute indices) and one completion counter per region (zero at launch).
-  uint32_t* split_keys = nullptr;
-  uint32_t* split_idx = nullptr;
-  int* split_ctr = nullptr;
-  // kSplitGate: per (region, row, piece) slot kSplitAuxWords words (published
-  // list keys, sample tile maxima, sample size, emitted count, constraint key);
-  // per region the published-sample counter and the gate-ready flag (zero at
-  // launch) and the 8 rows' shared gate keys.
-  uint32_t* split_aux = nullptr;
-  int* split_sctr = nullptr;
-  int* split_gready = nullptr;
-  uint32_t* split_gate = nullptr;
-  // The v3 kernel's kHybrid share rule (fused_v3_share_blocks): 0 the
-  // session-12 rule; n > 0 shares only over the partial last wave's blocks,
-  // each share at least n tiles (issue 12, session 26).
-  int share_rule = 0;
 };
 
-// Workspace header: the block counter (int) and, for development probe 2,
-// fifteen u64 statistics.
+// Workspace header (zeroed before each launch): word 0 the block counter,
+// word 1 the rows found unsafe and redone (a diagnostic: the tests read it).
 constexpr int kFusedHeaderBytes = 128;
+constexpr int kFusedRedoWord = 1;
 
 // Visible keys of a row, clamped to [0, keys] (range_check.cuh: clamp_row_range);
 // *start is the clamped start, which the output indices are relative to.

@@ -76,13 +76,10 @@ __device__ __forceinline__ void blocks_body(const CUtensorMap& tm_q, const CUten
   const int nblocks = (p.rows + R - 1) / R;
   const int k = p.topk;
   const size_t set_words = size_t(8) * NS * 2 * size_t(p.cap);
-  unsigned long long* stats = reinterpret_cast<unsigned long long*>(p.counter) + 1;
   if constexpr (Cfg::kSplit) {  // this CTA's share of the call's tiles (every thread; synchronises the CTA)
     const Sm90LogitsParams lp{p.starts, p.ends, nullptr, 0, p.rows, p.keys};
     fused_split_share<Cfg::kThreads>(lp, reinterpret_cast<SplitShare*>(smem + Cfg::kOffShr),
-                                     blocks_share_blocks(nblocks, gridDim.x, p.share_rule), gridDim.x,
-                                     p.share_rule > 0 && nblocks > static_cast<int>(gridDim.x) ? p.share_rule
-                                                                                                : kShareMinTiles);
+                                     blocks_share_blocks(nblocks, gridDim.x), gridDim.x, kShareMinTiles);
   }
 
   if (wg == Cfg::kMathWarpgroups) {
@@ -179,7 +176,7 @@ __device__ __forceinline__ void blocks_body(const CUtensorMap& tm_q, const CUten
       // A whole block (or a redo of its rows `active`: no gate) in region 2,
       // as the whole-block kernel runs it.
       auto whole = [&](int b, int n, uint32_t active, bool redo) {
-        visit(b, 0, n, redo ? 0 : fused_sample_tiles(n, k, p.target), active, kVisitWhole, 0, n, 2, 0, 0, 1);
+        visit(b, 0, n, redo ? 0 : fused_sample_tiles(n, k), active, kVisitWhole, 0, n, 2, 0, 0, 1);
         ++issued;
       };
       const long long total = shr->sh_total, g0 = shr->sh_g0, count = shr->sh_count;
@@ -193,7 +190,7 @@ __device__ __forceinline__ void blocks_body(const CUtensorMap& tm_q, const CUten
         auto slot0_of = [&](long long G) { return total * c0_of(G) / gp == G ? 0 : 1; };
         auto pieces_of = [&](long long G, int ntb) { return split_owner(G + ntb - 1, total, gp) - c0_of(G) + 1; };
         auto ns_of = [&](int ntb, int np) {
-          const int nsb = fused_sample_tiles(ntb, k, p.target);
+          const int nsb = fused_sample_tiles(ntb, k);
           int v = (nsb * np + ntb - 1) / ntb;
           v = v < 1 ? 1 : v;
           v = v > Cfg::kSplitSampleTiles ? Cfg::kSplitSampleTiles : v;
@@ -241,7 +238,7 @@ __device__ __forceinline__ void blocks_body(const CUtensorMap& tm_q, const CUten
       }
       // The blocks past the shares, whole, from the block counter (largest
       // first; a block is claimed only once its Q buffer is free).
-      const int nshare = blocks_share_blocks(nblocks, gridDim.x, p.share_rule);
+      const int nshare = blocks_share_blocks(nblocks, gridDim.x);
       for (;;) {
         ptx::mbar_wait(q_empty + (qi & 1), ((qi >> 1) & 1) ^ 1);
         const int w = atomicAdd(p.counter, 1);
@@ -249,7 +246,7 @@ __device__ __forceinline__ void blocks_body(const CUtensorMap& tm_q, const CUten
         const int b = nblocks - 1 - w;
         int lo, hi;
         const int n = block_span<R, Cfg::kBlockKeys>(lp, b, lo, hi);
-        visit(b, 0, n, fused_sample_tiles(n, k, p.target), 0xffu, kVisitWhole, 0, n, 2, 0, 0, 1);
+        visit(b, 0, n, fused_sample_tiles(n, k), 0xffu, kVisitWhole, 0, n, 2, 0, 0, 1);
         ++issued;
       }
       // Blocks with no tile (every row empty) among the shares' blocks: block b by CTA b mod grid.
@@ -318,7 +315,7 @@ __device__ __forceinline__ void blocks_body(const CUtensorMap& tm_q, const CUten
       slot[SI * qb + 1] = lo;
       slot[SI * qb + 2] = nt;
       slot[SI * qb + 3] = stride;
-      slot[SI * qb + 4] = !redo ? fused_sample_tiles(nt, k, p.target) : 0;
+      slot[SI * qb + 4] = !redo ? fused_sample_tiles(nt, k) : 0;
       slot[SI * qb + 5] = static_cast<int>(active);
       if (nt == 0) {  // every row empty: the consumers only write -1
         ptx::mbar_arrive(q_full + qb);
@@ -331,8 +328,6 @@ __device__ __forceinline__ void blocks_body(const CUtensorMap& tm_q, const CUten
         const int stage = it % S;
         ptx::mbar_wait(empty + stage, ((it / S) & 1) ^ 1);
         const int key0 = lo + tp * Cfg::kBlockKeys;
-        // Development check (probe 4): the stage's first key, for the consumers to compare.
-        if (p.probe == 4) reinterpret_cast<volatile int*>(p.counter)[16 + stage] = key0;
         ptx::mbar_arrive_expect_tx(full + stage, Cfg::kKTileBytes + Cfg::kScaleBytes);
         ptx::tma_load_2d(smem + Cfg::kOffK + stage * Cfg::kKTileBytes, &tm_k, full + stage, 0, key0);
         ptx::tma_load_2d(smem + Cfg::kOffScales + stage * Cfg::kScaleBytes, &tm_scales, full + stage, key0, 0);
@@ -359,7 +354,6 @@ __device__ __forceinline__ void blocks_body(const CUtensorMap& tm_q, const CUten
   const uint32_t seg_stride = 2u * static_cast<uint32_t>(Cfg::cap(Cfg::kTopk));
   const int key_in_tile = kg * 64 + warp_in_wg * 16 + (lane >> 2);  // this lane's first key of a tile (and + 8)
 
-  const long long t_start = clock64();
   int it = 0;
   int st_i = 0;        // the next tile's stage in the ring, and its phase
   uint32_t st_ph = 0;
@@ -374,10 +368,7 @@ __device__ __forceinline__ void blocks_body(const CUtensorMap& tm_q, const CUten
     const int qs = qb;
     ptx::mbar_wait(q_full + qs, (qi >> 1) & 1);
     const int b = slot[SI * qs];
-    if (b < 0) {
-      if (p.probe == 2 && lane == 0) atomicAdd(stats + 6, static_cast<unsigned long long>(clock64() - t_start));
-      break;
-    }
+    if (b < 0) break;
     const int nt = Cfg::kSplit ? __shfl_sync(0xffffffffu, slot[SI * qs + 2], 0) : slot[SI * qs + 2];
     const int stride = Cfg::kSplit ? __shfl_sync(0xffffffffu, slot[SI * qs + 3], 0) : slot[SI * qs + 3];
     // Split blocks: the visit's kind, its walk positions [t_begin, t_end) of
@@ -431,7 +422,7 @@ __device__ __forceinline__ void blocks_body(const CUtensorMap& tm_q, const CUten
     // This lane's row: the keys [rs, rs + len) (relative test: ka - rs < len, unsigned).
     const int row_g = blocks_row<Cfg>(b, my_row);
     int rs = 0, re = 0;
-    if (row_g < p.rows && ((active >> my_row) & 1u) && p.probe != 1) {
+    if (row_g < p.rows && ((active >> my_row) & 1u)) {
       rs = __ldg(p.starts + row_g);
       re = __ldg(p.ends + row_g);
       clamp_row_range(rs, re, p.keys);
@@ -602,7 +593,6 @@ __device__ __forceinline__ void blocks_body(const CUtensorMap& tm_q, const CUten
     flush(std::true_type{}, t);
     if (ns > 0 && (!Cfg::kSplit || vis_u(0) == kVisitWhole)) {  // (a whole block's gate)
       // ---- the gate of each row from its sample (every in-range key of the first ns tiles) ----
-      const long long t_gate = clock64();
       uint32_t* segcnt = segcnt_of(pub++);
       if (lane < 4) segcnt[(4 * rg + lane) * NS + seg] = cnt;
       ptx::named_barrier_sync(bar_rg, 256);
@@ -618,7 +608,7 @@ __device__ __forceinline__ void blocks_body(const CUtensorMap& tm_q, const CUten
       // the expected candidates per segment stays under the compaction trigger.
       thr = thr_s[my_row];
       uint32_t* ws_set = ws_cta_base(p, set_off);
-      const int gate_target = p.target > 0 ? p.target : fused_gate_target(k);
+      const int gate_target = fused_gate_target(k);
       const bool drop = 16 * ns + (5 * gate_target) / 32 > p.cap - (Cfg::kLazyCheck ? 32 : 16) * Cfg::kCheckTiles;
 #pragma unroll 1
       for (int i = 0; i < (drop ? 4 : 0); ++i) {
@@ -644,7 +634,6 @@ __device__ __forceinline__ void blocks_body(const CUtensorMap& tm_q, const CUten
         if (lane < 4) ckc_at(j1 - 1, 4 * rg + lane, seg) = cnt;
         ptx::named_barrier_sync(bar_rg, 256);
       }
-      if (p.probe == 2 && lane == 0) atomicAdd(stats + 7, static_cast<unsigned long long>(clock64() - t_gate));
     }
     if (Cfg::kSplit && vis_u(0) == kVisitSample) t = nt;  // (its rest is another visit)
 #pragma unroll 1
@@ -688,24 +677,10 @@ __device__ __forceinline__ void blocks_body(const CUtensorMap& tm_q, const CUten
     {
       // Both warps of row sel_row (key groups 0 and 1) select it; the first
       // (the selector) holds the gate flag and reports the row.
-      const long long t_sel = clock64();
       const int r = sel_row, row = blocks_row<Cfg>(b, r);
       bool ok = true;
-      if (p.probe == 3) {
-        if (selector && row < p.rows) {
-          // Development dump (scripts/blocks_debug.py): the row's 8 segment
-          // counts, its threshold and the CTA's set offset instead of the select.
-          int* orow = p.out + size_t(row) * k;
-          if (lane < NS) orow[lane] = static_cast<int>(segcnt[r * NS + lane]);
-          if (lane == 8) orow[8] = static_cast<int>(thr_s[r] >> 32);
-          if (lane == 9) orow[9] = static_cast<int>(static_cast<uint32_t>(thr_s[r]));
-          if (lane == 10) orow[10] = static_cast<int>(set_off);
-          if (lane == 11) orow[11] = ns;
-          if (lane == 12) orow[12] = pub;
-        }
-      } else if (((active >> r) & 1u) && row < p.rows) {
+      if (((active >> r) & 1u) && row < p.rows)
         ok = blocks_pair_end_call<Cfg>(&p, Cfg::kSplit ? 2 : 0, pub & 1, b, row_gated);
-      }
       if (selector) {
         if (lane == 0) {
           thr_s[r] = 0;
@@ -719,9 +694,8 @@ __device__ __forceinline__ void blocks_body(const CUtensorMap& tm_q, const CUten
           volatile uint32_t* rr = redo_rg + rg;
           const uint32_t mask = *rr;
           *rr = 0;
-          blocks_half_finished(ctl, b, mask);
+          blocks_half_finished(ctl, b, mask, p.counter + kFusedRedoWord);
         }
-        if (p.probe == 2 && lane == 0) atomicAdd(stats + 5, static_cast<unsigned long long>(clock64() - t_sel));
       }
     }
     // One candidate set: the next block reuses these segments only after the selects.
@@ -752,11 +726,10 @@ using FusedSplitConfig = Sm90FusedBlocksConfig<kTopk, true>;
 // (its header zeroed here); one CTA per SM. *map_error: the first tensor map
 // that could not be encoded (1000 x its index + CUresult).
 template <class Cfg>
-inline cudaError_t launch_sm90_fused_blocks(const void* q, const void* k, const float* scales,
-                                                 const float* weights, const int* starts, const int* ends, int* out,
-                                                 void* workspace, int rows, int keys, int topk, int num_sms,
-                                                 cudaStream_t stream, int* map_error = nullptr, int probe = 0,
-                                                 RangeErrorSink range_err = {}, int target = 0, int share_rule = 0) {
+inline cudaError_t launch_sm90_fused_blocks(const void* q, const void* k, const float* scales, const float* weights,
+                                            const int* starts, const int* ends, int* out, void* workspace, int rows,
+                                            int keys, int topk, int num_sms, cudaStream_t stream,
+                                            int* map_error = nullptr, RangeErrorSink range_err = {}) {
   if (rows <= 0) return cudaSuccess;
   if (topk != Cfg::kTopk) return cudaErrorInvalidValue;  // (one topk per configuration)
   CUtensorMap tm_q, tm_k, tm_s, tm_w;
@@ -783,9 +756,7 @@ inline cudaError_t launch_sm90_fused_blocks(const void* q, const void* k, const 
   err = cudaMemsetAsync(counter, 0, kFusedHeaderBytes + (Cfg::kSplit ? size_t(num_sms) * kShareCtrWords * 4 : 0), stream);
   if (err != cudaSuccess) return err;
   uint32_t* ws = reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(workspace) + kFusedHeaderBytes);
-  const int gate_target = target > 0 ? target : fused_detail::fused_gate_target(topk);  // a development target, or the default
-  Sm90FusedParams p{starts, ends, out, ws, counter, rows, keys, topk, Cfg::cap(topk), probe, range_err, gate_target};
-  p.share_rule = share_rule;
+  const Sm90FusedParams p{starts, ends, out, ws, counter, rows, keys, topk, Cfg::cap(topk), range_err};
   kernel<<<num_sms, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(tm_q, tm_k, tm_s, tm_w, p);
   return cudaGetLastError();
 }

@@ -239,8 +239,8 @@ inline cudaError_t launch_sm90_fused_hybrid_topk(const void* q, const void* k, c
   err = cudaMemsetAsync(counters, 0, 256, stream);  // (the blocks' counters and the owner ticket)
   if (err != cudaSuccess) return err;
   uint32_t* ws = reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(workspace) + kFusedHeaderBytes);
-  Sm90FusedParams p{starts, ends, out, ws, static_cast<int*>(workspace), whole_rows, keys, topk, CfgV3::cap(topk), 0,
-                    range_err, fused_detail::fused_gate_target(topk)};
+  const Sm90FusedParams p{starts, ends, out, ws, static_cast<int*>(workspace), whole_rows, keys, topk,
+                          CfgV3::cap(topk), range_err};
   RangeErrorSink err_x = range_err;
   err_x.row_base += whole_rows;
   const StagedTopkParams P{Sm90LogitsParams{starts + whole_rows, ends + whole_rows, logits, ld, extra_rows, keys, err_x},
