@@ -13,11 +13,16 @@ import sys
 
 import torch
 
-sys.path.insert(0, "scripts")
-from logits_probe import make  # noqa: E402
+from mqa_topk_cli import ops
+from mqa_topk_cli.errors import ContractError
+from mqa_topk_cli.workloads import make_workload
 
-from mqa_topk_cli import ops  # noqa: E402
-from mqa_topk_cli.errors import ContractError  # noqa: E402
+
+def make(rows, keys, seed, layout):
+    if layout == "random":  # (packed requests with unaligned starts; every row sees the one key of a tiny call)
+        layout = "ragged" if rows <= keys else "full"
+    w = make_workload(layout, rows=rows, keys=keys, topk=512, seed=seed, device="cuda")
+    return w.q, w.k, w.scales, w.weights, w.starts, w.ends
 
 INT_MAX, INT_MIN = 2**31 - 1, -2**31
 
@@ -56,7 +61,6 @@ KINDS = ("negative_start", "int_min_start", "end_past_keys", "int_max_end", "sta
          "everything_bad")
 failures = []
 runs = 0
-have_fused = hasattr(ops._native(), "fused_mqa_topk")
 for rows, keys, layout, row in ((67, 1000, "causal", 41), (37, 3001, "random", 36), (5, 1, "random", 0),
                                 (19, 20000, "causal", 17)):
     q, k, scales, w, starts0, ends0 = make(rows, keys, 11, layout)
@@ -74,11 +78,14 @@ for rows, keys, layout, row in ((67, 1000, "causal", 41), (37, 3001, "random", 3
                 q, k, scales, w, s, e, torch.empty((rows, 1024), dtype=torch.int32, device="cuda"),
                 max_logits_bytes=chunk),
         }
-        if have_fused:
-            for topk in ((512, 2048) if rows == 67 else (2048,)):
-                calls[f"fused_mqa_topk_prefill(topk={topk})"] = (
-                    lambda s, e, topk=topk: ops.fused_mqa_topk_prefill(
-                        q, k, scales, w, s, e, torch.empty((rows, topk), dtype=torch.int32, device="cuda")))
+        for topk in ((512, 2048) if rows == 67 else (2048,)):
+            for kernel in ops.FUSED_KERNELS:
+                if kernel == "hybrid" or (kernel == "staged" and rows > 8 * 66):
+                    continue  # (these shapes are never SMs + 1 or 2 row blocks)
+                calls[f"fused_mqa_topk_prefill(topk={topk}, {kernel})"] = (
+                    lambda s, e, topk=topk, kernel=kernel: ops.fused_mqa_topk_prefill(
+                        q, k, scales, w, s, e, torch.empty((rows, topk), dtype=torch.int32, device="cuda"),
+                        kernel=kernel))
         for name, fn in calls.items():
             starts, ends = starts0.clone(), ends0.clone()
             arg = corrupt(kind, starts, ends, keys, row)
