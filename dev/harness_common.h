@@ -1,7 +1,6 @@
-// Host helpers shared by the torch-free device harnesses (tools/v3check,
-// tools/logitscheck): error checks, a small deterministic RNG, fp8 encoding,
-// uploads and the command-line parsing of variant lists and key=value options.
-// Development only: never part of the extension.
+// Host helpers of the torch-free device harnesses (dev/): error checks, a
+// small deterministic RNG, fp8 encoding, uploads and the command-line parsing
+// of key=value options. Development only: never part of the extension.
 #pragma once
 
 #include <cuda_fp8.h>
@@ -59,17 +58,6 @@ template <class W, class D>
 void upload_inputs(const W& w, D& d) {
   d.q = upload(w.q), d.k = upload(w.k), d.scales = upload(w.scales), d.weights = upload(w.weights);
   d.starts = upload(w.starts), d.ends = upload(w.ends);
-}
-
-// "12,13,15" -> {12, 13, 15}
-inline std::vector<int> parse_variants(const char* s) {
-  std::vector<int> v;
-  for (const char* p = s; *p;) {
-    v.push_back(std::atoi(p));
-    while (*p && *p != ',') ++p;
-    if (*p == ',') ++p;
-  }
-  return v;
 }
 
 // The value of a "name=N" argument, else dflt.
