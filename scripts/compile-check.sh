@@ -49,11 +49,11 @@ if TORCH_INC=$(python3 -c "from torch.utils.cpp_extension import include_paths; 
 else
   echo "== csrc/*.cpp: skipped (no torch)"
 fi
-# The development harnesses (dev/): compiled and linked so they cannot rot.
+# The development harnesses (dev/): compiled so they cannot rot (dev/kernelcheck/build.sh links them).
 for tu in dev/*/*.cu; do
   [ -e "$tu" ] || continue
   echo "== $tu"
-  if ! "$NVCC" "${FLAGS[@]}" "$tu" -o "$out/$(basename "$tu" .cu)" 2> "$out/log"; then
+  if ! "$NVCC" "${FLAGS[@]}" -c "$tu" -o "$out/$(basename "$tu" .cu).o" 2> "$out/log"; then
     cat "$out/log"; status=1
   fi
 done
