@@ -1,16 +1,26 @@
 #!/usr/bin/env bash
-# The whole GPU round in one call (device time is scarce: build once, then
-# test, verify and bench). Usage: scripts/device-check.sh [stage ...]
-#   stages: build probe logits-variants (LOGITS_VARIANTS="17 18" picks some) logits-one (LOGITS_ONE="26 67 1000") fused-ab (FUSED_AB=11) v3-ab (V3_AB="8192 65536 --variants 12,13") v3-debug v3-dump (V3_DUMP="12 15") v3-tests fused-variants fused-probe split-probe split-breakdown split-grid split-probe-rising fused-tests verify-fused bench-fused bench-logits-headline bench-fused-grid bench-adversarial bench-small-rows bench-small-rows-staged (STAGED_VARIANTS="109 113 117") bench-small-rows-rules (SHARE_RULES="0 4 8 16") bench-small-rows-hybrid gpu-tests verify verify-ref bench bench-torch bench-split bench-logits bench-topk crossover ncu sanitize sanitize-ranges graph deepgemm  (default: all but crossover/sanitize/sanitize-ranges/graph/deepgemm)
-# Set MQA_TOPK_DEV_PROBES=1 for the whole call when a stage needs the dev
-# variants (fused-variants, fused-probe, probe): the extension is built once.
-# deepgemm: builds DeepGEMM from the ignored .peers/ folder (carry it: ../shared/peers/README.md),
-#   then verifies `deepgemm` against `native` and benches their logits side by side (after `build`;
-#   the grid is configs/logits-grid.toml, SPEC §6's R x N points; DEEPGEMM_GRID=bench for the bench sweep).
-#   graph: the serving-grade tests (CUDA graphs, device range errors), bench --graph and eager of
-#     fused,native at the headline and at R=1024 N=8K, and the op-vs-launcher overhead (scripts/op_overhead.py)
-# Every stage's output goes to one log, $OUT/device.log (the device tool returns
-# at most 8 files); result tables to $OUT/<stage>.csv|json; a summary is printed last.
+# The GPU round in one call (device time is scarce: build once, then test,
+# verify, sanitize and bench). Usage: scripts/device-check.sh [stage ...]
+#   build       mqa-topk build (the extension, once; every later stage reuses it)
+#   gpu-tests   pytest -m gpu (every op and fused kernel, CUDA graphs, device range errors)
+#   verify      mqa-topk verify --paths fused,native (the default workloads)
+#   sanitize    compute-sanitizer memcheck over scripts/sanitize_cases.py and sanitize_ranges.py
+#   headline    the headline: fused and native (bench), the logits kernel alone with the fp8 GEMM ceiling (bench --op logits)
+#   small-rows  configs/small-rows.toml, fused and native
+#   grid        configs/bench.toml, fused and native
+#   adversarial configs/adversarial.toml, fused and native
+#   logits-grid configs/logits-grid.toml, the logits kernel alone
+#   topk        configs/topk-grid.toml, the top-k alone on random logits
+#   crossover   mqa-topk crossover (writes $OUT/calibration.json)
+#   deepgemm    DeepGEMM's logits beside ours (needs the ignored .peers/ folder carried: ../shared/peers/README.md)
+#   (default: build gpu-tests verify sanitize headline small-rows)
+# OLD=DIR (absolute): also runs the bench stages on the tree in DIR (an older
+# checkout, e.g. `git archive TAG | tar -x -C .ab/old`, carried along; run
+# from its own directory, so its package and csrc are the ones imported),
+# each right after the current tree's, for a before / after comparison in one
+# call.
+# Every stage's output goes to $OUT/device.log, result tables to
+# $OUT/<stage>.csv|json; a summary is printed last.
 set -uo pipefail
 OUT=${OUT:-$PWD/device-out}
 mkdir -p "$OUT"
@@ -20,13 +30,8 @@ export PYTHONUNBUFFERED=1
 [ -x /usr/bin/g++ ] && export CC=/usr/bin/gcc CXX=/usr/bin/g++
 export MQA_TOPK_CACHE_DIR=${MQA_TOPK_CACHE_DIR:-/tmp/mqa_topk_cache}
 export MAX_JOBS=${MAX_JOBS:-16}
-# The build key hashes the compiler flags, and MQA_TOPK_VERBOSE_BUILD adds
-# ptxas -v: set it for the whole call, or every stage after `build` rebuilds
-# the extension from scratch (2.5 minutes of device time, silently; a stage
-# under a short timeout then dies in the rebuild with no output).
-export MQA_TOPK_VERBOSE_BUILD=${MQA_TOPK_VERBOSE_BUILD:-1}
 stages=("$@")
-[ ${#stages[@]} -eq 0 ] && stages=(build probe gpu-tests verify bench-logits bench-topk bench)
+[ ${#stages[@]} -eq 0 ] && stages=(build gpu-tests verify sanitize headline small-rows)
 summary=()
 run() {  # run NAME CMD...  (each stage under its own time limit, STAGE_TIMEOUT_<name> or 300 s)
   local name=$1; shift
@@ -39,77 +44,36 @@ run() {  # run NAME CMD...  (each stage under its own time limit, STAGE_TIMEOUT_
   summary+=("$name rc=$rc $(( $(date +%s) - t0 ))s")
   return $rc
 }
-{ date -u; git rev-parse --short HEAD 2>/dev/null || echo "commit ${MQA_TOPK_COMMIT:-unknown}"; nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,memory.used --format=csv; } >> "$OUT/device.log" 2>&1
+# bench NAME ARGS...: mqa-topk bench on this tree (and on $OLD's, interleaved, when set)
+bench() {
+  local name=$1; shift
+  run "$name" mqa-topk bench "$@" --out "$OUT/$name.csv"
+  if [ -n "${OLD:-}" ]; then
+    run "$name-old" env -C "$OLD" MQA_TOPK_CACHE_DIR=/tmp/mqa_topk_cache_old \
+      python3 -m mqa_topk_cli bench "$@" --out "$OUT/$name-old.csv"
+  fi
+}
+{ date -u; git rev-parse --short HEAD 2>/dev/null || echo "commit ${MQA_TOPK_COMMIT:-unknown}"
+  nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.limit,memory.used --format=csv; } >> "$OUT/device.log" 2>&1
 python3 -m pip install -q --no-build-isolation --no-deps -e . >> "$OUT/device.log" 2>&1 || { echo "install failed"; tail "$OUT/device.log"; exit 1; }
 for s in "${stages[@]}"; do
   case $s in
-    build) run build mqa-topk build || break ;;
-    probe) run probe python3 scripts/logits_probe.py ;;
-    gpu-tests) run gpu-tests python3 -m pytest -q -m gpu -x tests ;;
-    fused-variants) run fused-variants env MQA_TOPK_DEV_PROBES=1 sh -c 'python3 -m pytest -q -x tests/test_gpu_fused.py -k dev_variant && python3 scripts/fused_probe.py' ;;
-    logits-variants) run logits-variants env MQA_TOPK_DEV_PROBES=1 python3 scripts/logits_variants.py ${LOGITS_VARIANTS:-} ;;
-    logits-one) run logits-one env MQA_TOPK_DEV_PROBES=1 python3 scripts/logits_one.py ${LOGITS_ONE:-26} ;;
-    fused-ab) run fused-ab env MQA_TOPK_DEV_PROBES=1 python3 scripts/fused_ab.py ${FUSED_AB:-11} ;;
-    v3-ab) run v3-ab env MQA_TOPK_DEV_PROBES=1 python3 scripts/fused_v3_ab.py ${V3_AB:-} ;;
-    v3-debug) run v3-debug env MQA_TOPK_DEV_PROBES=1 python3 scripts/fused_v3_debug.py ${V3_DEBUG:-} ;;
-    v3-dump) for v in ${V3_DUMP:-12 15 14 13}; do  # one variant per process, each under its own limit (a hang names itself)
-               run v3-dump-$v env MQA_TOPK_DEV_PROBES=1 timeout ${V3_DUMP_TIMEOUT:-40} python3 scripts/fused_v3_debug.py $v --dump-only
-             done ;;
-    v3-tests) run v3-tests env MQA_TOPK_DEV_PROBES=1 python3 -m pytest -q -x -rf tests/test_gpu_fused.py -k "v3" ;;
-    fused-probe) run fused-probe env MQA_TOPK_DEV_PROBES=1 python3 scripts/fused_probe.py ;;
-    split-probe) run split-probe env MQA_TOPK_DEV_PROBES=1 python3 scripts/fused_split_probe.py ;;
-    split-breakdown) run split-breakdown env MQA_TOPK_DEV_PROBES=1 python3 scripts/fused_split_probe.py --breakdown 65536 64 512 2120 ;;
-    split-grid) run split-grid env MQA_TOPK_DEV_PROBES=1 python3 scripts/fused_split_probe.py --grid 65536 64 256 512 1064 ;;
-    split-probe-rising) run split-probe-rising env MQA_TOPK_DEV_PROBES=1 python3 scripts/fused_split_probe.py --dist rising 65536 64 512 1064 2120 ;;
-    bench-adversarial) run bench-adversarial mqa-topk bench --config adversarial --paths fused,native --out "$OUT/bench-adversarial.csv" ;;
-    bench-small-rows) run bench-small-rows mqa-topk bench --config small-rows --paths fused,native --out "$OUT/bench-small-rows.csv" ;;
-    # (issue 12: the staged kernel forced wherever it applies (<= SMs row blocks), each variant of STAGED_VARIANTS)
-    bench-small-rows-staged) for v in ${STAGED_VARIANTS:-109 113 117}; do
-                               run bench-small-rows-v$v env MQA_TOPK_FUSED_STAGED=1 MQA_TOPK_FUSED_STAGED_VARIANT=$v \
-                                 mqa-topk bench --config small-rows --paths fused,native --out "$OUT/bench-small-rows-v$v.csv"
-                             done ;;
-    # (issue 12, session 26: the split kernel's share rules, each of SHARE_RULES; 0 the session-12 rule)
-    bench-small-rows-rules) RULE_CASES=""
-                            for c in r1064-t512 r1064-t1024 r1064-t2048 r1576-t512 r1576-t1024 r1576-t2048 r2120-t512 \
-                                     r2120-t1024 r2120-t2048; do RULE_CASES="$RULE_CASES --case $c"; done
-                            i=0
-                            for r in ${SHARE_RULES:-0 4 8 16}; do
-                              i=$((i + 1))
-                              run bench-small-rows-rule$r-$i env MQA_TOPK_FUSED_SHARE_RULE=$r \
-                                mqa-topk bench --config small-rows --paths fused,native $RULE_CASES --out "$OUT/bench-small-rows-rule$r-$i.csv"
-                            done ;;
-    # (issue 12, session 26: the hybrid kernel at 1064-2120 rows against the op's default)
-    bench-small-rows-hybrid) for h in 0 1 0 1; do
-                               i=$((${i:-0} + 1))
-                               run bench-small-rows-hybrid$h-$i env MQA_TOPK_FUSED_HYBRID=$h \
-                                 mqa-topk bench --config small-rows --paths fused,native --case r1064-t512 --case r1064-t1024 \
-                                 --case r1064-t2048 --case r2120-t512 --case r2120-t1024 --case r2120-t2048 \
-                                 --out "$OUT/bench-small-rows-hybrid$h-$i.csv"
-                             done ;;
-    fused-tests) run fused-tests python3 -m pytest -q -rf tests/test_gpu_fused.py ;;
-    verify-fused) run verify-fused mqa-topk verify --paths fused,native --out "$OUT/verify-fused.json" ;;
-    bench-fused) run bench-fused mqa-topk bench --paths fused,native --out "$OUT/bench-fused.csv" ;;
-    # (issue 9's ratio: the logits kernel alone at the headline, in the same call as bench-fused)
-    bench-logits-headline) run bench-logits-headline mqa-topk bench --op logits --paths native --out "$OUT/bench-logits-headline.csv" ;;
-    bench-fused-grid) run bench-fused-grid mqa-topk bench --config bench --paths fused,native --out "$OUT/bench-fused-grid.csv" ;;
-    verify) run verify mqa-topk verify --paths native,torch --out "$OUT/verify.json" ;;
-    verify-ref) run verify-ref mqa-topk verify --paths torch,reference --out "$OUT/verify-ref.json" ;;
-    bench-split) run bench-split mqa-topk bench --op logits --paths native,torch && run bench-split mqa-topk bench --op topk --paths native,torch ;;
-    bench-logits) run bench-logits mqa-topk bench --op logits --config bench --paths native --out "$OUT/bench-logits.csv" ;;
-    bench-topk) run bench-topk mqa-topk bench --op topk --config topk-grid --random-logits --paths native,torch --out "$OUT/bench-topk.csv" ;;
-    bench) run bench mqa-topk bench --paths native,torch --out "$OUT/bench.csv" ;;
-    bench-topk-1024) run bench-topk-1024 env MQA_TOPK_TOPK_THREADS=1024 mqa-topk bench --op topk --config topk-grid --random-logits --paths native --case n64k-k2048 --case n64k-k512 --case n128k-k2048 ;;
-    bench-torch) run bench-torch mqa-topk bench --paths torch ;;
-    crossover) run crossover mqa-topk crossover --out "$OUT/calibration.json" ;;
-    ncu) run ncu ncu --clock-control none -k regex:sm90_fp8 -c 1 --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis python3 scripts/ncu_logits.py ;;
-    ncu-variant) run ncu-variant ncu --clock-control none -k regex:sm90_fp8 -c 1 --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis --section InstructionStats python3 scripts/ncu_logits.py ${NCU_VARIANT:-23} ;;
-    sanitize) run sanitize compute-sanitizer --tool memcheck python3 scripts/sanitize_case.py ;;
-    sanitize-ranges) run sanitize-ranges compute-sanitizer --tool memcheck --error-exitcode 3 python3 scripts/sanitize_ranges.py ;;
-    graph) run graph-tests python3 -m pytest -q -m gpu tests/test_gpu_serving.py
-           run graph-bench mqa-topk bench --graph --paths fused,native --out "$OUT/bench-graph.csv"
-           run graph-bench-small mqa-topk bench --graph --paths fused,native --rows 1024 --keys 8192 --out "$OUT/bench-graph-small.csv"
-           run eager-bench-small mqa-topk bench --paths fused,native --rows 1024 --keys 8192 --out "$OUT/bench-eager-small.csv"
-           run op-overhead python3 scripts/op_overhead.py --json "$OUT/op-overhead.json" ;;
+    build) run build mqa-topk build || break
+           if [ -n "${OLD:-}" ]; then
+             run build-old env -C "$OLD" MQA_TOPK_CACHE_DIR=/tmp/mqa_topk_cache_old python3 -m mqa_topk_cli build
+           fi ;;
+    gpu-tests) run gpu-tests python3 -m pytest -q -m gpu -x -rf tests ;;
+    verify) run verify mqa-topk verify --paths fused,native --out "$OUT/verify.json" ;;
+    sanitize) run sanitize compute-sanitizer --tool memcheck --error-exitcode 3 python3 scripts/sanitize_cases.py
+              run sanitize-ranges compute-sanitizer --tool memcheck --error-exitcode 3 python3 scripts/sanitize_ranges.py ;;
+    headline) bench headline --paths fused,native
+              bench headline-logits --op logits --paths native ;;
+    small-rows) bench small-rows --config small-rows --paths fused,native ;;
+    grid) bench grid --config bench --paths fused,native ;;
+    adversarial) bench adversarial --config adversarial --paths fused,native ;;
+    logits-grid) bench logits-grid --op logits --config logits-grid --paths native ;;
+    topk) bench topk --op topk --config topk-grid --random-logits --paths native ;;
+    crossover) run crossover mqa-topk crossover --out "$OUT/calibration.json" --results "$OUT/crossover.csv" ;;
     deepgemm)
       # DeepGEMM's runtime JIT calls nvcc without -ccbin: put the system compilers first on PATH.
       [ -d .peers/deepgemm ] || { echo "deepgemm: no .peers/deepgemm here (carry .peers)" | tee -a "$OUT/device.log"; summary+=("deepgemm missing .peers"); continue; }
@@ -118,9 +82,8 @@ for s in "${stages[@]}"; do
       run deepgemm-build bash .peers/build_deepgemm.sh /tmp/deepgemm || continue
       export PYTHONPATH=/tmp/deepgemm${PYTHONPATH:+:$PYTHONPATH}
       run deepgemm-verify mqa-topk verify --paths deepgemm,native --other native --out "$OUT/verify-deepgemm.json"
-      run deepgemm-bench mqa-topk bench --op logits --paths deepgemm,native --out "$OUT/bench-deepgemm.csv"
-      run deepgemm-bench-grid mqa-topk bench --op logits --config ${DEEPGEMM_GRID:-logits-grid} --paths deepgemm,native --out "$OUT/bench-deepgemm-grid.csv"
-      run deepgemm-bench-op mqa-topk bench --paths deepgemm,native --out "$OUT/bench-deepgemm-op.csv" ;;
+      run deepgemm-bench-grid mqa-topk bench --op logits --config logits-grid --paths deepgemm,native --out "$OUT/deepgemm-grid.csv"
+      run deepgemm-bench-op mqa-topk bench --paths deepgemm,fused,native --out "$OUT/deepgemm-op.csv" ;;
     *) echo "unknown stage $s" ;;
   esac
 done
