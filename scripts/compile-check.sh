@@ -24,12 +24,6 @@ if ! "$NVCC" -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed
     tools/v3check/v3check.cu -o "$out/v3check" 2> "$out/log"; then
   cat "$out/log"; status=1
 fi
-# The logits variants' harness (tools/logitscheck, a development tool), likewise.
-echo "== tools/logitscheck/logitscheck.cu"
-if ! "$NVCC" -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -Icsrc/include \
-    tools/logitscheck/logitscheck.cu -o "$out/logitscheck" 2> "$out/log"; then
-  cat "$out/log"; status=1
-fi
 # The split merge's microbenchmark (tools/gatherbench, a development tool), likewise.
 echo "== tools/gatherbench/gatherbench.cu"
 if ! "$NVCC" -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -Icsrc/include \

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole GPU round in one call (device time is scarce: build once, then
 # test, verify and bench). Usage: scripts/device-check.sh [stage ...]
-#   stages: build probe logits-variants (LOGITS_VARIANTS="17 18" picks some) logits-one (LOGITS_ONE="26 67 1000") fused-ab (FUSED_AB=11) v3-ab (V3_AB="8192 65536 --variants 12,13") v3-debug v3-dump (V3_DUMP="12 15") v3-tests fused-variants fused-probe split-probe split-breakdown split-grid split-probe-rising fused-tests verify-fused bench-fused bench-logits-headline bench-fused-grid bench-adversarial bench-small-rows bench-small-rows-staged (STAGED_VARIANTS="109 113 117") bench-small-rows-rules (SHARE_RULES="0 4 8 16") bench-small-rows-hybrid gpu-tests verify verify-ref bench bench-torch bench-split bench-logits bench-topk crossover ncu sanitize sanitize-ranges graph deepgemm  (default: all but crossover/sanitize/sanitize-ranges/graph/deepgemm)
+#   stages: build probe fused-ab (FUSED_AB=11) v3-ab (V3_AB="8192 65536 --variants 12,13") v3-debug v3-dump (V3_DUMP="12 15") v3-tests fused-variants fused-probe split-probe split-breakdown split-grid split-probe-rising fused-tests verify-fused bench-fused bench-logits-headline bench-fused-grid bench-adversarial bench-small-rows bench-small-rows-staged (STAGED_VARIANTS="109 113 117") bench-small-rows-rules (SHARE_RULES="0 4 8 16") bench-small-rows-hybrid gpu-tests verify verify-ref bench bench-torch bench-split bench-logits bench-topk crossover ncu sanitize sanitize-ranges graph deepgemm  (default: all but crossover/sanitize/sanitize-ranges/graph/deepgemm)
 # Set MQA_TOPK_DEV_PROBES=1 for the whole call when a stage needs the dev
 # variants (fused-variants, fused-probe, probe): the extension is built once.
 # deepgemm: builds DeepGEMM from the ignored .peers/ folder (carry it: ../shared/peers/README.md),
@@ -47,8 +47,6 @@ for s in "${stages[@]}"; do
     probe) run probe python3 scripts/logits_probe.py ;;
     gpu-tests) run gpu-tests python3 -m pytest -q -m gpu -x tests ;;
     fused-variants) run fused-variants env MQA_TOPK_DEV_PROBES=1 sh -c 'python3 -m pytest -q -x tests/test_gpu_fused.py -k dev_variant && python3 scripts/fused_probe.py' ;;
-    logits-variants) run logits-variants env MQA_TOPK_DEV_PROBES=1 python3 scripts/logits_variants.py ${LOGITS_VARIANTS:-} ;;
-    logits-one) run logits-one env MQA_TOPK_DEV_PROBES=1 python3 scripts/logits_one.py ${LOGITS_ONE:-26} ;;
     fused-ab) run fused-ab env MQA_TOPK_DEV_PROBES=1 python3 scripts/fused_ab.py ${FUSED_AB:-11} ;;
     v3-ab) run v3-ab env MQA_TOPK_DEV_PROBES=1 python3 scripts/fused_v3_ab.py ${V3_AB:-} ;;
     v3-debug) run v3-debug env MQA_TOPK_DEV_PROBES=1 python3 scripts/fused_v3_debug.py ${V3_DEBUG:-} ;;
@@ -102,7 +100,6 @@ for s in "${stages[@]}"; do
     bench-torch) run bench-torch mqa-topk bench --paths torch ;;
     crossover) run crossover mqa-topk crossover --out "$OUT/calibration.json" ;;
     ncu) run ncu ncu --clock-control none -k regex:sm90_fp8 -c 1 --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis python3 scripts/ncu_logits.py ;;
-    ncu-variant) run ncu-variant ncu --clock-control none -k regex:sm90_fp8 -c 1 --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis --section InstructionStats python3 scripts/ncu_logits.py ${NCU_VARIANT:-23} ;;
     sanitize) run sanitize compute-sanitizer --tool memcheck python3 scripts/sanitize_case.py ;;
     sanitize-ranges) run sanitize-ranges compute-sanitizer --tool memcheck --error-exitcode 3 python3 scripts/sanitize_ranges.py ;;
     graph) run graph-tests python3 -m pytest -q -m gpu tests/test_gpu_serving.py

@@ -1,6 +1,6 @@
-// Host helpers shared by the torch-free device harnesses (tools/v3check,
-// tools/logitscheck): error checks, a small deterministic RNG, fp8 encoding,
-// uploads and the command-line parsing of variant lists and key=value options.
+// Host helpers of the torch-free device harness (tools/v3check): error
+// checks, a small deterministic RNG, fp8 encoding, uploads and the
+// command-line parsing of variant lists and key=value options.
 // Development only: never part of the extension.
 #pragma once
 

@@ -4,7 +4,7 @@
 # line per line, an optional "T=seconds " prefix; "!" runs the rest as a shell
 # command), each under a hard time
 # limit; output in $OUT/v3check.log.
-# (B / LOG: another carried harness and its log name, e.g. tools/logitscheck/round.sh.)
+# (B / LOG: another carried harness and its log name.)
 export OUT=${OUT:-$PWD/device-out}; mkdir -p "$OUT"
 B=${B:-build/v3check}
 LOG="$OUT/${LOG:-v3check.log}"
