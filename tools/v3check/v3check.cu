@@ -6,7 +6,7 @@
 //
 // It generates inputs on the host (gaussian / relu-saturated / rising /
 // all-equal / zero-weights), computes the dense logits with the op's logits
-// kernel (sm90_fp8_mqa_logits_v2.cuh), the exact reference sets on the host
+// kernel (sm90_fp8_mqa_logits.cuh), the exact reference sets on the host
 // from them ((value desc, index asc), the fused kernels' logits are bitwise
 // equal to the dense ones, so the sets must be identical), and runs:
 //   check  VARIANTS ROWS KEYS TOPK LAYOUT DIST [grid=G] [target=T]
@@ -42,7 +42,7 @@
 #include <thread>
 #include <vector>
 
-#include "mqa_topk/sm90_fp8_mqa_logits_v2.cuh"
+#include "mqa_topk/sm90_fp8_mqa_logits.cuh"
 #include "mqa_topk/sm90_fused_staged_topk.cuh"
 #include "mqa_topk/sm90_fused_mqa_topk_v3.cuh"
 #include "mqa_topk/sm90_topk_per_row.cuh"
@@ -157,8 +157,8 @@ int g_sms = 132;
 cudaError_t launch_dense_logits(const Dev& d, cudaStream_t st = 0) {
   const Work& w = *d.w;
   int me = 0;
-  return launch_sm90_fp8_mqa_logits_v2(d.q, d.k, d.scales, d.weights, d.starts, d.ends, d.logits, d.ld, w.rows, w.keys,
-                                       g_sms, st, &me);
+  return launch_sm90_fp8_mqa_logits(d.q, d.k, d.scales, d.weights, d.starts, d.ends, d.logits, d.ld, w.rows, w.keys,
+                                    g_sms, st, &me);
 }
 
 // The staged kernel's variants here (sm90_fused_staged_topk.cuh; the op's
