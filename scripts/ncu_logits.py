@@ -1,6 +1,5 @@
 """One native logits launch (R=1024, N=32K causal) for Nsight Compute:
-ncu --clock-control none -k regex:sm90_fp8 -c 1 --section WarpStateStats ... python3 scripts/ncu_logits.py
-With an argument, that dev variant of scripts/logits_variants.py instead (MQA_TOPK_DEV_PROBES=1 builds)."""
+ncu --clock-control none -k regex:sm90_fp8 -c 1 --section WarpStateStats ... python3 scripts/ncu_logits.py"""
 import sys
 
 import torch
@@ -12,8 +11,5 @@ from mqa_topk_cli import ops  # noqa: E402
 
 q, k, scales, w, starts, ends = make(1024, 32768, 3)
 out = torch.empty((1024, 32768), device="cuda")
-if len(sys.argv) > 1:
-    ops._native().mqa_logits_probe(int(sys.argv[1]), q, k, scales, w, starts, ends, out)
-else:
-    ops._native().mqa_logits(q, k, scales, w, starts, ends, out)
+ops._native().mqa_logits(q, k, scales, w, starts, ends, out)
 torch.cuda.synchronize()

@@ -37,7 +37,7 @@
 
 #include "fused_common.cuh"
 #include "fused_select.cuh"
-#include "sm90_fp8_mqa_logits_v2.cuh"
+#include "sm90_fp8_mqa_logits.cuh"
 
 namespace mqa_topk {
 
@@ -85,7 +85,7 @@ struct Sm90FusedBlocksConfig {
   static constexpr bool kAlwaysTail = !kSplit_;
   static constexpr bool kHeldDescs = !kSplit_;
   // The dense op's configuration (constants and MMA shape only).
-  using Logits = Sm90LogitsV2Config<8, 4, 8, 0, 112, 1, true, 2, true, true>;
+  using Logits = Sm90LogitsConfig;
   static constexpr int kNumStages = 8;
   static constexpr int kCheckTiles = 12;
   static constexpr int kBlockRows = 8;

@@ -4,7 +4,7 @@
 #pragma once
 
 #include "fused_select.cuh"
-#include "sm90_fp8_mqa_logits_v2.cuh"
+#include "sm90_fp8_mqa_logits.cuh"
 
 namespace mqa_topk {
 

@@ -1,41 +1,62 @@
 // sm90_fp8_mqa_logits: dense FP8 MQA logits for the DeepSeek-V3.2 indexer on
-// Hopper (sm_90a). Torch-free: kernel, schedule and a host launch helper.
+// Hopper (sm_90a): the kernel, its schedule, a host launcher, and the pieces
+// of its main loop that the fused logits + top-k kernels share. Torch-free.
 //
 //   logits[r, s] = scales[s] * sum_h weights[r, h] * relu(dot(q[r, h, :], k[s, :]))
 //
+// with q [rows, 32 heads, 128] and k [keys, 128] in e4m3, fp32 accumulation.
+//
 // Design
-// - Block = kBlockRows query rows x 32 heads = the wgmma N dimension (8 rows:
-//   N = 256 by default; 4 rows: N = 128). Keys are the wgmma A operand: each
-//   math warpgroup takes 64 keys of the tile. Eight rows per block halve the
-//   key bytes streamed from L2 per FLOP against four (the four-row version was
-//   L2-feed bound near 1.1 PFLOP/s even with no epilogue).
-// - Persistent grid (one CTA per SM). All (block, tile) pairs of the call are
-//   numbered in block order and every CTA takes an equal contiguous share, so
-//   causal/ragged spans never leave the last wave half empty. Every CTA finds
-//   its share with a block-wide scan of the per-block tile counts.
-// - Warp specialisation: one producer warpgroup (one thread issues TMA) and four
-//   math warpgroups. K tiles (32 KB) + key scales (1 KB) flow through a
-//   kNumStages-deep mbarrier ring; Q (16 KB) + weights of the current block are
-//   double-buffered so the next block's Q loads while the last tiles finish.
-// - Epilogue per thread: 16 x kBlockRows accumulators = 2 keys x rows x 8 heads.
-//   relu(x) as (x + |x|) (one FADD with an abs modifier instead of FMNMX; the 0.5
-//   is folded into the key scale, exact since it is a power of two), weight FMAs,
-//   then a reduce-scatter over the 4 lanes of a quad: each lane keeps a quarter
-//   of the (row, key) sums. The masked logits go to a per-warpgroup shared
-//   buffer and one TMA store writes the [rows x 64 keys] tile (coalesced,
-//   asynchronous; scattered 4-byte stores cost more than the math).
-// - The math warpgroups interleave: while one runs its epilogue the tensor
-//   cores work on the others' MMAs.
-// Output contract: inside [starts[r], ends[r]) the logit; in the rest of the
-// block's computed span [min start rounded down to 16, max end) of its 4 rows
-// the value -inf;
-// everything else untouched. Rows with start == end are ignored for the span.
+// - Work unit: a block of 8 query rows (256 Q rows of 128 bytes = one 32 KB
+//   Q tile) against 128-key K tiles. The block's key span is the union of
+//   its rows' [start, end), its first key rounded down to 16 (block_span);
+//   only the tiles covering it are computed.
+// - Persistent grid, one CTA per SM. Every (block, tile) pair of the call is
+//   numbered in block order and each CTA takes a contiguous share of equal
+//   cost, a block counting as two extra tiles for its Q load and setup
+//   (find_work_share_v2), so causal / ragged spans leave no CTA idle at the
+//   end and shares that cross many short blocks get fewer tiles.
+// - 640 threads: four math warpgroups and one producer warpgroup; setmaxnreg
+//   gives the math warps 112 registers and the producer 32. Warpgroup
+//   wg = 2 rg + kg computes rows [4 rg, +4) x keys [64 kg, +64) of a tile:
+//   one m64n128k32 wgmma chain (keys are the A operand, the row group's 128
+//   Q rows the B operand), 64 fp32 accumulators per thread. Sixteen math
+//   warps (four per scheduler) hide each other's epilogues; a block of eight
+//   rows streams half the K bytes per FLOP that a four-row block would.
+// - Producer warp (lane 0 issues the TMA loads): K tiles (16 KB) and key
+//   scales (512 B) through an 8-stage mbarrier ring; Q and the block's
+//   weights double-buffered per block. It computes each block's span and
+//   rows' ranges and publishes them in a shared slot per Q buffer, so the
+//   math warps run a tight per-block tile loop with no block bookkeeping.
+//   Warps 1-3 of the producer warpgroup check the row ranges
+//   (range_check.cuh) and exit.
+// - Epilogue per thread and tile: two keys x one row, 8 heads each, from the
+//   accumulators: relu(x) as x + |x| (the 0.5 folded into the key scale,
+//   exact), the weight FMAs in a fixed order (logits_head_partials), then a
+//   reduce-scatter over the 4 lanes of a quad, and a predicated st.global of
+//   the masked logit (no shared output tile, no TMA store).
+// - Q layout: blocks with at least kPermMinTiles tiles in the CTA's share load
+//   Q permuted (two-row TMA boxes from the producer warp's lanes) so that the
+//   reduce-scatter needs no select by quad (logits_reduce_perm); shorter
+//   blocks load the tile in one box and reduce with selects
+//   (logits_reduce_select): 128 small TMA requests per block would put the Q
+//   load on the critical path of short blocks. Both trees add the same
+//   values in the same order: the logits are bitwise equal either way.
+// - The fused kernels (sm90_fused_blocks.cuh, sm90_fused_staged_topk.cuh,
+//   sm90_fused_hybrid_topk.cuh) run the same MMA and epilogue arithmetic,
+//   so their logits are bitwise the dense kernel's; the staged and hybrid
+//   kernels run this producer and tile loop themselves, with an epilogue
+//   hook (LogitsEpiNone).
+// Output contract: for row r with [start, end) clamped to [0, keys], the logit
+// inside it and -inf at the other keys of its block's computed tiles, only at
+// columns < keys; nothing else is written.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <climits>
 #include <cstdint>
+#include <type_traits>
 
 #include "ptx.cuh"
 #include "range_check.cuh"
@@ -53,50 +74,60 @@ struct Sm90LogitsParams {
   RangeErrorSink err;  // bad rows are recorded here (null: not recorded)
 };
 
-// kProbe is for measuring only (never used by the ops): 1 skips the epilogue
-// arithmetic, 2 skips the MMAs; 0 is the real kernel.
-// kInlineProducer (experimental, measured through the dev probes only): no
-// producer warpgroup; thread 0 of the first math warpgroup issues the TMA loads
-// a few tiles ahead, so three math warpgroups fit the 168-register budget of
-// 384 threads.
-template <int kBlockRows_, int kMathWarpgroups_, int kNumStages_, int kProbe_ = 0, bool kInlineProducer_ = false>
+// The kernel's shape and shared-memory layout.
 struct Sm90LogitsConfig {
-  static constexpr bool kInlineProducer = kInlineProducer_;
-  static constexpr int kBlockRows = kBlockRows_;
-  static constexpr int kMathWarpgroups = kMathWarpgroups_;
-  static constexpr int kNumStages = kNumStages_;
-  static constexpr int kProbe = kProbe_;
   static constexpr int kHeads = 32;
   static constexpr int kHeadDim = 128;
-  static constexpr int kN = kBlockRows * kHeads;  // wgmma N
-  static constexpr int kAcc = kN / 2;              // fp32 accumulators per thread
-  static constexpr int kBlockKeys = 64 * kMathWarpgroups;
-  static constexpr int kThreads = 128 * (kMathWarpgroups + (kInlineProducer ? 0 : 1));
+  static constexpr int kBlockRows = 8;                    // query rows per block
+  static constexpr int kMathWarpgroups = 4;               // 2 row groups x 2 key groups
+  static constexpr int kWgRows = 4;                       // rows of one warpgroup's MMA (its row group)
+  static constexpr int kN = kWgRows * kHeads;             // wgmma N
+  static constexpr int kAcc = kN / 2;                     // fp32 accumulators per thread
+  static constexpr int kBlockKeys = 128;                  // keys per tile, 64 per key group
+  static constexpr int kKSliceKeys = kBlockKeys;          // keys of the K and scale maps' box
+  static constexpr int kQBoxRows = kBlockRows * kHeads;   // rows of the Q map's box: the whole tile
+  static constexpr int kNumStages = 8;                    // K / scale ring depth
+  static constexpr int kThreads = 128 * (kMathWarpgroups + 1);
   static constexpr int kMathThreads = 128 * kMathWarpgroups;
+  static constexpr int kMathRegs = 112;                   // setmaxnreg of the math warpgroups
+  static constexpr int kProducerRegs = 32;                // and of the producer warpgroup
   static constexpr int kKTileBytes = kBlockKeys * kHeadDim;
-  static constexpr int kQTileBytes = kN * kHeadDim;
+  static constexpr int kQTileBytes = kBlockRows * kHeads * kHeadDim;
   static constexpr int kScaleBytes = kBlockKeys * 4;
   static constexpr int kWeightBytes = kBlockRows * kHeads * 4;
-  static constexpr int kOutBytes = kBlockRows * 64 * 4;  // one warpgroup's output tile
   static constexpr int kOffK = 0;
   static constexpr int kOffQ = kOffK + kNumStages * kKTileBytes;
-  static constexpr int kOffOut = kOffQ + 2 * kQTileBytes;
-  static constexpr int kOffScales = kOffOut + 2 * kMathWarpgroups * kOutBytes;
+  static constexpr int kOffScales = kOffQ + 2 * kQTileBytes;
   static constexpr int kOffWeights = kOffScales + kNumStages * kScaleBytes;
   static constexpr int kOffBars = kOffWeights + 2 * kWeightBytes;
   static constexpr int kNumBars = 2 * kNumStages + 4;
   static constexpr int kSmemBytes = kOffBars + kNumBars * 8 + 1024;  // + alignment slack
-  static_assert(kBlockRows == 4 || kBlockRows == 8, "wgmma N = 128 or 256");
+  // The producer's per-Q-buffer slot: b, lo, t0, t1, last, permuted, -, -,
+  // the rows' clamped starts [8, 16) and lengths [16, 24).
+  static constexpr int kSlotInts = 24;
+  // Blocks with at least this many tiles in a share load Q permuted.
+  static constexpr int kPermMinTiles = 32;
+  // Long blocks load Q permuted (always; the staged launcher reads it to build the two-row-box Q map).
+  static constexpr bool kQPermLong = true;
+  // The kernel runs the producer-slot tile loop (logits_v2_lean2_*; the staged and hybrid kernels assert it).
+  static constexpr bool kLean2 = true;
+  // What a block costs in the work shares beyond its tiles, in tiles.
+  static constexpr int kBlockCost = 2;
+  // The registers the CTA starts with (launch bounds: 64K / threads, a multiple of 8) must cover the split.
+  static_assert(kMathRegs * kMathThreads + kProducerRegs * 128 <= ((65536 / kThreads) & ~7) * kThreads,
+                "setmaxnreg split exceeds the CTA's registers");
   static_assert(kKTileBytes % 1024 == 0 && kQTileBytes % 1024 == 0, "swizzle atoms need 1 KB alignment");
-  static_assert(kBlockKeys <= 256 && kN <= 256, "one TMA box per tile");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per CTA");
 };
+// The name the fused kernels know the dense configuration by.
+using Sm90LogitsV2Default = Sm90LogitsConfig;
 
-// The key span [lo, hi) of row block b over its non-empty rows, lo rounded down
-// to a multiple of 16; returns its 256-key tile count (0 when every row is empty). Ranges are clamped to [0, keys] so the
-// kernel never addresses outside the tensors even for unchecked input
-// (range_check.cuh; the epilogue masks compare keys of these tiles only, and
-// the TMA store clips columns past `keys`, so they mask the clamped range).
+// ---- work split ----------------------------------------------------------------
+
+// The key span [lo, hi) of row block b over its non-empty rows, lo rounded
+// down to a multiple of 16; returns its kBlockKeys-key tile count (0 when every
+// row is empty). Ranges are clamped to [0, keys] so the kernels never address
+// outside the tensors even for unchecked input (range_check.cuh).
 template <int kBlockRows, int kBlockKeys>
 __device__ __forceinline__ int block_span(const Sm90LogitsParams& p, int b, int& lo, int& hi) {
   lo = INT_MAX;
@@ -120,73 +151,91 @@ __device__ __forceinline__ int block_span(const Sm90LogitsParams& p, int b, int&
   return (hi - lo + kBlockKeys - 1) / kBlockKeys;
 }
 
-// Moves b to the next row block that has tiles; returns its tile count. Only
-// called while the share has tiles left, so such a block exists.
-template <int kBlockRows, int kBlockKeys>
-__device__ __forceinline__ int next_block(const Sm90LogitsParams& p, int& b, int& lo, int& hi) {
-  int nt;
-  do {
-    ++b;
-    nt = block_span<kBlockRows, kBlockKeys>(p, b, lo, hi);
-  } while (nt == 0);
-  return nt;
-}
-
-// The CTA's share of the work: `count` tiles starting at tile t0 of block b0.
+// A CTA's share of the work: `count` tiles starting at tile t0 of block b0.
 struct WorkShare {
   int b0;
   int t0;
   long long count;
 };
 
+// This CTA's share (every thread calls it: it synchronizes the CTA). The
+// shares split the cost sum_b (tiles_b + C), C = Cfg::kBlockCost, evenly over
+// the grid: a block scan of the per-block costs, then the thread whose blocks
+// hold a share boundary maps it to a tile. A cost position G inside block b
+// (acc <= G < acc + tiles_b + C, acc the cost before b) maps to tile
+// max(0, G - acc - C) of b, i.e. to the global tile index tiles_before_b +
+// that; the CTA takes the tiles [index(G0), index(G1)). The map is monotone
+// with index(0) = 0 and index(total cost) = total tiles, so every tile goes
+// to exactly one CTA (a CTA may get none).
 template <class Cfg>
-__device__ __forceinline__ WorkShare find_work_share(const Sm90LogitsParams& p) {
-  __shared__ long long s_warp[Cfg::kThreads / 32];
-  __shared__ int s_start[2];
+__device__ __forceinline__ WorkShare find_work_share_v2(const Sm90LogitsParams& p) {
+  constexpr long long C = Cfg::kBlockCost;
+  __shared__ long long s_wc[Cfg::kThreads / 32], s_wt[Cfg::kThreads / 32];
+  __shared__ long long s_idx[2];
+  __shared__ int s_bt[2];
   const int tid = threadIdx.x;
   const int lane = tid & 31, warp = tid >> 5;
   const int nblocks = (p.rows + Cfg::kBlockRows - 1) / Cfg::kBlockRows;
   const int per = (nblocks + Cfg::kThreads - 1) / Cfg::kThreads;
   const int b_beg = min(tid * per, nblocks), b_end = min(b_beg + per, nblocks);
-  long long mine = 0;
+  long long mine_c = 0, mine_t = 0;
   for (int b = b_beg; b < b_end; ++b) {
     int lo, hi;
-    mine += block_span<Cfg::kBlockRows, Cfg::kBlockKeys>(p, b, lo, hi);
+    const int n = block_span<Cfg::kBlockRows, Cfg::kBlockKeys>(p, b, lo, hi);
+    mine_t += n;
+    mine_c += n > 0 ? n + C : 0;
   }
-  long long incl = mine;
+  long long inc_c = mine_c, inc_t = mine_t;
 #pragma unroll
   for (int d = 1; d < 32; d <<= 1) {
-    const long long v = __shfl_up_sync(0xffffffffu, incl, d);
-    if (lane >= d) incl += v;
+    const long long vc = __shfl_up_sync(0xffffffffu, inc_c, d);
+    const long long vt = __shfl_up_sync(0xffffffffu, inc_t, d);
+    if (lane >= d) inc_c += vc, inc_t += vt;
   }
-  if (lane == 31) s_warp[warp] = incl;
-  if (tid == 0) s_start[0] = s_start[1] = 0;
+  if (lane == 31) s_wc[warp] = inc_c, s_wt[warp] = inc_t;
   __syncthreads();
-  long long warp_prefix = 0, total = 0;
+  long long pre_c = 0, pre_t = 0, total_c = 0, total_t = 0;
 #pragma unroll 1
   for (int w = 0; w < Cfg::kThreads / 32; ++w) {
-    if (w < warp) warp_prefix += s_warp[w];
-    total += s_warp[w];
+    if (w < warp) pre_c += s_wc[w], pre_t += s_wt[w];
+    total_c += s_wc[w];
+    total_t += s_wt[w];
   }
-  const long long excl = warp_prefix + incl - mine;
-  const long long g0 = total * blockIdx.x / gridDim.x;
-  const long long g1 = total * (blockIdx.x + 1) / gridDim.x;
-  if (mine > 0 && excl <= g0 && g0 < excl + mine) {
-    long long acc = excl;
-    for (int b = b_beg; b < b_end; ++b) {
-      int lo, hi;
-      const int n = block_span<Cfg::kBlockRows, Cfg::kBlockKeys>(p, b, lo, hi);
-      if (g0 < acc + n) {
-        s_start[0] = b;
-        s_start[1] = static_cast<int>(g0 - acc);
-        break;
+  if (tid == 0) {
+    s_bt[0] = s_bt[1] = 0;
+    s_idx[0] = 0;
+    s_idx[1] = total_t;  // index(total cost): the end of the last share
+  }
+  __syncthreads();
+  const long long excl_c = pre_c + inc_c - mine_c, excl_t = pre_t + inc_t - mine_t;
+  const long long G[2] = {total_c * blockIdx.x / gridDim.x, total_c * (blockIdx.x + 1) / gridDim.x};
+#pragma unroll 1
+  for (int e = 0; e < 2; ++e) {
+    if (mine_c > 0 && excl_c <= G[e] && G[e] < excl_c + mine_c) {
+      long long acc_c = excl_c, acc_t = excl_t;
+      for (int b = b_beg; b < b_end; ++b) {
+        int lo, hi;
+        const int n = block_span<Cfg::kBlockRows, Cfg::kBlockKeys>(p, b, lo, hi);
+        const long long c = n > 0 ? n + C : 0;
+        if (G[e] < acc_c + c) {
+          const long long t = max(0LL, G[e] - acc_c - C);
+          s_idx[e] = acc_t + t;
+          if (e == 0) {
+            s_bt[0] = b;
+            s_bt[1] = static_cast<int>(t);
+          }
+          break;
+        }
+        acc_c += c;
+        acc_t += n;
       }
-      acc += n;
     }
   }
   __syncthreads();
-  return WorkShare{s_start[0], s_start[1], g1 - g0};
+  return WorkShare{s_bt[0], s_bt[1], s_idx[1] - s_idx[0]};
 }
+
+// ---- pipeline ------------------------------------------------------------------
 
 // The pipeline's mbarriers (one thread): "full" ones complete on the
 // producer's arrival plus the TMA bytes, "empty" ones when every consumer warp
@@ -205,31 +254,37 @@ __device__ __forceinline__ void init_pipeline_barriers(uint64_t* full, uint64_t*
   ptx::fence_barrier_init();
 }
 
-// One warpgroup's MMA chain for a tile: its 64 keys (A, K-major 128B
-// swizzle) x the block's rows * heads (B), accumulated over the 128-dim head
-// in 4 k32 steps; returns with the accumulators ready. kMma = false skips the
-// MMAs (measuring only).
-template <class Cfg, bool kMma = true>
-__device__ __forceinline__ void logits_tile_mma(float (&acc)[Cfg::kAcc], const uint8_t* k_tile, const uint8_t* q_tile) {
-  const uint64_t desc_a = ptx::make_desc_k128_sw128(k_tile);
-  const uint64_t desc_b = ptx::make_desc_k128_sw128(q_tile);
-  ptx::wgmma_fence();
-#pragma unroll
-  for (int kk = 0; kk < Cfg::kHeadDim / 32; ++kk)
-    if constexpr (kMma) ptx::wgmma_e4m3<Cfg::kN>(acc, desc_a + 2 * kk, desc_b + 2 * kk, kk);
-  ptx::wgmma_commit();
-  ptx::wgmma_wait<0>();
-  ptx::fence_regs(acc);
+// One elected lane of the warp arrives on a barrier (elect.sync: no lane
+// index kept live or rematerialized for it; it also converges the warp).
+__device__ __forceinline__ void mbar_arrive_elect(uint64_t* bar) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "elect.sync _|p, 0xffffffff;\n"
+      "@p mbarrier.arrive.shared::cta.b64 _, [%0];\n"
+      "}\n" ::"r"(ptx::smem_addr(bar))
+      : "memory");
 }
 
-// logits_tile_mma with the descriptors' low words given (the start address
-// field, in 16-byte units, plus the leading byte offset): the high word of a
-// K-major 128-byte-swizzle descriptor is the constant below, and the k32 steps
-// advance the start address by 32 bytes, so the per-tile work is 32-bit adds
-// of warp-uniform values instead of 64-bit descriptor arithmetic (used by the
-// v2 logits kernel and the fused kernel's kLeanMma variant).
-// logits_tile_mma_issue_lo issues and commits the chain without waiting (the
-// ping-pong variant waits later).
+// A warp-uniform int read from shared memory: every lane loads it, and the
+// shuffle from lane 0 tells the compiler it is uniform (uniform registers).
+__device__ __forceinline__ int lds_uniform(const volatile int* a) { return __shfl_sync(0xffffffffu, *a, 0); }
+
+// ---- MMA -----------------------------------------------------------------------
+// A tile's MMA: the warpgroup's 64 keys (A, K-major, 128-byte swizzle) x its
+// row group's 128 Q rows (B, likewise), accumulated over the 128-dim head in
+// 4 k32 steps. The high word of such a descriptor is a constant (kDescHi) and
+// a k32 step advances the start address by 32 bytes, so the per-tile
+// descriptor work is 32-bit adds of warp-uniform low words.
+
+// The low word of the K-major 128-byte-swizzle descriptor of a shared-memory
+// tile: its start address in 16-byte units, leading byte offset 1.
+__device__ __forceinline__ uint32_t desc_lo_k128_sw128(const void* tile) {
+  return ((ptx::smem_addr(tile) & 0x3FFFFu) >> 4) | (1u << 16);
+}
+
+// The MMA chain of a tile from the descriptors' low words: issued and
+// committed, not waited for (the fused kernels wait later).
 template <class Cfg>
 __device__ __forceinline__ void logits_tile_mma_issue_lo(float (&acc)[Cfg::kAcc], uint32_t a_lo, uint32_t b_lo) {
   constexpr uint32_t kDescHi = (1024u >> 4) | (1u << 30);  // stride byte offset 1024 B; 128-byte swizzle
@@ -245,142 +300,385 @@ __device__ __forceinline__ void logits_tile_mma_issue_lo(float (&acc)[Cfg::kAcc]
   ptx::fence_regs(acc);
 }
 
-template <class Cfg>
-__device__ __forceinline__ void logits_tile_mma_lo(float (&acc)[Cfg::kAcc], uint32_t a_lo, uint32_t b_lo) {
-  logits_tile_mma_issue_lo<Cfg>(acc, a_lo, b_lo);
-  ptx::wgmma_wait<0>();
+// New low words (start addresses alo + 2 kk) into four held descriptors; the
+// high words are kept.
+__device__ __forceinline__ void desc_pairs_set_lo(uint64_t (&d)[4], uint32_t alo) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    uint32_t dhi;
+    asm("{\n.reg .b32 lo;\nmov.b64 {lo, %0}, %1;\n}" : "=r"(dhi) : "l"(d[kk]));
+    asm("mov.b64 %0, {%1, %2};" : "=l"(d[kk]) : "r"(alo + 2 * kk), "r"(dhi));
+  }
+}
+
+// A tile's MMA chain (m64n128, 4 k32 steps) from held 64-bit descriptors, not waited for.
+__device__ __forceinline__ void logits_mma_issue_dab(float (&acc)[64], const uint64_t (&da)[4], const uint64_t (&db)[4]) {
+  ptx::wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) ptx::wgmma_e4m3<128>(acc, da[kk], db[kk], kk);
+  ptx::wgmma_commit();
   ptx::fence_regs(acc);
 }
 
-// The low word of the K-major 128-byte-swizzle descriptor of a shared-memory tile.
-__device__ __forceinline__ uint32_t desc_lo_k128_sw128(const void* tile) {
-  return ((ptx::smem_addr(tile) & 0x3FFFFu) >> 4) | (1u << 16);
-}
+// ---- epilogue arithmetic ---------------------------------------------------------
+// After the MMA a lane of quad q (lane & 3) holds, for each of its two keys
+// (key_local and key_local + 8 of the warpgroup's 64) and each of the row
+// group's 4 rows ("slot" r), heads 8 jj + 2 q and 8 jj + 2 q + 1, jj = 0..3:
+// accumulators 16 r + 4 jj + {0, 1} (first key) and + {2, 3} (second key).
+// Its weights: w[r][jj] = weights[row r][8 jj + 2 q, +1].
 
 // The key scales of this lane's two keys (key, key + 8 of the stage's scale
-// row), halved (relu as x + |x|), and the warp's release of the stage.
-// Read the scales BEFORE the tile's MMAs are issued (tile_scales), release the
-// stage after them (release_stage): the empty barrier's arrival does not wait
-// for a shared-memory load still in flight, and under load (spills, other
-// warps' memory traffic) a scale read issued just before the release was
-// served after the producer had refilled the stage: the next fill's scale,
-// wrong logits for that lane's keys (session 8, 2026-12-02: the fused v3
-// kernel's weight-copy and asynchronous-select variants lost 1-3 keys in up
-// to 1693 of 8192 rows; with the scales read before the MMAs, 0; BENCHMARKS.md).
+// row), halved (relu as x + |x|). Read them BEFORE the tile's MMAs are issued
+// and release the stage after them: an mbarrier arrival does not wait for a
+// shared-memory load still in flight, so a scale read issued just before the
+// release could be served after the producer refilled the stage (the next
+// tile's scale). (The dense tile loop reads them after its MMAs instead and
+// releases the stage only after the stores that use them.)
 __device__ __forceinline__ void tile_scales(const uint8_t* scales_smem, int key, float& scale0, float& scale1) {
   const float* sc = reinterpret_cast<const float*>(scales_smem);
   scale0 = 0.5f * sc[key];
   scale1 = 0.5f * sc[key + 8];
 }
-__device__ __forceinline__ void release_stage(uint64_t* empty_bar, int lane) {
-  __syncwarp();
-  if (lane == 0) ptx::mbar_arrive(empty_bar);
-}
 
-// The per-element arithmetic of the logits epilogue, shared by the dense and the
-// fused kernels so both produce bitwise-identical logits: relu as (x + |x|)
-// (the 0.5 lives in the key scale), 8 head-partials per (key half, row) with
-// the weights, then a reduce-scatter over the 4 lanes of a quad. On return
-// fin[h][i] is the (unscaled) logit of row 2 * quad + i (8-row blocks; rows
-// hb * R/2 + lb * R/4 + i in general) and key key_local + 8 * h of the
-// warpgroup's 64 keys.
-template <class Cfg>
-__device__ __forceinline__ void logits_epilogue_reduce(const float (&acc)[Cfg::kAcc], const uint8_t* weights_smem,
-                                                       int quad, float (&fin)[2][Cfg::kBlockRows / 4]) {
-  constexpr int R = Cfg::kBlockRows;
-  constexpr int RQ = R / 4;
-  const int hb = (quad >> 1) & 1, lb = quad & 1;
-  const float2* w2 = reinterpret_cast<const float2*>(weights_smem);
-  float part[2][R];
+// The 8 head-partials of each (key h, slot r) of a lane: relu as (x + |x|)
+// and the weight FMAs in the fixed order every kernel shares.
+__device__ __forceinline__ void logits_head_partials(const float (&acc)[64], const float2 (&w)[4][4],
+                                                     float (&part)[2][4]) {
 #pragma unroll
-  for (int r = 0; r < R; ++r) {
+  for (int r = 0; r < 4; ++r) {
     float s0 = 0.f, s1 = 0.f;
 #pragma unroll
     for (int jj = 0; jj < 4; ++jj) {
-      const float2 w = w2[r * 16 + jj * 4 + quad];
       const int j = 4 * r + jj;
-      s0 = fmaf(w.x, acc[4 * j + 0] + fabsf(acc[4 * j + 0]), s0);
-      s0 = fmaf(w.y, acc[4 * j + 1] + fabsf(acc[4 * j + 1]), s0);
-      s1 = fmaf(w.x, acc[4 * j + 2] + fabsf(acc[4 * j + 2]), s1);
-      s1 = fmaf(w.y, acc[4 * j + 3] + fabsf(acc[4 * j + 3]), s1);
+      s0 = fmaf(w[r][jj].x, acc[4 * j + 0] + fabsf(acc[4 * j + 0]), s0);
+      s0 = fmaf(w[r][jj].y, acc[4 * j + 1] + fabsf(acc[4 * j + 1]), s0);
+      s1 = fmaf(w[r][jj].x, acc[4 * j + 2] + fabsf(acc[4 * j + 2]), s1);
+      s1 = fmaf(w[r][jj].y, acc[4 * j + 3] + fabsf(acc[4 * j + 3]), s1);
     }
     part[0][r] = s0;
     part[1][r] = s1;
   }
-  // Lanes with bit 1 set keep the upper half of the rows, then bit 0 splits again.
-  float half[2][R / 2];
+}
+
+// The reduce-scatter over the quad with slot r = row r: lanes with quad bit 1
+// keep rows 2-3 and send rows 0-1 to the xor-2 partner (and the other way
+// round), then bit 0 splits again. fin[h][0]: the (unscaled) logit of row
+// `quad` of the row group, key h.
+__device__ __forceinline__ void logits_reduce_select(const float (&acc)[64], const float2 (&w)[4][4], int quad,
+                                                     float (&fin)[2][1]) {
+  const int hb = (quad >> 1) & 1, lb = quad & 1;
+  float part[2][4];
+  logits_head_partials(acc, w, part);
+  float half[2][2];
 #pragma unroll
   for (int h = 0; h < 2; ++h)
 #pragma unroll
-    for (int i = 0; i < R / 2; ++i) {
-      const float send = hb ? part[h][i] : part[h][R / 2 + i];
-      const float keep = hb ? part[h][R / 2 + i] : part[h][i];
+    for (int i = 0; i < 2; ++i) {
+      const float send = hb ? part[h][i] : part[h][2 + i];
+      const float keep = hb ? part[h][2 + i] : part[h][i];
       half[h][i] = keep + __shfl_xor_sync(0xffffffffu, send, 2);
     }
 #pragma unroll
-  for (int h = 0; h < 2; ++h)
-#pragma unroll
-    for (int i = 0; i < RQ; ++i) {
-      const float send = lb ? half[h][i] : half[h][RQ + i];
-      const float keep = lb ? half[h][RQ + i] : half[h][i];
-      fin[h][i] = keep + __shfl_xor_sync(0xffffffffu, send, 1);
-    }
+  for (int h = 0; h < 2; ++h) {
+    const float send = lb ? half[h][0] : half[h][1];
+    const float keep = lb ? half[h][1] : half[h][0];
+    fin[h][0] = keep + __shfl_xor_sync(0xffffffffu, send, 1);
+  }
 }
 
-// The TMA issuer of the inline-producer variant: the same walk over the CTA's
-// share as the consumers, run ahead by one thread. step() issues the next
-// tile (and the block's Q + weights first when the block changes); with
-// blocking = false it gives up instead of waiting for a free buffer.
-template <class Cfg>
-struct InlineTileProducer {
-  int b, t, nt, lo, qi, it;
-  long long left;
-  bool need_q;
-
-  __device__ __forceinline__ bool step(bool blocking, const Sm90LogitsParams& p, uint8_t* smem,
-                                       const CUtensorMap* tm_q, const CUtensorMap* tm_k,
-                                       const CUtensorMap* tm_scales, const CUtensorMap* tm_weights,
-                                       uint64_t* full, uint64_t* empty, uint64_t* q_full, uint64_t* q_empty) {
-    constexpr int S = Cfg::kNumStages;
-    if (left <= 0) return false;
-    if (need_q) {
-      const int qb = qi & 1;
-      const uint32_t parity = ((qi >> 1) & 1) ^ 1;
-      if (blocking) ptx::mbar_wait(q_empty + qb, parity);
-      else if (!ptx::mbar_test(q_empty + qb, parity)) return false;
-      ptx::mbar_arrive_expect_tx(q_full + qb, Cfg::kQTileBytes + Cfg::kWeightBytes);
-      ptx::tma_load_2d(smem + Cfg::kOffQ + qb * Cfg::kQTileBytes, tm_q, q_full + qb, 0,
-                       b * Cfg::kBlockRows * Cfg::kHeads);
-      ptx::tma_load_2d(smem + Cfg::kOffWeights + qb * Cfg::kWeightBytes, tm_weights, q_full + qb, 0,
-                       b * Cfg::kBlockRows);
-      need_q = false;
-    }
-    const int stage = it % S;
-    const uint32_t parity = ((it / S) & 1) ^ 1;
-    if (blocking) ptx::mbar_wait(empty + stage, parity);
-    else if (!ptx::mbar_test(empty + stage, parity)) return false;
-    ptx::mbar_arrive_expect_tx(full + stage, Cfg::kKTileBytes + Cfg::kScaleBytes);
-    const int key0 = lo + t * Cfg::kBlockKeys;
-    ptx::tma_load_2d(smem + Cfg::kOffK + stage * Cfg::kKTileBytes, tm_k, full + stage, 0, key0);
-    ptx::tma_load_2d(smem + Cfg::kOffScales + stage * Cfg::kScaleBytes, tm_scales, full + stage, key0, 0);
-    ++it;
-    if (--left > 0 && ++t == nt) {
-      int hi;
-      nt = next_block<Cfg::kBlockRows, Cfg::kBlockKeys>(p, b, lo, hi);
-      t = 0;
-      ++qi;
-      need_q = true;
-    }
-    return true;
+// The same reduction with Q permuted (slot s of this lane, accumulators
+// 16 s .. 16 s + 15 and weights w[s], holds row s ^ quad): the partial sums
+// are the same FMA chains, and the butterfly forms the same sums in the same
+// order without selecting by quad: after the xor-2 step slot 0 holds
+// (v_q + v_q^2) of row q and slot 1 that of row q ^ 1, which the xor-1
+// partner (whose slot 1 is row q) adds. fin[h][0]: this lane's row, quad.
+__device__ __forceinline__ void logits_reduce_perm(const float (&acc)[64], const float2 (&w)[4][4],
+                                                   float (&fin)[2][1]) {
+  float part[2][4];
+  logits_head_partials(acc, w, part);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float h0 = part[h][0] + __shfl_xor_sync(0xffffffffu, part[h][2], 2);
+    const float h1 = part[h][1] + __shfl_xor_sync(0xffffffffu, part[h][3], 2);
+    fin[h][0] = h0 + __shfl_xor_sync(0xffffffffu, h1, 1);
   }
+}
+
+// ---- producer ------------------------------------------------------------------
+
+// One row block's span, computed by a warp: lane i < 8 reads row 8 b + i,
+// clamped to [0, keys] (block_span's arithmetic, so the tile counts match the
+// work shares'); returns the tile count (0: every row empty) and lo, both
+// warp-uniform; lane i < 8 gets its row's clamped start and length (0 for
+// rows past the last or empty ones).
+__device__ __forceinline__ int lean2_block_span(const Sm90LogitsParams& p, int b, int lane, int& lo, int& s,
+                                                int& len) {
+  int sr = 0, er = 0;
+  const int r = b * 8 + (lane & 7);
+  if (lane < 8 && r < p.rows) {
+    sr = max(__ldg(p.starts + r), 0);
+    er = min(__ldg(p.ends + r), p.keys);
+  }
+  s = sr;
+  len = max(er - sr, 0);
+  int mn = er > sr ? sr : INT_MAX, mx = er > sr ? er : 0;
+#pragma unroll
+  for (int d = 1; d < 8; d <<= 1) {
+    mn = min(mn, __shfl_xor_sync(0xffffffffu, mn, d));
+    mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, d));
+  }
+  mn = __shfl_sync(0xffffffffu, mn, 0);
+  mx = __shfl_sync(0xffffffffu, mx, 0);
+  if (mx <= mn) return 0;
+  lo = mn & ~15;
+  return (mx - lo + 127) / 128;
+}
+
+// The producer: warp 0 of the producer warpgroup (all 32 lanes; lane 0 waits
+// on and arrives at the barriers and issues the K loads) walks the CTA's
+// share. For each block it publishes {b, lo, first tile, end tile, last,
+// permuted} and its rows' clamped starts and lengths in the Q buffer's slot
+// (written by lane 0 before its arrival on the buffer's q_full, which
+// releases them to the math warps' wait), loads Q and the weights, then the
+// block's K tiles and scales into the ring. tm_q2: the Q map with two-row
+// boxes (the permuted load).
+template <class Cfg>
+__device__ __forceinline__ void logits_v2_lean2_producer(const Sm90LogitsParams& p, uint8_t* smem,
+                                                         const WorkShare& share, uint64_t* full, uint64_t* empty,
+                                                         uint64_t* q_full, uint64_t* q_empty, int (*slot)[Cfg::kSlotInts],
+                                                         const CUtensorMap* tm_q, const CUtensorMap* tm_k,
+                                                         const CUtensorMap* tm_scales, const CUtensorMap* tm_weights,
+                                                         const CUtensorMap* tm_q2) {
+  constexpr int S = Cfg::kNumStages;
+  const int lane = threadIdx.x & 31;
+  if (lane == 0) {
+    ptx::prefetch_tensor_map(tm_q);
+    ptx::prefetch_tensor_map(tm_k);
+    ptx::prefetch_tensor_map(tm_scales);
+    ptx::prefetch_tensor_map(tm_weights);
+    ptx::prefetch_tensor_map(tm_q2);
+  }
+  // One block's Q buffer: wait for it, publish the slot, issue Q and weights (the whole warp).
+  auto load_q = [&](int qi, int b, int lo, int t, int n_here, bool last, bool perm, int s, int len) {
+    const int qb = qi & 1;
+    int* sl = slot[qb];
+    if (lane == 0) ptx::mbar_wait(q_empty + qb, ((qi >> 1) & 1) ^ 1);
+    __syncwarp();
+#pragma unroll 1
+    for (int i = 0; i < 8; ++i) {  // lane 0 writes the whole slot (its arrival releases it)
+      const int si = __shfl_sync(0xffffffffu, s, i), li = __shfl_sync(0xffffffffu, len, i);
+      if (lane == 0) {
+        sl[8 + i] = si;
+        sl[16 + i] = li;
+      }
+    }
+    if (lane == 0) {
+      sl[0] = b;
+      sl[1] = lo;
+      sl[2] = t;
+      sl[3] = t + n_here;
+      sl[4] = last;
+      sl[5] = perm;
+      ptx::mbar_arrive_expect_tx(q_full + qb, Cfg::kQTileBytes + Cfg::kWeightBytes);
+      ptx::tma_load_2d(smem + Cfg::kOffWeights + qb * Cfg::kWeightBytes, tm_weights, q_full + qb, 0, b * 8);
+      if (!perm) ptx::tma_load_2d(smem + Cfg::kOffQ + qb * Cfg::kQTileBytes, tm_q, q_full + qb, 0, b * 8 * 32);
+    }
+    __syncwarp();
+    if (perm) {
+      // Shared row n = 128 g + 32 s + 8 jj + 2 q + e of row group g holds Q row
+      // (4 g + (s ^ q), head 8 jj + 2 q + e): 128 two-row boxes, 4 per lane.
+      uint8_t* qdst = smem + Cfg::kOffQ + qb * Cfg::kQTileBytes;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int n = 2 * (lane + 32 * i);
+        const int sg = (n >> 5) & 3, q = (n >> 1) & 3;
+        const int src = (n & 128) + 32 * (sg ^ q) + (n & 31);
+        ptx::tma_load_2d(qdst + n * 128, tm_q2, q_full + qb, 0, b * 8 * 32 + src);
+      }
+    }
+    __syncwarp();
+  };
+  int b = share.b0, t = share.t0, lo = 0, s = 0, len = 0;
+  int nt = lean2_block_span(p, b, lane, lo, s, len);
+  long long left = share.count;
+  uint32_t st = 0, ph = 0;
+  int n_here = static_cast<int>(min(static_cast<long long>(nt - t), left));
+  load_q(0, b, lo, t, n_here, left == n_here, n_here >= Cfg::kPermMinTiles, s, len);
+  for (int qi = 0;; ++qi) {
+    left -= n_here;
+    const bool has_next = left > 0;
+    // The next block (found before this one's K loads: ptxas keeps the loop spill-free this way).
+    int nb = b, nlo = lo, ns = 0, nlen = 0, nn = 0;
+    if (has_next) {
+      int nnt;
+      do {
+        ++nb;
+        nnt = lean2_block_span(p, nb, lane, nlo, ns, nlen);
+      } while (nnt == 0);
+      nn = static_cast<int>(min(static_cast<long long>(nnt), left));
+    }
+#pragma unroll 1
+    for (int i = 0; i < n_here; ++i) {
+      if (lane == 0) {
+        ptx::mbar_wait(empty + st, ph ^ 1);
+        ptx::mbar_arrive_expect_tx(full + st, Cfg::kKTileBytes + Cfg::kScaleBytes);
+        const int key0 = lo + (t + i) * Cfg::kBlockKeys;
+        ptx::tma_load_2d(smem + Cfg::kOffK + st * Cfg::kKTileBytes, tm_k, full + st, 0, key0);
+        ptx::tma_load_2d(smem + Cfg::kOffScales + st * Cfg::kScaleBytes, tm_scales, full + st, key0, 0);
+      }
+      if (++st == S) {
+        st = 0;
+        ph ^= 1;
+      }
+      __syncwarp();
+    }
+    if (!has_next) break;
+    load_q(qi + 1, nb, nlo, 0, nn, left == nn, nn >= Cfg::kPermMinTiles, ns, nlen);
+    b = nb, lo = nlo, t = 0, s = ns, len = nlen, n_here = nn;
+  }
+}
+
+// ---- math warpgroups -----------------------------------------------------------
+
+// A tile epilogue's extra use of each lane's two logits (none: the dense
+// kernel). row(rr) is called once per block with this lane's row of the block;
+// its result, once per tile after the logits are formed, with their key
+// relative to the row's clamped start (d; the second key is d + 8) and the
+// row's clamped length (keys with d < len are the row's), and once after the
+// block's last tile by every math thread: block_end(b, lo, t0, t1, slot), the
+// block, its first key and the tiles [t0, t1) just done, the block's slot
+// (its rows' clamped starts at [8, 16), lengths at [16, 24); valid until the
+// Q buffer's release, which follows).
+struct LogitsEpiNone {
+  struct Row {
+    __device__ __forceinline__ void operator()(int, uint32_t, float, float) {}
+    __device__ __forceinline__ void block_end(int, int, int, int, const volatile int*) {}
+  };
+  __device__ __forceinline__ Row row(int) const { return {}; }
 };
 
+// The math warpgroups' loop: per block (from the producer's slot) a tight
+// tile loop: wait for the stage, issue the MMA from held descriptors (only
+// the A low words change per tile), read the scales, reduce, store the masked
+// logits, release the stage. wg: the warpgroup, 2 rg + kg.
+template <class Cfg, class Epi = LogitsEpiNone>
+__device__ __forceinline__ void logits_v2_lean2_math(const Sm90LogitsParams& p, uint8_t* smem, uint64_t* full,
+                                                     uint64_t* empty, uint64_t* q_full, uint64_t* q_empty, int wg,
+                                                     const int (*slot)[Cfg::kSlotInts], const Epi& epi = Epi{}) {
+  constexpr int S = Cfg::kNumStages;
+  constexpr uint32_t kDescHi = (1024u >> 4) | (1u << 30);  // stride byte offset 1024 B; 128-byte swizzle
+  const int tid = threadIdx.x;
+  // The warpgroup through a shuffle from lane 0: the compiler then knows it
+  // is warp-uniform and keeps what derives from it in uniform registers.
+  const int wg_u = __shfl_sync(0xffffffffu, wg, 0);
+  const int rg = wg_u >> 1, kg = wg_u & 1;
+  const int lane = tid & 31;
+  const int quad = lane & 3;
+  const int key_off = kg * 64 + ((tid >> 5) & 3) * 16 + (lane >> 2);  // this lane's key (and +8) in the tile
+  const uint32_t a_lo0 = desc_lo_k128_sw128(smem + Cfg::kOffK + kg * 64 * Cfg::kHeadDim);
+  const uint32_t b_lo0 = desc_lo_k128_sw128(smem + Cfg::kOffQ + rg * Cfg::kN * Cfg::kHeadDim);
+  uint32_t sc_addr = ptx::smem_addr(smem + Cfg::kOffScales) + key_off * 4;
+  const float ninf = -__int_as_float(0x7f800000);
+  uint64_t da[4];
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) asm("mov.b64 %0, {%1, %2};" : "=l"(da[kk]) : "r"(a_lo0 + 2 * kk), "r"(kDescHi));
+  uint32_t st = 0, ph = 0;
+  for (int qi = 0;; ++qi) {
+    const int qb = qi & 1;
+    ptx::mbar_wait(q_full + qb, (qi >> 1) & 1);
+    const volatile int* sl = slot[qb];
+    const int b = lds_uniform(sl), lo = lds_uniform(sl + 1), t0 = lds_uniform(sl + 2);
+    const int t1 = lds_uniform(sl + 3), last = lds_uniform(sl + 4);
+    const int rr = rg * 4 + quad;  // this lane's row of the block after the reduce-scatter
+    const int rs = sl[8 + rr];
+    uint32_t len = static_cast<uint32_t>(sl[16 + rr]);
+    const int row = b * 8 + rr;
+    auto ep = epi.row(rr);
+    // Keys relative to the row's (clamped) start: d = key - rs. Stores only
+    // where key < keys (limd = keys - rs), none for rows past the last.
+    int limd = row < p.rows ? p.keys - rs : INT_MIN;
+    float* rb = p.logits + static_cast<int64_t>(row < p.rows ? row : 0) * p.ld + rs;
+    const float2* w2 = reinterpret_cast<const float2*>(smem + Cfg::kOffWeights + qb * Cfg::kWeightBytes) + rg * 64;
+    uint64_t db[4];
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      asm("mov.b64 %0, {%1, %2};" : "=l"(db[kk]) : "r"(b_lo0 + qb * (Cfg::kQTileBytes >> 4) + 2 * kk), "r"(kDescHi));
+    int d = lo + t0 * Cfg::kBlockKeys + key_off - rs;
+    // The block's tiles; kPerm: Q permuted (slot r of this lane holds row r ^ quad).
+    auto tiles = [&](auto perm_tag) {
+      constexpr bool kPerm = decltype(perm_tag)::value;
+      float2 w[4][4];  // the block's weights of this lane's heads, per slot
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) w[r][jj] = w2[(kPerm ? r ^ quad : r) * 16 + jj * 4 + quad];
+#pragma unroll 1
+      for (int n = t1 - t0; n > 0; --n) {
+        ptx::mbar_wait(full + st, ph);
+        desc_pairs_set_lo(da, a_lo0 + st * (Cfg::kKTileBytes >> 4));  // the A descriptors: this stage
+        float acc[64];
+        logits_mma_issue_dab(acc, da, db);
+        // Opaque moves: the values are held across the tile (ptxas would
+        // otherwise rematerialize them from S2R / the slot inside the loop).
+        asm volatile("mov.b64 %0, %0;\n\tmov.b64 %1, %1;\n\tmov.b64 %2, %2;\n\tmov.b64 %3, %3;"
+                     : "+l"(da[0]), "+l"(da[1]), "+l"(da[2]), "+l"(da[3]));
+        asm volatile("mov.b64 %0, %0;\n\tmov.b64 %1, %1;\n\tmov.b64 %2, %2;\n\tmov.b64 %3, %3;"
+                     : "+l"(db[0]), "+l"(db[1]), "+l"(db[2]), "+l"(db[3]));
+        asm volatile("mov.b32 %0, %0;\n\tmov.b32 %1, %1;\n\tmov.b32 %2, %2;" : "+r"(sc_addr), "+r"(len), "+r"(limd));
+        asm volatile("mov.b64 %0, %0;" : "+l"(rb));
+        ptx::wgmma_wait<0>();
+        ptx::fence_regs(acc);
+        // The scales after the MMAs (two more registers across them would
+        // spill); the stage is released after the stores that use them (a
+        // store issues only once its value, hence the scale, has arrived).
+        float sc0, sc1;
+        asm volatile("ld.shared.f32 %0, [%2];\n\tld.shared.f32 %1, [%2+32];"
+                     : "=f"(sc0), "=f"(sc1)
+                     : "r"(sc_addr + st * Cfg::kScaleBytes));
+        sc0 *= 0.5f;
+        sc1 *= 0.5f;
+        float fin[2][1];
+        if constexpr (kPerm)
+          logits_reduce_perm(acc, w, fin);
+        else
+          logits_reduce_select(acc, w, quad, fin);
+        // Masked (branch-free): the row's keys are 0 <= d < len.
+        const float v0 = static_cast<uint32_t>(d) < len ? fin[0][0] * sc0 : ninf;
+        const float v1 = static_cast<uint32_t>(d + 8) < len ? fin[1][0] * sc1 : ninf;
+        float* const o = rb + d;
+        asm volatile("{\n.reg .pred p0, p1;\nsetp.lt.s32 p0, %2, %4;\nsetp.lt.s32 p1, %3, %4;\n"
+                     "@p0 st.global.f32 [%5], %0;\n@p1 st.global.f32 [%5+32], %1;\n}"
+                     ::"f"(v0), "f"(v1), "r"(d), "r"(d + 8), "r"(limd), "l"(o)
+                     : "memory");
+        ep(d, len, v0, v1);
+        mbar_arrive_elect(empty + st);
+        if (++st == S) {
+          st = 0;
+          ph ^= 1;
+        }
+        d += Cfg::kBlockKeys;
+      }
+    };
+    if (lds_uniform(sl + 5))
+      tiles(std::true_type{});
+    else
+      tiles(std::false_type{});
+    ep.block_end(b, lo, t0, t1, sl);
+    mbar_arrive_elect(q_empty + qb);  // the block's last MMA has read its Q buffer
+    if (last) break;
+  }
+}
+
+// ---- kernel --------------------------------------------------------------------
+// A template on the configuration (always Sm90LogitsConfig) only so that the
+// translation units that include this header for its helpers do not compile
+// it: logits.cu instantiates it.
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     sm90_fp8_mqa_logits_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                                const __grid_constant__ CUtensorMap tm_scales,
                                const __grid_constant__ CUtensorMap tm_weights,
-                               const __grid_constant__ CUtensorMap tm_out, const Sm90LogitsParams p) {
+                               const __grid_constant__ CUtensorMap tm_q2, const Sm90LogitsParams p) {
   constexpr int S = Cfg::kNumStages;
   extern __shared__ uint8_t smem_raw[];
   // Offset the __shared__ array itself (not an integer address) so the compiler
@@ -392,188 +690,39 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   uint64_t* q_full = bars + 2 * S;
   uint64_t* q_empty = bars + 2 * S + 2;
 
-  const WorkShare share = find_work_share<Cfg>(p);
+  const WorkShare share = find_work_share_v2<Cfg>(p);
+  __shared__ int slot[2][Cfg::kSlotInts];  // the block in each Q buffer (logits_v2_lean2_producer)
   const int tid = threadIdx.x;
   const int wg = tid / 128;
   // Range errors (range_check.cuh) are checked by threads with nothing else to
-  // do: warps 1-3 of the producer warpgroup of every CTA (warp 0 holds the
-  // TMA thread; every thread in the inline-producer variant, which has no idle
-  // ones), so the check costs the pipeline nothing; find_work_share just read
-  // the same values (L1 hits).
-  constexpr int kCheckLo = Cfg::kInlineProducer ? 0 : Cfg::kMathThreads + 32;
-  constexpr int kCheckers = Cfg::kInlineProducer ? Cfg::kThreads : 96;
+  // do: warps 1-3 of the producer warpgroup of every CTA (before the exit in
+  // a CTA without work), so the check costs the pipeline nothing.
+  constexpr int kCheckLo = Cfg::kMathThreads + 32;
+  constexpr int kCheckers = 96;
   const int checker = range_checker_index(tid, kCheckLo, kCheckers);
-  if (Cfg::kInlineProducer || share.count <= 0)
+  if (share.count <= 0) {  // uniform across the CTA
     check_row_ranges(p.err, p.starts, p.ends, p.rows, p.keys, kKernelLogits, checker, gridDim.x * kCheckers);
-  if (share.count <= 0) return;  // uniform across the CTA
+    return;
+  }
 
   if (tid == 0) init_pipeline_barriers<S, Cfg::kMathThreads / 32>(full, empty, q_full, q_empty);
   __syncthreads();
 
-  if (wg == Cfg::kMathWarpgroups) {
-    // ---------------- producer: one thread issues every TMA ----------------
-    if (tid != Cfg::kMathThreads) {
+  if (wg == Cfg::kMathWarpgroups) {  // the producer warpgroup
+    ptx::setmaxnreg_dec<Cfg::kProducerRegs>();
+    if (tid >= Cfg::kMathThreads + 32) {  // warps 1-3 check the row ranges
       check_row_ranges(p.err, p.starts, p.ends, p.rows, p.keys, kKernelLogits, checker, gridDim.x * kCheckers);
       return;
     }
-    ptx::prefetch_tensor_map(&tm_q);
-    ptx::prefetch_tensor_map(&tm_k);
-    ptx::prefetch_tensor_map(&tm_scales);
-    ptx::prefetch_tensor_map(&tm_weights);
-    int b = share.b0, t = share.t0, lo, hi;
-    int nt = block_span<Cfg::kBlockRows, Cfg::kBlockKeys>(p, b, lo, hi);
-    int it = 0, qi = 0;
-    bool new_block = true;
-    for (long long left = share.count; left > 0; --left) {
-      if (new_block) {
-        const int qb = qi & 1;
-        ptx::mbar_wait(q_empty + qb, ((qi >> 1) & 1) ^ 1);
-        ptx::mbar_arrive_expect_tx(q_full + qb, Cfg::kQTileBytes + Cfg::kWeightBytes);
-        ptx::tma_load_2d(smem + Cfg::kOffQ + qb * Cfg::kQTileBytes, &tm_q, q_full + qb, 0,
-                         b * Cfg::kBlockRows * Cfg::kHeads);
-        ptx::tma_load_2d(smem + Cfg::kOffWeights + qb * Cfg::kWeightBytes, &tm_weights, q_full + qb, 0,
-                         b * Cfg::kBlockRows);
-        new_block = false;
-      }
-      const int stage = it % S;
-      ptx::mbar_wait(empty + stage, ((it / S) & 1) ^ 1);
-      ptx::mbar_arrive_expect_tx(full + stage, Cfg::kKTileBytes + Cfg::kScaleBytes);
-      const int key0 = lo + t * Cfg::kBlockKeys;
-      ptx::tma_load_2d(smem + Cfg::kOffK + stage * Cfg::kKTileBytes, &tm_k, full + stage, 0, key0);
-      ptx::tma_load_2d(smem + Cfg::kOffScales + stage * Cfg::kScaleBytes, &tm_scales, full + stage, key0, 0);
-      ++it;
-      if (++t == nt && left > 1) {
-        nt = next_block<Cfg::kBlockRows, Cfg::kBlockKeys>(p, b, lo, hi);
-        t = 0;
-        ++qi;
-        new_block = true;
-      }
-    }
+    logits_v2_lean2_producer<Cfg>(p, smem, share, full, empty, q_full, q_empty, slot, &tm_q, &tm_k, &tm_scales,
+                                  &tm_weights, &tm_q2);
     return;
   }
-
-  // ---------------- math warpgroups ----------------
-  constexpr int R = Cfg::kBlockRows;
-  constexpr int RQ = R / 4;  // rows per lane after the reduce-scatter
-  const int lane = tid & 31;
-  const int warp_in_wg = (tid >> 5) & 3;
-  const int quad = lane & 3;
-  const int hb = (quad >> 1) & 1, lb = quad & 1;
-  const int row_local0 = hb * (R / 2) + lb * RQ;  // this lane's first row after the reduce-scatter
-  const int key_local = warp_in_wg * 16 + (lane >> 2);  // and +8, within the warpgroup's 64 keys
-  const bool elected = (tid & 127) == 0;
-  float* out_buf = reinterpret_cast<float*>(smem + Cfg::kOffOut + wg * 2 * Cfg::kOutBytes);
-
-  int b = share.b0, t = share.t0, lo, hi;
-  int nt = block_span<Cfg::kBlockRows, Cfg::kBlockKeys>(p, b, lo, hi);
-  int it = 0, qi = 0;
-  bool new_block = true;
-  int row_start[RQ], row_end[RQ];
-  float acc[Cfg::kAcc];
-  [[maybe_unused]] InlineTileProducer<Cfg> prod;
-  if constexpr (Cfg::kInlineProducer) {
-    if (tid == 0) {
-      prod.b = share.b0;
-      prod.t = share.t0;
-      int hi_unused;
-      prod.nt = block_span<Cfg::kBlockRows, Cfg::kBlockKeys>(p, prod.b, prod.lo, hi_unused);
-      prod.qi = 0;
-      prod.it = 0;
-      prod.left = share.count;
-      prod.need_q = true;
-    }
-  }
-
-  for (long long left = share.count; left > 0; --left) {
-    if constexpr (Cfg::kInlineProducer) {
-      if (tid == 0) {
-        // Tile `it` must be issued before anyone waits for it (blocking); then
-        // run ahead as far as free buffers allow (never blocking).
-        while (prod.it <= it && prod.step(true, p, smem, &tm_q, &tm_k, &tm_scales, &tm_weights, full, empty,
-                                           q_full, q_empty)) {
-        }
-        for (int n = 0; n < S && prod.it < it + S &&
-                        prod.step(false, p, smem, &tm_q, &tm_k, &tm_scales, &tm_weights, full, empty, q_full,
-                                  q_empty);
-             ++n) {
-        }
-      }
-    }
-    const int qb = qi & 1;
-    if (new_block) {
-#pragma unroll
-      for (int i = 0; i < RQ; ++i) {
-        const int row = b * R + row_local0 + i;
-        row_start[i] = row < p.rows ? __ldg(p.starts + row) : 0;
-        row_end[i] = row < p.rows ? __ldg(p.ends + row) : 0;
-      }
-      ptx::mbar_wait(q_full + qb, (qi >> 1) & 1);
-      new_block = false;
-    }
-    const int stage = it % S;
-    ptx::mbar_wait(full + stage, (it / S) & 1);
-
-    const uint8_t* k_tile = smem + Cfg::kOffK + stage * Cfg::kKTileBytes + wg * 64 * Cfg::kHeadDim;
-    const uint8_t* q_tile = smem + Cfg::kOffQ + qb * Cfg::kQTileBytes;
-    float scale0, scale1;
-    tile_scales(smem + Cfg::kOffScales + stage * Cfg::kScaleBytes, wg * 64 + key_local, scale0, scale1);
-    logits_tile_mma<Cfg, Cfg::kProbe != 2>(acc, k_tile, q_tile);
-    release_stage(empty + stage, lane);
-
-    // Epilogue: 8 head-partials per (key half, row), then a reduce-scatter over the quad.
-    float fin[2][RQ];
-    if constexpr (Cfg::kProbe == 1) {
-#pragma unroll
-      for (int i = 0; i < RQ; ++i) fin[0][i] = acc[i], fin[1][i] = acc[Cfg::kAcc - 1 - i];
-    } else {
-      logits_epilogue_reduce<Cfg>(acc, smem + Cfg::kOffWeights + qb * Cfg::kWeightBytes, quad, fin);
-    }
-
-    const bool last_of_block = (t + 1 == nt);
-    if (last_of_block) {
-      __syncwarp();
-      if (lane == 0) ptx::mbar_arrive(q_empty + qb);
-    }
-
-    // Masked logits -> this warpgroup's shared output tile -> one TMA store.
-    const int key_wg0 = lo + t * Cfg::kBlockKeys + wg * 64;
-    const int ob = it & 1;
-    float* obuf = out_buf + ob * (Cfg::kOutBytes / 4);
-    if (elected) ptx::bulk_wait_group_read<1>();  // the store from this buffer two tiles ago has read it
-    ptx::named_barrier_sync(1 + wg, 128);
-    const float ninf = -__int_as_float(0x7f800000);
-#pragma unroll
-    for (int i = 0; i < RQ; ++i) {
-      const int ka = key_wg0 + key_local, kb = ka + 8;
-      obuf[(row_local0 + i) * 64 + key_local] = (ka >= row_start[i] && ka < row_end[i]) ? fin[0][i] * scale0 : ninf;
-      obuf[(row_local0 + i) * 64 + key_local + 8] =
-          (kb >= row_start[i] && kb < row_end[i]) ? fin[1][i] * scale1 : ninf;
-    }
-    ptx::fence_proxy_async();
-    ptx::named_barrier_sync(1 + wg, 128);
-    if (elected) {
-      ptx::tma_store_2d(&tm_out, obuf, key_wg0, b * R);
-      ptx::bulk_commit_group();
-    }
-
-    ++it;
-    if (++t == nt && left > 1) {
-      nt = next_block<Cfg::kBlockRows, Cfg::kBlockKeys>(p, b, lo, hi);
-      t = 0;
-      ++qi;
-      new_block = true;
-    }
-  }
-  if (elected) ptx::bulk_wait_group<0>();
+  ptx::setmaxnreg_inc<Cfg::kMathRegs>();
+  logits_v2_lean2_math<Cfg>(p, smem, full, empty, q_full, q_empty, wg, slot);
 }
 
-// ---- host --------------------------------------------------------------------
-using Sm90LogitsDefault = Sm90LogitsConfig<8, 2, 8>;
-
-template <class Cfg = Sm90LogitsDefault>
-inline const void* sm90_fp8_mqa_logits_kernel_ptr() {
-  return reinterpret_cast<const void*>(&sm90_fp8_mqa_logits_kernel<Cfg>);
-}
+// ---- host ----------------------------------------------------------------------
 
 // The five tensor maps of the logits kernels (q, k, scales, weights, logits),
 // with the boxes of a configuration: q_box_rows rows of q (block rows x heads),
@@ -607,10 +756,12 @@ inline int make_logits_maps(CUtensorMap& tm_q, CUtensorMap& tm_k, CUtensorMap& t
 // row pitch ld >= keys (elements, a multiple of 4; 16-byte aligned base).
 // Returns cudaErrorInvalidValue when a tensor map cannot be encoded
 // (*map_error = 1000 * map index (q, k, scales, weights, logits) + the driver's
-// CUresult, 999 for a missing driver entry point). Bad row ranges are clamped
-// and, with a non-null err.word, recorded there (range_check.cuh); with no keys
-// only the check runs.
-template <class Cfg = Sm90LogitsDefault>
+// CUresult, 999 for a missing driver entry point; the two-row-box Q map's
+// failure is reported as the q map's). The kernel stores directly, so the
+// logits map is only validated; its place carries the two-row-box Q map. Bad
+// row ranges are clamped and, with a non-null err.word, recorded there
+// (range_check.cuh); with no keys only the check runs.
+template <class Cfg = Sm90LogitsConfig>
 inline cudaError_t launch_sm90_fp8_mqa_logits(const void* q, const void* k, const float* scales,
                                               const float* weights, const int* starts, const int* ends,
                                               float* logits, int64_t ld, int rows, int keys, int num_sms,
@@ -620,9 +771,18 @@ inline cudaError_t launch_sm90_fp8_mqa_logits(const void* q, const void* k, cons
   if (keys <= 0) return launch_row_range_check<kKernelLogits>(range_err, starts, ends, rows, 0, stream);
   CUtensorMap tm_q, tm_k, tm_s, tm_w, tm_o;
   if (const int e = make_logits_maps(tm_q, tm_k, tm_s, tm_w, tm_o, q, k, scales, weights, logits, ld, rows, keys,
-                                     Cfg::kN, Cfg::kBlockKeys, Cfg::kBlockRows, Cfg::kBlockRows)) {
+                                     Cfg::kQBoxRows, Cfg::kKSliceKeys, Cfg::kBlockRows, Cfg::kWgRows)) {
     if (map_error) *map_error = e;
     return cudaErrorInvalidValue;
+  }
+  {
+    const int e = make_tensor_map_2d(&tm_o, q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 128, static_cast<uint64_t>(rows) * 32, 128,
+                                     128, 2, CU_TENSOR_MAP_SWIZZLE_128B);
+    if (e) {
+      const int res[1] = {e};
+      if (map_error) *map_error = first_map_error(res, 1);
+      return cudaErrorInvalidValue;
+    }
   }
   auto kernel = &sm90_fp8_mqa_logits_kernel<Cfg>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);

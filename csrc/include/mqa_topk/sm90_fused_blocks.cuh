@@ -2,7 +2,7 @@
 // blocks, the whole and split kernels (two configurations of this kernel).
 // Hopper (sm_90a), torch-free.
 //
-// Logits: the dense logits kernel's main loop (sm90_fp8_mqa_logits_v2.cuh):
+// Logits: the dense logits kernel's main loop (sm90_fp8_mqa_logits.cuh):
 // 8-row blocks on four math warpgroups at wgmma N = 128 ("row groups":
 // warpgroup wg = 2 rg + kg takes rows [4 rg, +4) x keys [64 kg, +64) of a
 // 128-key tile), setmaxnreg 112 / 32, a producer warp feeding an 8-stage K /
