@@ -1,9 +1,9 @@
-"""One call of an op on a generated workload, for Nsight Compute (one launch
+"""One call of an op on a generated workload, for Nsight Compute (the second
 after a warm-up one):
 
-    ncu --clock-control none -k regex:sm90_fused -c 1 --section WarpStateStats --section SchedulerStats \\
+    ncu --clock-control none -k regex:sm90_fused -s 1 -c 1 --section WarpStateStats --section SchedulerStats \\
         python3 scripts/ncu_ops.py fused 8192 65536 2048
-    ncu --clock-control none -k regex:sm90_fp8 -c 1 ... python3 scripts/ncu_ops.py logits 8192 65536
+    ncu --clock-control none -k regex:sm90_fp8 -s 1 -c 1 ... python3 scripts/ncu_ops.py logits 8192 65536
 
     python3 scripts/ncu_ops.py OP ROWS KEYS [TOPK] [--dist D] [--kernel K]
 OP: logits, topk, native (logits then top-k) or fused (--kernel: whole, split,
