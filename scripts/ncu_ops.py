@@ -1,5 +1,5 @@
-"""One call of an op on a generated workload, for Nsight Compute (the second
-after a warm-up one):
+"""One call of an op on a generated workload, for Nsight Compute (the launch
+after a warm-up one is profiled):
 
     ncu --clock-control none -k regex:sm90_fused -s 1 -c 1 --section WarpStateStats --section SchedulerStats \\
         python3 scripts/ncu_ops.py fused 8192 65536 2048
