@@ -1,6 +1,6 @@
 // Torch-free entry points of the fused hybrid kernel (include/mqa_topk/sm90_fused_hybrid_topk.cuh,
 // issue 12 session 26): calls of B = SMs + r row blocks (r = 1 or 2) run the whole-block v3 kernel's
-// body on B - r blocks and the staged kernel's pieces and owners (variant 117's) on the last r, in one
+// body on B - r blocks and the staged kernel's pieces and owners on the last r, in one
 // launch. Instantiated per topk in csrc/fused_mqa_topk_hybrid_t{512,1024,2048}.cu.
 #pragma once
 #include <cuda_runtime.h>

@@ -22,8 +22,8 @@
 //     first B - r blocks from its block counter; the last r m of them start
 //     when the pieces leave. After its blocks, a CTA takes an owner ticket
 //     (an atomic counter, so the first to finish own): ticket t < the extra
-//     rows owns extra row t with the staged owner (owner_row_v2, variant 117's
-//     pass), after the pieces of its block have counted themselves (they
+//     rows owns extra row t with the staged kernel's owner (owner_row),
+//     after the pieces of its block have counted themselves (they
 //     started before any whole-block CTA finished its first block, and no CTA
 //     waits on a CTA that has not started: no deadlock).
 // Exact as both halves are: (value desc, index asc), reruns bitwise identical
@@ -46,9 +46,6 @@ struct HybridParams {
   int keys;
   RangeErrorSink err;
 };
-
-// The staged part's mode: variant 117 (the op's staged default, kMode 219).
-constexpr int kHybridStagedMode = 219;
 
 namespace hybrid_detail {
 
@@ -112,8 +109,7 @@ __device__ __forceinline__ void piece(const CUtensorMap* tm_q, const CUtensorMap
 
 // After a whole-block CTA's blocks (its math threads): an owner ticket, and
 // for ticket t < the extra rows, extra row t's top-k.
-template <int kM>
-__device__ __noinline__ void owner(const StagedTopkParams P, uint32_t* owner_ticket) {
+__device__ __noinline__ inline void owner(const StagedTopkParams P, uint32_t* owner_ticket) {
   using namespace staged_topk;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
@@ -130,7 +126,7 @@ __device__ __noinline__ void owner(const StagedTopkParams P, uint32_t* owner_tic
     while (ld_acquire(P.counters + b) < static_cast<uint32_t>(P.m)) __nanosleep(64);
   }
   bar_math();
-  owner_row_v2<32 - kEpiBits, (kM & 64) != 0, (kM & 128) != 0>(P, smem, &ctl_s, b, r);
+  owner_row(P, smem, &ctl_s, b, r);
 }
 
 }  // namespace hybrid_detail
@@ -158,7 +154,7 @@ __global__ void __launch_bounds__(CfgV3::kThreads, 1)
   }
   fused_v3_body<CfgV3>(tm_q, tm_k, tm_scales, tm_weights, p);
   if (threadIdx.x >= CfgV3::kMathThreads) return;  // (the producer warpgroup's threads)
-  hybrid_detail::owner<kHybridStagedMode>(P, h.owner_ticket);
+  hybrid_detail::owner(P, h.owner_ticket);
 }
 
 template <class CfgV3, class CfgSt>
@@ -174,7 +170,7 @@ constexpr int fused_hybrid_extra_blocks(int rows, int keys, int num_sms) {
   const long long r = nb % num_sms;
   return r >= 1 && r <= 2 ? static_cast<int>(r) : 0;
 }
-constexpr int kHybridPieces = 16;  // pieces per extra block (owner_row_v2 sums at most 16 histograms)
+constexpr int kHybridPieces = 16;  // pieces per extra block (owner_row sums at most 16 histograms)
 
 // Workspace of the staged part (beside the v3 part's, the op's workspace):
 // the extra rows' logits [8 r, ld] fp32, their pieces' histograms, the blocks'
