@@ -332,18 +332,22 @@ def dense_mqa_topk_prefill(q, k, scales, weights, starts, ends, output,
 
 def fused_mqa_topk_workspace_bytes(topk: int, num_sms: int) -> int:
     """Bytes of workspace ``fused_mqa_topk_prefill`` needs on a GPU with
-    ``num_sms`` SMs (independent of rows and keys): the split kernel's layout,
-    the largest (csrc/include/mqa_topk/fused_blocks_select.cuh,
-    fused_blocks_workspace_bytes): a 128-byte header, per SM 8 counter words
-    and 3 x 256 record words, then 3 candidate regions per SM of 8 rows x 8
-    segments x (key, index) x cap words, cap = (k + 1920) / 4 rounded up to 4,
-    then per region two 8-row x 256-bin histograms."""
+    ``num_sms`` SMs (independent of rows and keys; csrc/kernels/fused_dispatch.cu):
+    the larger of the split kernel's layout (fused_blocks_workspace_bytes: a
+    128-byte header, per SM 8 counter words and 3 x 256 record words, then 3
+    candidate regions per SM of 8 rows x 8 segments x (key, index) x cap
+    words, cap = (k + 1920) / 4 rounded up to 4, then per region two 8-row x
+    256-bin histograms) and the hybrid kernel's whole part (the header and one
+    region per CTA of its grid, SMs + 32); the first from 16 SMs on."""
     if topk not in contract.TOPKS:
         raise ContractError("topk", f"must be one of {contract.TOPKS}, got {topk!r}")
     if not isinstance(num_sms, int) or isinstance(num_sms, bool) or num_sms <= 0:
         raise ContractError("num_sms", f"must be a positive int, got {num_sms!r}")
     cap = ((topk + 1920) // 4 + 3) & ~3
-    return 128 + num_sms * (8 + 3 * 256) * 4 + 3 * num_sms * 8 * 8 * 2 * cap * 4 + 3 * num_sms * 2 * 8 * 256 * 4
+    region = 8 * 8 * 2 * cap * 4
+    split = 128 + num_sms * (8 + 3 * 256) * 4 + 3 * num_sms * region + 3 * num_sms * 2 * 8 * 256 * 4
+    hybrid = 128 + (num_sms + 32) * region
+    return max(split, hybrid)
 
 
 _workspaces: dict = {}

@@ -9,7 +9,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 [ -x "$NVCC" ] || { echo "compile-check: nvcc not found (set NVCC)"; exit 1; }
-CUDA_INC=$(dirname "$(dirname "$(readlink -f "$NVCC")")")/include
+CUDA_INC=""  # (cuda_runtime.h, for the host launchers)
+for d in "${CUDA_HOME:-}/include" "$(dirname "$(readlink -f "$NVCC")")/../include" /usr/local/cuda/include; do
+  [ -f "$d/cuda_runtime.h" ] && { CUDA_INC=$d; break; }
+done
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 FLAGS=(-std=c++17 -O3 -DNDEBUG --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -Icsrc -Icsrc/include)

@@ -393,13 +393,16 @@ def test_fused_workspace_size():
     split configuration: 128-byte header, per SM 8 counter words and 3 x 256
     record words, then 3 candidate regions per SM of 8 rows x 8 segments x
     (key, index) x cap words, cap = (k + 1920) / 4 rounded up to 4, then per
-    region two 8-row x 256-bin histograms); the GPU tests check it against the
+    region two 8-row x 256-bin histograms), but below 16 SMs the hybrid
+    kernel's whole part is larger; the GPU tests check it against the
     extension's own figure."""
     for t in (512, 1024, 2048):
         cap = ((t + 1920) // 4 + 3) & ~3
-        for sms in (1, 132):
+        for sms in (1, 14, 16, 132):
             split = 128 + sms * 776 * 4 + 3 * sms * 8 * 8 * 2 * cap * 4 + 3 * sms * 2 * 8 * 256 * 4
-            assert ops.fused_mqa_topk_workspace_bytes(t, sms) == split
+            hybrid = 128 + (sms + 32) * 8 * 8 * 2 * cap * 4  # (the hybrid kernel's whole part: SMs + 2 x 16 CTAs)
+            assert ops.fused_mqa_topk_workspace_bytes(t, sms) == max(split, hybrid)
+            assert (split > hybrid) == (sms >= 16)
     assert [((t + 1920) // 4 + 3) & ~3 for t in (512, 1024, 2048)] == [608, 736, 992]  # Sm90FusedBlocksConfig::cap
     mib = [ops.fused_mqa_topk_workspace_bytes(t, 132) / 2**20 for t in (512, 1024, 2048)]
     assert [round(m, 1) for m in mib] == [124.1, 148.9, 198.4]  # the figures the README gives

@@ -1,18 +1,34 @@
 // The fused kernels' dispatch by kernel and topk, and their sizes
 // (fused_kernels.h). Torch-free.
 #include "kernels/fused_kernels.h"
-#include "mqa_topk/sm90_fused_blocks.cuh"
+#include "mqa_topk/sm90_fused_hybrid_topk.cuh"
+
+namespace {
+template <int kTopk>
+size_t workspace_bytes_t(int num_sms) {
+  // The split configuration's layout (three candidate regions per CTA, the
+  // split protocol's records and histograms) and the hybrid kernel's whole
+  // part (one region per CTA of its grid: SMs + 2 x 16 pieces); the first is
+  // the larger from 16 SMs on.
+  const size_t split = mqa_topk::fused_blocks_workspace_bytes<mqa_topk::FusedSplitConfig<kTopk>>(kTopk, num_sms);
+  const size_t hybrid =
+      mqa_topk::fused_hybrid_blocks_workspace_bytes<mqa_topk::FusedWholeConfig<kTopk>>(kTopk, 2, num_sms);
+  return split > hybrid ? split : hybrid;
+}
+}  // namespace
 
 size_t fused_workspace_bytes(int topk, int num_sms) {
-  // The split configuration's layout needs the most (three candidate regions
-  // per CTA, the split protocol's records and histograms); the whole kernel's
-  // and the hybrid kernel's block part fit in it.
   switch (topk) {
-    case 512: return mqa_topk::fused_blocks_workspace_bytes<mqa_topk::FusedSplitConfig<512>>(512, num_sms);
-    case 1024: return mqa_topk::fused_blocks_workspace_bytes<mqa_topk::FusedSplitConfig<1024>>(1024, num_sms);
-    case 2048: return mqa_topk::fused_blocks_workspace_bytes<mqa_topk::FusedSplitConfig<2048>>(2048, num_sms);
+    case 512: return workspace_bytes_t<512>(num_sms);
+    case 1024: return workspace_bytes_t<1024>(num_sms);
+    case 2048: return workspace_bytes_t<2048>(num_sms);
     default: return 0;
   }
+}
+
+size_t fused_hybrid_buffer_bytes(int rows, int keys, int num_sms) {
+  const int r = mqa_topk::fused_hybrid_extra_blocks(rows, keys, num_sms);
+  return r == 0 ? 0 : mqa_topk::fused_hybrid_aux_bytes(keys, r);
 }
 
 size_t fused_buffer_bytes(mqa_topk::FusedKernel kernel, int rows, int keys, int num_sms) {

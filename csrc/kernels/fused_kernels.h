@@ -28,7 +28,7 @@ struct FusedCall {
 };
 
 // The op's fixed workspace (every kernel's need; independent of rows and
-// keys): the split kernel's, the largest.
+// keys): the split kernel's, the largest on any GPU of 16 SMs or more.
 size_t fused_workspace_bytes(int topk, int num_sms);
 
 // The per-call buffer a kernel needs beyond the fixed workspace (the staged
@@ -73,4 +73,3 @@ cudaError_t fused_staged_attributes(cudaFuncAttributes* attr, int* dynamic_smem)
 cudaError_t fused_hybrid_attributes(cudaFuncAttributes* attr, int* dynamic_smem);
 size_t fused_staged_buffer_bytes(int rows, int keys, int num_sms);
 size_t fused_hybrid_buffer_bytes(int rows, int keys, int num_sms);
-size_t fused_hybrid_workspace_bytes(int topk, int rows, int keys, int num_sms);

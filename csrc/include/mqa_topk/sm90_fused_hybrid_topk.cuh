@@ -1,38 +1,38 @@
 // sm90_fused_hybrid_topk: the fused MQA-logits + top-k for calls just past a
-// whole wave of row blocks (issue 12, session 26), one launch. Torch-free.
+// whole wave of row blocks, in one launch. Hopper (sm_90a), torch-free.
 //
 // Why. At B = SMs + r row blocks (1064 rows: 133 blocks on 132 SMs) whole
-// blocks leave a last wave of r blocks, and the split kernel 87 cuts every
-// block in two: 0.66-0.71 ms at 64K keys where 132 whole blocks alone take
-// ~0.60 (1056 rows). Cutting only the r extra blocks into many small pieces
-// on the split protocol costs more than it saves (session 26: its shared gate
-// and merge grow with the pieces). Here the r extra blocks go the staged
-// kernel's way instead (sm90_fused_staged_topk.cuh): pieces that only compute
-// logits and publish first-digit histograms, and one owner per row.
+// blocks leave a last wave of r blocks, and the split kernel cuts every block
+// in two (0.66-0.71 ms at 64K keys where 132 whole blocks alone take ~0.60).
+// Cutting only the r extra blocks into many small split pieces costs more
+// than it saves (the split protocol's shared gate and merge grow with the
+// pieces). Here the r extra blocks go the staged kernel's way instead
+// (sm90_fused_staged_topk.cuh): pieces that only compute logits and publish
+// first-digit histograms, and one owner per row.
 //
-// Design. Grid r m + G CTAs (m <= 16 pieces per extra block, G = SMs):
+// Design. Grid r m + G CTAs (m = 16 pieces per extra block, G = SMs):
 //   - CTAs [0, r m) (the lowest indices, so the first dispatched) are the
 //     staged kernel's pieces of the last r row blocks: each computes its
-//     slice of the block's logits into a logits workspace with the dense tile
+//     slice of the block's logits into a logits buffer with the dense tile
 //     loop (bitwise the dense kernel's logits), its first digit's histograms
 //     from the epilogue (EpiHist), publishes them and counts itself in the
 //     block's counter, and leaves (~30-40 us at 64K keys and m = 16);
-//   - CTAs [r m, r m + G) run the whole-block v3 kernel's body
-//     (fused_v3_body<CfgV3>, unchanged: the op's kernel at full waves) on the
-//     first B - r blocks from its block counter; the last r m of them start
-//     when the pieces leave. After its blocks, a CTA takes an owner ticket
-//     (an atomic counter, so the first to finish own): ticket t < the extra
-//     rows owns extra row t with the staged kernel's owner (owner_row),
-//     after the pieces of its block have counted themselves (they
-//     started before any whole-block CTA finished its first block, and no CTA
-//     waits on a CTA that has not started: no deadlock).
+//   - CTAs [r m, r m + G) run the whole kernel's body (blocks_body<CfgB>,
+//     unchanged) on the first B - r blocks from its block counter; the last
+//     r m of them start when the pieces leave. After its blocks, a CTA takes
+//     an owner ticket (an atomic counter, so the first to finish own): ticket
+//     t < the extra rows owns extra row t with the staged kernel's owner
+//     (owner_row), after the pieces of its block have counted themselves
+//     (they started before any whole-block CTA finished its first block, and
+//     no CTA waits on a CTA that has not started: no deadlock).
 // Exact as both halves are: (value desc, index asc), reruns bitwise identical
-// (the whole blocks' sets and order are the v3 kernel's, the extra rows' the
-// staged kernel's, neither depends on timing). Range errors: the pieces'
+// (the whole blocks' sets and order are the whole kernel's, the extra rows'
+// the staged kernel's, neither depends on timing). Range errors: the pieces'
 // checker warps check every row of the call (the sink's own row numbers).
 #pragma once
 
-#include "sm90_fused_mqa_topk_v3.cuh"
+#include "fused_heuristics.h"
+#include "sm90_fused_blocks.cuh"
 #include "sm90_fused_staged_topk.cuh"
 
 namespace mqa_topk {
@@ -53,10 +53,8 @@ namespace hybrid_detail {
 // tile loop with the epilogue's histograms), then its histograms published
 // and the block's counter (staged_select's first step). Inlined: as a call
 // its tile loop spilled (18 local loads and stores per tile). The owner is a
-// call (its parameters by value): inlined, the v3 body's tile loops moved
-// (336 / 324 SASS instructions, a local load in one; as a call 337 / 325,
-// none, against the whole-block kernel's 338 / 325), and its own spills
-// (612 bytes) are off the tile loops (session 26, nvcc 13.0).
+// call (its parameters by value): inlined, it cost the whole body's tile
+// loops a local load, and its own spills (612 bytes) stay off the tile loops.
 template <class Cfg>
 __device__ __forceinline__ void piece(const CUtensorMap* tm_q, const CUtensorMap* tm_k, const CUtensorMap* tm_s,
                                       const CUtensorMap* tm_w, const CUtensorMap* tm_q2, const StagedTopkParams& P,
@@ -116,7 +114,7 @@ __device__ __noinline__ inline void owner(const StagedTopkParams P, uint32_t* ow
   __shared__ int s_ticket;
   __shared__ Ctl ctl_s;
   const int tid = threadIdx.x;
-  bar_math();  // every math thread is past the v3 body: its shared memory is free
+  bar_math();  // every math thread is past the whole body: its shared memory is free
   if (tid == 0) s_ticket = static_cast<int>(atomicAdd(owner_ticket, 1u));
   bar_math();
   const int t = s_ticket;
@@ -132,9 +130,9 @@ __device__ __noinline__ inline void owner(const StagedTopkParams P, uint32_t* ow
 }  // namespace hybrid_detail
 
 // The kernel: CTAs [0, h.pieces) the extra blocks' pieces (CfgSt: the op's
-// lean logits loop), the rest the whole-block v3 body (CfgV3), then owners.
-template <class CfgV3, class CfgSt>
-__global__ void __launch_bounds__(CfgV3::kThreads, 1)
+// lean logits loop), the rest the whole kernel's body (CfgB), then owners.
+template <class CfgB, class CfgSt>
+__global__ void __launch_bounds__(CfgB::kThreads, 1)
     sm90_fused_hybrid_topk_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                                   const __grid_constant__ CUtensorMap tm_scales,
                                   const __grid_constant__ CUtensorMap tm_weights,
@@ -142,75 +140,67 @@ __global__ void __launch_bounds__(CfgV3::kThreads, 1)
                                   const __grid_constant__ CUtensorMap ss, const __grid_constant__ CUtensorMap sw,
                                   const __grid_constant__ CUtensorMap sq2, const __grid_constant__ Sm90FusedParams p,
                                   const __grid_constant__ StagedTopkParams P, const __grid_constant__ HybridParams h) {
-  static_assert(CfgV3::kThreads == CfgSt::kThreads && CfgSt::kMathThreads == staged_topk::kMath &&
-                    CfgV3::kMathThreads == staged_topk::kMath && CfgSt::kLean2 != 0 && CfgSt::kBlockRows == 8 &&
-                    CfgSt::kBlockKeys == 128 && !CfgV3::kShares,
-                "both bodies: four math warpgroups and a producer warpgroup; the whole-block v3 kernel");
+  static_assert(CfgB::kThreads == CfgSt::kThreads && CfgSt::kMathThreads == staged_topk::kMath &&
+                    CfgB::kMathThreads == staged_topk::kMath && CfgSt::kLean2 != 0 && CfgSt::kBlockRows == 8 &&
+                    CfgSt::kBlockKeys == 128 && !CfgB::kSplit,
+                "both bodies: four math warpgroups and a producer warpgroup; the whole configuration");
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
   if (static_cast<int>(blockIdx.x) < h.pieces) {
     hybrid_detail::piece<CfgSt>(&sq, &sk, &ss, &sw, &sq2, P, h, smem);
     return;
   }
-  fused_v3_body<CfgV3>(tm_q, tm_k, tm_scales, tm_weights, p);
-  if (threadIdx.x >= CfgV3::kMathThreads) return;  // (the producer warpgroup's threads)
+  blocks_body<CfgB>(tm_q, tm_k, tm_scales, tm_weights, p);
+  if (threadIdx.x >= CfgB::kMathThreads) return;  // (the producer warpgroup's threads)
   hybrid_detail::owner(P, h.owner_ticket);
 }
 
-template <class CfgV3, class CfgSt>
+template <class CfgB, class CfgSt>
 constexpr int hybrid_smem_bytes() {
-  return CfgV3::kSmemBytes > CfgSt::kSmemBytes ? CfgV3::kSmemBytes : CfgSt::kSmemBytes;
+  return CfgB::kSmemBytes > CfgSt::kSmemBytes ? CfgB::kSmemBytes : CfgSt::kSmemBytes;
 }
 
-// Where it applies: more row blocks than SMs with r = B mod SMs in [1, 2]
-// extra blocks, rows of at most kMaxRowKeys keys. Returns r (0: not).
-constexpr int fused_hybrid_extra_blocks(int rows, int keys, int num_sms) {
-  const long long nb = (static_cast<long long>(rows) + 7) / 8;
-  if (rows <= 0 || keys <= 0 || keys > staged_topk::kMaxRowKeys || num_sms <= 0 || nb <= num_sms) return 0;
-  const long long r = nb % num_sms;
-  return r >= 1 && r <= 2 ? static_cast<int>(r) : 0;
-}
 constexpr int kHybridPieces = 16;  // pieces per extra block (owner_row sums at most 16 histograms)
 
-// Workspace of the staged part (beside the v3 part's, the op's workspace):
+// Buffer of the staged part (beside the op's workspace, which the whole part uses):
 // the extra rows' logits [8 r, ld] fp32, their pieces' histograms, the blocks'
 // counters and the owner ticket.
 inline size_t fused_hybrid_aux_bytes(int keys, int r) {
   const size_t logits = (static_cast<size_t>(8 * r) * ((static_cast<size_t>(keys) + 3) / 4 * 4) * 4 + 255) / 256 * 256;
   return logits + static_cast<size_t>(r) * kHybridPieces * staged_topk::kRows * staged_topk::kEpiBins * 4 + 256;
 }
-// The v3 part's workspace (its regions per CTA index: the grid's CTAs).
-template <class CfgV3>
-inline size_t fused_hybrid_v3_workspace_bytes(int topk, int r, int num_sms) {
-  return fused_v3_workspace_bytes<CfgV3>(topk, r * kHybridPieces + num_sms);
+// The whole part's workspace (its regions per CTA index: the grid's CTAs).
+template <class CfgB>
+inline size_t fused_hybrid_blocks_workspace_bytes(int topk, int r, int num_sms) {
+  return fused_blocks_workspace_bytes<CfgB>(topk, r * kHybridPieces + num_sms);
 }
 
 // Launches it (rows with fused_hybrid_extra_blocks(rows, keys, num_sms) = r > 0):
 // q, k, scales, weights, starts, ends, out as the fused op; workspace
-// fused_hybrid_v3_workspace_bytes bytes (the v3 part), aux
+// fused_hybrid_blocks_workspace_bytes bytes (the whole part), aux
 // fused_hybrid_aux_bytes(keys, r) bytes (256-byte aligned); both overwritten.
-template <class CfgV3, class CfgSt = Sm90LogitsV2Default>
+template <class CfgB, class CfgSt = Sm90LogitsV2Default>
 inline cudaError_t launch_sm90_fused_hybrid_topk(const void* q, const void* k, const float* scales,
                                                  const float* weights, const int* starts, const int* ends, int* out,
                                                  void* workspace, void* aux, int rows, int keys, int topk, int num_sms,
                                                  cudaStream_t stream, int* map_error = nullptr,
                                                  RangeErrorSink range_err = {}) {
   const int r = fused_hybrid_extra_blocks(rows, keys, num_sms);
-  if (r == 0 || (CfgV3::kFixedTopk != 0 && topk != CfgV3::kFixedTopk)) return cudaErrorInvalidValue;
+  if (r == 0 || topk != CfgB::kTopk) return cudaErrorInvalidValue;
   const int nb = (rows + 7) / 8, whole_rows = 8 * (nb - r), extra_rows = rows - whole_rows;
   const int m = kHybridPieces;
-  // The v3 part: rows [0, whole_rows), its maps as launch_sm90_fused_mqa_topk_v3's.
+  // The whole part: rows [0, whole_rows), its maps as launch_sm90_fused_blocks's.
   CUtensorMap tm_q, tm_k, tm_s, tm_w;
   const int res[4] = {
       make_tensor_map_2d(&tm_q, q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 128, static_cast<uint64_t>(whole_rows) * 32, 128,
-                         128, CfgV3::kQBoxRows, CU_TENSOR_MAP_SWIZZLE_128B),
-      make_tensor_map_2d(&tm_k, k, CU_TENSOR_MAP_DATA_TYPE_UINT8, 128, keys, 128, 128, CfgV3::kBlockKeys,
+                         128, CfgB::kQBoxRows, CU_TENSOR_MAP_SWIZZLE_128B),
+      make_tensor_map_2d(&tm_k, k, CU_TENSOR_MAP_DATA_TYPE_UINT8, 128, keys, 128, 128, CfgB::kBlockKeys,
                          CU_TENSOR_MAP_SWIZZLE_128B),
       make_tensor_map_2d(&tm_s, scales, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, keys, 1,
-                         (static_cast<uint64_t>(keys) * 4 + 15) / 16 * 16, CfgV3::kBlockKeys, 1,
+                         (static_cast<uint64_t>(keys) * 4 + 15) / 16 * 16, CfgB::kBlockKeys, 1,
                          CU_TENSOR_MAP_SWIZZLE_NONE),
       make_tensor_map_2d(&tm_w, weights, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 32, whole_rows, 32 * 4, 32,
-                         CfgV3::kRowsPerBlock, CU_TENSOR_MAP_SWIZZLE_NONE)};
+                         CfgB::kRowsPerBlock, CU_TENSOR_MAP_SWIZZLE_NONE)};
   if (const int e = first_map_error(res, 4)) {
     if (map_error) *map_error = e;
     return cudaErrorInvalidValue;
@@ -226,23 +216,23 @@ inline cudaError_t launch_sm90_fused_hybrid_topk(const void* q, const void* k, c
   CUtensorMap sq, sk, ss, sw, sq2;
   if (!make_staged_maps<CfgSt>(sq, sk, ss, sw, sq2, q_x, k, scales, w_x, logits, ld, extra_rows, keys, map_error))
     return cudaErrorInvalidValue;
-  auto kernel = &sm90_fused_hybrid_topk_kernel<CfgV3, CfgSt>;
-  constexpr int kSmem = hybrid_smem_bytes<CfgV3, CfgSt>();
+  auto kernel = &sm90_fused_hybrid_topk_kernel<CfgB, CfgSt>;
+  constexpr int kSmem = hybrid_smem_bytes<CfgB, CfgSt>();
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (err != cudaSuccess) return err;
-  err = cudaMemsetAsync(workspace, 0, kFusedHeaderBytes, stream);  // (the v3 block counter)
+  err = cudaMemsetAsync(workspace, 0, kFusedHeaderBytes, stream);  // (the whole part's header)
   if (err != cudaSuccess) return err;
   err = cudaMemsetAsync(counters, 0, 256, stream);  // (the blocks' counters and the owner ticket)
   if (err != cudaSuccess) return err;
   uint32_t* ws = reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(workspace) + kFusedHeaderBytes);
   const Sm90FusedParams p{starts, ends, out, ws, static_cast<int*>(workspace), whole_rows, keys, topk,
-                          CfgV3::cap(topk), range_err};
+                          CfgB::cap(topk), range_err};
   RangeErrorSink err_x = range_err;
   err_x.row_base += whole_rows;
   const StagedTopkParams P{Sm90LogitsParams{starts + whole_rows, ends + whole_rows, logits, ld, extra_rows, keys, err_x},
                            out + static_cast<size_t>(whole_rows) * topk, hist, counters, topk, m, nullptr};
   const HybridParams h{r * m, counters + 32, starts, ends, rows, keys, range_err};
-  kernel<<<r * m + num_sms, CfgV3::kThreads, kSmem, stream>>>(tm_q, tm_k, tm_s, tm_w, sq, sk, ss, sw, sq2, p, P, h);
+  kernel<<<r * m + num_sms, CfgB::kThreads, kSmem, stream>>>(tm_q, tm_k, tm_s, tm_w, sq, sk, ss, sw, sq2, p, P, h);
   return cudaGetLastError();
 }
 

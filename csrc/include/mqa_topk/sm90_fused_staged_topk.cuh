@@ -42,6 +42,7 @@
 // by the launcher's memset).
 #pragma once
 
+#include "fused_heuristics.h"
 #include "range_check.cuh"
 #include "sm90_fp8_mqa_logits_v2.cuh"
 
@@ -62,7 +63,7 @@ namespace staged_topk {
 constexpr int kRows = 8;
 constexpr int kMath = 512;             // math threads (four warpgroups): they run the select
 constexpr int kBins = 2048;            // the owner's histogram of an 11-bit digit
-constexpr int kMaxRowKeys = 1 << 19;   // the owner's bitmaps: 64 KB each
+constexpr int kMaxRowKeys = kStagedMaxRowKeys;  // the owner's bitmaps: 64 KB each (fused_heuristics.h)
 constexpr int kWords = kMaxRowKeys / 32;
 
 // The first digit: the order key's top kEpiBits bits (sign, exponent, one
@@ -640,15 +641,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   if (share.count > 0)
     logits_v2_lean2_math<Cfg>(p, smem, full, empty, q_full, q_empty, wg, lean2_slot, staged_topk::EpiHist{rowbase});
   staged_topk::staged_select<kHistOff>(P);
-}
-
-// Pieces per row block for rows x keys on num_sms SMs (0: the kernel does not
-// apply): m = min(16, num_sms / B) for B = ceil(rows / 8) <= num_sms, rows of at
-// most kMaxRowKeys keys.
-constexpr int fused_staged_pieces(int rows, int keys, int num_sms) {
-  const long long nb = (static_cast<long long>(rows) + 7) / 8;
-  if (rows <= 0 || keys <= 0 || keys > staged_topk::kMaxRowKeys || nb > num_sms) return 0;
-  return static_cast<int>(num_sms / nb < 16 ? num_sms / nb : 16);
 }
 
 // Workspace bytes beyond the logits: the pieces' histograms and the blocks' counters.
