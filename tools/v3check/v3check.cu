@@ -161,25 +161,13 @@ cudaError_t launch_dense_logits(const Dev& d, cudaStream_t st = 0) {
                                        g_sms, st, &me);
 }
 
-// The staged kernel's variants here (sm90_fused_staged_topk.cuh; the op's
-// MQA_TOPK_FUSED_STAGED_VARIANT numbers, each odd one's timeline-marks twin
-// one above it): 109 / 110, 113 / 114, 117 / 118 on pieces of row blocks,
-// 123 / 124 (session 27: 117 with the next row's L2 prefetch), 125 / 126 (123 + the next row's bins), 119 / 120, 121 / 122 on shares of every SM. (97-108, 111 / 112 and 115 / 116
-// were retired with their kernel modes.)
-bool staged_pieces_variant(int v) {
-  return v == 109 || v == 110 || v == 113 || v == 114 || v == 117 || v == 118 || v == 123 || v == 124 ||
-         v == 125 || v == 126;
-}
-bool staged_shares_variant(int v) { return v >= 119 && v <= 122; }
+// The staged kernel here (sm90_fused_staged_topk.cuh, the op's): variant 117,
+// and 118 with thread 0's timeline marks.
+bool staged_pieces_variant(int v) { return v == 117 || v == 118; }
 
 // Variants 91 / 92 (kSplitHist bit 1024): whether their launch is a cluster
 // launch here (fused_v3_cluster_plan), printed before they run.
 void report_cluster_plan(int variant, const Work& w, int grid) {
-  if (staged_shares_variant(variant)) {
-    const int sms = grid > 0 ? std::min(grid, g_sms) : g_sms;
-    std::printf("  (v%d: %d row blocks on shares of %d CTAs)\n", variant, (w.rows + 7) / 8, sms);
-    return;
-  }
   if (staged_pieces_variant(variant)) {
     const int sms = grid > 0 ? std::min(grid, g_sms) : g_sms;
     const int m = fused_staged_pieces(w.rows, w.keys, sms);
@@ -239,41 +227,21 @@ cudaError_t launch_fused(int variant, const Dev& d, int grid, int probe, int tar
     return launch_sm90_fused_mqa_topk_v3<decltype(cfg)>(d.q, d.k, d.scales, d.weights, d.starts, d.ends, d.out, d.ws,
                                                          w.rows, w.keys, w.topk, sms, st, &me, probe, {}, target);
   };
-  if (staged_shares_variant(variant)) {
-    // the staged kernel on shares of every SM (session 23); session 25: 119 / 120 with 113's pass (kMode 95),
-    // 121 / 122 with 117's (223); the even ones with thread 0's timeline marks
-    if (fused_staged_aux_bytes(w.rows, 1) > d.ws_bytes) return cudaErrorInvalidConfiguration;
-    uint32_t* marks = variant % 2 == 0 ? reinterpret_cast<uint32_t*>(d.out + size_t(w.rows) * w.topk) : nullptr;
-    auto go = [&](auto mode) {
-      return launch_sm90_fused_staged_topk<Sm90LogitsV2Default, decltype(mode)::value>(
-          d.q, d.k, d.scales, d.weights, d.starts, d.ends, d.logits, d.ld, d.ws, d.out, w.rows, w.keys, w.topk, sms,
-          st, &me, {}, marks);
-    };
-    if (variant >= 121) return go(std::integral_constant<int, 223>{});  // (session 25: 119 with 117's loads)
-    return go(std::integral_constant<int, 95>{});  // (session 25: 113's pass on the shares)
-  }
-  if (staged_pieces_variant(variant)) {  // session 22: the staged kernel (sm90_fused_staged_topk.cuh): the logits
-    // buffer its logits workspace, d.ws its histograms and counters; the even ones with thread 0's timeline marks
+  if (staged_pieces_variant(variant)) {  // the staged kernel (sm90_fused_staged_topk.cuh): the logits
+    // buffer its logits workspace, d.ws its histograms and counters; 118 with thread 0's timeline marks
     const int m = fused_staged_pieces(w.rows, w.keys, sms);
     if (m == 0 || fused_staged_aux_bytes(w.rows, m) > d.ws_bytes) return cudaErrorInvalidConfiguration;
     uint32_t* marks = variant % 2 == 0 ? reinterpret_cast<uint32_t*>(d.out + size_t(w.rows) * w.topk) : nullptr;
-    auto go = [&](auto mode) {
-      return launch_sm90_fused_staged_topk<Sm90LogitsV2Default, decltype(mode)::value>(
-          d.q, d.k, d.scales, d.weights, d.starts, d.ends, d.logits, d.ld, d.ws, d.out, w.rows, w.keys, w.topk, m, st,
-          &me, {}, marks);
-    };
-    if (variant >= 125) return go(std::integral_constant<int, 987>{});  // (session 27: 123 + the next row's bins)
-    if (variant >= 123) return go(std::integral_constant<int, 475>{});  // (session 27: 117 + the next row's prefetch)
-    if (variant >= 117) return go(std::integral_constant<int, 219>{});  // (session 25: 113 with the loads a round ahead)
-    if (variant >= 113) return go(std::integral_constant<int, 91>{});  // (session 25: 109 with each thread's own staging)
-    return go(std::integral_constant<int, 27>{});  // (session 24: the epilogue's histograms, the deep, lean pass)
+    return launch_sm90_fused_staged_topk<Sm90LogitsV2Default>(d.q, d.k, d.scales, d.weights, d.starts, d.ends,
+                                                              d.logits, d.ld, d.ws, d.out, w.rows, w.keys, w.topk, m,
+                                                              st, &me, {}, marks);
   }
-#ifdef V3CHECK_CLUSTER  // (-DV3CHECK_CLUSTER, a fast build: the staged kernels, the op's split kernels 86 / 87 and whole-block 62 only;
+#ifdef V3CHECK_CLUSTER  // (-DV3CHECK_CLUSTER, a fast build: the staged kernel, the op's split kernels 86 / 87 and whole-block 62 only;
                         // the cluster kernel 95 / 96 it was named for was retired in session 23)
   switch (variant) {
     case 86: return v3(Sm90FusedV3SplitFence{});
     case 87: return per_topk<Sm90FusedV3SplitPipeFence>(w.topk, v3);
-    case 62: return per_topk<Sm90FusedV3Whole>(w.topk, v3);  // (the op's whole-block kernel, against the shares 119 / 121)
+    case 62: return per_topk<Sm90FusedV3Whole>(w.topk, v3);  // (the op's whole-block kernel)
     default: std::fprintf(stderr, "variant %d not in this build (V3CHECK_CLUSTER)\n", variant); return cudaErrorInvalidValue;
   }
 #else
@@ -770,10 +738,10 @@ int cmd_timeline(int argc, char** argv) {
                                   "gate done", "copy done", "merge entry", "bins published", "counted (last)",
                                   "merged", "gate: records", "gate: rho", "gate: bins", "kernel start"};
   for (int v : vars) {
-    // (the staged kernels' marks variants: 16 words per CTA, their own marks)
-    if (v % 2 == 0 && (staged_pieces_variant(v) || staged_shares_variant(v))) {
+    // (the staged kernel's marks variant: 16 words per CTA, its own marks)
+    if (v % 2 == 0 && staged_pieces_variant(v)) {
       const int m = fused_staged_pieces(w.rows, w.keys, ctas);
-      const int n = staged_shares_variant(v) ? ctas : m * ((w.rows + 7) / 8);  // (the shares' grid: every CTA)
+      const int n = m * ((w.rows + 7) / 8);
       static const char* names98[16] = {"", "loops done", "piece hist", "published", "owner's wait done",
                                         "owner done", "v2: 1st digit", "v2: pass done", "v2: digits done", "",
                                         "", "", "", "", "", "kernel start"};
@@ -804,7 +772,7 @@ int cmd_timeline(int argc, char** argv) {
         }
         if (id == 14) break;
       }
-      {  // (owner_row_v2's mark 10: the first digit's class size of the CTA's last row, a count)
+      {  // (owner_row's mark 10: the first digit's class size of the CTA's last row, a count)
         std::vector<uint32_t> cs;
         for (int c = 0; c < n; ++c)
           if (const uint32_t t = h[size_t(c) * 16 + 10]) cs.push_back(t >> 1);
