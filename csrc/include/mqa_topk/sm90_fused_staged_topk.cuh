@@ -37,9 +37,8 @@
 //
 // Limits (fused_staged_pieces): at most SMs row blocks; rows of at most
 // kMaxRowKeys keys (the owner's bitmaps in shared memory). Workspace: the
-// logits [rows, ld] fp32, then the pieces' histograms (B m x 8 x kEpiBins u32
-// used, in room for B m x 8 x kBins) and the blocks' counters (B u32, zeroed
-// by the launcher's memset).
+// logits [rows, ld] fp32, then the pieces' histograms (B m x 8 x kEpiBins u32)
+// and the blocks' counters (B u32, zeroed by the launcher's memset).
 #pragma once
 
 #include "fused_heuristics.h"
@@ -646,7 +645,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 // Workspace bytes beyond the logits: the pieces' histograms and the blocks' counters.
 inline size_t fused_staged_aux_bytes(int rows, int m) {
   const size_t nb = (static_cast<size_t>(rows) + 7) / 8;
-  return nb * m * staged_topk::kRows * staged_topk::kBins * 4 + (nb * 4 + 255) / 256 * 256;
+  return nb * m * staged_topk::kRows * staged_topk::kEpiBins * 4 + (nb * 4 + 255) / 256 * 256;
 }
 
 // The staged pieces' tensor maps over rows x keys (q, weights: the pieces'
@@ -701,7 +700,7 @@ inline cudaError_t launch_sm90_fused_staged_topk(const void* q, const void* k, c
   if (err != cudaSuccess) return err;
   const int nb = (rows + 7) / 8;
   uint32_t* hist = static_cast<uint32_t*>(aux);
-  uint32_t* counters = hist + static_cast<size_t>(nb) * m * staged_topk::kRows * staged_topk::kBins;
+  uint32_t* counters = hist + static_cast<size_t>(nb) * m * staged_topk::kRows * staged_topk::kEpiBins;
   err = cudaMemsetAsync(counters, 0, static_cast<size_t>(nb) * 4, stream);
   if (err != cudaSuccess) return err;
   const StagedTopkParams P{Sm90LogitsParams{starts, ends, logits, ld, rows, keys, range_err}, out, hist, counters,
