@@ -35,7 +35,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("weights"), py::arg("starts"), py::arg("ends"), py::arg("logits"), py::arg("row_base") = 0);
   m.def("topk_per_row", &topk_per_row, "exact deterministic per-row top-k (sm90)", py::arg("logits"),
         py::arg("starts"), py::arg("ends"), py::arg("output"), py::arg("row_base") = 0);
-  // kernel: -1 chooses by shape (fused_heuristics.h); 0-3 forces whole, split, staged, hybrid. Returns its name.
+  // kernel: -1 chooses by shape (include/mqa_topk/fused/heuristics.h); 0-3 forces whole, split, staged, hybrid. Returns its name.
   m.def("fused_mqa_topk", &fused_mqa_topk, "fused FP8 MQA logits + top-k (sm90)", py::arg("q"), py::arg("k"),
         py::arg("scales"), py::arg("weights"), py::arg("starts"), py::arg("ends"), py::arg("output"),
         py::arg("workspace"), py::arg("kernel") = -1);

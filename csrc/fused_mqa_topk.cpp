@@ -1,5 +1,5 @@
 // Launcher of the fused op: contract checks, the kernel choice
-// (include/mqa_topk/fused_heuristics.h), the launch (csrc/kernels/).
+// (include/mqa_topk/fused/heuristics.h), the launch (csrc/kernels/).
 #include "fused_mqa_topk.h"
 
 #include "kernels/fused_kernels.h"
@@ -60,7 +60,7 @@ std::string fused_mqa_topk(const at::Tensor& q, const at::Tensor& k, const at::T
   const int64_t need = static_cast<int64_t>(fused_workspace_bytes(static_cast<int>(topk), num_sms));
   MQA_CHECK_ARG(workspace.numel() >= need, "workspace", "needs ", need, " bytes for topk=", topk, " on ", num_sms,
                 " SMs (fused_mqa_topk_workspace_bytes), got ", workspace.numel());
-  // kernel: -1 chooses (fused_heuristics.h); 0-3 forces whole / split / staged / hybrid
+  // kernel: -1 chooses (include/mqa_topk/fused/heuristics.h); 0-3 forces whole / split / staged / hybrid
   MQA_CHECK_ARG(kernel >= -1 && kernel <= 3, "kernel", "must be -1 (chosen by shape) or 0-3 (whole, split, staged, hybrid), got ",
                 kernel);
   const mqa_topk::FusedKernel choice =

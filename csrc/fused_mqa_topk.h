@@ -19,6 +19,6 @@ std::string fused_mqa_topk(const at::Tensor& q, const at::Tensor& k, const at::T
                            const at::Tensor& weights, const at::Tensor& starts, const at::Tensor& ends,
                            const at::Tensor& output, const at::Tensor& workspace, int64_t kernel = -1);
 int64_t fused_mqa_topk_workspace_bytes(int64_t topk, int64_t device);
-// The kernel a call of this shape runs by default (fused_heuristics.h), by name.
+// The kernel a call of this shape runs by default (include/mqa_topk/fused/heuristics.h), by name.
 std::string fused_mqa_topk_choice(int64_t rows, int64_t keys, int64_t topk, int64_t heads, int64_t device);
 std::vector<mqa_topk::KernelInfo> fused_mqa_topk_kernel_info();

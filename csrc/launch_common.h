@@ -115,7 +115,7 @@ inline void check_mqa_inputs(const at::Tensor& q, const at::Tensor& k, const at:
   check_aligned(weights, "weights");
   // starts, ends: [rows] int32, contiguous (values 0 <= start <= end <= keys
   // are checked on the device: the kernels clamp them, so no value goes out of
-  // bounds, and record the first bad row, include/mqa_topk/range_check.cuh)
+  // bounds, and record the first bad row, include/mqa_topk/common/range_check.cuh)
   check_cuda_tensor(starts, "starts", dev);
   check_cuda_tensor(ends, "ends", dev);
   for (auto* pr : {&starts, &ends}) {

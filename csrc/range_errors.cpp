@@ -5,7 +5,7 @@
 #include <mutex>
 
 #include "launch_common.h"
-#include "mqa_topk/range_check.cuh"
+#include "mqa_topk/common/range_check.cuh"
 
 namespace {
 

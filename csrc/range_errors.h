@@ -1,4 +1,4 @@
-// Host side of the device range check (include/mqa_topk/range_check.cuh): one
+// Host side of the device range check (include/mqa_topk/common/range_check.cuh): one
 // error word per device (device memory) and its host-mapped mirror (pinned
 // memory), allocated on first use and kept for the life of the process, so a
 // CUDA graph that captured a launch keeps pointing at them.

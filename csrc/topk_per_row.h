@@ -1,5 +1,5 @@
 // Exact, deterministic per-row top-k over fp32 logits (the dense path's second
-// half). Kernel: include/mqa_topk/sm90_topk_per_row.cuh.
+// half). Kernel: include/mqa_topk/topk/sm90_topk_per_row.cuh.
 #pragma once
 #include <ATen/ATen.h>
 

@@ -9,7 +9,7 @@ The value checks (``check_ranges``: ``0 <= starts <= ends <= keys``) read the
 tensors back, which for CUDA tensors is a host sync: the ops run them on the
 host only for CPU tensors or in checked mode (``checked=True`` /
 ``MQA_TOPK_CHECKED=1``); otherwise the kernels check the ranges on the device
-(csrc/include/mqa_topk/range_check.cuh) and ``ops`` reports a bad row later.
+(csrc/include/mqa_topk/common/range_check.cuh) and ``ops`` reports a bad row later.
 
 The checks run on every op call, so each has a fast path: one expression that
 accepts correct inputs with few attribute lookups; anything it does not accept

@@ -19,7 +19,7 @@ one-line errors as before; the *values* of ``starts``/``ends``
   value makes it read or write out of bounds, and the fused and dense paths
   still agree on such a row;
 - the kernels record the lowest bad row of the device in an error word
-  (csrc/include/mqa_topk/range_check.cuh); the record reaches the host through
+  (csrc/include/mqa_topk/common/range_check.cuh); the record reaches the host through
   a mapped mirror that the ops poll without a sync;
 - the error is raised as a ``ContractError`` naming ``starts`` or ``ends`` and
   the row (``"starts: must be >= 0 (row 5 has -3; ...)"``) at the next point
@@ -66,7 +66,7 @@ LOGITS_PITCH = 4
 #: sync-and-raise) unless it passes ``checked=False``.
 CHECKED = os.environ.get("MQA_TOPK_CHECKED", "0").strip().lower() not in ("", "0", "false", "no", "off")
 
-#: The fused kernels, in the extension's order (csrc/include/mqa_topk/fused_heuristics.h).
+#: The fused kernels, in the extension's order (csrc/include/mqa_topk/fused/heuristics.h).
 FUSED_KERNELS = ("whole", "split", "staged", "hybrid")
 
 
@@ -423,7 +423,7 @@ def fused_mqa_topk_prefill(q, k, scales, weights, starts, ends, output, workspac
 
 def fused_mqa_topk_kernel(rows: int, keys: int, topk: int, device=None, heads: int = contract.HEADS) -> str:
     """The fused kernel a call of this shape runs by default on ``device``
-    (csrc/include/mqa_topk/fused_heuristics.h): "whole", "split", "staged" or
+    (csrc/include/mqa_topk/fused/heuristics.h): "whole", "split", "staged" or
     "hybrid"."""
     device = torch.device(device if device is not None else "cuda")
     if device.type != "cuda":

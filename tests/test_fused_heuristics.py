@@ -1,4 +1,4 @@
-"""The fused kernel choice (csrc/include/mqa_topk/fused_heuristics.h), compiled
+"""The fused kernel choice (csrc/include/mqa_topk/fused/heuristics.h), compiled
 as plain C++ and checked over a table of shapes on the CPU: which kernel each
 shape runs by default, which kernels a forced choice can run, and the pieces
 per row block of the staged kernel."""
@@ -24,7 +24,7 @@ def rule(tmp_path_factory):
     d = tmp_path_factory.mktemp("heuristics")
     src = d / "rule.cpp"
     src.write_text(
-        '#include "mqa_topk/fused_heuristics.h"\n#include <cstdio>\nusing namespace mqa_topk;\n'
+        '#include "mqa_topk/fused/heuristics.h"\n#include <cstdio>\nusing namespace mqa_topk;\n'
         "int main() {\n  int rows, keys, sms, topk, heads;\n"
         '  while (std::scanf("%d %d %d %d %d", &rows, &keys, &sms, &topk, &heads) == 5) {\n'
         "    std::printf(\"%d\", static_cast<int>(choose_fused_kernel(rows, keys, sms, topk, heads)));\n"

@@ -1,4 +1,4 @@
-"""The fused kernel's selection code (csrc/include/mqa_topk/fused_select.cuh),
+"""The fused kernel's selection code (csrc/include/mqa_topk/fused/select.cuh),
 compiled as plain C++ and run on a CPU warp emulator (tests/emu/): exact
 thresholds and kept sets against a sorting reference on crafted buffers, and
 the kernel's per-row protocol (two warpgroups, shared threshold, compactions,

@@ -38,7 +38,7 @@ def blocks(rows):
 
 
 def runs(kernel, rows, keys):
-    """Whether a forced kernel runs the shape (csrc/include/mqa_topk/fused_heuristics.h)."""
+    """Whether a forced kernel runs the shape (csrc/include/mqa_topk/fused/heuristics.h)."""
     nb, n = blocks(rows), sms()
     if kernel == "staged":
         return 0 < rows and 0 < keys <= 1 << 19 and nb <= n
@@ -196,7 +196,7 @@ def test_fused_workspace_is_per_stream(dev):
 
 def test_fused_kernel_choice(dev):
     """The op's choice (fused_mqa_topk_kernel, the extension's) against the
-    rule the CPU tests check (fused_heuristics.h) at the boundaries."""
+    rule the CPU tests check (include/mqa_topk/fused/heuristics.h) at the boundaries."""
     n = sms()
     expect = {
         (8, 65536): "staged", (8 * (n // 2), 65536): "staged", (8 * (n // 2) + 8, 65536): "split",
@@ -230,7 +230,7 @@ def test_fused_forced_kernel_errors(dev, monkeypatch):
 
 
 def _tile_stride(nt):
-    """csrc/include/mqa_topk/fused_select.cuh: tile_stride."""
+    """csrc/include/mqa_topk/fused/select.cuh: tile_stride."""
     import math
     if nt <= 2:
         return 1
@@ -241,7 +241,7 @@ def _tile_stride(nt):
 
 
 def _sample_tiles(nt, k):
-    """fused_select.cuh: fused_sample_tiles (the first tiles of the walk)."""
+    """fused/select.cuh: fused_sample_tiles (the first tiles of the walk)."""
     target = k + k // 2 + 256
     ns = min(max((128 * nt + target - 1) // target, 1), 24, nt)
     stride, tp, out = _tile_stride(nt), nt - 1, []

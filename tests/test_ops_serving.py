@@ -2,7 +2,7 @@
 every op does no host sync and no host-device copy, host-side checks still
 raise their one-line errors, device range errors are decoded and raised at the
 next op call / ``check_errors()``, and the record layout agrees with
-``csrc/include/mqa_topk/range_check.cuh``.
+``csrc/include/mqa_topk/common/range_check.cuh``.
 
 No GPU: the ops run on ``FakeCuda`` tensors (CPU tensors that answer
 ``is_cuda``/``get_device`` like CUDA ones) against a fake extension that records
@@ -334,7 +334,7 @@ def test_record_layout_matches_the_kernel_header(tmp_path):
     src = tmp_path / "pack.cpp"
     src.write_text(
         "#define MQA_TOPK_HOST_EMULATION 1\n#define __host__\n#define __device__\n"
-        '#include "mqa_topk/range_check.cuh"\n#include <cstdio>\n#include <climits>\n'
+        '#include "mqa_topk/common/range_check.cuh"\n#include <cstdio>\n#include <climits>\n'
         "using namespace mqa_topk;\nint main() {\n"
         '  std::printf("%llu\\n", pack_range_error(5, kStartNegative, kKernelFused, -3));\n'
         '  std::printf("%llu\\n", pack_range_error(123456, kEndPastKeys, kKernelTopk, INT_MAX));\n'

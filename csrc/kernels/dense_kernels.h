@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "mqa_topk/range_check.cuh"
+#include "mqa_topk/common/range_check.cuh"
 
 // The dense logits: q [rows, 32, 128] and k [keys, 128] fp8 (k null when keys
 // == 0: only the range check runs), scales [keys] and weights [rows, 32] fp32,

@@ -1,7 +1,7 @@
 // The fused kernels' dispatch by kernel and topk, and their sizes
 // (fused_kernels.h). Torch-free.
 #include "kernels/fused_kernels.h"
-#include "mqa_topk/sm90_fused_hybrid_topk.cuh"
+#include "mqa_topk/fused/sm90_fused_hybrid.cuh"
 
 namespace {
 template <int kTopk>

@@ -1,6 +1,6 @@
 // The hybrid kernel for topk = 1024 (fused_kernels.h), in its own translation unit. Torch-free.
 #include "kernels/fused_kernels.h"
-#include "mqa_topk/sm90_fused_hybrid_topk.cuh"
+#include "mqa_topk/fused/sm90_fused_hybrid.cuh"
 
 template <>
 cudaError_t fused_hybrid_launch<1024>(const FusedCall& c, void* workspace, void* buffer, int* map_error) {

@@ -2,14 +2,14 @@
 // translation unit per kernel and topk, so the JIT build compiles them in
 // parallel and CI compiles each with nvcc alone). The op's launcher
 // (csrc/fused_mqa_topk.cpp) checks the contract, picks the kernel
-// (include/mqa_topk/fused_heuristics.h) and calls one of these.
+// (include/mqa_topk/fused/heuristics.h) and calls one of these.
 #pragma once
 #include <cuda_runtime.h>
 
 #include <cstddef>
 
-#include "mqa_topk/fused_heuristics.h"
-#include "mqa_topk/range_check.cuh"
+#include "mqa_topk/fused/heuristics.h"
+#include "mqa_topk/common/range_check.cuh"
 
 // One call of the fused op: q [rows, 32, 128] and k [keys, 128] fp8, scales
 // [keys] and weights [rows, 32] fp32, starts / ends [rows] int32, out [rows,

@@ -1,6 +1,6 @@
 // The split kernel for topk = 512 (fused_kernels.h), in its own translation unit. Torch-free.
 #include "kernels/fused_kernels.h"
-#include "mqa_topk/sm90_fused_blocks.cuh"
+#include "mqa_topk/fused/sm90_fused_blocks.cuh"
 
 template <>
 cudaError_t fused_split_launch<512>(const FusedCall& c, void* workspace, int* map_error) {

@@ -1,6 +1,6 @@
 // The staged kernel (fused_kernels.h), in its own translation unit. Torch-free.
 #include "kernels/fused_kernels.h"
-#include "mqa_topk/sm90_fused_staged_topk.cuh"
+#include "mqa_topk/fused/sm90_fused_staged.cuh"
 
 namespace {
 using Cfg = mqa_topk::Sm90LogitsV2Default;  // the dense kernel's tile loop

@@ -1,6 +1,6 @@
 // The dense logits kernel's instantiation (dense_kernels.h). Torch-free.
 #include "kernels/dense_kernels.h"
-#include "mqa_topk/sm90_fp8_mqa_logits.cuh"
+#include "mqa_topk/logits/sm90_fp8_mqa_logits.cuh"
 
 cudaError_t logits_launch(const void* q, const void* k, const float* scales, const float* weights, const int* starts,
                           const int* ends, float* logits, int64_t ld, int rows, int keys, int num_sms,

@@ -1,6 +1,6 @@
 // The per-row top-k kernel's instantiation (dense_kernels.h). Torch-free.
 #include "kernels/dense_kernels.h"
-#include "mqa_topk/sm90_topk_per_row.cuh"
+#include "mqa_topk/topk/sm90_topk_per_row.cuh"
 
 cudaError_t topk_launch(const float* logits, int64_t ld, const int* starts, const int* ends, int* out, int rows,
                         int width, int topk, cudaStream_t stream, mqa_topk::RangeErrorSink range_err) {

@@ -17,7 +17,7 @@
 //         cold-L2 medians, as mqa-topk bench: the logits alone, native dense
 //         (logits + top-k) and each fused kernel; and each one's wrong rows
 // KERNELS: a comma list of auto, whole, split, staged, hybrid (auto: the
-// op's choice, fused_heuristics.h). Development only: never part of the
+// op's choice, fused/heuristics.h). Development only: never part of the
 // extension or the package.
 #include <cuda_fp8.h>
 

@@ -20,7 +20,7 @@
 #include <random>
 #include <string>
 
-#include "mqa_topk/fused_select.cuh"
+#include "mqa_topk/fused/select.cuh"
 #include "select_ref.h"
 
 using namespace mqa_topk::fused_detail;

@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "mqa_topk/fused_select.cuh"
+#include "mqa_topk/fused/select.cuh"
 
 inline int g_checks = 0;  // checks run (printed by each test's main)
 

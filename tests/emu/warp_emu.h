@@ -1,5 +1,5 @@
 // A CPU emulator of one or two CUDA warps, for testing warp-level device code
-// off-GPU (csrc/include/mqa_topk/fused_select.cuh under MQA_TOPK_HOST_EMULATION).
+// off-GPU (csrc/include/mqa_topk/fused/select.cuh under MQA_TOPK_HOST_EMULATION).
 //
 // 32 fibers (ucontext) per warp, one per lane, run round-robin; every warp
 // intrinsic is an exchange point: a lane deposits its value and yields, and

@@ -10,20 +10,20 @@
 // (logits_reduce_perm), so every logit is bitwise equal to the dense kernel's
 // and the index sets are identical. Each tile's filter and appends (its
 // "tail") run after the next tile's MMAs are issued, while they run.
-// Selection per block: fused_blocks_select.cuh (gate, compaction, block end).
+// Selection per block: blocks_select.cuh (gate, compaction, block end).
 // Key tiles of a block are visited in a scrambled order (a golden-ratio
 // stride coprime to the tile count, last tile first), so scores rising with
 // position neither bias the sample nor keep a running threshold low.
 // Work: the whole configuration hands out 8-row blocks from a global counter
 // (largest row index first: causal blocks are longest last) to a persistent
 // grid of one CTA per SM; the split configuration gives every CTA an equal
-// share of the call's tiles first (fused_blocks_split.cuh) and the blocks
+// share of the call's tiles first (blocks_split.cuh) and the blocks
 // past the shares' waves whole from the counter.
 #pragma once
 
 #include <type_traits>
 
-#include "fused_blocks_split.cuh"
+#include "blocks_split.cuh"
 
 namespace mqa_topk {
 

@@ -89,7 +89,7 @@
 
 #include <cstdint>
 
-#include "range_check.cuh"
+#include "mqa_topk/common/range_check.cuh"
 
 namespace mqa_topk {
 namespace topk {

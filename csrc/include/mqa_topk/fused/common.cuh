@@ -3,8 +3,8 @@
 // the CTAs) and the redo queue. Hopper (sm_90a), torch-free.
 #pragma once
 
-#include "fused_select.cuh"
-#include "sm90_fp8_mqa_logits.cuh"
+#include "select.cuh"
+#include "mqa_topk/logits/sm90_fp8_mqa_logits.cuh"
 
 namespace mqa_topk {
 

@@ -4,9 +4,11 @@
 // it over a table of shapes (tests/test_fused_heuristics.py).
 //
 // The four kernels (each is exact, with the same tie rule and the same sets):
-//   whole   one CTA per 8-row block, blocks from a counter (sm90_fused_whole.cuh);
+//   whole   one CTA per 8-row block, blocks from a counter (sm90_fused_blocks.cuh,
+//           the whole configuration);
 //   split   the call's key tiles in equal shares over every SM, the blocks of a
-//           partial last wave split into pieces (sm90_fused_split.cuh);
+//           partial last wave split into pieces (the same kernel's split
+//           configuration, blocks_split.cuh);
 //   staged  at most SMs / 2 row blocks: each block's logits computed by up to
 //           16 pieces into a workspace, each row selected by one owner CTA
 //           (sm90_fused_staged.cuh);
@@ -16,8 +18,8 @@
 // last wave costs up to a wave, and splitting blocks evens it out at ~15%
 // overhead (the split protocol's gates and merges); few blocks leave most SMs
 // idle, where the staged kernel's pieces use them all; one or two blocks past
-// a wave cost less as staged pieces than as split shares. BENCHMARKS.md has
-// the measurements behind each boundary.
+// a wave cost less as staged pieces than as split shares (docs/FUSED.md gives
+// the measurements behind each boundary).
 #pragma once
 
 namespace mqa_topk {

@@ -24,25 +24,25 @@
 //   of the row) and re-emits what is at or above it round-robin over the 8
 //   segments (entry p to segment p mod 8, slot p / 8: in place, since a slot
 //   is written only after the traversal has read it).
-// - Block end: both warps of each row (fused_select.cuh, pair_finish_row_gated:
+// - Block end: both warps of each row (select.cuh, pair_finish_row_gated:
 //   the row's candidates binned between its gate and its largest sample key)
 //   write the top min(k, n) relative indices, -1 padded. A gated row with
 //   fewer than min(k, n) candidates is unsafe: its block is rescanned with no
-//   gate (a redo; rare, fused_select.cuh gives the probability model).
+//   gate (a redo; rare, select.cuh gives the probability model).
 // Workspace: a 128-byte header (the block counter) + num_sms x 8 rows x 8
 // segments x (keys, indices) x cap words, cap = (k + 1920) / 4 rounded to 4
 // (split blocks: three such regions per CTA and the split protocol's records,
 // fused_blocks_workspace_bytes).
 #pragma once
 
-#include "fused_common.cuh"
-#include "fused_select.cuh"
-#include "sm90_fp8_mqa_logits.cuh"
+#include "common.cuh"
+#include "select.cuh"
+#include "mqa_topk/logits/sm90_fp8_mqa_logits.cuh"
 
 namespace mqa_topk {
 
 // The gate's rank floor: at least mu + z sqrt(mu) sample entries above it,
-// mu the entries expected at or above the row's k-th (fused_select.cuh,
+// mu the entries expected at or above the row's k-th (select.cuh,
 // gate_rank_floor), where the sample is capped (fused_sample_tiles: long rows,
 // whose redo would be a long block's ungated rescan late in the launch).
 constexpr int kGateRankFloorZ = 5;

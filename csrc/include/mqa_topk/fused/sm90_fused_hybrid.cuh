@@ -7,7 +7,7 @@
 // Cutting only the r extra blocks into many small split pieces costs more
 // than it saves (the split protocol's shared gate and merge grow with the
 // pieces). Here the r extra blocks go the staged kernel's way instead
-// (sm90_fused_staged_topk.cuh): pieces that only compute logits and publish
+// (sm90_fused_staged.cuh): pieces that only compute logits and publish
 // first-digit histograms, and one owner per row.
 //
 // Design. Grid r m + G CTAs (m = 16 pieces per extra block, G = SMs):
@@ -31,9 +31,9 @@
 // checker warps check every row of the call (the sink's own row numbers).
 #pragma once
 
-#include "fused_heuristics.h"
+#include "heuristics.h"
 #include "sm90_fused_blocks.cuh"
-#include "sm90_fused_staged_topk.cuh"
+#include "sm90_fused_staged.cuh"
 
 namespace mqa_topk {
 

@@ -42,8 +42,8 @@
 //   (logits_reduce_select): 128 small TMA requests per block would put the Q
 //   load on the critical path of short blocks. Both trees add the same
 //   values in the same order: the logits are bitwise equal either way.
-// - The fused kernels (sm90_fused_blocks.cuh, sm90_fused_staged_topk.cuh,
-//   sm90_fused_hybrid_topk.cuh) run the same MMA and epilogue arithmetic,
+// - The fused kernels (sm90_fused_blocks.cuh, sm90_fused_staged.cuh,
+//   sm90_fused_hybrid.cuh) run the same MMA and epilogue arithmetic,
 //   so their logits are bitwise the dense kernel's; the staged and hybrid
 //   kernels run this producer and tile loop themselves, with an epilogue
 //   hook (LogitsEpiNone).
@@ -58,9 +58,9 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "ptx.cuh"
-#include "range_check.cuh"
-#include "tensor_map.h"
+#include "mqa_topk/common/ptx.cuh"
+#include "mqa_topk/common/range_check.cuh"
+#include "mqa_topk/common/tensor_map.h"
 
 namespace mqa_topk {
 

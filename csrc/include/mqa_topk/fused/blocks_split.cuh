@@ -21,7 +21,7 @@
 // resident (one CTA per SM, grid <= SMs).
 #pragma once
 
-#include "fused_blocks_select.cuh"
+#include "blocks_select.cuh"
 
 namespace mqa_topk {
 

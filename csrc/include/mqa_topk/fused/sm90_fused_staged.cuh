@@ -3,7 +3,7 @@
 //
 // Work. B = ceil(rows / 8) row blocks of 8 rows, m pieces each (B m <= SMs,
 // m <= 16: fused_staged_pieces). CTA c = b m + j is piece j of block b: it
-// runs the dense logits kernel's tile loop (sm90_fp8_mqa_logits_v2.cuh, the
+// runs the dense logits kernel's tile loop (logits/sm90_fp8_mqa_logits.cuh, the
 // op's lean configuration: the same producer and math, so bitwise the dense
 // kernel's logits) over tiles [nt j / m, nt (j + 1) / m) of the block's nt
 // key tiles and stores the logits into a workspace (rows x ld fp32: 16 MB at
@@ -41,9 +41,9 @@
 // and the blocks' counters (B u32, zeroed by the launcher's memset).
 #pragma once
 
-#include "fused_heuristics.h"
-#include "range_check.cuh"
-#include "sm90_fp8_mqa_logits_v2.cuh"
+#include "heuristics.h"
+#include "mqa_topk/common/range_check.cuh"
+#include "mqa_topk/logits/sm90_fp8_mqa_logits.cuh"
 
 namespace mqa_topk {
 
@@ -62,7 +62,7 @@ namespace staged_topk {
 constexpr int kRows = 8;
 constexpr int kMath = 512;             // math threads (four warpgroups): they run the select
 constexpr int kBins = 2048;            // the owner's histogram of an 11-bit digit
-constexpr int kMaxRowKeys = kStagedMaxRowKeys;  // the owner's bitmaps: 64 KB each (fused_heuristics.h)
+constexpr int kMaxRowKeys = kStagedMaxRowKeys;  // the owner's bitmaps: 64 KB each (heuristics.h)
 constexpr int kWords = kMaxRowKeys / 32;
 
 // The first digit: the order key's top kEpiBits bits (sign, exponent, one
