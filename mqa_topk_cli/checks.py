@@ -39,6 +39,12 @@ MAX_RERUNS = 100
 #: already 256x the default 2**-12.
 MAX_TOL_REL = 2.0 ** -4
 
+#: Largest SM count the wave rule takes (H100/H200: 132, B200: 148).
+MAX_SMS = 1024
+#: Largest rows per fused block (the kernels use 8; a CUDA block has at most 1024 threads).
+MAX_BLOCK_ROWS = 1024
+#: Largest ``confirm`` of a crossover (grid points that must follow a crossover).
+MAX_CONFIRM = 64
 #: Peak bytes per row and per key while a workload is generated: the
 #: generators build q ``[rows, 32, 128]`` and k ``[keys, 128]`` in fp32 and
 #: combine up to ~3 temporaries of that size before the fp8 cast (measured
@@ -209,7 +215,8 @@ def check_matplotlib(option: str = "--plot") -> None:
 
 
 __all__ = [
-    "MAX_KEYS", "MAX_ROWS", "MAX_SEED", "MAX_WARMUP_MS", "MAX_REPS", "MAX_RERUNS", "MAX_TOL_REL", "check_int",
+    "MAX_KEYS", "MAX_ROWS", "MAX_SEED", "MAX_WARMUP_MS", "MAX_REPS", "MAX_RERUNS", "MAX_TOL_REL", "MAX_SMS",
+    "MAX_BLOCK_ROWS", "MAX_CONFIRM", "check_int",
     "check_choice",
     "check_rows", "check_keys", "check_seed", "check_number", "generation_bytes", "available_bytes",
     "check_memory", "check_generation", "check_output_file", "check_matplotlib",

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from . import checks, eligibility
+from . import checks, eligibility, workloads
 from .errors import Unavailable, UsageError
 
 #: The SM100 seed's thresholds, shown beside ours.
@@ -251,6 +251,11 @@ def _check_topk(value, what: str) -> int:
     return checks.check_choice(value, what, TOPKS)
 
 
+def check_confirm(value, what: str = "confirm") -> int:
+    """Grid points A must also win at after the crossover: 0..MAX_CONFIRM."""
+    return checks.check_int(value, what, 0, checks.MAX_CONFIRM, " (grid points after the crossover)")
+
+
 def _checked(check, value, what: str, where: str):
     """``check(value, what)`` (a ``checks`` function) with the config file named."""
     if check is None:
@@ -259,6 +264,18 @@ def _checked(check, value, what: str, where: str):
         return check(value, what)
     except UsageError as e:
         raise UsageError(f"--config {where}: {e}") from None
+
+
+#: Fields of a sweep config's tables (``load_sweep``).
+SWEEP_FIELDS = ("layout", "dist", "seed", "topks", "rows", "keys", "paths", "confirm", "options")
+WAVE_FIELDS = ("enabled", "keys", "topk", "multiples", "rows", "tolerance")
+KEY_GRID_FIELDS = ("min", "max", "factor", "align")
+
+
+def _known_fields(table: dict, known: tuple, what: str, where: str) -> None:
+    for key in table:
+        if key not in known:
+            raise UsageError(f"--config {where}: {what} {key}: unknown field; valid fields: {', '.join(known)}")
 
 
 def load_sweep(path) -> dict:
@@ -273,8 +290,10 @@ def load_sweep(path) -> dict:
     if not isinstance(sw, dict):
         raise UsageError(f"--config {p}: missing the [sweep] table")
     where = str(p)
+    _known_fields(sw, SWEEP_FIELDS, "[sweep]", where)
     keys = sw.get("keys")
     if isinstance(keys, dict):
+        _known_fields(keys, KEY_GRID_FIELDS, "[sweep] keys:", where)
         try:
             grid = geometric_grid(int(keys["min"]), int(keys["max"]), float(keys.get("factor", math.sqrt(2.0))),
                                   int(keys.get("align", 128)))
@@ -292,21 +311,33 @@ def load_sweep(path) -> dict:
     wave = data.get("wave", {})
     if not isinstance(wave, dict):
         raise UsageError(f"--config {p}: [wave] must be a table")
+    _known_fields(wave, WAVE_FIELDS, "[wave]", where)
     options = sw.get("options", {})
     if not isinstance(options, dict):
         raise UsageError(f"--config {p}: [sweep] options must be a table")
+    layout = _checked(lambda v, w: checks.check_choice(v, w, workloads.LAYOUTS), sw.get("layout", "causal"),
+                      "[sweep] layout", where)
+    dist = _checked(lambda v, w: checks.check_choice(v, w, workloads.DISTS), sw.get("dist", "gaussian"),
+                    "[sweep] dist", where)
+    try:  # their types and what they apply to; the bounds per grid point when the sweep runs
+        workloads.check_options(layout, dist, None, None, options)
+    except UsageError as e:
+        raise UsageError(f"--config {where}: [sweep] options: {e}") from None
+    enabled = wave.get("enabled", True)
+    if not isinstance(enabled, bool):
+        raise UsageError(f"--config {where}: [wave] enabled: expected true or false, got {enabled!r}")
     return {
-        "layout": str(sw.get("layout", "causal")),
-        "dist": str(sw.get("dist", "gaussian")),
+        "layout": layout,
+        "dist": dist,
         "seed": _checked(checks.check_seed, sw.get("seed", 0), "[sweep] seed", where),
         "options": options,
         "topks": _int_list(sw.get("topks", [512, 1024, 2048]), "[sweep] topks", where, _check_topk),
         "rows": _int_list(sw.get("rows", [8192]), "[sweep] rows", where, checks.check_rows),
         "keys": grid,
         "paths": list(paths),
-        "confirm": _checked(lambda v, w: checks.check_int(v, w, 0), sw.get("confirm", 2), "[sweep] confirm", where),
+        "confirm": _checked(check_confirm, sw.get("confirm", 2), "[sweep] confirm", where),
         "wave": {
-            "enabled": bool(wave.get("enabled", True)),
+            "enabled": enabled,
             "keys": _checked(checks.check_keys, wave.get("keys", 65536), "[wave] keys", where),
             "topk": _checked(_check_topk, wave.get("topk", 512), "[wave] topk", where),
             "multiples": _int_list(wave.get("multiples", [1, 2]), "[wave] multiples", where),
@@ -367,6 +398,12 @@ def _checked_sweep(sweep: dict) -> dict:
     wave = sweep.get("wave", {})
     if wave.get("enabled", True) and "keys" in wave:
         checks.check_keys(wave["keys"], "wave keys")
+    layout, dist, options = sweep.get("layout", "causal"), sweep.get("dist", "gaussian"), sweep.get("options", {})
+    for keys in sorted({*sweep["keys"], *([wave["keys"]] if wave.get("enabled", True) and "keys" in wave else [])}):
+        try:  # e.g. requests or sinks beyond a grid point's keys
+            workloads.check_options(layout, dist, None, keys, dict(options))
+        except UsageError as e:
+            raise UsageError(f"options: at {keys} keys: {e}") from None
     return sweep
 
 

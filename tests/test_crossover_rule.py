@@ -436,6 +436,7 @@ def test_cases_carry_the_sweep_and_the_calibration_the_environment(fake, cal, mo
     rep = crossover.run_crossover(sw, device="cpu", sms=4, block_rows=2, calibration=cal)
     assert {(c["layout"], c["dist"], c["seed"], c["near_ties"]) for c in seen} == {("full", "ties", 7, True)}
     del sw["dist"], sw["seed"]
+    sw["options"] = {}  # near_ties applies to dist ties only (issue 47: refused, no longer ignored)
     seen.clear()
     crossover.run_crossover(sw, device="cpu", sms=4, block_rows=2, calibration=cal)
     assert {(c["dist"], c["seed"]) for c in seen} == {("gaussian", 0)}

@@ -1,0 +1,144 @@
+"""Issue 47: every bad input is refused before the work (exit 2, one line
+naming the file, case and field), and the small things a user notices:
+``bench --workload``, ``--seed`` alike in bench and verify, the GPU-sized note,
+case names with the distribution, ``--dist`` choices, consistent messages."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from mqa_topk_cli import bench, checks, crossover, eligibility, workloads
+from mqa_topk_cli import verify as verify_mod
+from mqa_topk_cli.errors import UsageError
+
+from test_checks import _one_line_error  # noqa: E402
+from test_cli import run  # noqa: E402,F401 (the CLI runner fixture)
+
+CPU = ["--device", "cpu"]
+TINY = ["--rows", "16", "--keys", "640", "--topk", "512"]
+FAST = ["--reps", "2", "--warmup", "0"]
+XO = ["crossover", *CPU, "--paths", "torch,reference", "--topks", "512", *FAST]
+
+
+def _must_not_run(what: str):
+    def fail(*a, **k):
+        pytest.fail(f"{what} ran before the bad input was reported")
+
+    return fail
+
+
+@pytest.fixture
+def no_work(monkeypatch):
+    """Nothing may be timed, verified or crossed over: the command must stop before."""
+    monkeypatch.setattr(bench, "run_bench", _must_not_run("bench"))
+    monkeypatch.setattr(verify_mod, "verify_case", _must_not_run("verify"))
+    monkeypatch.setattr(crossover, "run_crossover", _must_not_run("crossover"))
+
+
+def _config(tmp_path, *cases: str, name: str = "c.toml"):
+    p = tmp_path / name
+    p.write_text("\n".join(f"[[case]]\n{textwrap.dedent(c).strip()}\n" for c in cases))
+    return p
+
+
+GOOD = 'name = "good"\nlayout = "causal"\nrows = 4\nkeys = 600\ntopk = 512\n'
+
+
+# ------------------------------------------------------------ 6: generator fields, when the config is read
+
+
+BAD_FIELDS = [
+    ('dist = "dsa"\nsinks = -5', "sinks: must be between 0 and 600"),
+    ('dist = "dsa"\nsinks = 601', "sinks: must be between 0 and 600"),
+    ('layout = "ragged"\nrequests = 0', "requests: must be between 1 and 600"),
+    ('layout = "ragged"\nrequests = 99999999999', "requests: must be between 1 and 600"),
+    ('layout = "ragged"\nrequests = "x"', "requests: expected an integer"),
+    ('requests = "x"', "requests: applies to the ragged layout only (layout is 'causal')"),
+    ('dist = "ties"\ntie_mode = "bogus"', "tie_mode: must be one of boundary, whole, got 'bogus'"),
+    ('tie_mode = "whole"', "tie_mode: applies to dist ties only (dist is 'gaussian')"),
+    ('dist = "ties"\nnear_ties = "no"', "near_ties: expected true or false, got 'no'"),
+    ('dist = "ties"\nnear_ties = inf', "near_ties: expected true or false, got inf"),
+    ('unaligned_starts = 1', "unaligned_starts: expected true or false, got 1"),
+    ('layout = "ragged"\nrows = 10\nkey_lengths = [300, 300]\nrow_lengths = [4, 5]',
+     "rows: 10 differs from sum(row_lengths) = 9"),
+    ('layout = "ragged"\nrows = 9\nkey_lengths = [300, 200]\nrow_lengths = [4, 5]',
+     "keys: 600 differs from sum(key_lengths) = 500"),
+    ('layout = "ragged"\nkey_lengths = [300, 300]\nrow_lengths = [4, 5]\nrequests = 2',
+     "requests: give either requests or key_lengths/row_lengths"),
+    ('layout = "ragged"\nkey_lengths = [300, 300]', "key_lengths/row_lengths: give both"),
+    ('description = 5', "description: expected a string"),
+    ('tags = "fast"', "tags: expected a list of strings"),
+]
+
+
+def _bad_case(extra: str) -> str:
+    """GOOD with ``extra``'s fields replacing or added to its own."""
+    fields = dict(ln.split(" = ", 1) for ln in GOOD.strip().splitlines())
+    fields["name"] = '"bad"'
+    for ln in extra.splitlines():
+        k, v = ln.split(" = ", 1)
+        fields[k] = v
+    if "key_lengths" in fields and "rows = 10" not in extra and "rows = 9" not in extra:
+        fields.pop("rows")
+        fields.pop("keys")
+    return "\n".join(f"{k} = {v}" for k, v in fields.items())
+
+
+@pytest.mark.parametrize("extra, message", BAD_FIELDS)
+def test_config_generator_fields_are_checked_when_read(tmp_path, extra, message):
+    p = _config(tmp_path, GOOD, _bad_case(extra))
+    with pytest.raises(UsageError) as ei:
+        workloads.load_workload_config(p)
+    assert str(ei.value) == f"{p}: case bad: {message}" or str(ei.value).startswith(f"{p}: case bad: {message}"), \
+        str(ei.value)
+
+
+@pytest.mark.parametrize("cmd", [["verify", *CPU, "--paths", "torch", "--reruns", "0"],
+                                 ["bench", *CPU, "--paths", "torch", *FAST]])
+def test_a_bad_case_stops_the_command_before_any_case_runs(run, no_work, tmp_path, cmd):
+    p = _config(tmp_path, GOOD, _bad_case('dist = "dsa"\nsinks = -5'))
+    line = _one_line_error(run(*cmd, "--config", p), 2, str(p), "case bad", "sinks")
+    assert "between 0 and" in line
+
+
+def test_make_workload_checks_the_options_before_allocating(monkeypatch):
+    def boom(*a, **k):
+        raise AssertionError("memory was allocated before the options were checked")
+
+    for name in ("Generator", "empty", "zeros", "randn", "rand", "randint", "randperm", "tensor", "arange"):
+        monkeypatch.setattr(torch, name, boom)
+    for kw, field in ((dict(dist="dsa", sinks=-5), "sinks"), (dict(dist="ties", near_ties="no"), "near_ties"),
+                      (dict(layout="ragged", requests=10**11), "requests"), (dict(tie_mode="whole"), "tie_mode")):
+        args = dict(layout="causal", rows=4, keys=600, topk=512) | kw
+        with pytest.raises(UsageError, match=f"^{field}: "):
+            workloads.make_workload(**args)
+
+
+def test_valid_options_still_build(make):
+    w = make(layout="ragged", rows=9, keys=None, topk=512, dist="ties", key_lengths=[600, 500], row_lengths=[4, 5],
+             tie_mode="whole", near_ties=False, unaligned_starts=True)
+    assert (w.rows, w.keys) == (9, 1100)
+    assert make(layout="full", rows=2, keys=600, topk=512, dist="dsa", sinks=0).rows == 2
+
+
+def test_crossover_sweep_fields_are_checked(tmp_path):
+    p = tmp_path / "sweep.toml"
+    for body, needle in (('[sweep]\nkeys = [1024]\nlayout = "diagonal"\n', "[sweep] layout: must be one of"),
+                         ('[sweep]\nkeys = [1024]\ndist = "bogus"\n', "[sweep] dist: must be one of"),
+                         ('[sweep]\nkeys = [1024]\nrow = [8]\n', "[sweep] row: unknown field"),
+                         ('[sweep]\nkeys = [1024]\n[wave]\nenabled = "no"\n', "[wave] enabled: expected true or false"),
+                         ('[sweep]\nkeys = [1024]\n[wave]\nkey = 4\n', "[wave] key: unknown field"),
+                         ('[sweep]\nkeys = [1024]\ndist = "dsa"\n[sweep.options]\nsinks = -1\n',
+                          "[sweep] options: sinks: must be between 0"),
+                         ('[sweep]\nkeys = [1024]\n[sweep.options]\nbogus = 1\n', "[sweep] options: bogus: unknown"),
+                         ('[sweep]\nkeys = [1024]\nconfirm = 100000\n', "[sweep] confirm: must be between 0 and"),
+                         ('[sweep]\nkeys = { min = 1024, max = 4096, step = 2 }\n', "[sweep] keys: step: unknown")):
+        p.write_text(body)
+        with pytest.raises(UsageError) as ei:
+            crossover.load_sweep(p)
+        assert str(p) in str(ei.value) and needle in str(ei.value), (body, str(ei.value))
