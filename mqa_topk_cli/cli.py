@@ -385,7 +385,9 @@ def _case_from_flags(base: dict, rows, keys, topk, layout, dist, seed) -> dict:
 
 
 def _select_cases(config: str, names: tuple[str, ...]) -> list[dict]:
-    from .workloads import load_workload_config
+    """The cases of ``config`` (those named by --case), every field and every
+    recorded file they name checked before the first one runs."""
+    from .workloads import check_case_files, load_workload_config
 
     path = _config_file(config)
     cases = load_workload_config(path)
@@ -395,6 +397,7 @@ def _select_cases(config: str, names: tuple[str, ...]) -> list[dict]:
         if missing:
             raise UsageError(f"--case {missing[0]}: not in {path.name} (cases: {', '.join(known)})")
         cases = [c for c in cases if str(c.get("name")) in names]
+    check_case_files(path, cases)
     return cases
 
 

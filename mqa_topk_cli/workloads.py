@@ -994,6 +994,19 @@ def _normalize_case(path, i: int, case: dict) -> dict:
     return c
 
 
+def check_case_files(path, cases: list[dict]) -> None:
+    """Reads and checks every recorded workload file that ``cases`` (of the
+    config ``path``) name, before any case runs: a missing or corrupt file is
+    one ``UsageError`` naming the config, the case and the file."""
+    for i, c in enumerate(cases):
+        if "file" not in c:
+            continue
+        try:
+            load_workload(c["file"])
+        except UsageError as e:
+            raise _case_error(path, i, c, f"file: {e}") from None
+
+
 def workload_from_case(case: dict, device="cpu") -> Workload:
     """A case dict (from ``load_workload_config``, or written by hand) to a
     ``Workload`` on ``device``: generated, or loaded from ``case['file']``."""
@@ -1020,5 +1033,5 @@ def workload_from_case(case: dict, device="cpu") -> Workload:
 
 __all__ = [
     "Workload", "LAYOUTS", "DISTS", "OPTIONS", "TIE_MODES", "check_options", "make_workload", "save_workload", "load_workload", "record",
-    "describe_workload", "load_workload_config", "workload_from_case",
+    "describe_workload", "load_workload_config", "check_case_files", "workload_from_case",
 ]

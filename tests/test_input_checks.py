@@ -142,3 +142,14 @@ def test_crossover_sweep_fields_are_checked(tmp_path):
         with pytest.raises(UsageError) as ei:
             crossover.load_sweep(p)
         assert str(p) in str(ei.value) and needle in str(ei.value), (body, str(ei.value))
+
+
+# ------------------------------------------------------------ 11: files a config names, before the first case
+
+
+@pytest.mark.parametrize("cmd", [["verify", *CPU, "--paths", "torch", "--reruns", "0"],
+                                 ["bench", *CPU, "--paths", "torch", *FAST]])
+def test_a_corrupt_file_in_a_config_stops_the_command_before_any_case(run, no_work, tmp_path, cmd):
+    (tmp_path / "broken.safetensors").write_bytes(b"not a workload")
+    p = _config(tmp_path, GOOD, 'name = "rec"\nfile = "broken.safetensors"')
+    _one_line_error(run(*cmd, "--config", p), 2, str(p), "case rec", "broken.safetensors")
