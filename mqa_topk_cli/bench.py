@@ -442,6 +442,7 @@ def write_results(path, results: Iterable, env: dict, *, extra: dict | None = No
             df.to_csv(p, index=False)
     except OSError as e:
         raise UsageError(f"{option} {p}: cannot write ({e.strerror or e})") from None
+    checks.output_written(p)
     return p
 
 

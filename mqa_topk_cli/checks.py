@@ -190,19 +190,73 @@ def check_generation(rows: int, keys: int, device) -> None:
 def check_output_file(path, option: str, suffixes: tuple[str, ...]) -> Path:
     """An output file a command will write when it has finished: the name
     ends in one of ``suffixes``, its directory exists and is writable, and it
-    is not a directory. Checked before the run, so no work is lost."""
+    is not a directory or another non-regular file. Checked before the run,
+    so no work is lost (``probe_output_file`` also creates it)."""
     p = Path(path)
     if p.suffix.lower() not in suffixes:
         names = f"{', '.join(suffixes[:-1])} or {suffixes[-1]}" if len(suffixes) > 1 else suffixes[0]
         raise UsageError(f"{option} {path}: the file name must end in {names}")
     if p.is_dir():
         raise UsageError(f"{option} {path}: is a directory")
+    if p.exists() and not p.is_file():
+        raise UsageError(f"{option} {path}: not a regular file")
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
         raise UsageError(f"{option} {path}: directory {parent} does not exist")
     if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
         raise UsageError(f"{option} {path}: not writable")
     return p
+
+
+#: Output files probed for this command: the real path -> the option naming it.
+_probed: dict[str, str] = {}
+#: Of those, the ones the probe created and nothing has written yet: real path -> path.
+_created: dict[str, Path] = {}
+
+
+def probe_output_file(path, option: str, suffixes: tuple[str, ...]) -> Path:
+    """``check_output_file``, then proof that the file can be written: it is
+    created when missing (an existing file is opened for appending and left
+    as it is), so a file system that refuses it (``/sys``, ``/proc``, a full
+    or read-only disk) is found before the run. The same file given to two
+    options of one command is refused. A file created here and never written
+    is removed by ``discard_unwritten_outputs`` when the command ends (it
+    failed, or was interrupted), so nothing empty or half-written is left."""
+    p = check_output_file(path, option, suffixes)
+    real = os.path.realpath(p)
+    if real in _probed:
+        raise UsageError(f"{option} {path}: the same file as {_probed[real]}; give each output its own file")
+    existed = p.exists()
+    try:
+        with open(p, "a"):
+            pass
+    except OSError as e:
+        raise UsageError(f"{option} {path}: cannot write ({e.strerror or e})") from None
+    _probed[real] = option
+    if not existed:
+        _created[real] = p
+    return p
+
+
+def output_written(path) -> None:
+    """Marks ``path`` as completely written: ``discard_unwritten_outputs`` keeps it."""
+    _created.pop(os.path.realpath(path), None)
+
+
+def discard_unwritten_outputs() -> list[Path]:
+    """Removes the files ``probe_output_file`` created that were not then
+    completely written (``output_written``), and forgets every probe; called
+    when a command ends, however it ends. Returns the files removed."""
+    removed = []
+    for p in _created.values():
+        try:
+            p.unlink()
+            removed.append(p)
+        except OSError:
+            pass
+    _created.clear()
+    _probed.clear()
+    return removed
 
 
 def check_matplotlib(option: str = "--plot") -> None:
@@ -219,5 +273,6 @@ __all__ = [
     "MAX_BLOCK_ROWS", "MAX_CONFIRM", "check_int",
     "check_choice",
     "check_rows", "check_keys", "check_seed", "check_number", "generation_bytes", "available_bytes",
-    "check_memory", "check_generation", "check_output_file", "check_matplotlib",
+    "check_memory", "check_generation", "check_output_file", "probe_output_file", "output_written",
+    "discard_unwritten_outputs", "check_matplotlib",
 ]

@@ -73,8 +73,11 @@ class _Group(click.Group):
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         _state["debug"] = False
         try:
-            rv = super().main(args=args, prog_name=prog_name or PROG, complete_var=complete_var,
-                              standalone_mode=False, **extra)
+            try:
+                rv = super().main(args=args, prog_name=prog_name or PROG, complete_var=complete_var,
+                                  standalone_mode=False, **extra)
+            finally:  # output files created up front (checks.probe_output_file) that nothing wrote
+                checks.discard_unwritten_outputs()
         except click.exceptions.NoArgsIsHelpError as e:
             e.show()
             rv = 2
@@ -257,13 +260,14 @@ def _v_device(ctx, param, value):
 
 
 def _v_file(suffixes: tuple[str, ...]):
-    """A click callback for an output file, checked before the work (its
-    name, its directory); the file is written when the run has finished."""
+    """A click callback for an output file, checked before the work by
+    creating it (``checks.probe_output_file``); it is written when the run has
+    finished, and removed again if the run fails or is interrupted first."""
 
     def check(ctx, param, value):
         if value is None:
             return None
-        checks.check_output_file(value, param.opts[0], suffixes)
+        checks.probe_output_file(value, param.opts[0], suffixes)
         return value
 
     return check

@@ -594,6 +594,7 @@ def write_calibration(path, calibration: dict) -> Path:
         p.write_text(json.dumps(_jsonable(calibration), indent=2) + "\n")
     except OSError as e:
         raise UsageError(f"--out {p}: cannot write ({e.strerror or e})") from None
+    checks.output_written(p)
     return p
 
 
@@ -631,4 +632,5 @@ def plot_crossover(report: CrossoverReport, path) -> str | None:
         plt.close(fig)
         raise UsageError(f"--plot {path}: cannot write ({e.strerror or e})") from None
     plt.close(fig)
+    checks.output_written(path)
     return None

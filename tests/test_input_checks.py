@@ -153,3 +153,74 @@ def test_a_corrupt_file_in_a_config_stops_the_command_before_any_case(run, no_wo
     (tmp_path / "broken.safetensors").write_bytes(b"not a workload")
     p = _config(tmp_path, GOOD, 'name = "rec"\nfile = "broken.safetensors"')
     _one_line_error(run(*cmd, "--config", p), 2, str(p), "case rec", "broken.safetensors")
+
+
+# ------------------------------------------------------------ 7: crossover outputs are different files
+
+
+@pytest.mark.parametrize("out, results", [("same.json", "same.json"), ("same.json", "./sub/../same.json")])
+def test_crossover_out_and_results_must_be_different_files(run, no_work, tmp_path, monkeypatch, out, results):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub").mkdir()
+    line = _one_line_error(run(*XO, "--rows", "8", "--keys", "600", "--no-wave", "--out", out, "--results", results),
+                           2, "--results", "the same file as --out")
+    assert results in line
+    assert not (tmp_path / "same.json").exists()  # the probe of --out created it; the failed run removed it
+
+
+# ------------------------------------------------------------ 12: output files probed by creating them
+
+
+def test_an_output_that_cannot_be_created_is_refused_before_the_run(run, no_work, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    bad = "/proc/mqa-topk-probe.json"  # passes the directory check; creating it fails, even as root
+    _one_line_error(run("bench", *CPU, *TINY, *FAST, "--paths", "torch", "--out", bad), 2, "--out", bad)
+    line = _one_line_error(run(*XO, "--rows", "8", "--keys", "600", "--no-wave", "--out", "good.json",
+                               "--results", bad), 2, "--results", bad)
+    assert "cannot write" in line or "not writable" in line  # (not writable: the check before, when not root)
+    assert not (tmp_path / "good.json").exists()  # created by its probe, removed when the command failed
+
+
+def test_a_failed_or_interrupted_run_leaves_no_empty_output(run, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
+    def interrupted(*a, **k):
+        assert (tmp_path / "r.json").is_file()  # created up front
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench, "run_bench", interrupted)
+    res = run("bench", *CPU, *TINY, *FAST, "--paths", "torch", "--out", "r.json")
+    assert res.exit_code == 1 and "Aborted!" in res.stderr
+    assert not (tmp_path / "r.json").exists()
+    (tmp_path / "old.json").write_text("kept")  # a file that was there before is left as it was
+    res = run("bench", *CPU, *TINY, *FAST, "--paths", "torch", "--out", "old.json")
+    assert res.exit_code == 1 and (tmp_path / "old.json").read_text() == "kept"
+
+    def broken(*a, **k):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(bench, "run_bench", broken)
+    res = run("bench", *CPU, *TINY, *FAST, "--paths", "torch", "--out", "r.csv")
+    assert res.exit_code == 1 and not (tmp_path / "r.csv").exists()
+
+
+def test_a_write_that_fails_half_way_leaves_no_file(tmp_path, monkeypatch):
+    p = checks.probe_output_file(tmp_path / "r.json", "--out", checks.TABLE_SUFFIXES)
+
+    def half(self, text):
+        with open(self, "w") as f:
+            f.write(text[:10])
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(type(p), "write_text", half)
+    with pytest.raises(UsageError, match="^--out .*No space left"):
+        bench.write_results(p, [], {})
+    checks.discard_unwritten_outputs()
+    assert not p.exists()
+
+
+def test_written_outputs_are_kept(run, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    res = run("bench", *CPU, *TINY, *FAST, "--paths", "torch", "--out", "r.json")
+    assert res.exit_code == 0, res.output
+    assert json.loads((tmp_path / "r.json").read_text())["results"]
