@@ -259,6 +259,56 @@ def discard_unwritten_outputs() -> list[Path]:
     return removed
 
 
+# ------------------------------------------------------------ environment variables
+
+
+#: Spellings of a boolean environment variable (any case, surrounding spaces ignored).
+ENV_ON = ("1", "true", "yes", "on")
+ENV_OFF = ("0", "false", "no", "off")
+#: Boolean variables read by the build (jit.py), which takes only "", "0", "false" and "no"
+#: (exactly) as off: anything else, "off" and "False" included, turns them on.
+JIT_FLAGS = ("MQA_TOPK_VERBOSE_BUILD", "MQA_TOPK_DEV_PROBES")
+JIT_OFF = ("", "0", "false", "no")
+
+
+def env_flag(name: str, default: bool = False) -> bool:
+    """The boolean environment variable ``name``: unset or empty -> ``default``;
+    1/true/yes/on -> True; 0/false/no/off -> False; anything else is a
+    ``UsageError`` naming the variable (never read as either)."""
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    v = raw.strip().lower()
+    if v in ENV_ON:
+        return True
+    if v in ENV_OFF:
+        return False
+    raise UsageError(f"{name}={raw!r}: not a boolean; use {', '.join(ENV_ON)} (on) or {', '.join(ENV_OFF)} (off)")
+
+
+def check_environment() -> None:
+    """The tool's environment variables, checked before a command does any
+    work: the boolean switches (MQA_TOPK_CHECKED, MQA_TOPK_USE_FUSED, and the
+    build's MQA_TOPK_VERBOSE_BUILD and MQA_TOPK_DEV_PROBES, which must be
+    spelled as the build reads them), the calibration file named by
+    MQA_TOPK_CALIBRATION, and the engine's logits budget
+    (VLLM_SPARSE_INDEXER_MAX_LOGITS_MB). ``UsageError`` names the variable."""
+    for name in ("MQA_TOPK_CHECKED", "MQA_TOPK_USE_FUSED", *JIT_FLAGS):
+        on = env_flag(name)
+        raw = os.environ.get(name)
+        if name in JIT_FLAGS and not on and raw is not None and raw not in JIT_OFF:
+            raise UsageError(f"{name}={raw!r}: the build reads only {', '.join(repr(v) for v in JIT_OFF)} as off "
+                             f"(it would read this as on); use 0 or 1")
+    from . import eligibility
+
+    if os.environ.get(eligibility.CALIBRATION_ENV):
+        eligibility.load_calibration()
+    if os.environ.get("VLLM_SPARSE_INDEXER_MAX_LOGITS_MB", "").strip():
+        from . import external
+
+        external.engine_logits_budget()
+
+
 def check_matplotlib(option: str = "--plot") -> None:
     """``Unavailable`` (one line) when matplotlib cannot be imported."""
     try:
@@ -274,5 +324,5 @@ __all__ = [
     "check_choice",
     "check_rows", "check_keys", "check_seed", "check_number", "generation_bytes", "available_bytes",
     "check_memory", "check_generation", "check_output_file", "probe_output_file", "output_written",
-    "discard_unwritten_outputs", "check_matplotlib",
+    "discard_unwritten_outputs", "env_flag", "check_environment", "check_matplotlib",
 ]

@@ -454,6 +454,7 @@ def _ninja_version() -> str | None:
 def build(verbose: bool, force: bool) -> None:
     """Build (or load from the cache) the CUDA extension for sm_90a and report
     registers, shared memory and spills of each kernel."""
+    checks.check_environment()  # the environment variables, before any work
     from rich.table import Table
     from rich.text import Text
 
@@ -536,6 +537,7 @@ def bench(rows, keys, topk, layout, dist, seed, paths_, config, case_names, op, 
     """Time paths on the headline case (default), a one-case shape given by
     flags, or a sweep config; report median/p20/p80 ms, effective TFLOP/s and
     the speedup over the dense path."""
+    checks.check_environment()  # the environment variables, before any work
     from . import bench as bench_mod
     from .envinfo import device_label, environment
     from .external import require_available
@@ -638,6 +640,7 @@ def verify(paths_, config, case_names, workload_files, rows, keys, topk, layout,
     """Check paths against the reference, layer by layer (validity, tie-aware
     optimality, exact-set diagnostic, determinism, inputs unchanged). Exit 1 on
     any failure."""
+    checks.check_environment()  # the environment variables, before any work
     from rich.table import Table
 
     from . import paths as paths_mod
@@ -760,6 +763,7 @@ def crossover(config, paths_, topks, rows_list, keys_list, confirm, block_rows, 
     """Find the key count from which the fused path beats the dense one, per
     topk; recommend min-keys thresholds; check the wave rule; write a
     calibration file."""
+    checks.check_environment()  # the environment variables, before any work
     from rich.table import Table
 
     from . import crossover as xo
@@ -856,6 +860,7 @@ def inspect(file: str) -> None:
     Record one from your own code with
     mqa_topk_cli.workloads.record(path, q, k, scales, weights, starts, ends, topk)
     (.safetensors or .pt; see the README, "Recording a workload")."""
+    checks.check_environment()  # the environment variables, before any work
     from rich.table import Table
 
     from . import workloads

@@ -27,7 +27,8 @@ from .errors import UsageError
 
 #: Environment variable naming a calibration JSON (overrides the shipped default).
 CALIBRATION_ENV = "MQA_TOPK_CALIBRATION"
-#: Environment variable switching the fused path off ("0", "false", "no", "off").
+#: Environment variable switching the fused path off ("0", "false", "no", "off"; "1", "true", "yes", "on":
+#: on, the default; any other value is an error).
 USE_FUSED_ENV = "MQA_TOPK_USE_FUSED"
 #: Rows per block of the fused kernel when the calibration does not say.
 DEFAULT_BLOCK_ROWS = 8
@@ -210,10 +211,10 @@ def fused_mqa_topk_chunk(
 
 
 def _env_on(name: str, default: bool = True) -> bool:
-    v = os.environ.get(name)
-    if v is None or v.strip() == "":
-        return default
-    return v.strip().lower() not in ("0", "false", "no", "off")
+    """A boolean switch (``checks.env_flag``): an unclear value is a ``UsageError`` naming it."""
+    from .checks import env_flag
+
+    return env_flag(name, default)
 
 
 def use_fused_mqa_topk(

@@ -49,6 +49,13 @@ def _config(tmp_path, *cases: str, name: str = "c.toml"):
 GOOD = 'name = "good"\nlayout = "causal"\nrows = 4\nkeys = 600\ntopk = 512\n'
 
 
+def _calibration(**over):
+    doc = {"format": 1, "source": "test", "gpu": None, "sms": None, "date": None, "commit": None, "block_rows": 8,
+           "min_keys": {"512": 32768, "1024": 32768, "2048": 65536}, "wave_rule": True, "measured": {}}
+    doc.update(over)
+    return doc
+
+
 # ------------------------------------------------------------ 6: generator fields, when the config is read
 
 
@@ -224,3 +231,41 @@ def test_written_outputs_are_kept(run, tmp_path, monkeypatch):
     res = run("bench", *CPU, *TINY, *FAST, "--paths", "torch", "--out", "r.json")
     assert res.exit_code == 0, res.output
     assert json.loads((tmp_path / "r.json").read_text())["results"]
+
+
+# ------------------------------------------------------------ 13: boolean environment variables
+
+
+@pytest.mark.parametrize("value, expect", [("1", True), ("true", True), ("YES", True), (" on ", True), ("0", False),
+                                           ("false", False), ("No", False), ("off", False), ("", False)])
+def test_env_flag_reads_clear_spellings(monkeypatch, value, expect):
+    monkeypatch.setenv("MQA_TOPK_CHECKED", value)
+    assert checks.env_flag("MQA_TOPK_CHECKED") is expect
+
+
+@pytest.mark.parametrize("value", ["banana", "2", "y", "enabled"])
+def test_env_flag_refuses_anything_else(monkeypatch, value):
+    monkeypatch.setenv("MQA_TOPK_CHECKED", value)
+    with pytest.raises(UsageError, match=f"^MQA_TOPK_CHECKED={value!r}: "):
+        checks.env_flag("MQA_TOPK_CHECKED")
+
+
+@pytest.mark.parametrize("name, value", [("MQA_TOPK_CHECKED", "banana"), ("MQA_TOPK_USE_FUSED", "maybe"),
+                                         ("MQA_TOPK_VERBOSE_BUILD", "off"), ("MQA_TOPK_DEV_PROBES", "x")])
+def test_a_bad_environment_value_stops_every_command(run, no_work, monkeypatch, name, value):
+    monkeypatch.setenv(name, value)
+    for cmd in (["verify", *CPU, *TINY, "--paths", "torch"], ["bench", *CPU, *TINY, *FAST, "--paths", "torch"]):
+        _one_line_error(run(*cmd), 2, f"{name}={value!r}")
+
+
+def test_the_fused_switch_refuses_an_unclear_value(monkeypatch):
+    monkeypatch.setenv(eligibility.USE_FUSED_ENV, "banana")
+    with pytest.raises(UsageError, match="^MQA_TOPK_USE_FUSED='banana'"):
+        eligibility.use_fused_mqa_topk(query_shape=(32, 128), topk=512, fp4_cache=False, full_context=True)
+
+
+def test_a_bad_calibration_in_the_environment_stops_every_command(run, no_work, tmp_path, monkeypatch):
+    p = tmp_path / "cal.json"
+    p.write_text(json.dumps(_calibration(block_rows=0)))
+    monkeypatch.setenv("MQA_TOPK_CALIBRATION", str(p))
+    _one_line_error(run("bench", *CPU, *TINY, *FAST, "--paths", "torch"), 2, str(p), "block_rows")
