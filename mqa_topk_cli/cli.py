@@ -742,11 +742,13 @@ def verify(paths_, config, case_names, workload_files, rows, keys, topk, layout,
               help="Comma list of row counts (overrides).")
 @click.option("--keys", "keys_list", default=None, callback=_v_int_list_upto(checks.MAX_KEYS, "key limit"),
               help=f"Comma list of key counts, each at most the key limit {checks.MAX_KEYS} (overrides the grid).")
-@click.option("--confirm", type=click.IntRange(min=0), default=None,
-              help="A must also win at this many following grid points [default: the config's, 2].")
-@click.option("--block-rows", type=click.IntRange(min=1), default=None,
-              help="Rows per fused block for the wave rule [default: the calibration's, 8].")
-@click.option("--sms", type=click.IntRange(min=1), default=None, help="SM count for the wave rule [default: the GPU's].")
+@click.option("--confirm", type=click.IntRange(min=0, max=checks.MAX_CONFIRM), default=None,
+              help=f"A must also win at this many following grid points, 0..{checks.MAX_CONFIRM} "
+                   f"[default: the config's, 2].")
+@click.option("--block-rows", type=click.IntRange(min=1, max=checks.MAX_BLOCK_ROWS), default=None,
+              help=f"Rows per fused block for the wave rule, 1..{checks.MAX_BLOCK_ROWS} [default: the calibration's, 8].")
+@click.option("--sms", type=click.IntRange(min=1, max=checks.MAX_SMS), default=None,
+              help=f"SM count for the wave rule, 1..{checks.MAX_SMS} [default: the GPU's].")
 @click.option("--wave/--no-wave", default=True, show_default=True, help="Measure the wave-rule table.")
 @click.option("--wave-keys", type=click.IntRange(min=1, max=checks.MAX_KEYS), default=None,
               help="Key count of the wave table [default: config].")

@@ -430,11 +430,15 @@ def run_crossover(
     from .envinfo import environment
 
     a, b = tuple(paths or sweep.get("paths") or ("fused", "native"))
-    check_paths_available((a, b), device)
     sweep = _checked_sweep(sweep)
+    if block_rows is not None:
+        checks.check_int(block_rows, "block_rows", 1, checks.MAX_BLOCK_ROWS)
+    if sms is not None:
+        checks.check_int(sms, "sms", 1, checks.MAX_SMS)
+    conf = check_confirm(sweep.get("confirm", 2) if confirm is None else confirm)
+    check_paths_available((a, b), device)
     cal_now = calibration if calibration is not None else eligibility.load_calibration()
     br = int(block_rows if block_rows is not None else cal_now.get("block_rows", eligibility.DEFAULT_BLOCK_ROWS))
-    conf = int(sweep.get("confirm", 2) if confirm is None else confirm)
     notes: list[str] = []
     layout = sweep.get("layout", "causal")
 

@@ -269,3 +269,29 @@ def test_a_bad_calibration_in_the_environment_stops_every_command(run, no_work, 
     p.write_text(json.dumps(_calibration(block_rows=0)))
     monkeypatch.setenv("MQA_TOPK_CALIBRATION", str(p))
     _one_line_error(run("bench", *CPU, *TINY, *FAST, "--paths", "torch"), 2, str(p), "block_rows")
+
+
+# ------------------------------------------------------------ 9: bounds, and calibration fields on load
+
+
+@pytest.mark.parametrize("option, value", [("--sms", "99999"), ("--block-rows", "99999999999999999999"),
+                                           ("--confirm", "99999")])
+def test_crossover_bounds_sms_block_rows_and_confirm(run, no_work, option, value):
+    _one_line_error(run(*XO, "--rows", "8", "--keys", "600", option, value), 2, option)
+
+
+@pytest.mark.parametrize("over, needle", [
+    (dict(block_rows=99999999999999999999), "'block_rows' must be between 1 and 1024"),
+    (dict(sms=10**6), "'sms' must be between 1 and 1024"),
+    (dict(min_keys={"512": 32768, "1024": 32768, "2048": 10**12}), "min_keys['2048'] must be between 1 and 2147483647"),
+    (dict(min_keys={"512": 1, "1024": 1, "2048": 1, "999": 1}), "min_keys key '999' is not a topk"),
+    (dict(gpu=5), "'gpu' must be a string or null"),
+    (dict(measured=[]), "'measured' must be an object"),
+])
+def test_a_calibration_file_is_checked_when_loaded(tmp_path, over, needle):
+    p = tmp_path / "cal.json"
+    p.write_text(json.dumps(_calibration(**over)))
+    with pytest.raises(UsageError) as ei:
+        eligibility.load_calibration(p)
+    assert str(p) in str(ei.value) and needle in str(ei.value), str(ei.value)
+    eligibility.validate_calibration(_calibration())  # the valid one
