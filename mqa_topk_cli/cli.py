@@ -539,11 +539,11 @@ def bench(rows, keys, topk, layout, dist, seed, paths_, config, case_names, op, 
     the speedup over the dense path."""
     checks.check_environment()  # the environment variables, before any work
     from . import bench as bench_mod
+    from . import workloads
     from .envinfo import device_label, environment
     from .external import require_available
 
-    require_available(paths_ or [], device or "cuda")  # an external path that cannot run here: one line, exit 1
-    dev = _resolve_device(device, default="cuda")
+    # the inputs first (exit 2), then what this machine can run (exit 1)
     flags = any(v is not None for v in (rows, keys, topk, layout, dist))
     if config and flags:
         raise UsageError("--config: give either a config or the shape flags (--rows/--keys/--topk/--layout/--dist)")
@@ -551,18 +551,21 @@ def bench(rows, keys, topk, layout, dist, seed, paths_, config, case_names, op, 
         raise UsageError("--case: only with --config")
     if random_logits and op != "topk":
         raise UsageError("--random-logits: only with --op topk")
+    case = None
     if config:
         cases = _select_cases(config, case_names)
         if seed is not None:
             cases = [dict(c, seed=seed) for c in cases]
     else:
-        from .workloads import workload_from_case
-
         case = _case_from_flags(bench_mod.HEADLINE, rows, keys, topk, layout, dist, seed)
         if not flags:
             case["name"] = "headline"
+        workloads.check_case(case)
+    require_available(paths_ or [], device or "cuda")  # an external path that cannot run here: one line, exit 1
+    dev = _resolve_device(device, default="cuda")
+    if case is not None:
         _cpu_notes(dev, default_cases=None if flags else [case], hint=f"give small shape flags, e.g. {_SMALL}")
-        cases = [workload_from_case(case, dev)]  # a bad shape is a usage error here, not a labelled case
+        cases = [workloads.workload_from_case(case, dev)]  # too big for the memory: a usage error, not a labelled case
     if paths_ is None:
         paths_ = ["native", "torch"]
         if op == "mqa_topk":
@@ -648,28 +651,35 @@ def verify(paths_, config, case_names, workload_files, rows, keys, topk, layout,
     from . import workloads
     from .envinfo import environment
 
-    dev = _resolve_device(device, default="auto")
+    # the inputs first (exit 2), then what this machine can run (exit 1)
     flags = any(v is not None for v in (rows, keys, topk, layout, dist, seed))
     if case_names and (workload_files or flags) and not config:
         raise UsageError("--case: selects cases of --config; give --config too")
-    sources: list = []  # (label, zero-arg builder, case dict (labels a failure), workload file or None)
+    cases = []
     if config or not (workload_files or flags):
         cases = _select_cases(config or "verify", case_names)
-        _cpu_notes(dev, default_cases=None if config or case_names else cases,
-                   hint=f"pick small ones with --case NAME, or give shape flags, e.g. {_SMALL}")
-        for c in cases:
-            sources.append((str(c.get("name")), lambda c=c: workloads.workload_from_case(c, dev), c, c.get("file")))
     for f in workload_files:
         if not Path(f).is_file():
             raise UsageError(f"--workload {f}: {'not a regular file' if Path(f).exists() else 'no such file'}")
         workloads.load_workload(f)  # a bad file: one line naming it, exit 2, before the work (read again in turn)
-        sources.append((Path(f).stem, lambda f=f: workloads.load_workload(f, device=dev), {}, str(f)))
+    flag_case = None
     if flags:
         base = {"name": "flags", "layout": "causal", "rows": 64, "keys": 4096, "topk": 512, "dist": "gaussian",
                 "seed": 0}
-        case = _case_from_flags(base, rows, keys, topk, layout, dist, seed)
-        w = workloads.workload_from_case(case, dev)  # bad flags: one line, exit 2
-        sources.append((case["name"], lambda w=w: w, case, None))
+        flag_case = _case_from_flags(base, rows, keys, topk, layout, dist, seed)
+        workloads.check_case(flag_case)  # bad flags: one line, exit 2
+    dev = _resolve_device(device, default="auto")
+    sources: list = []  # (label, zero-arg builder, case dict (labels a failure), workload file or None)
+    if cases:
+        _cpu_notes(dev, default_cases=None if config or case_names else cases,
+                   hint=f"pick small ones with --case NAME, or give shape flags, e.g. {_SMALL}")
+    for c in cases:
+        sources.append((str(c.get("name")), lambda c=c: workloads.workload_from_case(c, dev), c, c.get("file")))
+    for f in workload_files:
+        sources.append((Path(f).stem, lambda f=f: workloads.load_workload(f, device=dev), {}, str(f)))
+    if flag_case is not None:
+        w = workloads.workload_from_case(flag_case, dev)  # too big for the memory: one line, exit 2
+        sources.append((flag_case["name"], lambda w=w: w, flag_case, None))
     names = paths_ or _default_verify_paths(dev)
     for n in names + ([other] if other else []):
         reason = paths_mod.get_path(n).unavailable_reason(dev)
@@ -771,7 +781,8 @@ def crossover(config, paths_, topks, rows_list, keys_list, confirm, block_rows, 
     from . import crossover as xo
     from .envinfo import environment
 
-    sweep = xo.load_sweep(_config_file(config))
+    config_path = _config_file(config)
+    sweep = xo.load_sweep(config_path)
     if paths_ is not None:
         if len(paths_) != 2:
             raise UsageError("--paths: name exactly two paths, A,B (e.g. fused,native)")
@@ -786,11 +797,14 @@ def crossover(config, paths_, topks, rows_list, keys_list, confirm, block_rows, 
         sweep["wave"]["keys"] = wave_keys
     if wave_topk:
         sweep["wave"]["topk"] = int(wave_topk)
+    # the inputs first (exit 2), then what this machine can run (exit 1)
+    rows_name = "--rows" if rows_list else "--keys" if keys_list else f"--config {config_path}: [sweep] rows"
+    sweep = xo.check_sweep(sweep, rows_name)
     dev = device or "cuda"
-    xo.check_paths_available(sweep["paths"], dev)  # e.g. "the fused path is unavailable here (...)"
-    dev = _resolve_device(dev, default="cuda")
     if plot:
         checks.check_matplotlib("--plot")  # before the run, not after it
+    xo.check_paths_available(sweep["paths"], dev)  # e.g. "the fused path is unavailable here (...)"
+    dev = _resolve_device(dev, default="cuda")
     default = config == "crossover" and not (keys_list and rows_list)
     _cpu_notes(dev, graph=graph, default_cases=[{"rows": max(sweep["rows"]), "keys": max(sweep["keys"])}] if default
                else None, hint="give small --rows and --keys lists, e.g. --rows 8 --keys 600,1200,2400")

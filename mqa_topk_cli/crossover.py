@@ -386,6 +386,29 @@ def check_paths_available(paths: Sequence[str], device) -> None:
             raise Unavailable(f"the {name} path is unavailable here ({reason}); crossover needs both paths of --paths")
 
 
+def check_grid(sweep: dict, name: str = "rows") -> None:
+    """A causal sweep times only grid points with keys >= rows: every row
+    count needs a key count at or above it (``name`` is what the message
+    calls the row counts, e.g. the option that gave them)."""
+    if sweep.get("layout", "causal") != "causal" or not sweep["keys"]:
+        return
+    kmax = max(sweep["keys"])
+    bad = [r for r in sweep["rows"] if r > kmax]
+    if bad:
+        tail = ": no grid point to time" if len(bad) == len(sweep["rows"]) else ""
+        raise UsageError(f"{name}: {', '.join(map(str, bad))} {'exceeds' if len(bad) == 1 else 'exceed'} every key "
+                         f"count (largest {kmax}); a causal chunk needs keys >= rows{tail}")
+
+
+def check_sweep(sweep: dict, rows_name: str = "rows") -> dict:
+    """The sweep with its key grid sorted, its sizes and options checked
+    against the limits and its grid checked (``check_grid``), before anything
+    runs: ``UsageError`` naming the field."""
+    sweep = _checked_sweep(sweep)
+    check_grid(sweep, rows_name)
+    return sweep
+
+
 def _checked_sweep(sweep: dict) -> dict:
     """The sweep with its key grid sorted (its order does not matter) and its
     sizes checked against the limits before anything runs."""
@@ -430,7 +453,7 @@ def run_crossover(
     from .envinfo import environment
 
     a, b = tuple(paths or sweep.get("paths") or ("fused", "native"))
-    sweep = _checked_sweep(sweep)
+    sweep = check_sweep(sweep)
     if block_rows is not None:
         checks.check_int(block_rows, "block_rows", 1, checks.MAX_BLOCK_ROWS)
     if sms is not None:

@@ -531,11 +531,9 @@ def _check_rows_fit(layout: str, rows: int, keys: int, opts: dict) -> None:
                          f"got rows={rows}, keys={keys})")
 
 
-def make_workload(layout: str = "causal", rows: int | None = 256, keys: int | None = 4096, topk: int = 2048,
-                  dist: str = "gaussian", seed: int = 0, device="cpu", name: str = "", **opts) -> Workload:
-    """A synthetic workload (see the module docstring for layouts, ``DISTS`` and
-    ``OPTIONS``). Deterministic for a given (arguments, seed, device type).
-    Raises ``UsageError`` naming the bad argument."""
+def _check_request(layout, rows, keys, topk, dist, seed, opts: dict) -> tuple[int, int] | None:
+    """Every check of make_workload's arguments that needs neither a device
+    nor memory; returns the planned (rows, keys) when they are known."""
     unknown = sorted(set(opts) - set(OPTIONS))
     if unknown:
         raise UsageError(f"{unknown[0]}: unknown workload option; valid options: {', '.join(OPTIONS)}")
@@ -552,13 +550,37 @@ def make_workload(layout: str = "causal", rows: int | None = 256, keys: int | No
     if keys is not None:
         checks.check_keys(keys)
     check_options(layout, dist, rows, keys, opts)
-    seed = checks.check_seed(seed)
+    checks.check_seed(seed)
+    size = _planned_size(layout, rows, keys, opts)
+    if size is not None:
+        _check_rows_fit(layout, *size, opts)
+    return size
+
+
+def check_case(case: dict) -> None:
+    """Checks a generator case dict (as ``workload_from_case`` reads it)
+    without generating anything: a bad field is a ``UsageError`` naming it.
+    A case naming a recorded ``file`` is read and checked."""
+    if not isinstance(case, dict):
+        raise UsageError(f"case: expected a dict, got {type(case).__name__}")
+    if "file" in case:
+        load_workload(case["file"])
+        return
+    _check_request(case.get("layout", "causal"), case.get("rows"), case.get("keys"), case.get("topk", 2048),
+                   case.get("dist", "gaussian"), case.get("seed", 0), {k: v for k, v in case.items() if k in OPTIONS})
+
+
+def make_workload(layout: str = "causal", rows: int | None = 256, keys: int | None = 4096, topk: int = 2048,
+                  dist: str = "gaussian", seed: int = 0, device="cpu", name: str = "", **opts) -> Workload:
+    """A synthetic workload (see the module docstring for layouts, ``DISTS`` and
+    ``OPTIONS``). Deterministic for a given (arguments, seed, device type).
+    Raises ``UsageError`` naming the bad argument."""
+    size = _check_request(layout, rows, keys, topk, dist, seed, opts)
+    seed = int(seed)
     dev = torch.device(device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise UsageError(f"device: {device} requested but no CUDA GPU is available")
-    size = _planned_size(layout, rows, keys, opts)
-    if size is not None:  # sizes and memory are checked before anything is allocated
-        _check_rows_fit(layout, *size, opts)
+    if size is not None:  # memory is checked before anything is allocated
         checks.check_generation(*size, dev)
     rng = _Rng(seed, dev)
     rows, keys, starts, ends, offs = _layout(rng, layout, rows, keys, opts)
@@ -1033,5 +1055,5 @@ def workload_from_case(case: dict, device="cpu") -> Workload:
 
 __all__ = [
     "Workload", "LAYOUTS", "DISTS", "OPTIONS", "TIE_MODES", "check_options", "make_workload", "save_workload", "load_workload", "record",
-    "describe_workload", "load_workload_config", "check_case_files", "workload_from_case",
+    "describe_workload", "load_workload_config", "check_case_files", "check_case", "workload_from_case",
 ]

@@ -295,3 +295,44 @@ def test_a_calibration_file_is_checked_when_loaded(tmp_path, over, needle):
         eligibility.load_calibration(p)
     assert str(p) in str(ei.value) and needle in str(ei.value), str(ei.value)
     eligibility.validate_calibration(_calibration())  # the valid one
+
+
+# ------------------------------------------------------------ 8: an impossible causal grid
+
+
+@pytest.mark.parametrize("rows, keys, needle", [("8000", "600", "every key count"),
+                                                ("8,8000", "600,1200", "8000")])
+def test_a_causal_grid_without_points_is_refused_up_front(run, monkeypatch, rows, keys, needle):
+    monkeypatch.setattr(bench, "run_bench", _must_not_run("bench"))
+    line = _one_line_error(run(*XO, "--rows", rows, "--keys", keys, "--no-wave"), 2, "--rows", needle)
+    assert "keys >= rows" in line
+
+
+def test_run_crossover_refuses_a_grid_without_points(monkeypatch):
+    monkeypatch.setattr(bench, "run_bench", _must_not_run("bench"))
+    sweep = {"layout": "causal", "topks": [512], "rows": [8000], "keys": [600], "paths": ["torch", "reference"],
+             "confirm": 1, "wave": {"enabled": False}}
+    with pytest.raises(UsageError, match=r"^rows: 8000 .*every key count"):
+        crossover.run_crossover(sweep, device="cpu", sms=4)
+
+
+# ------------------------------------------------------------ 10: inputs before the device
+
+
+@pytest.fixture
+def no_cuda(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["bench", "--config", "bench", "--rows", "16", "--paths", "torch"], "--config"),
+    (["bench", "--case", "headline", "--paths", "torch"], "--case"),
+    (["bench", "--random-logits", "--paths", "torch"], "--random-logits"),
+    (["bench", "--config", "bench", "--rows", "16", "--paths", "engine-fused"], "--config"),
+    (["verify", "--device", "cuda", "--case", "x", "--rows", "16"], "--case"),
+    (["crossover", "--paths", "fused"], "--paths"),
+    (["crossover", "--paths", "torch,reference", "--topks", "512", "--rows", "8000", "--keys", "600"], "--rows"),
+])
+def test_input_errors_come_before_the_missing_gpu(run, no_cuda, no_work, args, needle):
+    _one_line_error(run(*args), 2, needle)
