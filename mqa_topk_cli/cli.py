@@ -354,7 +354,8 @@ def shape_options(f):
         click.option("--layout", default=None, callback=_v_layout, help="Workload layout (causal, ragged, full)."),
         click.option("--dist", default=None, callback=_v_dist, help="Score distribution of the generated inputs."),
         click.option("--seed", type=click.IntRange(min=0, max=checks.MAX_SEED), default=None,
-                     help="Random seed of the generated inputs."),
+                     help="Random seed of every generated case (the default cases, --config's, or the one the shape "
+                          "flags build); alone, it reseeds the default cases."),
     ]
     for o in reversed(opts):
         f = o(f)
@@ -403,6 +404,31 @@ def _select_cases(config: str, names: tuple[str, ...]) -> list[dict]:
         cases = [c for c in cases if str(c.get("name")) in names]
     check_case_files(path, cases)
     return cases
+
+
+def _reseed(cases: list[dict], seed: int | None, generated: bool) -> list[dict]:
+    """``cases`` with every generated one's seed set to ``seed`` (--seed);
+    ``generated``: the command also builds a case from the shape flags. A
+    --seed with nothing generated to seed is a usage error."""
+    if seed is None:
+        return cases
+    if not generated and all("file" in c for c in cases):
+        raise UsageError("--seed: seeds generated cases, and the --workload files are recorded ones; give --config "
+                         "or shape flags too, or leave out --seed")
+    return [c if "file" in c else dict(c, seed=seed) for c in cases]
+
+
+def _workload_file_cases(files) -> list[dict]:
+    """Cases of recorded workload files (--workload), each read and checked now (exit 2 before the work)."""
+    from . import workloads
+
+    out = []
+    for f in files:
+        if not Path(f).is_file():
+            raise UsageError(f"--workload {f}: {'not a regular file' if Path(f).exists() else 'no such file'}")
+        workloads.load_workload(f)  # a bad file: one line naming it (read again when its turn comes)
+        out.append({"name": Path(f).stem, "file": str(f)})
+    return out
 
 
 def _write_out(out, records, env, extra=None, option: str = "--out") -> None:
@@ -526,17 +552,19 @@ def _bench_table(results, op: str):
                    "engine-dense, deepgemm, flashinfer-topk, py:MODULE:FUNCTION[@KIND].")
 @click.option("--config", default=None, help="Sweep config (file or shipped preset, e.g. 'bench') [default: the headline case].")
 @click.option("--case", "case_names", multiple=True, help="Only these cases of --config (repeatable).")
+@click.option("--workload", "workload_files", multiple=True, type=click.Path(dir_okay=False),
+              help="A recorded workload file to time (repeatable; with or without --config or shape flags).")
 @click.option("--op", type=click.Choice(["mqa_topk", "logits", "topk"]), default="mqa_topk", show_default=True,
               help="What to time: the whole op, the logits alone (with the fp8 GEMM ceiling), or the top-k alone.")
 @click.option("--random-logits", is_flag=True, help="--op topk: time on random logits instead of the workload's.")
 @click.option("--device", default=None, callback=_v_device, help="cuda, cuda:N or cpu (tiny shapes) [default: cuda].")
 @timing_options
 @click.option("--out", default=None, callback=_v_out, help="Write results to FILE.csv or FILE.json (environment stamped in).")
-def bench(rows, keys, topk, layout, dist, seed, paths_, config, case_names, op, random_logits, device,
+def bench(rows, keys, topk, layout, dist, seed, paths_, config, case_names, workload_files, op, random_logits, device,
           reps, warmup, cold_l2, graph, out) -> None:
     """Time paths on the headline case (default), a one-case shape given by
-    flags, or a sweep config; report median/p20/p80 ms, effective TFLOP/s and
-    the speedup over the dense path."""
+    flags, a sweep config, or recorded workload files; report median/p20/p80
+    ms, effective TFLOP/s and the speedup over the dense path."""
     checks.check_environment()  # the environment variables, before any work
     from . import bench as bench_mod
     from . import workloads
@@ -551,21 +579,19 @@ def bench(rows, keys, topk, layout, dist, seed, paths_, config, case_names, op, 
         raise UsageError("--case: only with --config")
     if random_logits and op != "topk":
         raise UsageError("--random-logits: only with --op topk")
-    case = None
-    if config:
-        cases = _select_cases(config, case_names)
-        if seed is not None:
-            cases = [dict(c, seed=seed) for c in cases]
-    else:
+    cases = (_select_cases(config, case_names) if config else []) + _workload_file_cases(workload_files)
+    case = None  # the case the shape flags build (the headline when nothing else is given)
+    if flags or not (config or workload_files):
         case = _case_from_flags(bench_mod.HEADLINE, rows, keys, topk, layout, dist, seed)
         if not flags:
             case["name"] = "headline"
         workloads.check_case(case)
+    cases = _reseed(cases, seed, generated=case is not None)
     require_available(paths_ or [], device or "cuda")  # an external path that cannot run here: one line, exit 1
     dev = _resolve_device(device, default="cuda")
     if case is not None:
         _cpu_notes(dev, default_cases=None if flags else [case], hint=f"give small shape flags, e.g. {_SMALL}")
-        cases = [workloads.workload_from_case(case, dev)]  # too big for the memory: a usage error, not a labelled case
+        cases.append(workloads.workload_from_case(case, dev))  # too big for the memory: a usage error, exit 2
     if paths_ is None:
         paths_ = ["native", "torch"]
         if op == "mqa_topk":
@@ -652,16 +678,14 @@ def verify(paths_, config, case_names, workload_files, rows, keys, topk, layout,
     from .envinfo import environment
 
     # the inputs first (exit 2), then what this machine can run (exit 1)
-    flags = any(v is not None for v in (rows, keys, topk, layout, dist, seed))
+    flags = any(v is not None for v in (rows, keys, topk, layout, dist))  # (--seed reseeds, as in bench)
     if case_names and (workload_files or flags) and not config:
         raise UsageError("--case: selects cases of --config; give --config too")
     cases = []
     if config or not (workload_files or flags):
         cases = _select_cases(config or "verify", case_names)
-    for f in workload_files:
-        if not Path(f).is_file():
-            raise UsageError(f"--workload {f}: {'not a regular file' if Path(f).exists() else 'no such file'}")
-        workloads.load_workload(f)  # a bad file: one line naming it, exit 2, before the work (read again in turn)
+    cases = _reseed(cases, seed, generated=flags)
+    file_cases = _workload_file_cases(workload_files)
     flag_case = None
     if flags:
         base = {"name": "flags", "layout": "causal", "rows": 64, "keys": 4096, "topk": 512, "dist": "gaussian",
@@ -675,8 +699,9 @@ def verify(paths_, config, case_names, workload_files, rows, keys, topk, layout,
                    hint=f"pick small ones with --case NAME, or give shape flags, e.g. {_SMALL}")
     for c in cases:
         sources.append((str(c.get("name")), lambda c=c: workloads.workload_from_case(c, dev), c, c.get("file")))
-    for f in workload_files:
-        sources.append((Path(f).stem, lambda f=f: workloads.load_workload(f, device=dev), {}, str(f)))
+    for c in file_cases:
+        f = c["file"]
+        sources.append((c["name"], lambda f=f: workloads.load_workload(f, device=dev), {}, f))
     if flag_case is not None:
         w = workloads.workload_from_case(flag_case, dev)  # too big for the memory: one line, exit 2
         sources.append((flag_case["name"], lambda w=w: w, flag_case, None))

@@ -336,3 +336,62 @@ def no_cuda(monkeypatch):
 ])
 def test_input_errors_come_before_the_missing_gpu(run, no_cuda, no_work, args, needle):
     _one_line_error(run(*args), 2, needle)
+
+
+# ------------------------------------------------------------ 14: bench --workload
+
+
+def test_bench_times_a_recorded_workload_file(run, tmp_path, make):
+    w = make(layout="ragged", rows=9, keys=900, topk=1024, dist="gaussian", seed=7)
+    f = workloads.save_workload(w, tmp_path / "rec.safetensors")
+    out = tmp_path / "b.json"
+    res = run("bench", *CPU, "--workload", f, "--paths", "torch", *FAST, "--out", out)
+    assert res.exit_code == 0, res.output
+    (r,) = json.loads(out.read_text())["results"]
+    assert (r["case"], r["rows"], r["keys"], r["topk"], r["status"]) == ("rec", 9, 900, 1024, "ok")
+
+
+def test_bench_refuses_a_bad_workload_file_up_front(run, no_work, tmp_path):
+    (tmp_path / "bad.pt").write_bytes(b"junk")
+    _one_line_error(run("bench", *CPU, "--workload", tmp_path / "bad.pt", "--paths", "torch"), 2, "bad.pt")
+    _one_line_error(run("bench", *CPU, "--workload", tmp_path / "none.pt", "--paths", "torch"), 2, "none.pt",
+                    "no such file")
+
+
+# ------------------------------------------------------------ 15: --seed alike in bench and verify
+
+
+def _first_case(run, monkeypatch, *args):
+    """The case dict the command builds its first workload from (then stops)."""
+    seen = []
+
+    def stop(case, device="cpu"):
+        seen.append(dict(case))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(workloads, "workload_from_case", stop)
+    monkeypatch.setattr(bench, "_materialize", lambda case, device: stop(case))
+    res = run(*args)
+    assert "Aborted!" in res.stderr, res.output
+    return seen[0]
+
+
+def test_seed_alone_reseeds_the_default_cases_in_bench_and_verify(run, monkeypatch):
+    b = _first_case(run, monkeypatch, "bench", *CPU, "--paths", "torch", "--seed", "3")
+    assert (b["rows"], b["keys"], b["seed"]) == (bench.HEADLINE["rows"], bench.HEADLINE["keys"], 3)
+    first = workloads.load_workload_config(__import__("mqa_topk_cli.resources", fromlist=["x"]).config_path("verify"))[0]
+    v = _first_case(run, monkeypatch, "verify", *CPU, "--paths", "torch", "--seed", "3")
+    assert (v["name"], v["rows"], v["keys"], v["seed"]) == (first["name"], first["rows"], first["keys"], 3)
+
+
+def test_seed_with_a_config_reseeds_its_cases_and_adds_none(run, monkeypatch, tmp_path):
+    p = _config(tmp_path, GOOD)
+    for cmd in (["bench", *FAST], ["verify", "--reruns", "0"]):
+        c = _first_case(run, monkeypatch, *cmd, *CPU, "--paths", "torch", "--config", p, "--seed", "5")
+        assert (c["name"], c["seed"]) == ("good", 5)
+
+
+def test_seed_with_only_recorded_files_is_refused(run, no_work, tmp_path, make):
+    f = workloads.save_workload(make(layout="full", rows=4, keys=600, topk=512, seed=5), tmp_path / "w.safetensors")
+    for cmd in ("bench", "verify"):
+        _one_line_error(run(cmd, *CPU, "--paths", "torch", "--workload", f, "--seed", "3"), 2, "--seed")
