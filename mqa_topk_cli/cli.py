@@ -171,19 +171,27 @@ def _note(text: str) -> None:
 _SMALL = "--rows 16 --keys 1024 --topk 512"
 
 
-def _cpu_notes(device: str, *, graph: bool = False, default_cases: list | None = None, hint: str = "") -> None:
-    """Up-front notes for a run on the CPU: --graph does nothing there; the
-    default cases (``default_cases``: dicts with rows and keys) are sized for
-    a GPU, and ``hint`` says how to pick small ones."""
+#: Rows x keys above which a case is sized for a GPU: on a CPU it takes long, and a note says so.
+_GPU_SIZED_PAIRS = 1 << 24
+
+
+def _cpu_notes(device: str, *, graph: bool = False, cases: list | None = None, what: str = "the default cases",
+               hint: str = "") -> None:
+    """Up-front notes for a run on the CPU: --graph does nothing there; when
+    one of ``cases`` (dicts with rows and keys; ``what`` names them) is sized
+    for a GPU (more than _GPU_SIZED_PAIRS rows x keys), a note says so and
+    ``hint`` says how to pick small ones."""
     if not device.startswith("cpu"):
         return
     if graph:
         _note("--graph does nothing on a CPU (CUDA-graph replay needs a GPU); the calls are timed eagerly")
-    if default_cases:
-        rows = max(int(c.get("rows") or 0) for c in default_cases)
-        keys = max(int(c.get("keys") or 0) for c in default_cases)
-        _note(f"the default cases are sized for a GPU (up to {rows} rows, up to {keys} keys); on a CPU they take "
-              f"a long time: {hint}")
+    sizes = [(int(c.get("rows") or 0), int(c.get("keys") or 0)) for c in cases or []]
+    if any(r * k > _GPU_SIZED_PAIRS for r, k in sizes):
+        rows, keys = max(r for r, _ in sizes), max(k for _, k in sizes)
+        one = len(sizes) == 1
+        _note(f"{what} {'is' if one else 'are'} sized for a GPU ({'' if one else 'up to '}{rows} rows, "
+              f"{'' if one else 'up to '}{keys} keys); on a CPU {'it takes' if one else 'they take'} a long time: "
+              f"{hint}")
 
 
 # ------------------------------------------------------------ option validation
@@ -589,8 +597,13 @@ def bench(rows, keys, topk, layout, dist, seed, paths_, config, case_names, work
     cases = _reseed(cases, seed, generated=case is not None)
     require_available(paths_ or [], device or "cuda")  # an external path that cannot run here: one line, exit 1
     dev = _resolve_device(device, default="cuda")
+    if config:
+        _cpu_notes(dev, cases=[c for c in cases if "file" not in c], what=f"the cases of --config {config}",
+                   hint=f"pick small ones with --case NAME, or give shape flags instead of --config, e.g. {_SMALL}")
     if case is not None:
-        _cpu_notes(dev, default_cases=None if flags else [case], hint=f"give small shape flags, e.g. {_SMALL}")
+        workloads.check_case(case, dev)  # too big for the memory: a usage error, exit 2 (before the note)
+        _cpu_notes(dev, cases=[case], what="the headline case" if not flags else "the case of the shape flags "
+                   "(unset ones take the headline's values)", hint=f"give small shape flags, e.g. {_SMALL}")
         cases.append(workloads.workload_from_case(case, dev))  # too big for the memory: a usage error, exit 2
     if paths_ is None:
         paths_ = ["native", "torch"]
@@ -694,9 +707,9 @@ def verify(paths_, config, case_names, workload_files, rows, keys, topk, layout,
         workloads.check_case(flag_case)  # bad flags: one line, exit 2
     dev = _resolve_device(device, default="auto")
     sources: list = []  # (label, zero-arg builder, case dict (labels a failure), workload file or None)
-    if cases:
-        _cpu_notes(dev, default_cases=None if config or case_names else cases,
-                   hint=f"pick small ones with --case NAME, or give shape flags, e.g. {_SMALL}")
+    _cpu_notes(dev, cases=[c for c in cases if "file" not in c],
+               what=f"the cases of --config {config}" if config else "the default cases",
+               hint=f"pick small ones with --case NAME, or give shape flags, e.g. {_SMALL}")
     for c in cases:
         sources.append((str(c.get("name")), lambda c=c: workloads.workload_from_case(c, dev), c, c.get("file")))
     for c in file_cases:
@@ -830,9 +843,9 @@ def crossover(config, paths_, topks, rows_list, keys_list, confirm, block_rows, 
         checks.check_matplotlib("--plot")  # before the run, not after it
     xo.check_paths_available(sweep["paths"], dev)  # e.g. "the fused path is unavailable here (...)"
     dev = _resolve_device(dev, default="cuda")
-    default = config == "crossover" and not (keys_list and rows_list)
-    _cpu_notes(dev, graph=graph, default_cases=[{"rows": max(sweep["rows"]), "keys": max(sweep["keys"])}] if default
-               else None, hint="give small --rows and --keys lists, e.g. --rows 8 --keys 600,1200,2400")
+    _cpu_notes(dev, graph=graph, cases=[{"rows": max(sweep["rows"]), "keys": max(sweep["keys"])}],
+               what="the sweep's largest grid point",
+               hint="give small --rows and --keys lists, e.g. --rows 8 --keys 600,1200,2400")
     with _progress("crossover") as prog:
         rep = xo.run_crossover(sweep, device=dev, reps=reps, warmup=warmup, cold_l2=cold_l2, graph=graph,
                                progress=prog, block_rows=block_rows, sms=sms, confirm=confirm, wave=wave)

@@ -557,17 +557,21 @@ def _check_request(layout, rows, keys, topk, dist, seed, opts: dict) -> tuple[in
     return size
 
 
-def check_case(case: dict) -> None:
+def check_case(case: dict, device=None) -> None:
     """Checks a generator case dict (as ``workload_from_case`` reads it)
-    without generating anything: a bad field is a ``UsageError`` naming it.
-    A case naming a recorded ``file`` is read and checked."""
+    without generating anything: a bad field is a ``UsageError`` naming it;
+    with ``device``, also the memory generating it takes there. A case naming
+    a recorded ``file`` is read and checked."""
     if not isinstance(case, dict):
         raise UsageError(f"case: expected a dict, got {type(case).__name__}")
     if "file" in case:
         load_workload(case["file"])
         return
-    _check_request(case.get("layout", "causal"), case.get("rows"), case.get("keys"), case.get("topk", 2048),
-                   case.get("dist", "gaussian"), case.get("seed", 0), {k: v for k, v in case.items() if k in OPTIONS})
+    size = _check_request(case.get("layout", "causal"), case.get("rows"), case.get("keys"), case.get("topk", 2048),
+                          case.get("dist", "gaussian"), case.get("seed", 0),
+                          {k: v for k, v in case.items() if k in OPTIONS})
+    if device is not None and size is not None:
+        checks.check_generation(*size, torch.device(device))
 
 
 def make_workload(layout: str = "causal", rows: int | None = 256, keys: int | None = 4096, topk: int = 2048,

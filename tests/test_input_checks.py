@@ -395,3 +395,19 @@ def test_seed_with_only_recorded_files_is_refused(run, no_work, tmp_path, make):
     f = workloads.save_workload(make(layout="full", rows=4, keys=600, topk=512, seed=5), tmp_path / "w.safetensors")
     for cmd in ("bench", "verify"):
         _one_line_error(run(cmd, *CPU, "--paths", "torch", "--workload", f, "--seed", "3"), 2, "--seed")
+
+
+# ------------------------------------------------------------ 16: the GPU-sized note in bench --config
+
+
+def test_bench_config_on_a_cpu_says_the_cases_are_sized_for_a_gpu(run, monkeypatch, tmp_path):
+    def stop(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench, "run_bench", stop)
+    res = run("bench", *CPU, "--config", "bench", "--paths", "torch")
+    note = next((ln for ln in res.stderr.splitlines() if ln.startswith("note:")), "")
+    assert "sized for a GPU" in note and "--case" in note, res.stderr
+    assert res.stderr.index("note:") < res.stderr.index("Aborted!")
+    res = run("bench", *CPU, "--config", _config(tmp_path, GOOD), "--paths", "torch")
+    assert "Aborted!" in res.stderr and "sized for a GPU" not in res.stderr
