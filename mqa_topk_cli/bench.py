@@ -144,7 +144,9 @@ def _case_fields(case) -> dict:
 
 
 def _auto_name(case: dict) -> str:
-    return f"{case.get('layout', 'causal')}-r{case.get('rows')}-k{case.get('keys')}-t{case.get('topk')}"
+    """As a config names a case without a name (workloads): layout-dist-rR-kK-tT."""
+    return (f"{case.get('layout', 'causal')}-{case.get('dist', 'gaussian')}-r{case.get('rows')}-k{case.get('keys')}"
+            f"-t{case.get('topk')}")
 
 
 def _materialize(case, device):

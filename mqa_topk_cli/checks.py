@@ -51,6 +51,10 @@ MAX_CONFIRM = 64
 #: peak on a CPU: 37-48 KiB per row), so 4 fp32 copies are budgeted.
 GEN_BYTES_PER_ROW = 4 * 32 * 128 * 4 + 32 * 4 * 4 + 8 * 8
 GEN_BYTES_PER_KEY = 4 * 128 * 4 + 4 * 4
+#: Workload layouts and score distributions (``workloads`` generates them; here so
+#: that the CLI lists them in its help without importing torch).
+LAYOUTS = ("causal", "ragged", "full")
+DISTS = ("gaussian", "dsa", "ties", "zero_weights", "negative_weights", "relu_saturated", "rising", "short_rows")
 #: Output files the commands write, by suffix.
 TABLE_SUFFIXES = (".csv", ".json")
 PLOT_SUFFIXES = (".png", ".pdf", ".svg")

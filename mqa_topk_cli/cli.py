@@ -224,27 +224,6 @@ def _v_path_name(ctx, param, value):
     return names[0]
 
 
-def _v_one_of(what: str, options_name: str):
-    """A click callback accepting None or one of ``workloads.<options_name>``."""
-
-    def check(ctx, param, value):
-        if value is None:
-            return None
-        from . import workloads
-
-        options = getattr(workloads, options_name)
-        if value not in options:
-            raise click.BadParameter(f"unknown {what} {value!r} (choose from {', '.join(options)})", ctx=ctx,
-                                     param=param)
-        return value
-
-    return check
-
-
-_v_layout = _v_one_of("layout", "LAYOUTS")
-_v_dist = _v_one_of("distribution", "DISTS")
-
-
 def _v_number(lo: float, hi: float, lo_open: bool = False):
     """A click callback: a finite float in [lo, hi] (``(lo, hi]``): NaN and inf are refused."""
 
@@ -359,8 +338,10 @@ def shape_options(f):
         click.option("--keys", type=click.IntRange(min=1, max=checks.MAX_KEYS), default=None,
                      help="Keys (context length) of one case, at most the key limit (MAX_KEYS)."),
         click.option("--topk", type=click.Choice(["512", "1024", "2048"]), default=None, help="Top-k."),
-        click.option("--layout", default=None, callback=_v_layout, help="Workload layout (causal, ragged, full)."),
-        click.option("--dist", default=None, callback=_v_dist, help="Score distribution of the generated inputs."),
+        click.option("--layout", type=click.Choice(checks.LAYOUTS), default=None, help="Workload layout."),
+        click.option("--dist", type=click.Choice(checks.DISTS), default=None, metavar="NAME",
+                     help=f"Score distribution of the generated inputs: {', '.join(checks.DISTS)} "
+                          f"(mqa_topk_cli.workloads.DISTS says what each provokes)."),
         click.option("--seed", type=click.IntRange(min=0, max=checks.MAX_SEED), default=None,
                      help="Random seed of every generated case (the default cases, --config's, or the one the shape "
                           "flags build); alone, it reseeds the default cases."),
@@ -393,7 +374,7 @@ def _case_from_flags(base: dict, rows, keys, topk, layout, dist, seed) -> dict:
                  ("dist", dist), ("seed", seed)):
         if v is not None:
             case[k] = v
-    case["name"] = f"{case['layout']}-r{case['rows']}-k{case['keys']}-t{case['topk']}"
+    case["name"] = f"{case['layout']}-{case['dist']}-r{case['rows']}-k{case['keys']}-t{case['topk']}"
     return case
 
 

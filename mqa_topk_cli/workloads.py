@@ -40,8 +40,8 @@ from . import checks, contract
 from .contract import FP8, HEAD_DIM, HEADS, TOPKS
 from .errors import ContractError, UsageError
 
-LAYOUTS = ("causal", "ragged", "full")
-DISTS = ("gaussian", "dsa", "ties", "zero_weights", "negative_weights", "relu_saturated", "rising", "short_rows")
+LAYOUTS = checks.LAYOUTS
+DISTS = checks.DISTS
 #: Largest finite float8_e4m3fn value; generated values are clamped to it.
 FP8_MAX = 448.0
 #: Tensor fields of a workload file, in order.

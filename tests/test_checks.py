@@ -425,10 +425,10 @@ def test_progress_is_one_line_per_finished_step_when_stdout_is_not_a_terminal(ru
     assert res.exit_code == 0, res.output
     lines = [ln for ln in res.stdout.splitlines() if ln.startswith("[")]
     assert len(lines) == 2, res.stdout
-    assert lines[0].startswith("[1/2 ") and "verify: causal-r16-k640-t512 / torch: pass" in lines[0]
+    assert lines[0].startswith("[1/2 ") and "verify: causal-gaussian-r16-k640-t512 / torch: pass" in lines[0]
     assert lines[1].startswith("[2/2 ") and "/ reference: pass" in lines[1]
     res = run("bench", *CPU, *TINY, *FAST, "--paths", "torch")
-    assert any(ln.startswith("[1/1 ") and "bench mqa_topk: causal-r16-k640-t512 / torch: ok" in ln
+    assert any(ln.startswith("[1/1 ") and "bench mqa_topk: causal-gaussian-r16-k640-t512 / torch: ok" in ln
                for ln in res.stdout.splitlines()), res.stdout
 
 

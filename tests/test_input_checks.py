@@ -411,3 +411,31 @@ def test_bench_config_on_a_cpu_says_the_cases_are_sized_for_a_gpu(run, monkeypat
     assert res.stderr.index("note:") < res.stderr.index("Aborted!")
     res = run("bench", *CPU, "--config", _config(tmp_path, GOOD), "--paths", "torch")
     assert "Aborted!" in res.stderr and "sized for a GPU" not in res.stderr
+
+
+# ------------------------------------------------------------ 17: case names carry the distribution
+
+
+def test_flag_case_names_carry_the_distribution(run, tmp_path):
+    names = set()
+    for dist in ("ties", "gaussian"):
+        out = tmp_path / f"{dist}.json"
+        res = run("bench", *CPU, *TINY, *FAST, "--paths", "torch", "--dist", dist, "--out", out)
+        assert res.exit_code == 0, res.output
+        names.add(json.loads(out.read_text())["results"][0]["case"])
+        res = run("verify", *CPU, *TINY, "--paths", "torch", "--reruns", "0", "--dist", dist)
+        assert f"causal-{dist}-r16-k640-t512" in res.stdout, res.stdout
+    assert names == {"causal-ties-r16-k640-t512", "causal-gaussian-r16-k640-t512"}
+    assert bench._case_fields({"layout": "full", "rows": 2, "keys": 600, "topk": 512, "dist": "dsa"})["case"] == \
+        "full-dsa-r2-k600-t512"
+
+
+# ------------------------------------------------------------ 18: --dist help lists the choices
+
+
+@pytest.mark.parametrize("cmd", ["bench", "verify"])
+def test_dist_and_layout_help_list_the_choices(run, cmd):
+    text = " ".join(run(cmd, "--help").stdout.split())
+    for name in (*workloads.DISTS, *workloads.LAYOUTS):
+        assert name in text, name
+    assert "--dist TEXT" not in text and "--layout TEXT" not in text
