@@ -22,7 +22,7 @@ from pathlib import Path
 import click
 
 from . import __version__, checks
-from .errors import ContractError, MqaTopkError, Unavailable, UsageError, VerificationFailed
+from .errors import ContractError, MqaTopkError, Unavailable, UsageError, VerificationFailed, path_unavailable
 
 PROG = "mqa-topk"
 _NO_GPU = "no CUDA GPU found (needs an sm_90 Hopper GPU); use --device cpu with tiny shapes to try the tool"
@@ -558,7 +558,7 @@ def bench(rows, keys, topk, layout, dist, seed, paths_, config, case_names, work
     from . import bench as bench_mod
     from . import workloads
     from .envinfo import device_label, environment
-    from .external import require_available
+    from .external import lookup
 
     # the inputs first (exit 2), then what this machine can run (exit 1)
     flags = any(v is not None for v in (rows, keys, topk, layout, dist))
@@ -576,7 +576,11 @@ def bench(rows, keys, topk, layout, dist, seed, paths_, config, case_names, work
             case["name"] = "headline"
         workloads.check_case(case)
     cases = _reseed(cases, seed, generated=case is not None)
-    require_available(paths_ or [], device or "cuda")  # an external path that cannot run here: one line, exit 1
+    for n in paths_ or []:  # an external path that cannot run here: one line, exit 1
+        ext = lookup(n)
+        reason = ext.unavailable_reason(device or "cuda") if ext is not None else None
+        if reason:
+            raise path_unavailable(n, device or "cuda", reason)
     dev = _resolve_device(device, default="cuda")
     if config:
         _cpu_notes(dev, cases=[c for c in cases if "file" not in c], what=f"the cases of --config {config}",
@@ -703,7 +707,7 @@ def verify(paths_, config, case_names, workload_files, rows, keys, topk, layout,
     for n in names + ([other] if other else []):
         reason = paths_mod.get_path(n).unavailable_reason(dev)
         if reason:
-            raise Unavailable(f"the {n} path is unavailable on {dev}: {reason}")
+            raise path_unavailable(n, dev, reason)
 
     results = []
     total = len(sources) * len(names)
@@ -863,7 +867,8 @@ def crossover(config, paths_, topks, rows_list, keys_list, confirm, block_rows, 
             w.add_row(str(r["rows"]), str(r["blocks"]), str(r["last_wave"]), _fmt(r["wave_ok"]), r["predicted"],
                       _fmt(r["t_a_ms"]), _fmt(r["t_b_ms"]), r["measured"] or "-", _fmt(r["agree"]))
         con.print(w)
-        click.echo(xo.wave_decision_line(cal["measured"]["wave"].get("decision"), cal["wave_rule"], (a, b)))
+        click.echo(xo.wave_decision_line(cal["measured"]["wave"].get("decision"), cal["wave_rule"], (a, b),
+                                         kept_from=rep.calibration_in))
     for n in rep.notes:
         click.echo(f"note: {n}")
     if engine:

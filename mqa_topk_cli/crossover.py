@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from . import checks, eligibility, workloads
-from .errors import Unavailable, UsageError
+from .errors import Unavailable, UsageError, path_unavailable
 
 #: The SM100 seed's thresholds, shown beside ours.
 SM100_MIN_KEYS = {512: 32768, 1024: 32768, 2048: 65536}
@@ -203,12 +203,15 @@ def decide_wave_rule(table: Sequence[dict], tolerance: float = WAVE_RULE_TOLERAN
             "rows_checked": len(checked), "worst_rows": worst_rows, "worst_ratio": worst_ratio}
 
 
-def wave_decision_line(decision: dict | None, wave_rule: bool, names: tuple[str, str] = ("fused", "dense")) -> str:
-    """The printed form of ``decide_wave_rule``'s result and the rule written."""
+def wave_decision_line(decision: dict | None, wave_rule: bool, names: tuple[str, str] = ("fused", "dense"),
+                       kept_from: str | None = None) -> str:
+    """The printed form of ``decide_wave_rule``'s result and the rule written
+    (``kept_from``: the calibration an undecided setting was kept from)."""
     a, b = names
     state = "on" if wave_rule else "off"
     if not decision or decision.get("wave_rule") is None:
-        return (f"wave rule: {state} (kept: no row the rule sends to {b} was timed on both paths)")
+        return (f"wave rule: {state}, kept from {kept_from or 'the current calibration'} (no timed row is one the "
+                f"rule sends to {b}: this run does not decide it)")
     tol = decision["tolerance"]
     worst = f"worst {decision['worst_ratio']:.3f}x at {decision['worst_rows']} rows"
     if decision["wave_rule"]:
@@ -362,6 +365,8 @@ class CrossoverReport:
     calibration: dict
     notes: list[str] = field(default_factory=list)
     results: list = field(default_factory=list, repr=False)
+    #: The calibration this run started from (its thresholds and wave rule are kept where not measured).
+    calibration_in: str = ""
 
 
 def _sm_count(device) -> int | None:
@@ -383,7 +388,7 @@ def check_paths_available(paths: Sequence[str], device) -> None:
     for name in paths:
         reason = paths_mod.get_path(name).unavailable_reason(device)
         if reason:
-            raise Unavailable(f"the {name} path is unavailable here ({reason}); crossover needs both paths of --paths")
+            raise path_unavailable(name, device, reason)
 
 
 def check_grid(sweep: dict, name: str = "rows") -> None:
@@ -598,13 +603,24 @@ def run_crossover(
             "environment": env,
         },
     }
-    from . import external
+    if is_engine_path(a) or is_engine_path(b):  # engine-fused vs engine-dense: the constants to set in the engine
+        from . import external
 
-    if external.is_external(a) or external.is_external(b):  # e.g. engine-fused vs engine-dense: the engine's constants
         calibration_out["measured"]["engine"] = external.engine_constants(recommended, wave_rows_rule_on)
     return CrossoverReport(paths=(a, b), grid=grid, crossovers=crossovers, recommended=recommended, current=current,
                            wave=wave_rows_out, calibration=calibration_out, notes=notes,
-                           results=list(grid_res) + list(wave_res))
+                           results=list(grid_res) + list(wave_res),
+                           calibration_in=str(cal_now.get("path") or "the calibration passed in"))
+
+
+#: The serving engine's own paths: a crossover between them gives the engine's constants.
+ENGINE_PATHS = ("engine-fused", "engine-dense")
+
+
+def is_engine_path(name) -> bool:
+    """True for the serving engine's paths (not for DeepGEMM, FlashInfer or a
+    user's ``py:`` function, whose crossover says nothing about the engine)."""
+    return name in ENGINE_PATHS
 
 
 def write_calibration(path, calibration: dict) -> Path:

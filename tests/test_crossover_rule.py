@@ -659,4 +659,5 @@ def test_wave_decision_line_says_what_was_written():
     assert "1.080x at 1064 rows" in crossover.wave_decision_line(on, True)
     assert crossover.wave_decision_line(off, False).startswith("wave rule: off (fused took at most 1.03x dense's")
     assert crossover.wave_decision_line(None, False) == (
-        "wave rule: off (kept: no row the rule sends to dense was timed on both paths)")
+        "wave rule: off, kept from the current calibration (no timed row is one the rule sends to dense: this run "
+        "does not decide it)")

@@ -439,3 +439,43 @@ def test_dist_and_layout_help_list_the_choices(run, cmd):
     for name in (*workloads.DISTS, *workloads.LAYOUTS):
         assert name in text, name
     assert "--dist TEXT" not in text and "--layout TEXT" not in text
+
+
+# ------------------------------------------------------------ 19: consistent, quiet messages
+
+
+USER_MOD = '''
+from mqa_topk_cli.reference import reference_logits, reference_topk
+
+
+def whole(q, k, scales, weights, starts, ends, output):
+    output.copy_(reference_topk(reference_logits(q, k, scales, weights, starts, ends), starts, ends, output.shape[1]))
+
+
+whole.lowest_index_ties = True
+'''
+
+
+def test_a_user_path_crossover_prints_no_engine_constants(run, tmp_path, monkeypatch):
+    (tmp_path / "mqa_user_fn.py").write_text(USER_MOD)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cal = tmp_path / "cal.json"
+    res = run(*XO, "--paths", "py:mqa_user_fn:whole,torch", "--rows", "8", "--keys", "600,1200", "--sms", "4",
+              "--block-rows", "2", "--wave-keys", "300", "--out", cal)
+    assert res.exit_code == 0, res.output
+    assert "engine constants" not in res.output and "vllm" not in res.output, res.output
+    assert "engine" not in json.loads(cal.read_text())["measured"]
+    sys.modules.pop("mqa_user_fn", None)
+
+
+@pytest.mark.parametrize("cmd", [["verify", *CPU, *TINY], ["bench", *CPU, *TINY, *FAST],
+                                 ["crossover", *CPU, "--topks", "512", "--rows", "8", "--keys", "600"]])
+def test_an_unavailable_path_is_named_once_in_the_same_words(run, cmd):
+    paths = "engine-fused,torch" if cmd[0] == "crossover" else "engine-fused"
+    line = _one_line_error(run(*cmd, "--paths", paths), 1, "the engine-fused path is unavailable on cpu: needs")
+    assert line.count("engine-fused") == 1, line
+
+
+def test_the_wave_line_says_where_a_kept_setting_comes_from():
+    line = crossover.wave_decision_line(None, False, ("a", "b"), kept_from="cal.json")
+    assert line.startswith("wave rule: off, kept from cal.json (") and "no timed row" in line
