@@ -105,9 +105,17 @@ def status_of(exc: BaseException) -> str:
     return f"error: {type(exc).__name__}: {text}"
 
 
-def _free(device) -> None:
-    gc.collect()
-    if torch.device(device).type == "cuda" and torch.cuda.is_available():
+def _free(device, *, failed: bool = False) -> None:
+    """Releases what a step left behind before the next one. On a GPU: a full
+    collection, then the caching allocator's unused blocks (the next path gets
+    the memory this one held). On a CPU refcounting frees the tensors as they
+    are dropped; only a failure, whose traceback may hold tensors in a
+    reference cycle, calls the collector (~0.1 s with torch loaded: a sweep of
+    small CPU cases would otherwise spend most of its time there)."""
+    cuda = torch.device(device).type == "cuda"
+    if cuda or failed:
+        gc.collect()
+    if cuda and torch.cuda.is_available():
         torch.cuda.empty_cache()
 
 
@@ -136,7 +144,9 @@ def _case_fields(case) -> dict:
 
 
 def _auto_name(case: dict) -> str:
-    return f"{case.get('layout', 'causal')}-r{case.get('rows')}-k{case.get('keys')}-t{case.get('topk')}"
+    """As a config names a case without a name (workloads): layout-dist-rR-kK-tT."""
+    return (f"{case.get('layout', 'causal')}-{case.get('dist', 'gaussian')}-r{case.get('rows')}-k{case.get('keys')}"
+            f"-t{case.get('topk')}")
 
 
 def _materialize(case, device):
@@ -287,7 +297,7 @@ def fp8_gemm_ceiling(device, *, n: int = GEMM_CEILING_N, reps=None, warmup: floa
     except Exception as e:  # noqa: BLE001 -- labelled, the run goes on
         res.status = status_of(e)
     finally:
-        _free(device)
+        _free(device, failed=not res.ok)
     return res
 
 
@@ -348,7 +358,7 @@ def run_bench(
         except Exception as e:  # noqa: BLE001 -- labelled, the sweep goes on
             case_status = status_of(e)
             w = None
-            _free(device)
+            _free(device, failed=True)
         for name in paths:
             res = BenchResult(op=op, path=name, **info)
             if case_status is not None:
@@ -366,7 +376,7 @@ def run_bench(
                 except Exception as e:  # noqa: BLE001 -- labelled, the sweep goes on
                     res.status = status_of(e)
                 finally:
-                    _free(device)
+                    _free(device, failed=not res.ok)
             results.append(res)
             tick(f"{info['case']} / {name}: {res.status}")
         del w, topk_inputs
@@ -434,6 +444,7 @@ def write_results(path, results: Iterable, env: dict, *, extra: dict | None = No
             df.to_csv(p, index=False)
     except OSError as e:
         raise UsageError(f"{option} {p}: cannot write ({e.strerror or e})") from None
+    checks.output_written(p)
     return p
 
 

@@ -39,12 +39,22 @@ MAX_RERUNS = 100
 #: already 256x the default 2**-12.
 MAX_TOL_REL = 2.0 ** -4
 
+#: Largest SM count the wave rule takes (H100/H200: 132, B200: 148).
+MAX_SMS = 1024
+#: Largest rows per fused block (the kernels use 8; a CUDA block has at most 1024 threads).
+MAX_BLOCK_ROWS = 1024
+#: Largest ``confirm`` of a crossover (grid points that must follow a crossover).
+MAX_CONFIRM = 64
 #: Peak bytes per row and per key while a workload is generated: the
 #: generators build q ``[rows, 32, 128]`` and k ``[keys, 128]`` in fp32 and
 #: combine up to ~3 temporaries of that size before the fp8 cast (measured
 #: peak on a CPU: 37-48 KiB per row), so 4 fp32 copies are budgeted.
 GEN_BYTES_PER_ROW = 4 * 32 * 128 * 4 + 32 * 4 * 4 + 8 * 8
 GEN_BYTES_PER_KEY = 4 * 128 * 4 + 4 * 4
+#: Workload layouts and score distributions (``workloads`` generates them; here so
+#: that the CLI lists them in its help without importing torch).
+LAYOUTS = ("causal", "ragged", "full")
+DISTS = ("gaussian", "dsa", "ties", "zero_weights", "negative_weights", "relu_saturated", "rising", "short_rows")
 #: Output files the commands write, by suffix.
 TABLE_SUFFIXES = (".csv", ".json")
 PLOT_SUFFIXES = (".png", ".pdf", ".svg")
@@ -184,19 +194,123 @@ def check_generation(rows: int, keys: int, device) -> None:
 def check_output_file(path, option: str, suffixes: tuple[str, ...]) -> Path:
     """An output file a command will write when it has finished: the name
     ends in one of ``suffixes``, its directory exists and is writable, and it
-    is not a directory. Checked before the run, so no work is lost."""
+    is not a directory or another non-regular file. Checked before the run,
+    so no work is lost (``probe_output_file`` also creates it)."""
     p = Path(path)
     if p.suffix.lower() not in suffixes:
         names = f"{', '.join(suffixes[:-1])} or {suffixes[-1]}" if len(suffixes) > 1 else suffixes[0]
         raise UsageError(f"{option} {path}: the file name must end in {names}")
     if p.is_dir():
         raise UsageError(f"{option} {path}: is a directory")
+    if p.exists() and not p.is_file():
+        raise UsageError(f"{option} {path}: not a regular file")
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
         raise UsageError(f"{option} {path}: directory {parent} does not exist")
     if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
         raise UsageError(f"{option} {path}: not writable")
     return p
+
+
+#: Output files probed for this command: the real path -> the option naming it.
+_probed: dict[str, str] = {}
+#: Of those, the ones the probe created and nothing has written yet: real path -> path.
+_created: dict[str, Path] = {}
+
+
+def probe_output_file(path, option: str, suffixes: tuple[str, ...]) -> Path:
+    """``check_output_file``, then proof that the file can be written: it is
+    created when missing (an existing file is opened for appending and left
+    as it is), so a file system that refuses it (``/sys``, ``/proc``, a full
+    or read-only disk) is found before the run. The same file given to two
+    options of one command is refused. A file created here and never written
+    is removed by ``discard_unwritten_outputs`` when the command ends (it
+    failed, or was interrupted), so nothing empty or half-written is left."""
+    p = check_output_file(path, option, suffixes)
+    real = os.path.realpath(p)
+    if real in _probed:
+        raise UsageError(f"{option} {path}: the same file as {_probed[real]}; give each output its own file")
+    existed = p.exists()
+    try:
+        with open(p, "a"):
+            pass
+    except OSError as e:
+        raise UsageError(f"{option} {path}: cannot write ({e.strerror or e})") from None
+    _probed[real] = option
+    if not existed:
+        _created[real] = p
+    return p
+
+
+def output_written(path) -> None:
+    """Marks ``path`` as completely written: ``discard_unwritten_outputs`` keeps it."""
+    _created.pop(os.path.realpath(path), None)
+
+
+def discard_unwritten_outputs() -> list[Path]:
+    """Removes the files ``probe_output_file`` created that were not then
+    completely written (``output_written``), and forgets every probe; called
+    when a command ends, however it ends. Returns the files removed."""
+    removed = []
+    for p in _created.values():
+        try:
+            p.unlink()
+            removed.append(p)
+        except OSError:
+            pass
+    _created.clear()
+    _probed.clear()
+    return removed
+
+
+# ------------------------------------------------------------ environment variables
+
+
+#: Spellings of a boolean environment variable (any case, surrounding spaces ignored).
+ENV_ON = ("1", "true", "yes", "on")
+ENV_OFF = ("0", "false", "no", "off")
+#: Boolean variables read by the build (jit.py), which takes only "", "0", "false" and "no"
+#: (exactly) as off: anything else, "off" and "False" included, turns them on.
+JIT_FLAGS = ("MQA_TOPK_VERBOSE_BUILD", "MQA_TOPK_DEV_PROBES")
+JIT_OFF = ("", "0", "false", "no")
+
+
+def env_flag(name: str, default: bool = False) -> bool:
+    """The boolean environment variable ``name``: unset or empty -> ``default``;
+    1/true/yes/on -> True; 0/false/no/off -> False; anything else is a
+    ``UsageError`` naming the variable (never read as either)."""
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    v = raw.strip().lower()
+    if v in ENV_ON:
+        return True
+    if v in ENV_OFF:
+        return False
+    raise UsageError(f"{name}={raw!r}: not a boolean; use {', '.join(ENV_ON)} (on) or {', '.join(ENV_OFF)} (off)")
+
+
+def check_environment() -> None:
+    """The tool's environment variables, checked before a command does any
+    work: the boolean switches (MQA_TOPK_CHECKED, MQA_TOPK_USE_FUSED, and the
+    build's MQA_TOPK_VERBOSE_BUILD and MQA_TOPK_DEV_PROBES, which must be
+    spelled as the build reads them), the calibration file named by
+    MQA_TOPK_CALIBRATION, and the engine's logits budget
+    (VLLM_SPARSE_INDEXER_MAX_LOGITS_MB). ``UsageError`` names the variable."""
+    for name in ("MQA_TOPK_CHECKED", "MQA_TOPK_USE_FUSED", *JIT_FLAGS):
+        on = env_flag(name)
+        raw = os.environ.get(name)
+        if name in JIT_FLAGS and not on and raw is not None and raw not in JIT_OFF:
+            raise UsageError(f"{name}={raw!r}: the build reads only {', '.join(repr(v) for v in JIT_OFF)} as off "
+                             f"(it would read this as on); use 0 or 1")
+    from . import eligibility
+
+    if os.environ.get(eligibility.CALIBRATION_ENV):
+        eligibility.load_calibration()
+    if os.environ.get("VLLM_SPARSE_INDEXER_MAX_LOGITS_MB", "").strip():
+        from . import external
+
+        external.engine_logits_budget()
 
 
 def check_matplotlib(option: str = "--plot") -> None:
@@ -209,8 +323,10 @@ def check_matplotlib(option: str = "--plot") -> None:
 
 
 __all__ = [
-    "MAX_KEYS", "MAX_ROWS", "MAX_SEED", "MAX_WARMUP_MS", "MAX_REPS", "MAX_RERUNS", "MAX_TOL_REL", "check_int",
+    "MAX_KEYS", "MAX_ROWS", "MAX_SEED", "MAX_WARMUP_MS", "MAX_REPS", "MAX_RERUNS", "MAX_TOL_REL", "MAX_SMS",
+    "MAX_BLOCK_ROWS", "MAX_CONFIRM", "check_int",
     "check_choice",
     "check_rows", "check_keys", "check_seed", "check_number", "generation_bytes", "available_bytes",
-    "check_memory", "check_generation", "check_output_file", "check_matplotlib",
+    "check_memory", "check_generation", "check_output_file", "probe_output_file", "output_written",
+    "discard_unwritten_outputs", "env_flag", "check_environment", "check_matplotlib",
 ]

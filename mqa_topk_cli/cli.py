@@ -22,7 +22,7 @@ from pathlib import Path
 import click
 
 from . import __version__, checks
-from .errors import ContractError, MqaTopkError, Unavailable, UsageError, VerificationFailed
+from .errors import ContractError, MqaTopkError, Unavailable, UsageError, VerificationFailed, path_unavailable
 
 PROG = "mqa-topk"
 _NO_GPU = "no CUDA GPU found (needs an sm_90 Hopper GPU); use --device cpu with tiny shapes to try the tool"
@@ -73,8 +73,11 @@ class _Group(click.Group):
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         _state["debug"] = False
         try:
-            rv = super().main(args=args, prog_name=prog_name or PROG, complete_var=complete_var,
-                              standalone_mode=False, **extra)
+            try:
+                rv = super().main(args=args, prog_name=prog_name or PROG, complete_var=complete_var,
+                                  standalone_mode=False, **extra)
+            finally:  # output files created up front (checks.probe_output_file) that nothing wrote
+                checks.discard_unwritten_outputs()
         except click.exceptions.NoArgsIsHelpError as e:
             e.show()
             rv = 2
@@ -168,19 +171,27 @@ def _note(text: str) -> None:
 _SMALL = "--rows 16 --keys 1024 --topk 512"
 
 
-def _cpu_notes(device: str, *, graph: bool = False, default_cases: list | None = None, hint: str = "") -> None:
-    """Up-front notes for a run on the CPU: --graph does nothing there; the
-    default cases (``default_cases``: dicts with rows and keys) are sized for
-    a GPU, and ``hint`` says how to pick small ones."""
+#: Rows x keys above which a case is sized for a GPU: on a CPU it takes long, and a note says so.
+_GPU_SIZED_PAIRS = 1 << 24
+
+
+def _cpu_notes(device: str, *, graph: bool = False, cases: list | None = None, what: str = "the default cases",
+               hint: str = "") -> None:
+    """Up-front notes for a run on the CPU: --graph does nothing there; when
+    one of ``cases`` (dicts with rows and keys; ``what`` names them) is sized
+    for a GPU (more than _GPU_SIZED_PAIRS rows x keys), a note says so and
+    ``hint`` says how to pick small ones."""
     if not device.startswith("cpu"):
         return
     if graph:
         _note("--graph does nothing on a CPU (CUDA-graph replay needs a GPU); the calls are timed eagerly")
-    if default_cases:
-        rows = max(int(c.get("rows") or 0) for c in default_cases)
-        keys = max(int(c.get("keys") or 0) for c in default_cases)
-        _note(f"the default cases are sized for a GPU (up to {rows} rows, up to {keys} keys); on a CPU they take "
-              f"a long time: {hint}")
+    sizes = [(int(c.get("rows") or 0), int(c.get("keys") or 0)) for c in cases or []]
+    if any(r * k > _GPU_SIZED_PAIRS for r, k in sizes):
+        rows, keys = max(r for r, _ in sizes), max(k for _, k in sizes)
+        one = len(sizes) == 1
+        _note(f"{what} {'is' if one else 'are'} sized for a GPU ({'' if one else 'up to '}{rows} rows, "
+              f"{'' if one else 'up to '}{keys} keys); on a CPU {'it takes' if one else 'they take'} a long time: "
+              f"{hint}")
 
 
 # ------------------------------------------------------------ option validation
@@ -213,27 +224,6 @@ def _v_path_name(ctx, param, value):
     return names[0]
 
 
-def _v_one_of(what: str, options_name: str):
-    """A click callback accepting None or one of ``workloads.<options_name>``."""
-
-    def check(ctx, param, value):
-        if value is None:
-            return None
-        from . import workloads
-
-        options = getattr(workloads, options_name)
-        if value not in options:
-            raise click.BadParameter(f"unknown {what} {value!r} (choose from {', '.join(options)})", ctx=ctx,
-                                     param=param)
-        return value
-
-    return check
-
-
-_v_layout = _v_one_of("layout", "LAYOUTS")
-_v_dist = _v_one_of("distribution", "DISTS")
-
-
 def _v_number(lo: float, hi: float, lo_open: bool = False):
     """A click callback: a finite float in [lo, hi] (``(lo, hi]``): NaN and inf are refused."""
 
@@ -257,13 +247,14 @@ def _v_device(ctx, param, value):
 
 
 def _v_file(suffixes: tuple[str, ...]):
-    """A click callback for an output file, checked before the work (its
-    name, its directory); the file is written when the run has finished."""
+    """A click callback for an output file, checked before the work by
+    creating it (``checks.probe_output_file``); it is written when the run has
+    finished, and removed again if the run fails or is interrupted first."""
 
     def check(ctx, param, value):
         if value is None:
             return None
-        checks.check_output_file(value, param.opts[0], suffixes)
+        checks.probe_output_file(value, param.opts[0], suffixes)
         return value
 
     return check
@@ -347,10 +338,13 @@ def shape_options(f):
         click.option("--keys", type=click.IntRange(min=1, max=checks.MAX_KEYS), default=None,
                      help="Keys (context length) of one case, at most the key limit (MAX_KEYS)."),
         click.option("--topk", type=click.Choice(["512", "1024", "2048"]), default=None, help="Top-k."),
-        click.option("--layout", default=None, callback=_v_layout, help="Workload layout (causal, ragged, full)."),
-        click.option("--dist", default=None, callback=_v_dist, help="Score distribution of the generated inputs."),
+        click.option("--layout", type=click.Choice(checks.LAYOUTS), default=None, help="Workload layout."),
+        click.option("--dist", type=click.Choice(checks.DISTS), default=None, metavar="NAME",
+                     help=f"Score distribution of the generated inputs: {', '.join(checks.DISTS)} "
+                          f"(mqa_topk_cli.workloads.DISTS says what each provokes)."),
         click.option("--seed", type=click.IntRange(min=0, max=checks.MAX_SEED), default=None,
-                     help="Random seed of the generated inputs."),
+                     help="Random seed of every generated case (the default cases, --config's, or the one the shape "
+                          "flags build); alone, it reseeds the default cases."),
     ]
     for o in reversed(opts):
         f = o(f)
@@ -380,12 +374,14 @@ def _case_from_flags(base: dict, rows, keys, topk, layout, dist, seed) -> dict:
                  ("dist", dist), ("seed", seed)):
         if v is not None:
             case[k] = v
-    case["name"] = f"{case['layout']}-r{case['rows']}-k{case['keys']}-t{case['topk']}"
+    case["name"] = f"{case['layout']}-{case['dist']}-r{case['rows']}-k{case['keys']}-t{case['topk']}"
     return case
 
 
 def _select_cases(config: str, names: tuple[str, ...]) -> list[dict]:
-    from .workloads import load_workload_config
+    """The cases of ``config`` (those named by --case), every field and every
+    recorded file they name checked before the first one runs."""
+    from .workloads import check_case_files, load_workload_config
 
     path = _config_file(config)
     cases = load_workload_config(path)
@@ -395,7 +391,33 @@ def _select_cases(config: str, names: tuple[str, ...]) -> list[dict]:
         if missing:
             raise UsageError(f"--case {missing[0]}: not in {path.name} (cases: {', '.join(known)})")
         cases = [c for c in cases if str(c.get("name")) in names]
+    check_case_files(path, cases)
     return cases
+
+
+def _reseed(cases: list[dict], seed: int | None, generated: bool) -> list[dict]:
+    """``cases`` with every generated one's seed set to ``seed`` (--seed);
+    ``generated``: the command also builds a case from the shape flags. A
+    --seed with nothing generated to seed is a usage error."""
+    if seed is None:
+        return cases
+    if not generated and all("file" in c for c in cases):
+        raise UsageError("--seed: seeds generated cases, and the --workload files are recorded ones; give --config "
+                         "or shape flags too, or leave out --seed")
+    return [c if "file" in c else dict(c, seed=seed) for c in cases]
+
+
+def _workload_file_cases(files) -> list[dict]:
+    """Cases of recorded workload files (--workload), each read and checked now (exit 2 before the work)."""
+    from . import workloads
+
+    out = []
+    for f in files:
+        if not Path(f).is_file():
+            raise UsageError(f"--workload {f}: {'not a regular file' if Path(f).exists() else 'no such file'}")
+        workloads.load_workload(f)  # a bad file: one line naming it (read again when its turn comes)
+        out.append({"name": Path(f).stem, "file": str(f)})
+    return out
 
 
 def _write_out(out, records, env, extra=None, option: str = "--out") -> None:
@@ -447,6 +469,7 @@ def _ninja_version() -> str | None:
 def build(verbose: bool, force: bool) -> None:
     """Build (or load from the cache) the CUDA extension for sm_90a and report
     registers, shared memory and spills of each kernel."""
+    checks.check_environment()  # the environment variables, before any work
     from rich.table import Table
     from rich.text import Text
 
@@ -518,23 +541,26 @@ def _bench_table(results, op: str):
                    "engine-dense, deepgemm, flashinfer-topk, py:MODULE:FUNCTION[@KIND].")
 @click.option("--config", default=None, help="Sweep config (file or shipped preset, e.g. 'bench') [default: the headline case].")
 @click.option("--case", "case_names", multiple=True, help="Only these cases of --config (repeatable).")
+@click.option("--workload", "workload_files", multiple=True, type=click.Path(dir_okay=False),
+              help="A recorded workload file to time (repeatable; with or without --config or shape flags).")
 @click.option("--op", type=click.Choice(["mqa_topk", "logits", "topk"]), default="mqa_topk", show_default=True,
               help="What to time: the whole op, the logits alone (with the fp8 GEMM ceiling), or the top-k alone.")
 @click.option("--random-logits", is_flag=True, help="--op topk: time on random logits instead of the workload's.")
 @click.option("--device", default=None, callback=_v_device, help="cuda, cuda:N or cpu (tiny shapes) [default: cuda].")
 @timing_options
 @click.option("--out", default=None, callback=_v_out, help="Write results to FILE.csv or FILE.json (environment stamped in).")
-def bench(rows, keys, topk, layout, dist, seed, paths_, config, case_names, op, random_logits, device,
+def bench(rows, keys, topk, layout, dist, seed, paths_, config, case_names, workload_files, op, random_logits, device,
           reps, warmup, cold_l2, graph, out) -> None:
     """Time paths on the headline case (default), a one-case shape given by
-    flags, or a sweep config; report median/p20/p80 ms, effective TFLOP/s and
-    the speedup over the dense path."""
+    flags, a sweep config, or recorded workload files; report median/p20/p80
+    ms, effective TFLOP/s and the speedup over the dense path."""
+    checks.check_environment()  # the environment variables, before any work
     from . import bench as bench_mod
+    from . import workloads
     from .envinfo import device_label, environment
-    from .external import require_available
+    from .external import lookup
 
-    require_available(paths_ or [], device or "cuda")  # an external path that cannot run here: one line, exit 1
-    dev = _resolve_device(device, default="cuda")
+    # the inputs first (exit 2), then what this machine can run (exit 1)
     flags = any(v is not None for v in (rows, keys, topk, layout, dist))
     if config and flags:
         raise UsageError("--config: give either a config or the shape flags (--rows/--keys/--topk/--layout/--dist)")
@@ -542,18 +568,28 @@ def bench(rows, keys, topk, layout, dist, seed, paths_, config, case_names, op, 
         raise UsageError("--case: only with --config")
     if random_logits and op != "topk":
         raise UsageError("--random-logits: only with --op topk")
-    if config:
-        cases = _select_cases(config, case_names)
-        if seed is not None:
-            cases = [dict(c, seed=seed) for c in cases]
-    else:
-        from .workloads import workload_from_case
-
+    cases = (_select_cases(config, case_names) if config else []) + _workload_file_cases(workload_files)
+    case = None  # the case the shape flags build (the headline when nothing else is given)
+    if flags or not (config or workload_files):
         case = _case_from_flags(bench_mod.HEADLINE, rows, keys, topk, layout, dist, seed)
         if not flags:
             case["name"] = "headline"
-        _cpu_notes(dev, default_cases=None if flags else [case], hint=f"give small shape flags, e.g. {_SMALL}")
-        cases = [workload_from_case(case, dev)]  # a bad shape is a usage error here, not a labelled case
+        workloads.check_case(case)
+    cases = _reseed(cases, seed, generated=case is not None)
+    for n in paths_ or []:  # an external path that cannot run here: one line, exit 1
+        ext = lookup(n)
+        reason = ext.unavailable_reason(device or "cuda") if ext is not None else None
+        if reason:
+            raise path_unavailable(n, device or "cuda", reason)
+    dev = _resolve_device(device, default="cuda")
+    if config:
+        _cpu_notes(dev, cases=[c for c in cases if "file" not in c], what=f"the cases of --config {config}",
+                   hint=f"pick small ones with --case NAME, or give shape flags instead of --config, e.g. {_SMALL}")
+    if case is not None:
+        workloads.check_case(case, dev)  # too big for the memory: a usage error, exit 2 (before the note)
+        _cpu_notes(dev, cases=[case], what="the headline case" if not flags else "the case of the shape flags "
+                   "(unset ones take the headline's values)", hint=f"give small shape flags, e.g. {_SMALL}")
+        cases.append(workloads.workload_from_case(case, dev))  # too big for the memory: a usage error, exit 2
     if paths_ is None:
         paths_ = ["native", "torch"]
         if op == "mqa_topk":
@@ -631,6 +667,7 @@ def verify(paths_, config, case_names, workload_files, rows, keys, topk, layout,
     """Check paths against the reference, layer by layer (validity, tie-aware
     optimality, exact-set diagnostic, determinism, inputs unchanged). Exit 1 on
     any failure."""
+    checks.check_environment()  # the environment variables, before any work
     from rich.table import Table
 
     from . import paths as paths_mod
@@ -638,33 +675,39 @@ def verify(paths_, config, case_names, workload_files, rows, keys, topk, layout,
     from . import workloads
     from .envinfo import environment
 
-    dev = _resolve_device(device, default="auto")
-    flags = any(v is not None for v in (rows, keys, topk, layout, dist, seed))
+    # the inputs first (exit 2), then what this machine can run (exit 1)
+    flags = any(v is not None for v in (rows, keys, topk, layout, dist))  # (--seed reseeds, as in bench)
     if case_names and (workload_files or flags) and not config:
         raise UsageError("--case: selects cases of --config; give --config too")
-    sources: list = []  # (label, zero-arg builder, case dict (labels a failure), workload file or None)
+    cases = []
     if config or not (workload_files or flags):
         cases = _select_cases(config or "verify", case_names)
-        _cpu_notes(dev, default_cases=None if config or case_names else cases,
-                   hint=f"pick small ones with --case NAME, or give shape flags, e.g. {_SMALL}")
-        for c in cases:
-            sources.append((str(c.get("name")), lambda c=c: workloads.workload_from_case(c, dev), c, c.get("file")))
-    for f in workload_files:
-        if not Path(f).is_file():
-            raise UsageError(f"--workload {f}: {'not a regular file' if Path(f).exists() else 'no such file'}")
-        workloads.load_workload(f)  # a bad file: one line naming it, exit 2, before the work (read again in turn)
-        sources.append((Path(f).stem, lambda f=f: workloads.load_workload(f, device=dev), {}, str(f)))
+    cases = _reseed(cases, seed, generated=flags)
+    file_cases = _workload_file_cases(workload_files)
+    flag_case = None
     if flags:
         base = {"name": "flags", "layout": "causal", "rows": 64, "keys": 4096, "topk": 512, "dist": "gaussian",
                 "seed": 0}
-        case = _case_from_flags(base, rows, keys, topk, layout, dist, seed)
-        w = workloads.workload_from_case(case, dev)  # bad flags: one line, exit 2
-        sources.append((case["name"], lambda w=w: w, case, None))
+        flag_case = _case_from_flags(base, rows, keys, topk, layout, dist, seed)
+        workloads.check_case(flag_case)  # bad flags: one line, exit 2
+    dev = _resolve_device(device, default="auto")
+    sources: list = []  # (label, zero-arg builder, case dict (labels a failure), workload file or None)
+    _cpu_notes(dev, cases=[c for c in cases if "file" not in c],
+               what=f"the cases of --config {config}" if config else "the default cases",
+               hint=f"pick small ones with --case NAME, or give shape flags, e.g. {_SMALL}")
+    for c in cases:
+        sources.append((str(c.get("name")), lambda c=c: workloads.workload_from_case(c, dev), c, c.get("file")))
+    for c in file_cases:
+        f = c["file"]
+        sources.append((c["name"], lambda f=f: workloads.load_workload(f, device=dev), {}, f))
+    if flag_case is not None:
+        w = workloads.workload_from_case(flag_case, dev)  # too big for the memory: one line, exit 2
+        sources.append((flag_case["name"], lambda w=w: w, flag_case, None))
     names = paths_ or _default_verify_paths(dev)
     for n in names + ([other] if other else []):
         reason = paths_mod.get_path(n).unavailable_reason(dev)
         if reason:
-            raise Unavailable(f"the {n} path is unavailable on {dev}: {reason}")
+            raise path_unavailable(n, dev, reason)
 
     results = []
     total = len(sources) * len(names)
@@ -732,11 +775,13 @@ def verify(paths_, config, case_names, workload_files, rows, keys, topk, layout,
               help="Comma list of row counts (overrides).")
 @click.option("--keys", "keys_list", default=None, callback=_v_int_list_upto(checks.MAX_KEYS, "key limit"),
               help=f"Comma list of key counts, each at most the key limit {checks.MAX_KEYS} (overrides the grid).")
-@click.option("--confirm", type=click.IntRange(min=0), default=None,
-              help="A must also win at this many following grid points [default: the config's, 2].")
-@click.option("--block-rows", type=click.IntRange(min=1), default=None,
-              help="Rows per fused block for the wave rule [default: the calibration's, 8].")
-@click.option("--sms", type=click.IntRange(min=1), default=None, help="SM count for the wave rule [default: the GPU's].")
+@click.option("--confirm", type=click.IntRange(min=0, max=checks.MAX_CONFIRM), default=None,
+              help=f"A must also win at this many following grid points, 0..{checks.MAX_CONFIRM} "
+                   f"[default: the config's, 2].")
+@click.option("--block-rows", type=click.IntRange(min=1, max=checks.MAX_BLOCK_ROWS), default=None,
+              help=f"Rows per fused block for the wave rule, 1..{checks.MAX_BLOCK_ROWS} [default: the calibration's, 8].")
+@click.option("--sms", type=click.IntRange(min=1, max=checks.MAX_SMS), default=None,
+              help=f"SM count for the wave rule, 1..{checks.MAX_SMS} [default: the GPU's].")
 @click.option("--wave/--no-wave", default=True, show_default=True, help="Measure the wave-rule table.")
 @click.option("--wave-keys", type=click.IntRange(min=1, max=checks.MAX_KEYS), default=None,
               help="Key count of the wave table [default: config].")
@@ -753,12 +798,14 @@ def crossover(config, paths_, topks, rows_list, keys_list, confirm, block_rows, 
     """Find the key count from which the fused path beats the dense one, per
     topk; recommend min-keys thresholds; check the wave rule; write a
     calibration file."""
+    checks.check_environment()  # the environment variables, before any work
     from rich.table import Table
 
     from . import crossover as xo
     from .envinfo import environment
 
-    sweep = xo.load_sweep(_config_file(config))
+    config_path = _config_file(config)
+    sweep = xo.load_sweep(config_path)
     if paths_ is not None:
         if len(paths_) != 2:
             raise UsageError("--paths: name exactly two paths, A,B (e.g. fused,native)")
@@ -773,14 +820,17 @@ def crossover(config, paths_, topks, rows_list, keys_list, confirm, block_rows, 
         sweep["wave"]["keys"] = wave_keys
     if wave_topk:
         sweep["wave"]["topk"] = int(wave_topk)
+    # the inputs first (exit 2), then what this machine can run (exit 1)
+    rows_name = "--rows" if rows_list else "--keys" if keys_list else f"--config {config_path}: [sweep] rows"
+    sweep = xo.check_sweep(sweep, rows_name)
     dev = device or "cuda"
-    xo.check_paths_available(sweep["paths"], dev)  # e.g. "the fused path is unavailable here (...)"
-    dev = _resolve_device(dev, default="cuda")
     if plot:
         checks.check_matplotlib("--plot")  # before the run, not after it
-    default = config == "crossover" and not (keys_list and rows_list)
-    _cpu_notes(dev, graph=graph, default_cases=[{"rows": max(sweep["rows"]), "keys": max(sweep["keys"])}] if default
-               else None, hint="give small --rows and --keys lists, e.g. --rows 8 --keys 600,1200,2400")
+    xo.check_paths_available(sweep["paths"], dev)  # e.g. "the fused path is unavailable here (...)"
+    dev = _resolve_device(dev, default="cuda")
+    _cpu_notes(dev, graph=graph, cases=[{"rows": max(sweep["rows"]), "keys": max(sweep["keys"])}],
+               what="the sweep's largest grid point",
+               hint="give small --rows and --keys lists, e.g. --rows 8 --keys 600,1200,2400")
     with _progress("crossover") as prog:
         rep = xo.run_crossover(sweep, device=dev, reps=reps, warmup=warmup, cold_l2=cold_l2, graph=graph,
                                progress=prog, block_rows=block_rows, sms=sms, confirm=confirm, wave=wave)
@@ -817,7 +867,8 @@ def crossover(config, paths_, topks, rows_list, keys_list, confirm, block_rows, 
             w.add_row(str(r["rows"]), str(r["blocks"]), str(r["last_wave"]), _fmt(r["wave_ok"]), r["predicted"],
                       _fmt(r["t_a_ms"]), _fmt(r["t_b_ms"]), r["measured"] or "-", _fmt(r["agree"]))
         con.print(w)
-        click.echo(xo.wave_decision_line(cal["measured"]["wave"].get("decision"), cal["wave_rule"], (a, b)))
+        click.echo(xo.wave_decision_line(cal["measured"]["wave"].get("decision"), cal["wave_rule"], (a, b),
+                                         kept_from=rep.calibration_in))
     for n in rep.notes:
         click.echo(f"note: {n}")
     if engine:
@@ -849,6 +900,7 @@ def inspect(file: str) -> None:
     Record one from your own code with
     mqa_topk_cli.workloads.record(path, q, k, scales, weights, starts, ends, topk)
     (.safetensors or .pt; see the README, "Recording a workload")."""
+    checks.check_environment()  # the environment variables, before any work
     from rich.table import Table
 
     from . import workloads

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from . import checks, eligibility
-from .errors import Unavailable, UsageError
+from . import checks, eligibility, workloads
+from .errors import Unavailable, UsageError, path_unavailable
 
 #: The SM100 seed's thresholds, shown beside ours.
 SM100_MIN_KEYS = {512: 32768, 1024: 32768, 2048: 65536}
@@ -203,12 +203,15 @@ def decide_wave_rule(table: Sequence[dict], tolerance: float = WAVE_RULE_TOLERAN
             "rows_checked": len(checked), "worst_rows": worst_rows, "worst_ratio": worst_ratio}
 
 
-def wave_decision_line(decision: dict | None, wave_rule: bool, names: tuple[str, str] = ("fused", "dense")) -> str:
-    """The printed form of ``decide_wave_rule``'s result and the rule written."""
+def wave_decision_line(decision: dict | None, wave_rule: bool, names: tuple[str, str] = ("fused", "dense"),
+                       kept_from: str | None = None) -> str:
+    """The printed form of ``decide_wave_rule``'s result and the rule written
+    (``kept_from``: the calibration an undecided setting was kept from)."""
     a, b = names
     state = "on" if wave_rule else "off"
     if not decision or decision.get("wave_rule") is None:
-        return (f"wave rule: {state} (kept: no row the rule sends to {b} was timed on both paths)")
+        return (f"wave rule: {state}, kept from {kept_from or 'the current calibration'} (no timed row is one the "
+                f"rule sends to {b}: this run does not decide it)")
     tol = decision["tolerance"]
     worst = f"worst {decision['worst_ratio']:.3f}x at {decision['worst_rows']} rows"
     if decision["wave_rule"]:
@@ -251,6 +254,11 @@ def _check_topk(value, what: str) -> int:
     return checks.check_choice(value, what, TOPKS)
 
 
+def check_confirm(value, what: str = "confirm") -> int:
+    """Grid points A must also win at after the crossover: 0..MAX_CONFIRM."""
+    return checks.check_int(value, what, 0, checks.MAX_CONFIRM, " (grid points after the crossover)")
+
+
 def _checked(check, value, what: str, where: str):
     """``check(value, what)`` (a ``checks`` function) with the config file named."""
     if check is None:
@@ -259,6 +267,18 @@ def _checked(check, value, what: str, where: str):
         return check(value, what)
     except UsageError as e:
         raise UsageError(f"--config {where}: {e}") from None
+
+
+#: Fields of a sweep config's tables (``load_sweep``).
+SWEEP_FIELDS = ("layout", "dist", "seed", "topks", "rows", "keys", "paths", "confirm", "options")
+WAVE_FIELDS = ("enabled", "keys", "topk", "multiples", "rows", "tolerance")
+KEY_GRID_FIELDS = ("min", "max", "factor", "align")
+
+
+def _known_fields(table: dict, known: tuple, what: str, where: str) -> None:
+    for key in table:
+        if key not in known:
+            raise UsageError(f"--config {where}: {what} {key}: unknown field; valid fields: {', '.join(known)}")
 
 
 def load_sweep(path) -> dict:
@@ -273,8 +293,10 @@ def load_sweep(path) -> dict:
     if not isinstance(sw, dict):
         raise UsageError(f"--config {p}: missing the [sweep] table")
     where = str(p)
+    _known_fields(sw, SWEEP_FIELDS, "[sweep]", where)
     keys = sw.get("keys")
     if isinstance(keys, dict):
+        _known_fields(keys, KEY_GRID_FIELDS, "[sweep] keys:", where)
         try:
             grid = geometric_grid(int(keys["min"]), int(keys["max"]), float(keys.get("factor", math.sqrt(2.0))),
                                   int(keys.get("align", 128)))
@@ -292,21 +314,33 @@ def load_sweep(path) -> dict:
     wave = data.get("wave", {})
     if not isinstance(wave, dict):
         raise UsageError(f"--config {p}: [wave] must be a table")
+    _known_fields(wave, WAVE_FIELDS, "[wave]", where)
     options = sw.get("options", {})
     if not isinstance(options, dict):
         raise UsageError(f"--config {p}: [sweep] options must be a table")
+    layout = _checked(lambda v, w: checks.check_choice(v, w, workloads.LAYOUTS), sw.get("layout", "causal"),
+                      "[sweep] layout", where)
+    dist = _checked(lambda v, w: checks.check_choice(v, w, workloads.DISTS), sw.get("dist", "gaussian"),
+                    "[sweep] dist", where)
+    try:  # their types and what they apply to; the bounds per grid point when the sweep runs
+        workloads.check_options(layout, dist, None, None, options)
+    except UsageError as e:
+        raise UsageError(f"--config {where}: [sweep] options: {e}") from None
+    enabled = wave.get("enabled", True)
+    if not isinstance(enabled, bool):
+        raise UsageError(f"--config {where}: [wave] enabled: expected true or false, got {enabled!r}")
     return {
-        "layout": str(sw.get("layout", "causal")),
-        "dist": str(sw.get("dist", "gaussian")),
+        "layout": layout,
+        "dist": dist,
         "seed": _checked(checks.check_seed, sw.get("seed", 0), "[sweep] seed", where),
         "options": options,
         "topks": _int_list(sw.get("topks", [512, 1024, 2048]), "[sweep] topks", where, _check_topk),
         "rows": _int_list(sw.get("rows", [8192]), "[sweep] rows", where, checks.check_rows),
         "keys": grid,
         "paths": list(paths),
-        "confirm": _checked(lambda v, w: checks.check_int(v, w, 0), sw.get("confirm", 2), "[sweep] confirm", where),
+        "confirm": _checked(check_confirm, sw.get("confirm", 2), "[sweep] confirm", where),
         "wave": {
-            "enabled": bool(wave.get("enabled", True)),
+            "enabled": enabled,
             "keys": _checked(checks.check_keys, wave.get("keys", 65536), "[wave] keys", where),
             "topk": _checked(_check_topk, wave.get("topk", 512), "[wave] topk", where),
             "multiples": _int_list(wave.get("multiples", [1, 2]), "[wave] multiples", where),
@@ -331,6 +365,8 @@ class CrossoverReport:
     calibration: dict
     notes: list[str] = field(default_factory=list)
     results: list = field(default_factory=list, repr=False)
+    #: The calibration this run started from (its thresholds and wave rule are kept where not measured).
+    calibration_in: str = ""
 
 
 def _sm_count(device) -> int | None:
@@ -352,7 +388,30 @@ def check_paths_available(paths: Sequence[str], device) -> None:
     for name in paths:
         reason = paths_mod.get_path(name).unavailable_reason(device)
         if reason:
-            raise Unavailable(f"the {name} path is unavailable here ({reason}); crossover needs both paths of --paths")
+            raise path_unavailable(name, device, reason)
+
+
+def check_grid(sweep: dict, name: str = "rows") -> None:
+    """A causal sweep times only grid points with keys >= rows: every row
+    count needs a key count at or above it (``name`` is what the message
+    calls the row counts, e.g. the option that gave them)."""
+    if sweep.get("layout", "causal") != "causal" or not sweep["keys"]:
+        return
+    kmax = max(sweep["keys"])
+    bad = [r for r in sweep["rows"] if r > kmax]
+    if bad:
+        tail = ": no grid point to time" if len(bad) == len(sweep["rows"]) else ""
+        raise UsageError(f"{name}: {', '.join(map(str, bad))} {'exceeds' if len(bad) == 1 else 'exceed'} every key "
+                         f"count (largest {kmax}); a causal chunk needs keys >= rows{tail}")
+
+
+def check_sweep(sweep: dict, rows_name: str = "rows") -> dict:
+    """The sweep with its key grid sorted, its sizes and options checked
+    against the limits and its grid checked (``check_grid``), before anything
+    runs: ``UsageError`` naming the field."""
+    sweep = _checked_sweep(sweep)
+    check_grid(sweep, rows_name)
+    return sweep
 
 
 def _checked_sweep(sweep: dict) -> dict:
@@ -367,6 +426,12 @@ def _checked_sweep(sweep: dict) -> dict:
     wave = sweep.get("wave", {})
     if wave.get("enabled", True) and "keys" in wave:
         checks.check_keys(wave["keys"], "wave keys")
+    layout, dist, options = sweep.get("layout", "causal"), sweep.get("dist", "gaussian"), sweep.get("options", {})
+    for keys in sorted({*sweep["keys"], *([wave["keys"]] if wave.get("enabled", True) and "keys" in wave else [])}):
+        try:  # e.g. requests or sinks beyond a grid point's keys
+            workloads.check_options(layout, dist, None, keys, dict(options))
+        except UsageError as e:
+            raise UsageError(f"options: at {keys} keys: {e}") from None
     return sweep
 
 
@@ -393,11 +458,15 @@ def run_crossover(
     from .envinfo import environment
 
     a, b = tuple(paths or sweep.get("paths") or ("fused", "native"))
+    sweep = check_sweep(sweep)
+    if block_rows is not None:
+        checks.check_int(block_rows, "block_rows", 1, checks.MAX_BLOCK_ROWS)
+    if sms is not None:
+        checks.check_int(sms, "sms", 1, checks.MAX_SMS)
+    conf = check_confirm(sweep.get("confirm", 2) if confirm is None else confirm)
     check_paths_available((a, b), device)
-    sweep = _checked_sweep(sweep)
     cal_now = calibration if calibration is not None else eligibility.load_calibration()
     br = int(block_rows if block_rows is not None else cal_now.get("block_rows", eligibility.DEFAULT_BLOCK_ROWS))
-    conf = int(sweep.get("confirm", 2) if confirm is None else confirm)
     notes: list[str] = []
     layout = sweep.get("layout", "causal")
 
@@ -534,13 +603,24 @@ def run_crossover(
             "environment": env,
         },
     }
-    from . import external
+    if is_engine_path(a) or is_engine_path(b):  # engine-fused vs engine-dense: the constants to set in the engine
+        from . import external
 
-    if external.is_external(a) or external.is_external(b):  # e.g. engine-fused vs engine-dense: the engine's constants
         calibration_out["measured"]["engine"] = external.engine_constants(recommended, wave_rows_rule_on)
     return CrossoverReport(paths=(a, b), grid=grid, crossovers=crossovers, recommended=recommended, current=current,
                            wave=wave_rows_out, calibration=calibration_out, notes=notes,
-                           results=list(grid_res) + list(wave_res))
+                           results=list(grid_res) + list(wave_res),
+                           calibration_in=str(cal_now.get("path") or "the calibration passed in"))
+
+
+#: The serving engine's own paths: a crossover between them gives the engine's constants.
+ENGINE_PATHS = ("engine-fused", "engine-dense")
+
+
+def is_engine_path(name) -> bool:
+    """True for the serving engine's paths (not for DeepGEMM, FlashInfer or a
+    user's ``py:`` function, whose crossover says nothing about the engine)."""
+    return name in ENGINE_PATHS
 
 
 def write_calibration(path, calibration: dict) -> Path:
@@ -557,6 +637,7 @@ def write_calibration(path, calibration: dict) -> Path:
         p.write_text(json.dumps(_jsonable(calibration), indent=2) + "\n")
     except OSError as e:
         raise UsageError(f"--out {p}: cannot write ({e.strerror or e})") from None
+    checks.output_written(p)
     return p
 
 
@@ -594,4 +675,5 @@ def plot_crossover(report: CrossoverReport, path) -> str | None:
         plt.close(fig)
         raise UsageError(f"--plot {path}: cannot write ({e.strerror or e})") from None
     plt.close(fig)
+    checks.output_written(path)
     return None

@@ -22,12 +22,14 @@ import math
 import os
 from pathlib import Path
 
+from .checks import MAX_BLOCK_ROWS, MAX_SMS
 from .contract import HEAD_DIM, HEADS, MAX_KEYS, TOPKS
 from .errors import UsageError
 
 #: Environment variable naming a calibration JSON (overrides the shipped default).
 CALIBRATION_ENV = "MQA_TOPK_CALIBRATION"
-#: Environment variable switching the fused path off ("0", "false", "no", "off").
+#: Environment variable switching the fused path off ("0", "false", "no", "off"; "1", "true", "yes", "on":
+#: on, the default; any other value is an error).
 USE_FUSED_ENV = "MQA_TOPK_USE_FUSED"
 #: Rows per block of the fused kernel when the calibration does not say.
 DEFAULT_BLOCK_ROWS = 8
@@ -46,10 +48,18 @@ def calibration_path(path=None) -> Path:
     return DEFAULT_CALIBRATION
 
 
-def _positive_int(value, what: str, where: str) -> int:
+def _positive_int(value, what: str, where: str, hi: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise UsageError(f"calibration file {where}: {what} must be a positive integer, got {value!r}")
+    if hi is not None and value > hi:
+        raise UsageError(f"calibration file {where}: {what} must be between 1 and {hi}, got {value!r}")
     return value
+
+
+#: Largest min_keys a calibration may give (int32).
+MAX_MIN_KEYS = (1 << 31) - 1
+#: Text fields of a calibration (each a string or null).
+_TEXT_FIELDS = ("source", "gpu", "date", "commit")
 
 
 def validate_calibration(data, where: str = "<calibration>") -> dict:
@@ -67,18 +77,28 @@ def validate_calibration(data, where: str = "<calibration>") -> dict:
         try:
             topk = int(key)
         except (TypeError, ValueError):
-            raise UsageError(f"calibration file {where}: min_keys key {key!r} is not a topk") from None
-        min_keys[topk] = _positive_int(value, f"min_keys[{key!r}]", where)
+            topk = None
+        if topk not in TOPKS:
+            raise UsageError(f"calibration file {where}: min_keys key {key!r} is not a topk "
+                             f"({', '.join(map(str, TOPKS))})")
+        # anything above MAX_KEYS means "never fused" (recommended_min_keys writes MAX_KEYS + 1); the
+        # bound is int32, as an engine keeps its thresholds: more is a broken file, not a threshold
+        min_keys[topk] = _positive_int(value, f"min_keys[{key!r}]", where, MAX_MIN_KEYS)
     missing = [t for t in TOPKS if t not in min_keys]
     if missing:
         raise UsageError(f"calibration file {where}: min_keys lacks topk {', '.join(map(str, missing))}")
-    block_rows = _positive_int(data.get("block_rows", DEFAULT_BLOCK_ROWS), "'block_rows'", where)
+    block_rows = _positive_int(data.get("block_rows", DEFAULT_BLOCK_ROWS), "'block_rows'", where, MAX_BLOCK_ROWS)
     wave_rule = data.get("wave_rule", True)
     if not isinstance(wave_rule, bool):
         raise UsageError(f"calibration file {where}: 'wave_rule' must be true or false, got {wave_rule!r}")
     sms = data.get("sms")
     if sms is not None:
-        _positive_int(sms, "'sms'", where)
+        _positive_int(sms, "'sms'", where, MAX_SMS)
+    for name in _TEXT_FIELDS:
+        if data.get(name) is not None and not isinstance(data[name], str):
+            raise UsageError(f"calibration file {where}: '{name}' must be a string or null, got {data[name]!r}")
+    if "measured" in data and not isinstance(data["measured"], dict):
+        raise UsageError(f"calibration file {where}: 'measured' must be an object, got {type(data['measured']).__name__}")
     out = dict(data)
     out.update(min_keys=min_keys, block_rows=block_rows, wave_rule=wave_rule, path=where)
     return out
@@ -210,10 +230,10 @@ def fused_mqa_topk_chunk(
 
 
 def _env_on(name: str, default: bool = True) -> bool:
-    v = os.environ.get(name)
-    if v is None or v.strip() == "":
-        return default
-    return v.strip().lower() not in ("0", "false", "no", "off")
+    """A boolean switch (``checks.env_flag``): an unclear value is a ``UsageError`` naming it."""
+    from .checks import env_flag
+
+    return env_flag(name, default)
 
 
 def use_fused_mqa_topk(

@@ -30,3 +30,13 @@ class Unavailable(MqaTopkError):
 
 class VerificationFailed(MqaTopkError):
     """A path returned a wrong result."""
+
+
+def path_unavailable(name: str, device, reason: str) -> Unavailable:
+    """The one-line ``Unavailable`` of a path that cannot run on ``device``, in
+    the same words in every command: "the NAME path is unavailable on DEVICE:
+    REASON" (a reason that starts with the path's name does not repeat it)."""
+    reason = str(reason)
+    if reason.startswith(f"{name}: "):
+        reason = reason[len(name) + 2:]
+    return Unavailable(f"the {name} path is unavailable on {device}: {reason}")

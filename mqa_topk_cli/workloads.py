@@ -40,8 +40,8 @@ from . import checks, contract
 from .contract import FP8, HEAD_DIM, HEADS, TOPKS
 from .errors import ContractError, UsageError
 
-LAYOUTS = ("causal", "ragged", "full")
-DISTS = ("gaussian", "dsa", "ties", "zero_weights", "negative_weights", "relu_saturated", "rising", "short_rows")
+LAYOUTS = checks.LAYOUTS
+DISTS = checks.DISTS
 #: Largest finite float8_e4m3fn value; generated values are clamped to it.
 FP8_MAX = 448.0
 #: Tensor fields of a workload file, in order.
@@ -61,6 +61,14 @@ OPTIONS = {
 }
 #: Keys of a config case that are not generator options.
 CASE_FIELDS = ("name", "layout", "rows", "keys", "topk", "dist", "seed", "file", "description", "tags")
+#: Fields of a config case naming a recorded workload (its shape and values come from the file).
+FILE_CASE_FIELDS = ("name", "file", "description", "tags")
+#: Values of the ``tie_mode`` option.
+TIE_MODES = ("boundary", "whole")
+#: The layout or distribution each option applies to.
+_OPTION_APPLIES = {"requests": ("layout", "ragged"), "key_lengths": ("layout", "ragged"),
+                   "row_lengths": ("layout", "ragged"), "tie_mode": ("dist", "ties"), "near_ties": ("dist", "ties"),
+                   "sinks": ("dist", "dsa")}
 
 
 # --------------------------------------------------------------------------- Workload
@@ -196,19 +204,7 @@ def _ragged_lengths(rng: _Rng, rows: int | None, keys: int | None, opts: dict) -
     """(key_lengths c_i, row_lengths q_i) of the packed requests, q_i <= c_i."""
     kl, rl = opts.get("key_lengths"), opts.get("row_lengths")
     if kl is not None or rl is not None:
-        if kl is None or rl is None:
-            raise UsageError("key_lengths/row_lengths: give both (one entry per request)")
-        if not isinstance(kl, (list, tuple)) or not isinstance(rl, (list, tuple)) or len(kl) != len(rl) or not kl:
-            raise UsageError("key_lengths/row_lengths: must be non-empty lists of equal length")
-        kl = [_int("key_lengths[]", c) for c in kl]
-        rl = [_int("row_lengths[]", c) for c in rl]
-        for i, (c, r) in enumerate(zip(kl, rl)):
-            if r > c:
-                raise UsageError(f"row_lengths[{i}]: {r} rows exceed the request's {c} keys (q_i <= c_i)")
-        if rows is not None and rows != sum(rl):
-            raise UsageError(f"rows: {rows} differs from sum(row_lengths) = {sum(rl)}")
-        if keys is not None and keys != sum(kl):
-            raise UsageError(f"keys: {keys} differs from sum(key_lengths) = {sum(kl)}")
+        _check_lengths(rows, keys, kl, rl)
         return list(kl), list(rl)
     if rows is None or keys is None:
         raise UsageError("rows/keys: required unless key_lengths and row_lengths are given")
@@ -352,9 +348,7 @@ def _dist_ties(rng, rows, keys, topk, starts, ends, offs, opts):
     ``near_ties=True``: the tie keys differ in one channel by one fp8 step, so
     their logits are distinct but within ~0.1%: thousands of candidates in one
     coarse histogram bin."""
-    mode = opts.get("tie_mode", "boundary")
-    if mode not in ("boundary", "whole"):
-        raise UsageError(f"tie_mode: must be 'boundary' or 'whole', got {mode!r}")
+    mode = checks.check_choice(opts.get("tie_mode", "boundary"), "tie_mode", TIE_MODES)
     near = bool(opts.get("near_ties", False))
     dev = rng.device
     t = _unit_sign_vector(rng)  # entries +-1: exact in fp8
@@ -457,6 +451,61 @@ _DIST_FUNCS = {
 }
 
 
+def _check_lengths(rows, keys, kl, rl) -> None:
+    """The explicit ragged lengths: both given, non-empty lists of equal
+    length of integers >= 0, q_i <= c_i, and their sums equal to ``rows`` /
+    ``keys`` where those are given."""
+    if kl is None or rl is None:
+        raise UsageError("key_lengths/row_lengths: give both (one entry per request)")
+    if not isinstance(kl, (list, tuple)) or not isinstance(rl, (list, tuple)) or len(kl) != len(rl) or not kl:
+        raise UsageError("key_lengths/row_lengths: must be non-empty lists of equal length")
+    for name, lens in (("key_lengths", kl), ("row_lengths", rl)):
+        for i, c in enumerate(lens):
+            checks.check_int(c, f"{name}[{i}]", 0, checks.MAX_KEYS)
+    for i, (c, r) in enumerate(zip(kl, rl)):
+        if r > c:
+            raise UsageError(f"row_lengths[{i}]: {r} rows exceed the request's {c} keys (q_i <= c_i)")
+    if rows is not None and rows != sum(rl):
+        raise UsageError(f"rows: {rows} differs from sum(row_lengths) = {sum(rl)}")
+    if keys is not None and keys != sum(kl):
+        raise UsageError(f"keys: {keys} differs from sum(key_lengths) = {sum(kl)}")
+
+
+def check_options(layout: str, dist: str, rows, keys, opts: dict) -> None:
+    """Checks the generator options ``opts`` (see ``OPTIONS``) before anything
+    is generated: each is known, applies to ``layout`` / ``dist``, and has its
+    type and range (``requests`` 1..keys, ``sinks`` 0..keys, ``near_ties`` and
+    ``unaligned_starts`` true or false, ``tie_mode`` one of ``TIE_MODES``,
+    explicit ragged lengths consistent with ``rows`` / ``keys``, which may be
+    None when the lengths give them). ``UsageError`` names the option."""
+    unknown = sorted(set(opts) - set(OPTIONS))
+    if unknown:
+        raise UsageError(f"{unknown[0]}: unknown workload option; valid options: {', '.join(OPTIONS)}")
+    given = {"layout": layout, "dist": dist}
+    for name in OPTIONS:
+        if name in opts and name in _OPTION_APPLIES:
+            what, want = _OPTION_APPLIES[name]
+            if given[what] != want:
+                article = "the ragged layout" if what == "layout" else f"dist {want}"
+                raise UsageError(f"{name}: applies to {article} only ({what} is {given[what]!r})")
+    for name in ("unaligned_starts", "near_ties"):
+        if name in opts and not isinstance(opts[name], bool):
+            raise UsageError(f"{name}: expected true or false, got {opts[name]!r}")
+    if "tie_mode" in opts:
+        checks.check_choice(opts["tie_mode"], "tie_mode", TIE_MODES)
+    total_keys = keys
+    if "key_lengths" in opts or "row_lengths" in opts:
+        if "requests" in opts:
+            raise UsageError("requests: give either requests or key_lengths/row_lengths (one entry per request)")
+        _check_lengths(rows, keys, opts.get("key_lengths"), opts.get("row_lengths"))
+        total_keys = sum(opts["key_lengths"])
+    limit = total_keys if isinstance(total_keys, int) and not isinstance(total_keys, bool) else checks.MAX_KEYS
+    if "requests" in opts:
+        checks.check_int(opts["requests"], "requests", 1, limit, " (each request owns at least one key)")
+    if "sinks" in opts:
+        checks.check_int(opts["sinks"], "sinks", 0, limit, " (sink keys at the start of each request)")
+
+
 def _planned_size(layout: str, rows, keys, opts: dict) -> tuple[int, int] | None:
     """(rows, keys) a workload will have, known before generating it: the
     arguments, or the sums of a ragged layout's explicit lengths; None when
@@ -482,11 +531,9 @@ def _check_rows_fit(layout: str, rows: int, keys: int, opts: dict) -> None:
                          f"got rows={rows}, keys={keys})")
 
 
-def make_workload(layout: str = "causal", rows: int | None = 256, keys: int | None = 4096, topk: int = 2048,
-                  dist: str = "gaussian", seed: int = 0, device="cpu", name: str = "", **opts) -> Workload:
-    """A synthetic workload (see the module docstring for layouts, ``DISTS`` and
-    ``OPTIONS``). Deterministic for a given (arguments, seed, device type).
-    Raises ``UsageError`` naming the bad argument."""
+def _check_request(layout, rows, keys, topk, dist, seed, opts: dict) -> tuple[int, int] | None:
+    """Every check of make_workload's arguments that needs neither a device
+    nor memory; returns the planned (rows, keys) when they are known."""
     unknown = sorted(set(opts) - set(OPTIONS))
     if unknown:
         raise UsageError(f"{unknown[0]}: unknown workload option; valid options: {', '.join(OPTIONS)}")
@@ -502,13 +549,42 @@ def make_workload(layout: str = "causal", rows: int | None = 256, keys: int | No
         checks.check_rows(rows)
     if keys is not None:
         checks.check_keys(keys)
-    seed = checks.check_seed(seed)
+    check_options(layout, dist, rows, keys, opts)
+    checks.check_seed(seed)
+    size = _planned_size(layout, rows, keys, opts)
+    if size is not None:
+        _check_rows_fit(layout, *size, opts)
+    return size
+
+
+def check_case(case: dict, device=None) -> None:
+    """Checks a generator case dict (as ``workload_from_case`` reads it)
+    without generating anything: a bad field is a ``UsageError`` naming it;
+    with ``device``, also the memory generating it takes there. A case naming
+    a recorded ``file`` is read and checked."""
+    if not isinstance(case, dict):
+        raise UsageError(f"case: expected a dict, got {type(case).__name__}")
+    if "file" in case:
+        load_workload(case["file"])
+        return
+    size = _check_request(case.get("layout", "causal"), case.get("rows"), case.get("keys"), case.get("topk", 2048),
+                          case.get("dist", "gaussian"), case.get("seed", 0),
+                          {k: v for k, v in case.items() if k in OPTIONS})
+    if device is not None and size is not None:
+        checks.check_generation(*size, torch.device(device))
+
+
+def make_workload(layout: str = "causal", rows: int | None = 256, keys: int | None = 4096, topk: int = 2048,
+                  dist: str = "gaussian", seed: int = 0, device="cpu", name: str = "", **opts) -> Workload:
+    """A synthetic workload (see the module docstring for layouts, ``DISTS`` and
+    ``OPTIONS``). Deterministic for a given (arguments, seed, device type).
+    Raises ``UsageError`` naming the bad argument."""
+    size = _check_request(layout, rows, keys, topk, dist, seed, opts)
+    seed = int(seed)
     dev = torch.device(device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise UsageError(f"device: {device} requested but no CUDA GPU is available")
-    size = _planned_size(layout, rows, keys, opts)
-    if size is not None:  # sizes and memory are checked before anything is allocated
-        _check_rows_fit(layout, *size, opts)
+    if size is not None:  # memory is checked before anything is allocated
         checks.check_generation(*size, dev)
     rng = _Rng(seed, dev)
     rows, keys, starts, ends, offs = _layout(rng, layout, rows, keys, opts)
@@ -854,7 +930,15 @@ def load_workload_config(path) -> list[dict]:
     for i, raw in enumerate(cases):
         if not isinstance(raw, dict):
             raise UsageError(f"{path}: case #{i + 1}: must be a table")
-        case = {**defaults, **raw}
+        if "file" in raw:  # a recorded workload: [defaults] (generator fields) do not apply to it
+            for key in raw:
+                if key not in FILE_CASE_FIELDS:
+                    raise _case_error(path, i, raw, f"{key}: does not apply to a recorded workload (file: its "
+                                                    f"shape and values come from the file); fields of a file case: "
+                                                    f"{', '.join(FILE_CASE_FIELDS)}")
+            case = {**{k: v for k, v in defaults.items() if k in FILE_CASE_FIELDS and k != "name"}, **raw}
+        else:
+            case = {**defaults, **raw}
         out.append(_normalize_case(path, i, case))
         if out[-1]["name"] in names:
             raise _case_error(path, i, case, f"name: duplicate case name {out[-1]['name']!r}")
@@ -868,6 +952,11 @@ def _normalize_case(path, i: int, case: dict) -> dict:
         if key not in CASE_FIELDS and key not in OPTIONS:
             raise _case_error(path, i, case, f"{key}: unknown field; valid fields: "
                                              f"{', '.join(CASE_FIELDS)}, and options {', '.join(OPTIONS)}")
+    if not isinstance(c.get("description", ""), str):
+        raise _case_error(path, i, case, f"description: expected a string, got {c['description']!r}")
+    tags = c.get("tags", [])
+    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+        raise _case_error(path, i, case, f"tags: expected a list of strings, got {tags!r}")
     if "file" in c:
         f = c["file"]
         if not isinstance(f, str) or not f:
@@ -892,6 +981,8 @@ def _normalize_case(path, i: int, case: dict) -> dict:
         raise _case_error(path, i, case, "topk: missing")
     if isinstance(c["topk"], bool) or c["topk"] not in TOPKS:
         raise _case_error(path, i, case, f"topk: must be one of {TOPKS}, got {c['topk']!r}")
+    if ("key_lengths" in c) != ("row_lengths" in c):
+        raise _case_error(path, i, case, "key_lengths/row_lengths: give both (one entry per request)")
     explicit = "key_lengths" in c and "row_lengths" in c
     if explicit:
         for key, lens in (("rows", c["row_lengths"]), ("keys", c["key_lengths"])):
@@ -918,10 +1009,28 @@ def _normalize_case(path, i: int, case: dict) -> dict:
         raise _case_error(path, i, case, str(e)) from None
     if c["layout"] == "causal" and "rows" in c and "keys" in c and c["rows"] > c["keys"]:
         raise _case_error(path, i, case, f"rows: the causal layout needs rows <= keys (got {c['rows']} > {c['keys']})")
+    try:
+        check_options(c["layout"], c["dist"], c.get("rows"), c.get("keys"),
+                      {key: v for key, v in c.items() if key in OPTIONS})
+    except UsageError as e:
+        raise _case_error(path, i, case, str(e)) from None
     if not isinstance(c.get("name", ""), str):
         raise _case_error(path, i, case, "name: expected a string")
     c.setdefault("name", f"{c['layout']}-{c['dist']}-r{c.get('rows')}-k{c.get('keys')}-t{c['topk']}")
     return c
+
+
+def check_case_files(path, cases: list[dict]) -> None:
+    """Reads and checks every recorded workload file that ``cases`` (of the
+    config ``path``) name, before any case runs: a missing or corrupt file is
+    one ``UsageError`` naming the config, the case and the file."""
+    for i, c in enumerate(cases):
+        if "file" not in c:
+            continue
+        try:
+            load_workload(c["file"])
+        except UsageError as e:
+            raise _case_error(path, i, c, f"file: {e}") from None
 
 
 def workload_from_case(case: dict, device="cpu") -> Workload:
@@ -949,6 +1058,6 @@ def workload_from_case(case: dict, device="cpu") -> Workload:
 
 
 __all__ = [
-    "Workload", "LAYOUTS", "DISTS", "OPTIONS", "make_workload", "save_workload", "load_workload", "record",
-    "describe_workload", "load_workload_config", "workload_from_case",
+    "Workload", "LAYOUTS", "DISTS", "OPTIONS", "TIE_MODES", "check_options", "make_workload", "save_workload", "load_workload", "record",
+    "describe_workload", "load_workload_config", "check_case_files", "check_case", "workload_from_case",
 ]

@@ -340,7 +340,7 @@ def test_verify_recorded_workload(run, tmp_path):
 def test_crossover_on_cpu_writes_a_calibration(run, tmp_path, monkeypatch):
     cal = tmp_path / "cal.json"
     res = run("crossover", "--device", "cpu", "--paths", "torch,reference", "--topks", "512", "--rows", "8",
-              "--keys", "600,1200", "--sms", "2", "--block-rows", "8", "--wave-keys", "600", "--reps", "2",
+              "--keys", "600,1200", "--sms", "2", "--block-rows", "8", "--wave-keys", "300", "--reps", "2",
               "--warmup", "0", "--out", cal, "--results", tmp_path / "raw.csv")
     assert res.exit_code == 0, res.output
     assert "SM100 default" in res.stdout and "wave rule" in res.stdout

@@ -436,6 +436,7 @@ def test_cases_carry_the_sweep_and_the_calibration_the_environment(fake, cal, mo
     rep = crossover.run_crossover(sw, device="cpu", sms=4, block_rows=2, calibration=cal)
     assert {(c["layout"], c["dist"], c["seed"], c["near_ties"]) for c in seen} == {("full", "ties", 7, True)}
     del sw["dist"], sw["seed"]
+    sw["options"] = {}  # near_ties applies to dist ties only (issue 47: refused, no longer ignored)
     seen.clear()
     crossover.run_crossover(sw, device="cpu", sms=4, block_rows=2, calibration=cal)
     assert {(c["dist"], c["seed"]) for c in seen} == {("gaussian", 0)}
@@ -658,4 +659,5 @@ def test_wave_decision_line_says_what_was_written():
     assert "1.080x at 1064 rows" in crossover.wave_decision_line(on, True)
     assert crossover.wave_decision_line(off, False).startswith("wave rule: off (fused took at most 1.03x dense's")
     assert crossover.wave_decision_line(None, False) == (
-        "wave rule: off (kept: no row the rule sends to dense was timed on both paths)")
+        "wave rule: off, kept from the current calibration (no timed row is one the rule sends to dense: this run "
+        "does not decide it)")

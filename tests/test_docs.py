@@ -21,7 +21,7 @@ def test_every_environment_variable_is_in_the_readme():
     assert len(used) > 5  # the scan found the code
 
 
-def test_device_scripts_parse():
+def test_device_scripts_parse(tmp_path):
     """A syntax error in a device script would cost a whole GPU round: check
     them here (bash -n, Python compile)."""
     import py_compile
@@ -33,4 +33,21 @@ def test_device_scripts_parse():
             res = subprocess.run(["bash", "-n", str(sh)], capture_output=True, text=True)
             assert res.returncode == 0, f"{sh.name}: {res.stderr}"
     for py in (ROOT / "scripts").glob("*.py"):
-        py_compile.compile(str(py), doraise=True, cfile=str(ROOT / ".pytest_cache" / (py.name + "c")))
+        py_compile.compile(str(py), doraise=True, cfile=str(tmp_path / (py.name + "c")))  # (nothing in the checkout)
+
+
+def test_ci_installs_the_cpu_torch_and_leaves_the_checkout_clean():
+    """.ci/run (issue 47): torch from the CPU wheel index (the plain install
+    only where that index is unreachable), the regular install built outside
+    the checkout, pytest's cache outside it, and a final check that `git status
+    --porcelain --ignored` is what it was (so .gitignore hides nothing)."""
+    text = (ROOT / ".ci" / "run").read_text()
+    lines = [ln.strip() for ln in text.splitlines() if not ln.strip().startswith("#")]
+    torch_lines = [ln for ln in lines if re.match(r"(if ! )?pip install\b.*\btorch==", ln)]
+    assert torch_lines and "--index-url https://download.pytorch.org/whl/cpu" in torch_lines[0], torch_lines
+    assert torch_lines[0].startswith("if ! pip install") and len(torch_lines) == 2, torch_lines  # then the fallback
+    regular = [ln for ln in lines if "--target" in ln and "pip install" in ln]
+    assert regular and not re.search(r"\s\.$", regular[0]) and '"$WORK/src"' in regular[0], regular
+    assert re.search(r"python -m pytest -q -o cache_dir=\"\$WORK/", text)
+    assert "export PYTHONDONTWRITEBYTECODE=1" in text
+    assert 'git -C "$ROOT" status --porcelain --ignored' in text and "trap finish EXIT" in text

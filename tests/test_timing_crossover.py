@@ -270,6 +270,8 @@ def _fake_time_fn(fn, **kw):
 def fake_paths(monkeypatch):
     """A registry of fake paths with synthetic times: fused = keys/1000 + 10 (ms),
     dense = keys/500; the fused path wins from 10000 keys."""
+    import mqa_topk_cli.external  # noqa: F401 -- imports the real paths module before it is replaced
+
     reg = {
         "fused": _FakePath("fused", ms=lambda w: w.keys / 1000 + 10),
         "native": _FakePath("native", ms=lambda w: w.keys / 500),
@@ -308,6 +310,24 @@ def test_run_bench_labels_failures_and_goes_on(fake_paths):
     assert r.tflops == pytest.approx(8192 * 8 * 8000 / 16e-3 / 1e12)
     assert st[("big", "torch")].speedup == pytest.approx(0.5) and st[("big", "torch")].baseline == "native"
     assert math.isnan(st[("big", "broken")].speedup)
+
+
+def test_cpu_sweep_collects_garbage_only_after_a_failure(fake_paths, monkeypatch):
+    # gc.collect takes ~0.1 s with torch loaded: a CPU sweep of tiny cases must
+    # not pay it per step (refcounting frees the tensors); a failure's traceback
+    # may hold tensors in a cycle, so a failed step is still followed by one.
+    import gc
+
+    calls = []
+    monkeypatch.setattr(gc, "collect", lambda *a: calls.append(a) or 0)
+    cases = [{"name": f"c{k}", "layout": "causal", "rows": 8, "keys": k, "topk": 512} for k in (1000, 2000, 3000)]
+    res = bench.run_bench(cases, ["native", "torch"], device="cpu")
+    assert all(r.ok for r in res) and calls == []
+    res = bench.run_bench(cases[:1] + [dict(cases[0], name="big", keys=8000)], ["broken"], device="cpu")
+    assert [r.status for r in res] == ["ok", "OOM"] and len(calls) == 1
+    calls.clear()
+    bench._free("cuda")  # on a GPU every step is followed by a collection (then empty_cache when there is one)
+    assert len(calls) == 1
 
 
 def test_run_crossover_with_synthetic_paths(sm100_cal, fake_paths):

@@ -342,7 +342,7 @@ def test_file_name_metadata_and_generator_argument_messages(tmp_path, w):
     assert str(ei.value) == "rows/keys: required unless key_lengths and row_lengths are given"
     with pytest.raises(UsageError) as ei:
         make_workload("ragged", rows=2, keys=100, topk=512, requests=0)
-    assert str(ei.value) == "requests: must be >= 1, got 0"
+    assert str(ei.value) == "requests: must be between 1 and 100 (each request owns at least one key), got 0"
 
 
 def test_ties_hot_key_share():

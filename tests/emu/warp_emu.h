@@ -10,6 +10,11 @@
 // race-free warp code may assume (shared-memory atomics become plain adds).
 // A lane that finishes while others still wait at an intrinsic (divergent
 // intrinsics) is reported as an error. Full masks only.
+//
+// On x86-64 a lane switch is a few instructions (warp_emu_swap below: the
+// callee-saved registers and the stack pointer); elsewhere, or with
+// -DWARP_EMU_UCONTEXT, it is swapcontext, which also saves and restores the
+// signal mask with a system call on every switch (4-5x slower overall).
 #pragma once
 
 #include <ucontext.h>
@@ -35,10 +40,44 @@ inline uint4 make_uint4(uint32_t a, uint32_t b, uint32_t c, uint32_t d) { return
 namespace warp_emu {
 
 constexpr int kLanes = 64;  // fibers at most (two warps)
+constexpr size_t kStackBytes = size_t(1) << 18;  // per lane
+
+#if defined(__x86_64__) && !defined(WARP_EMU_UCONTEXT)
+#define WARP_EMU_FAST_SWITCH 1
+// Saves rbp, rbx, r12-r15 on the current stack and the stack pointer in
+// *from_sp, then resumes the context whose stack pointer is to_sp.
+extern "C" void warp_emu_swap(void** from_sp, void* to_sp);
+__asm__(
+    ".text\n"
+    ".globl warp_emu_swap\n"
+    ".type warp_emu_swap, @function\n"
+    "warp_emu_swap:\n"
+    "  pushq %rbp\n"
+    "  pushq %rbx\n"
+    "  pushq %r12\n"
+    "  pushq %r13\n"
+    "  pushq %r14\n"
+    "  pushq %r15\n"
+    "  movq %rsp, (%rdi)\n"
+    "  movq %rsi, %rsp\n"
+    "  popq %r15\n"
+    "  popq %r14\n"
+    "  popq %r13\n"
+    "  popq %r12\n"
+    "  popq %rbx\n"
+    "  popq %rbp\n"
+    "  ret\n"
+    ".size warp_emu_swap, .-warp_emu_swap\n");
+#endif
 
 struct State {
+#ifdef WARP_EMU_FAST_SWITCH
+  void* main_sp = nullptr;
+  void* sp[kLanes];
+#else
   ucontext_t main_ctx;
   ucontext_t ctx[kLanes];
+#endif
   std::vector<char> stack[kLanes];
   uint64_t slots[2][kLanes];
   long phase[kLanes];
@@ -58,7 +97,17 @@ inline State& st() {
 
 [[noreturn]] inline void fail(const char* what) {
   std::fprintf(stderr, "warp_emu: %s\n", what);
-  std::exit(3);
+  std::fflush(nullptr);
+  std::_Exit(3);  // not exit: its destructors would free the lane stack this may run on
+}
+
+inline void swap_lanes(int cur, int next) {  // next < 0: back to run_n
+  State& s = st();
+#ifdef WARP_EMU_FAST_SWITCH
+  warp_emu_swap(&s.sp[cur], next < 0 ? s.main_sp : s.sp[next]);
+#else
+  swapcontext(&s.ctx[cur], next < 0 ? &s.main_ctx : &s.ctx[next]);
+#endif
 }
 
 inline void switch_to_next(int cur) {
@@ -67,11 +116,11 @@ inline void switch_to_next(int cur) {
     const int n = (cur + d) % s.nlanes;
     if (!s.done[n]) {
       s.lane = n;
-      if (n != cur) swapcontext(&s.ctx[cur], &s.ctx[n]);
+      if (n != cur) swap_lanes(cur, n);
       return;
     }
   }
-  swapcontext(&s.ctx[cur], &s.main_ctx);  // every lane is done
+  swap_lanes(cur, -1);  // every lane is done
 }
 
 // Deposits v, lets every other lane of the warp reach this point, returns the
@@ -112,7 +161,15 @@ inline void trampoline(int lane) {
   s.done[lane] = true;
   // Lanes that still wait at an intrinsic are divergent: they will notice.
   switch_to_next(lane);
+#ifdef WARP_EMU_FAST_SWITCH
+  fail("a finished lane was resumed");  // its stack has no frame to return to
+#endif
 }
+
+#ifdef WARP_EMU_FAST_SWITCH
+// A new lane's first instruction: run_n sets s.lane to the lane it starts.
+inline void fiber_entry() { trampoline(st().lane); }
+#endif
 
 // Runs body(lane) on n (32 or 64) lanes, in lockstep per warp at every intrinsic.
 inline void run_n(int n, std::function<void(int)> body) {
@@ -122,17 +179,35 @@ inline void run_n(int n, std::function<void(int)> body) {
   s.bar_gen = 0;
   s.bar_count = 0;
   for (int l = 0; l < n; ++l) {
-    s.stack[l].assign(1 << 18, 0);
+    // Each lane's stack is allocated once and reused by every run (zeroing
+    // 32-64 stacks of 256 KiB per run was most of the emulator's time).
+    if (s.stack[l].size() != kStackBytes) s.stack[l].assign(kStackBytes, 0);
     s.phase[l] = 0;
     s.done[l] = false;
+#ifdef WARP_EMU_FAST_SWITCH
+    // The frame warp_emu_swap pops: six zeroed registers, then fiber_entry as
+    // the return address, entered with rsp = 8 mod 16 as after a call (a zero
+    // return address above it: fiber_entry never returns).
+    auto top = reinterpret_cast<uintptr_t>(s.stack[l].data() + s.stack[l].size()) & ~uintptr_t(15);
+    void** frame = reinterpret_cast<void**>(top) - 8;
+    for (int i = 0; i < 6; ++i) frame[i] = nullptr;
+    frame[6] = reinterpret_cast<void*>(&fiber_entry);
+    frame[7] = nullptr;
+    s.sp[l] = frame;
+#else
     getcontext(&s.ctx[l]);
     s.ctx[l].uc_stack.ss_sp = s.stack[l].data();
     s.ctx[l].uc_stack.ss_size = s.stack[l].size();
     s.ctx[l].uc_link = &s.main_ctx;
     makecontext(&s.ctx[l], reinterpret_cast<void (*)()>(&trampoline), 1, l);
+#endif
   }
   s.lane = 0;
+#ifdef WARP_EMU_FAST_SWITCH
+  warp_emu_swap(&s.main_sp, s.sp[0]);
+#else
   swapcontext(&s.main_ctx, &s.ctx[0]);
+#endif
   for (int l = 0; l < n; ++l)
     if (!s.done[l]) fail("a lane never finished");
 }
