@@ -185,6 +185,20 @@ def _apply_speedups(results: list[BenchResult]) -> None:
                 r.baseline = base.path
 
 
+def check_external_paths(names, device) -> None:
+    """``Unavailable`` (one line, the same words as verify and crossover) for
+    the first external path of ``names`` that cannot run on ``device``;
+    built-in paths are labelled per case in the table instead."""
+    from .errors import path_unavailable
+    from .external import lookup
+
+    for n in names:
+        ext = lookup(n)
+        reason = ext.unavailable_reason(device) if ext is not None else None
+        if reason:
+            raise path_unavailable(n, device, reason)
+
+
 def _time_path(w, name: str, op: str, device, timing_kw: dict, topk_inputs=None):
     """(timing, note) for one path on workload ``w``; raises on failure."""
     from . import paths

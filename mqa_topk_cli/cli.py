@@ -407,19 +407,6 @@ def _reseed(cases: list[dict], seed: int | None, generated: bool) -> list[dict]:
     return [c if "file" in c else dict(c, seed=seed) for c in cases]
 
 
-def _workload_file_cases(files) -> list[dict]:
-    """Cases of recorded workload files (--workload), each read and checked now (exit 2 before the work)."""
-    from . import workloads
-
-    out = []
-    for f in files:
-        if not Path(f).is_file():
-            raise UsageError(f"--workload {f}: {'not a regular file' if Path(f).exists() else 'no such file'}")
-        workloads.load_workload(f)  # a bad file: one line naming it (read again when its turn comes)
-        out.append({"name": Path(f).stem, "file": str(f)})
-    return out
-
-
 def _write_out(out, records, env, extra=None, option: str = "--out") -> None:
     from .bench import write_results
 
@@ -558,7 +545,6 @@ def bench(rows, keys, topk, layout, dist, seed, paths_, config, case_names, work
     from . import bench as bench_mod
     from . import workloads
     from .envinfo import device_label, environment
-    from .external import lookup
 
     # the inputs first (exit 2), then what this machine can run (exit 1)
     flags = any(v is not None for v in (rows, keys, topk, layout, dist))
@@ -568,7 +554,7 @@ def bench(rows, keys, topk, layout, dist, seed, paths_, config, case_names, work
         raise UsageError("--case: only with --config")
     if random_logits and op != "topk":
         raise UsageError("--random-logits: only with --op topk")
-    cases = (_select_cases(config, case_names) if config else []) + _workload_file_cases(workload_files)
+    cases = (_select_cases(config, case_names) if config else []) + workloads.file_cases(workload_files)
     case = None  # the case the shape flags build (the headline when nothing else is given)
     if flags or not (config or workload_files):
         case = _case_from_flags(bench_mod.HEADLINE, rows, keys, topk, layout, dist, seed)
@@ -576,11 +562,7 @@ def bench(rows, keys, topk, layout, dist, seed, paths_, config, case_names, work
             case["name"] = "headline"
         workloads.check_case(case)
     cases = _reseed(cases, seed, generated=case is not None)
-    for n in paths_ or []:  # an external path that cannot run here: one line, exit 1
-        ext = lookup(n)
-        reason = ext.unavailable_reason(device or "cuda") if ext is not None else None
-        if reason:
-            raise path_unavailable(n, device or "cuda", reason)
+    bench_mod.check_external_paths(paths_ or [], device or "cuda")  # one that cannot run here: one line, exit 1
     dev = _resolve_device(device, default="cuda")
     if config:
         _cpu_notes(dev, cases=[c for c in cases if "file" not in c], what=f"the cases of --config {config}",
@@ -683,7 +665,7 @@ def verify(paths_, config, case_names, workload_files, rows, keys, topk, layout,
     if config or not (workload_files or flags):
         cases = _select_cases(config or "verify", case_names)
     cases = _reseed(cases, seed, generated=flags)
-    file_cases = _workload_file_cases(workload_files)
+    file_cases = workloads.file_cases(workload_files)
     flag_case = None
     if flags:
         base = {"name": "flags", "layout": "causal", "rows": 64, "keys": 4096, "topk": 512, "dist": "gaussian",

@@ -1020,6 +1020,20 @@ def _normalize_case(path, i: int, case: dict) -> dict:
     return c
 
 
+def file_cases(files, option: str = "--workload") -> list[dict]:
+    """Cases of recorded workload files (``{"name": stem, "file": path}``),
+    each read and checked now, before any case runs: a missing or bad file is
+    one ``UsageError`` naming it (and ``option``)."""
+    out = []
+    for f in files:
+        p = Path(f)
+        if not p.is_file():
+            raise UsageError(f"{option} {f}: {'not a regular file' if p.exists() else 'no such file'}")
+        load_workload(p)  # (read again when its turn comes)
+        out.append({"name": p.stem, "file": str(f)})
+    return out
+
+
 def check_case_files(path, cases: list[dict]) -> None:
     """Reads and checks every recorded workload file that ``cases`` (of the
     config ``path``) name, before any case runs: a missing or corrupt file is
@@ -1059,5 +1073,5 @@ def workload_from_case(case: dict, device="cpu") -> Workload:
 
 __all__ = [
     "Workload", "LAYOUTS", "DISTS", "OPTIONS", "TIE_MODES", "check_options", "make_workload", "save_workload", "load_workload", "record",
-    "describe_workload", "load_workload_config", "check_case_files", "check_case", "workload_from_case",
+    "describe_workload", "load_workload_config", "file_cases", "check_case_files", "check_case", "workload_from_case",
 ]
