@@ -269,10 +269,10 @@ def discard_unwritten_outputs() -> list[Path]:
 #: Spellings of a boolean environment variable (any case, surrounding spaces ignored).
 ENV_ON = ("1", "true", "yes", "on")
 ENV_OFF = ("0", "false", "no", "off")
-#: Boolean variables read by the build (jit.py), which takes only "", "0", "false" and "no"
-#: (exactly) as off: anything else, "off" and "False" included, turns them on.
-JIT_FLAGS = ("MQA_TOPK_VERBOSE_BUILD", "MQA_TOPK_DEV_PROBES")
-JIT_OFF = ("", "0", "false", "no")
+#: The boolean environment variables the package reads (through env_flag).
+BOOL_ENV = ("MQA_TOPK_CHECKED", "MQA_TOPK_USE_FUSED", "MQA_TOPK_VERBOSE_BUILD")
+#: MQA_TOPK_FUSED_KERNEL's values (ops.FUSED_KERNELS, or auto).
+FUSED_KERNEL_ENV = ("whole", "split", "staged", "hybrid", "auto")
 
 
 def env_flag(name: str, default: bool = False) -> bool:
@@ -290,19 +290,26 @@ def env_flag(name: str, default: bool = False) -> bool:
     raise UsageError(f"{name}={raw!r}: not a boolean; use {', '.join(ENV_ON)} (on) or {', '.join(ENV_OFF)} (off)")
 
 
+def fused_kernel_env() -> str | None:
+    """MQA_TOPK_FUSED_KERNEL: the fused kernel every call runs (None: unset,
+    empty or auto, the kernel chosen by shape); anything else is a
+    ``UsageError`` naming the variable."""
+    raw = os.environ.get("MQA_TOPK_FUSED_KERNEL", "")
+    v = raw.strip().lower()
+    if v not in ("", *FUSED_KERNEL_ENV):
+        raise UsageError(f"MQA_TOPK_FUSED_KERNEL={raw!r}: must be one of {', '.join(FUSED_KERNEL_ENV)}")
+    return None if v in ("", "auto") else v
+
+
 def check_environment() -> None:
     """The tool's environment variables, checked before a command does any
-    work: the boolean switches (MQA_TOPK_CHECKED, MQA_TOPK_USE_FUSED, and the
-    build's MQA_TOPK_VERBOSE_BUILD and MQA_TOPK_DEV_PROBES, which must be
-    spelled as the build reads them), the calibration file named by
-    MQA_TOPK_CALIBRATION, and the engine's logits budget
-    (VLLM_SPARSE_INDEXER_MAX_LOGITS_MB). ``UsageError`` names the variable."""
-    for name in ("MQA_TOPK_CHECKED", "MQA_TOPK_USE_FUSED", *JIT_FLAGS):
-        on = env_flag(name)
-        raw = os.environ.get(name)
-        if name in JIT_FLAGS and not on and raw is not None and raw not in JIT_OFF:
-            raise UsageError(f"{name}={raw!r}: the build reads only {', '.join(repr(v) for v in JIT_OFF)} as off "
-                             f"(it would read this as on); use 0 or 1")
+    work: the boolean switches (BOOL_ENV), MQA_TOPK_FUSED_KERNEL, the
+    calibration file named by MQA_TOPK_CALIBRATION, and the engine's logits
+    budget (VLLM_SPARSE_INDEXER_MAX_LOGITS_MB). ``UsageError`` names the
+    variable."""
+    for name in BOOL_ENV:
+        env_flag(name)
+    fused_kernel_env()
     from . import eligibility
 
     if os.environ.get(eligibility.CALIBRATION_ENV):

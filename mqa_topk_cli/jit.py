@@ -27,6 +27,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from .checks import env_flag
 from .errors import Unavailable
 from .resources import csrc_dir
 
@@ -43,7 +44,7 @@ def cache_root() -> Path:
 
 
 def verbose_build() -> bool:
-    return os.environ.get("MQA_TOPK_VERBOSE_BUILD", "0") not in ("", "0", "false", "no")
+    return env_flag("MQA_TOPK_VERBOSE_BUILD")
 
 
 def sources() -> list[Path]:

@@ -48,6 +48,7 @@ import os
 import torch
 
 from . import contract
+from .checks import env_flag, fused_kernel_env
 from .contract import check_logits, check_mqa_inputs, check_output
 from .eligibility import (  # noqa: F401  (re-exported: the eligibility API lives beside the ops)
     fused_mqa_topk_available,
@@ -63,18 +64,18 @@ DEFAULT_MAX_LOGITS_BYTES = 512 << 20
 LOGITS_PITCH = 4
 
 #: ``MQA_TOPK_CHECKED=1``: every op call checks the ranges on the host (eager
-#: sync-and-raise) unless it passes ``checked=False``.
-CHECKED = os.environ.get("MQA_TOPK_CHECKED", "0").strip().lower() not in ("", "0", "false", "no", "off")
+#: sync-and-raise) unless it passes ``checked=False`` (read when this module is
+#: imported; a value that is not a clear boolean is an error naming it).
+CHECKED = env_flag("MQA_TOPK_CHECKED")
 
 #: The fused kernels, in the extension's order (csrc/include/mqa_topk/fused/heuristics.h).
 FUSED_KERNELS = ("whole", "split", "staged", "hybrid")
 
 
-#: ``MQA_TOPK_FUSED_KERNEL`` (read once, when this module is imported): a kernel
-#: every fused call runs instead of the one chosen by shape ("", "auto": none).
-FUSED_KERNEL = os.environ.get("MQA_TOPK_FUSED_KERNEL", "").strip().lower() or None
-if FUSED_KERNEL == "auto":
-    FUSED_KERNEL = None
+#: ``MQA_TOPK_FUSED_KERNEL`` (read when this module is imported): a kernel
+#: every fused call runs instead of the one chosen by shape (unset, empty or
+#: "auto": none; anything else is an error naming it).
+FUSED_KERNEL = fused_kernel_env()
 
 _ext = None
 #: The current raw stream of a device, as an int (the fast private binding when

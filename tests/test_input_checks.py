@@ -251,7 +251,7 @@ def test_env_flag_refuses_anything_else(monkeypatch, value):
 
 
 @pytest.mark.parametrize("name, value", [("MQA_TOPK_CHECKED", "banana"), ("MQA_TOPK_USE_FUSED", "maybe"),
-                                         ("MQA_TOPK_VERBOSE_BUILD", "off"), ("MQA_TOPK_DEV_PROBES", "x")])
+                                         ("MQA_TOPK_VERBOSE_BUILD", "x"), ("MQA_TOPK_FUSED_KERNEL", "v2")])
 def test_a_bad_environment_value_stops_every_command(run, no_work, monkeypatch, name, value):
     monkeypatch.setenv(name, value)
     for cmd in (["verify", *CPU, *TINY, "--paths", "torch"], ["bench", *CPU, *TINY, *FAST, "--paths", "torch"]):

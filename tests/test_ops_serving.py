@@ -227,16 +227,31 @@ def test_checked_false_overrides_the_environment(ext, no_sync, monkeypatch):
     assert [c[0] for c in ext.calls] == ["fused_mqa_topk"]
 
 
-@pytest.mark.parametrize("value,expect", [("1", True), ("off", False)])
-def test_environment_variable_is_read_at_import(value, expect):
+@pytest.mark.parametrize("name,value,expect", [("MQA_TOPK_CHECKED", "1", "True None"),
+                                              ("MQA_TOPK_CHECKED", "off", "False None"),
+                                              ("MQA_TOPK_FUSED_KERNEL", " Staged ", "False staged"),
+                                              ("MQA_TOPK_FUSED_KERNEL", "auto", "False None")])
+def test_environment_variables_are_read_at_import(name, value, expect):
     import os
     import sys
 
-    env = dict(os.environ, MQA_TOPK_CHECKED=value)
-    res = subprocess.run([sys.executable, "-c", "from mqa_topk_cli import ops; print(ops.CHECKED)"],
+    env = dict(os.environ, **{name: value})
+    res = subprocess.run([sys.executable, "-c", "from mqa_topk_cli import ops; print(ops.CHECKED, ops.FUSED_KERNEL)"],
                          capture_output=True, text=True, env=env, cwd=ROOT)
     assert res.returncode == 0, res.stderr
-    assert res.stdout.strip() == str(expect)
+    assert res.stdout.strip() == expect
+
+
+@pytest.mark.parametrize("name,value", [("MQA_TOPK_CHECKED", "banana"), ("MQA_TOPK_FUSED_KERNEL", "v2")])
+def test_an_unclear_environment_value_is_refused_at_import(name, value):
+    """Item 13: a value the ops would have to guess at is an error naming the variable, not a silent default."""
+    import os
+    import sys
+
+    env = dict(os.environ, **{name: value})
+    res = subprocess.run([sys.executable, "-c", "from mqa_topk_cli import ops"], capture_output=True, text=True,
+                         env=env, cwd=ROOT)
+    assert res.returncode != 0 and f"{name}={value!r}" in res.stderr, res.stderr
 
 
 def test_cpu_tensors_are_still_range_checked():
