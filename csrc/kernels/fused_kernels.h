@@ -56,17 +56,17 @@ cudaError_t fused_split_launch(const FusedCall& c, void* workspace, int* map_err
 template <int kTopk>
 cudaError_t fused_hybrid_launch(const FusedCall& c, void* workspace, void* buffer, int* map_error);
 cudaError_t fused_staged_launch(const FusedCall& c, void* buffer, int* map_error);
-#define MQA_TOPK_FUSED_TOPK(kTopk)                                                     \
+#define FUSED_ENTRY_POINTS(kTopk)                                                     \
   template <>                                                                          \
   cudaError_t fused_whole_launch<kTopk>(const FusedCall&, void*, int*);                \
   template <>                                                                          \
   cudaError_t fused_split_launch<kTopk>(const FusedCall&, void*, int*);                \
   template <>                                                                          \
   cudaError_t fused_hybrid_launch<kTopk>(const FusedCall&, void*, void*, int*);
-MQA_TOPK_FUSED_TOPK(512)
-MQA_TOPK_FUSED_TOPK(1024)
-MQA_TOPK_FUSED_TOPK(2048)
-#undef MQA_TOPK_FUSED_TOPK
+FUSED_ENTRY_POINTS(512)
+FUSED_ENTRY_POINTS(1024)
+FUSED_ENTRY_POINTS(2048)
+#undef FUSED_ENTRY_POINTS
 cudaError_t fused_whole_attributes(cudaFuncAttributes* attr, int* dynamic_smem);
 cudaError_t fused_split_attributes(cudaFuncAttributes* attr, int* dynamic_smem);
 cudaError_t fused_staged_attributes(cudaFuncAttributes* attr, int* dynamic_smem);
