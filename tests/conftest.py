@@ -14,7 +14,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")  # (one cache for the whole test run: tests/ is one package)
 def make():
     """make(**kwargs) -> a cached CPU workload from workloads.make_workload.
     Callers must not modify the returned tensors (tests that do clone first)."""

@@ -28,7 +28,7 @@ def test_device_scripts_parse(tmp_path):
     import shutil
     import subprocess
 
-    for sh in [*(ROOT / "scripts").glob("*.sh"), *(ROOT / "tools").rglob("*.sh")]:  # (tools: the harnesses' round scripts)
+    for sh in [*(ROOT / "scripts").glob("*.sh"), *(ROOT / "dev").rglob("*.sh"), ROOT / ".ci" / "run"]:
         if shutil.which("bash"):
             res = subprocess.run(["bash", "-n", str(sh)], capture_output=True, text=True)
             assert res.returncode == 0, f"{sh.name}: {res.stderr}"
@@ -51,3 +51,33 @@ def test_ci_installs_the_cpu_torch_and_leaves_the_checkout_clean():
     assert re.search(r"python -m pytest -q -o cache_dir=\"\$WORK/", text)
     assert "export PYTHONDONTWRITEBYTECODE=1" in text
     assert 'git -C "$ROOT" status --porcelain --ignored' in text and "trap finish EXIT" in text
+
+
+def _tracked_files():
+    import subprocess
+
+    res = subprocess.run(["git", "ls-files"], capture_output=True, text=True, cwd=ROOT)
+    if res.returncode != 0:
+        import pytest
+
+        pytest.skip("not a git checkout")
+    return [ROOT / f for f in res.stdout.splitlines() if (ROOT / f).is_file()]
+
+
+def test_the_tree_names_things_by_what_they_do():
+    """Files are named by what they do, a date or a commit: no word for the
+    periods of work that produced them, in names or in text."""
+    word = "ses" + "sion"  # (spelled apart so that this file passes its own check)
+    tagged = [f for f in _tracked_files() if re.search(r"(^|[/_.-])s[0-9]{1,2}[a-z]?[0-9]*([_.-]|$)", str(f.relative_to(ROOT)))]
+    assert not tagged, f"file names with a work-period tag: {tagged[:10]}"
+    hits = [f for f in _tracked_files() if word in f.read_text(errors="replace").lower()]
+    assert not hits, f"files that speak of work periods: {[str(f.relative_to(ROOT)) for f in hits[:20]]}"
+
+
+def test_benchmarks_page_is_short_and_current():
+    """BENCHMARKS.md holds the current code's tables (about 200 lines at most),
+    the headline first; the history lives in git."""
+    text = (ROOT / "BENCHMARKS.md").read_text()
+    assert len(text.splitlines()) <= 220
+    first = next(ln for ln in text.splitlines() if ln.startswith("## "))
+    assert "headline" in first.lower(), first
