@@ -239,8 +239,8 @@ def _pitch(width: int) -> int:
 
 
 def _topk_rows_torch(logits: torch.Tensor, starts: torch.Tensor, ends: torch.Tensor, output: torch.Tensor) -> None:
-    """Deterministic top-k per row with torch ops (fallback until the native
-    top-k kernel is built): the top-k by (value desc, index asc), written in
+    """Deterministic top-k per row with torch ops (the CPU path of
+    ``top_k_per_row_prefill``): the top-k by (value desc, index asc), written in
     ascending index order, relative to the start, -1 padded."""
     rows, width = logits.shape
     topk = output.shape[1]
@@ -387,8 +387,9 @@ def _workspace(index: int, topk: int) -> torch.Tensor:
 
 def fused_mqa_topk_prefill(q, k, scales, weights, starts, ends, output, workspace=None, *, checked=None,
                            kernel: str | None = None) -> None:
-    """Fused single-launch logits + top-k: one memset of the workspace header
-    and one kernel. Same output convention as ``top_k_per_row_prefill``; the
+    """Fused single-launch logits + top-k: one kernel (after memsets of the
+    workspace header and, for the staged and hybrid kernels, of their
+    per-call buffer's counters). Same output convention as ``top_k_per_row_prefill``; the
     logits are bitwise those of ``mqa_logits``, so the index sets equal the
     native dense path's. ``workspace``: a uint8 CUDA tensor of at least
     ``fused_mqa_topk_workspace_bytes`` bytes (default: one cached per device,

@@ -3,7 +3,7 @@
 # (pinned below; config in pyproject.toml [tool.mutmut]) over verify, crossover,
 # eligibility, contract, ops (Python side), reference, timing and workloads.
 #
-#   scripts/mutation.sh                     every mutant (about 7500; hours on 2 cores)
+#   scripts/mutation.sh                     every mutant (about 8400; hours on 2 cores)
 #   scripts/mutation.sh --sample 60         60 mutants per module, drawn with --seed
 #   scripts/mutation.sh --sample 60 --seed 2 --children 2 verify crossover
 #

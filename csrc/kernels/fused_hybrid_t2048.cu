@@ -11,7 +11,7 @@ cudaError_t fused_hybrid_launch<2048>(const FusedCall& c, void* workspace, void*
 
 cudaError_t fused_hybrid_attributes(cudaFuncAttributes* attr, int* dynamic_smem) {
   using CfgB = mqa_topk::FusedWholeConfig<2048>;
-  using CfgSt = mqa_topk::Sm90LogitsV2Default;
+  using CfgSt = mqa_topk::Sm90LogitsConfig;
   *dynamic_smem = mqa_topk::hybrid_smem_bytes<CfgB, CfgSt>();
   return cudaFuncGetAttributes(attr, reinterpret_cast<const void*>(&mqa_topk::sm90_fused_hybrid_topk_kernel<CfgB, CfgSt>));
 }

@@ -3,7 +3,7 @@
 #include "mqa_topk/fused/sm90_fused_staged.cuh"
 
 namespace {
-using Cfg = mqa_topk::Sm90LogitsV2Default;  // the dense kernel's tile loop
+using Cfg = mqa_topk::Sm90LogitsConfig;  // the dense kernel's tile loop
 int64_t logits_ld(int keys) { return (static_cast<int64_t>(keys) + 3) / 4 * 4; }
 size_t logits_bytes(int rows, int keys) {
   return (static_cast<size_t>(rows) * static_cast<size_t>(logits_ld(keys)) * 4 + 255) / 256 * 256;

@@ -205,12 +205,11 @@ template <class Cfg>
 __device__ __forceinline__ uint32_t blocks_gate_rho_mn(const Sm90FusedParams& p, uint32_t m, uint32_t n, int r,
                                                          uint32_t active);
 
-// The gate's sample rank for row r of block b (blocks_gate's rule): the
-// row's sample entries m are its 8 segment counts cnt[0 .. 8) (lane < 8 reads
-// one); gate_rank's rule without its 256-key list limit (the rank is exact
-// over the sample's entries): split_gate_rank with no cap on rho, raised to
-// gate_rank_floor's margin when Cfg::kRankFloorZ (no gate when that reaches
-// the sample's size). 0: no gate.
+// The gate's sample rank for row r of block b: the row's sample entries m are
+// its 8 segment counts cnt[0 .. 8) (lane < 8 reads one); split_gate_rank with
+// no cap on rho (the rank is exact over the sample's entries), raised to
+// gate_rank_floor's margin (kGateRankFloorZ) where the sample was capped (no
+// gate when that reaches the sample's size). 0: no gate.
 template <class Cfg>
 __device__ __forceinline__ uint32_t blocks_gate_rho(const Sm90FusedParams& p, const uint32_t* cnt, int row, int r,
                                                       uint32_t active, int lane) {
@@ -222,8 +221,8 @@ __device__ __forceinline__ uint32_t blocks_gate_rho(const Sm90FusedParams& p, co
   return blocks_gate_rho_mn<Cfg>(p, m, n, r, active);
 }
 
-// blocks_gate_rho's rule for m sample entries of a row of n keys (kSplit:
-// the sample of every piece of a split block).
+// blocks_gate_rho's rule for m sample entries of a row of n keys (split
+// blocks: the sample of every piece of the block).
 template <class Cfg>
 __device__ __forceinline__ uint32_t blocks_gate_rho_mn(const Sm90FusedParams& p, uint32_t m, uint32_t n, int r,
                                                          uint32_t active) {
@@ -239,7 +238,9 @@ __device__ __forceinline__ uint32_t blocks_gate_rho_mn(const Sm90FusedParams& p,
 }
 
 // The gate key gk of the sample's select capped at the C-th largest of the
-// sample tiles' maxima (C = min(4, ns); see blocks_gate). One warp.
+// sample tiles' maxima (C = min(4, ns): scores correlated with position make
+// one tile's keys alike, and a gate inside the top sampled tile would keep
+// too few). One warp.
 __device__ __forceinline__ uint32_t blocks_cap_gate(const BlocksCtl* ctl, int r, int ns, uint32_t gk, int lane) {
   using namespace fused_detail;
   const uint32_t c = static_cast<uint32_t>(ns < kMinGateTiles ? ns : kMinGateTiles);

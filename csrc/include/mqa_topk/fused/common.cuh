@@ -51,7 +51,7 @@ __device__ __forceinline__ int split_owner(long long t, long long total, int gp)
 // This CTA's share, into ctl (every thread calls it: it synchronises the CTA):
 // of the tiles of blocks [0, nblocks) over at most max_cta CTAs, each share at
 // least min_tiles tiles (when there are that many). Ctl: a struct with the
-// sh_* fields (FusedV3Shr).
+// sh_* fields (SplitShare).
 template <int kThreads, class Ctl>
 __device__ __forceinline__ void fused_split_share(const Sm90LogitsParams& lp, Ctl* ctl, int nblocks,
                                                   long long max_cta, int min_tiles = 1) {
@@ -111,7 +111,7 @@ __device__ __forceinline__ void fused_split_share(const Sm90LogitsParams& lp, Ct
 }
 
 // The redo queue of a control block Ctl (members rq_b, rq_mask, rq_valid [16],
-// rq_reserve; FusedV3Ctl): a ring of 16 entries, pushed by the
+// rq_reserve; BlocksCtl): a ring of 16 entries, pushed by the
 // threads that find unsafe rows, popped in order by the producer.
 // Push (one thread): block b, rows mask; extra(v, at) stores any further fields
 // of entry `at` before it is published.

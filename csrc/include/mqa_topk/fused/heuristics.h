@@ -12,8 +12,9 @@
 //   staged  at most SMs / 2 row blocks: each block's logits computed by up to
 //           16 pieces into a workspace, each row selected by one owner CTA
 //           (sm90_fused_staged.cuh);
-//   hybrid  SMs + 1 or 2 row blocks: whole blocks beside the staged pieces and
-//           owners of the last one or two (sm90_fused_hybrid.cuh).
+//   hybrid  one or two row blocks past whole waves (B mod SMs in {1, 2}, B >
+//           SMs): whole blocks beside the staged pieces and owners of the
+//           last one or two (sm90_fused_hybrid.cuh).
 // Why this choice: whole blocks fill whole waves; past them a poorly filled
 // last wave costs up to a wave, and splitting blocks evens it out at ~15%
 // overhead (the split protocol's gates and merges); few blocks leave most SMs

@@ -723,7 +723,8 @@ using FusedSplitConfig = Sm90FusedBlocksConfig<kTopk, true>;
 // q [rows, 32, 128] and k [keys, 128] fp8, scales [keys], weights [rows, 32]
 // fp32, starts / ends [rows], out [rows, topk] int32; workspace
 // fused_blocks_workspace_bytes<Cfg>(topk, num_sms) bytes, 256-byte aligned
-// (its header zeroed here); one CTA per SM. *map_error: the first tensor map
+// (its header zeroed here); num_sms CTAs, one per SM (the split launch passes
+// blocks_split_grid's count, at most the SMs). *map_error: the first tensor map
 // that could not be encoded (1000 x its index + CUresult).
 template <class Cfg>
 inline cudaError_t launch_sm90_fused_blocks(const void* q, const void* k, const float* scales, const float* weights,

@@ -66,7 +66,7 @@ __device__ __forceinline__ void piece(const CUtensorMap* tm_q, const CUtensorMap
   uint64_t* empty = bars + S;
   uint64_t* q_full = bars + 2 * S;
   uint64_t* q_empty = bars + 2 * S + 2;
-  __shared__ int lean2_slot[2][Cfg::kSlotInts];
+  __shared__ int block_slot[2][Cfg::kSlotInts];
   const Sm90LogitsParams& p = P.lg;
   const int tid = threadIdx.x, wg = tid / 128, lane = tid & 31;
   const int c = static_cast<int>(blockIdx.x);
@@ -83,7 +83,7 @@ __device__ __forceinline__ void piece(const CUtensorMap* tm_q, const CUtensorMap
       return;
     }
     if (share.count > 0)
-      logits_v2_lean2_producer<Cfg>(p, smem, share, full, empty, q_full, q_empty, lean2_slot, tm_q, tm_k, tm_s, tm_w,
+      logits_producer<Cfg>(p, smem, share, full, empty, q_full, q_empty, block_slot, tm_q, tm_k, tm_s, tm_w,
                                     tm_q2);
     return;
   }
@@ -97,7 +97,7 @@ __device__ __forceinline__ void piece(const CUtensorMap* tm_q, const CUtensorMap
   if (tid < kRows) rowbase[tid] = ptx::smem_addr(hist + tid * kEpiBins);
   bar_math();
   if (share.count > 0)
-    logits_v2_lean2_math<Cfg>(p, smem, full, empty, q_full, q_empty, wg, lean2_slot, EpiHist{rowbase});
+    logits_math<Cfg>(p, smem, full, empty, q_full, q_empty, wg, block_slot, EpiHist{rowbase});
   bar_math();  // every math warp's tile loop is done
   // The piece's histograms less the logits outside each row, published.
   piece_unpad(hist, ps, tid);
@@ -141,7 +141,7 @@ __global__ void __launch_bounds__(CfgB::kThreads, 1)
                                   const __grid_constant__ CUtensorMap sq2, const __grid_constant__ Sm90FusedParams p,
                                   const __grid_constant__ StagedTopkParams P, const __grid_constant__ HybridParams h) {
   static_assert(CfgB::kThreads == CfgSt::kThreads && CfgSt::kMathThreads == staged_topk::kMath &&
-                    CfgB::kMathThreads == staged_topk::kMath && CfgSt::kLean2 != 0 && CfgSt::kBlockRows == 8 &&
+                    CfgB::kMathThreads == staged_topk::kMath && CfgSt::kBlockRows == 8 &&
                     CfgSt::kBlockKeys == 128 && !CfgB::kSplit,
                 "both bodies: four math warpgroups and a producer warpgroup; the whole configuration");
   extern __shared__ uint8_t smem_raw[];
@@ -179,7 +179,7 @@ inline size_t fused_hybrid_blocks_workspace_bytes(int topk, int r, int num_sms) 
 // q, k, scales, weights, starts, ends, out as the fused op; workspace
 // fused_hybrid_blocks_workspace_bytes bytes (the whole part), aux
 // fused_hybrid_aux_bytes(keys, r) bytes (256-byte aligned); both overwritten.
-template <class CfgB, class CfgSt = Sm90LogitsV2Default>
+template <class CfgB, class CfgSt = Sm90LogitsConfig>
 inline cudaError_t launch_sm90_fused_hybrid_topk(const void* q, const void* k, const float* scales,
                                                  const float* weights, const int* starts, const int* ends, int* out,
                                                  void* workspace, void* aux, int rows, int keys, int topk, int num_sms,
@@ -230,7 +230,7 @@ inline cudaError_t launch_sm90_fused_hybrid_topk(const void* q, const void* k, c
   RangeErrorSink err_x = range_err;
   err_x.row_base += whole_rows;
   const StagedTopkParams P{Sm90LogitsParams{starts + whole_rows, ends + whole_rows, logits, ld, extra_rows, keys, err_x},
-                           out + static_cast<size_t>(whole_rows) * topk, hist, counters, topk, m, nullptr};
+                           out + static_cast<size_t>(whole_rows) * topk, hist, counters, topk, m};
   const HybridParams h{r * m, counters + 32, starts, ends, rows, keys, range_err};
   kernel<<<r * m + num_sms, CfgB::kThreads, kSmem, stream>>>(tm_q, tm_k, tm_s, tm_w, sq, sk, ss, sw, sq2, p, P, h);
   return cudaGetLastError();

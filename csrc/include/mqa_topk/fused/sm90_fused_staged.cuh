@@ -54,7 +54,6 @@ struct StagedTopkParams {
   uint32_t* counters;   // [B] pieces of the block done (zero before the launch)
   int topk;
   int m;                // pieces per block
-  uint32_t* marks;      // (development) thread 0's globaltimer marks: 16 words per CTA; null: none
 };
 
 namespace staged_topk {
@@ -96,14 +95,6 @@ struct Ctl {
 
 // Named barrier 15 over the 512 math threads (the producer warpgroup takes no part).
 __device__ __forceinline__ void bar_math() { asm volatile("bar.sync 15, 512;" ::: "memory"); }
-// Thread 0's timeline mark `id` (P.marks, a development aid; none when null).
-__device__ __forceinline__ void mark(const StagedTopkParams& P, int id) {
-  if (P.marks != nullptr && threadIdx.x == 0) {
-    uint32_t t;
-    asm volatile("mov.u32 %0, %%globaltimer_lo;" : "=r"(t));
-    P.marks[blockIdx.x * 16 + id] = t | 1u;
-  }
-}
 __device__ __forceinline__ uint32_t ld_acquire(const uint32_t* p) {
   uint32_t v;
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
@@ -120,7 +111,7 @@ __device__ __forceinline__ uint32_t okey(float x) {
   return ((u ^ msk) - msk) ^ (~msk & 0x80000000u);
 }
 
-// The epilogue's histograms (the Epi of logits_v2_lean2_math): every math
+// The epilogue's histograms (the Epi of logits_math): every math
 // lane adds its two logits of each tile to its row's u32 [kEpiBins] in shared
 // memory. Every logit of the tile is counted, the row's keys and the others
 // (-inf from the tile loop: bin kEpiPadBin), with no branch; piece_unpad
@@ -148,7 +139,7 @@ struct EpiHist {
 };
 
 // Piece c of its row block's m pieces: the block b = c / m, its key span
-// (lean2_block_span: the block's first key lo, this lane's row's start s and
+// (slot_block_span: the block's first key lo, this lane's row's start s and
 // length len) and the piece's tiles [t0, t1) of the block's nt.
 struct PieceSpan {
   int b, lo, s, len, t0, t1;
@@ -156,7 +147,7 @@ struct PieceSpan {
 __device__ __forceinline__ PieceSpan piece_span(const Sm90LogitsParams& p, int m, int c, int lane) {
   PieceSpan ps{c / m, 0, 0, 0, 0, 0};
   const int rank = c % m;
-  const int nt = lean2_block_span(p, ps.b, lane, ps.lo, ps.s, ps.len);
+  const int nt = slot_block_span(p, ps.b, lane, ps.lo, ps.s, ps.len);
   ps.t0 = static_cast<int>(static_cast<long long>(nt) * rank / m);
   ps.t1 = static_cast<int>(static_cast<long long>(nt) * (rank + 1) / m);
   return ps;
@@ -356,8 +347,6 @@ __device__ __forceinline__ void first_digit_bins(const StagedTopkParams& P, int 
 //   slots), by filtered passes over the row. The final class's keys are
 //   marked winners (A) or, when it is one exact key not taken whole, ties (B).
 // - emit_row writes A in index order, then the first ties of B.
-// marks (P.marks): 6 first digit found, 7 pass done, 8 digits done; word 10
-// the first digit's class size.
 __device__ __forceinline__ void owner_row(const StagedTopkParams& P, uint8_t* smem, Ctl* ctl, int b, int r) {
   const Sm90LogitsParams& p = P.lg;
   const int tid = threadIdx.x;
@@ -385,7 +374,6 @@ __device__ __forceinline__ void owner_row(const StagedTopkParams& P, uint8_t* sm
   for (int i = tid; i < nw; i += kMath) bitsA[i] = 0, bitsB[i] = 0;
   if (tid == 0) ctl->fill = 0;  // (see Ctl)
   find_digit(ctl, hv, kPer1, static_cast<uint32_t>(topk));
-  mark(P, 6);
   if (!ctl->found[3]) {  // (inconsistent histograms: impossible for the kernel's own logits)
     for (int i = tid; i < topk; i += kMath) orow[i] = -1;
     bar_math();
@@ -477,8 +465,6 @@ __device__ __forceinline__ void owner_row(const StagedTopkParams& P, uint8_t* sm
       stage = over == 0;  // (a thread's slots overflowed: the unstaged passes)
     }
   }
-  mark(P, 7);
-  if (P.marks != nullptr && tid == 0) P.marks[blockIdx.x * 16 + 10] = (ccount << 1) | 1u;  // (a count, not a time)
   // The remaining digits: bits s - 1 .. s - 11 while s > 11, then the rest,
   // on the staged pairs or by filtered passes over the row.
   for (int L = 1; L < 4 && need != 0; ++L) {
@@ -538,7 +524,6 @@ __device__ __forceinline__ void owner_row(const StagedTopkParams& P, uint8_t* sm
       break;
     }
   }
-  mark(P, 8);
   emit_row(bitsA, bitsB, nw, need, topk, orow, sr0 - sr);
 }
 
@@ -547,8 +532,6 @@ __device__ __forceinline__ void owner_row(const StagedTopkParams& P, uint8_t* sm
 // then the owned rows r = rank, rank + m, ... of the block, once every piece
 // has counted itself. A call boundary, so the tile loop keeps the dense
 // kernel's registers: the block, the piece and the rows are found again here.
-// marks: 1 tile loops done, 2 histograms unpadded, 3 published, 4 wait done,
-// 5 rows done.
 template <int kEpiOff>
 __device__ __noinline__ void staged_select(const StagedTopkParams P) {
   extern __shared__ uint8_t smem_raw[];
@@ -561,38 +544,33 @@ __device__ __noinline__ void staged_select(const StagedTopkParams P) {
   const PieceSpan ps = piece_span(p, m, static_cast<int>(blockIdx.x), lane);
   const int b = ps.b;
   bar_math();  // every math warp's tile loop is done: the K ring and Q buffers are free
-  mark(P, 1);
   uint32_t* hist = reinterpret_cast<uint32_t*>(smem + kEpiOff);
   piece_unpad(hist, ps, tid);
   bar_math();
-  mark(P, 2);
   piece_publish(P, hist, blockIdx.x, b, tid);
-  mark(P, 3);
   if (rank >= kRows || b * kRows + rank >= p.rows) return;
   if (tid == 0) {
     while (ld_acquire(P.counters + b) < static_cast<uint32_t>(m)) __nanosleep(64);
   }
   bar_math();
-  mark(P, 4);
   for (int r = rank; r < kRows && b * kRows + r < p.rows; r += m) owner_row(P, smem, ctl, b, r);
-  mark(P, 5);
 }
 
 }  // namespace staged_topk
 
 // The kernel: grid = B m CTAs (B = ceil(rows / 8), m = P.m <= 16); CTA b m + j
 // is piece j of row block b. Cfg: the dense logits configuration whose tile
-// loop it runs (kLean2: the op's). The producer warpgroup's warp 0 loads the
+// loop it runs (the dense logits kernel's). The producer warpgroup's warp 0 loads the
 // piece's tiles, its warps 1-3 check the call's row ranges; the four math
 // warpgroups run the tile loop with the histogram epilogue, then
-// staged_select. marks: 15 kernel start.
+// staged_select.
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     sm90_fused_staged_topk_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                                   const __grid_constant__ CUtensorMap tm_scales,
                                   const __grid_constant__ CUtensorMap tm_weights,
                                   const __grid_constant__ CUtensorMap tm_q2, const StagedTopkParams P) {
-  static_assert(Cfg::kLean2 != 0 && Cfg::kMathThreads == staged_topk::kMath && Cfg::kBlockRows == 8 &&
+  static_assert(Cfg::kMathThreads == staged_topk::kMath && Cfg::kBlockRows == 8 &&
                     Cfg::kBlockKeys == 128,
                 "the op's lean 8-row, four-warpgroup logits loop");
   constexpr int S = Cfg::kNumStages;
@@ -603,9 +581,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   uint64_t* empty = bars + S;
   uint64_t* q_full = bars + 2 * S;
   uint64_t* q_empty = bars + 2 * S + 2;
-  __shared__ int lean2_slot[2][Cfg::kSlotInts];
+  __shared__ int block_slot[2][Cfg::kSlotInts];
   const Sm90LogitsParams& p = P.lg;
-  staged_topk::mark(P, 15);
   const int tid = threadIdx.x, wg = tid / 128, lane = tid & 31;
   // This CTA's tiles: piece `rank` of its row block's m pieces.
   const staged_topk::PieceSpan ps = staged_topk::piece_span(p, P.m, static_cast<int>(blockIdx.x), lane);
@@ -621,7 +598,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       return;
     }
     if (share.count > 0)
-      logits_v2_lean2_producer<Cfg>(p, smem, share, full, empty, q_full, q_empty, lean2_slot, &tm_q, &tm_k,
+      logits_producer<Cfg>(p, smem, share, full, empty, q_full, q_empty, block_slot, &tm_q, &tm_k,
                                     &tm_scales, &tm_weights, &tm_q2);
     return;
   }
@@ -638,7 +615,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   if (tid < staged_topk::kRows) rowbase[tid] = ptx::smem_addr(h + tid * staged_topk::kEpiBins);
   staged_topk::bar_math();
   if (share.count > 0)
-    logits_v2_lean2_math<Cfg>(p, smem, full, empty, q_full, q_empty, wg, lean2_slot, staged_topk::EpiHist{rowbase});
+    logits_math<Cfg>(p, smem, full, empty, q_full, q_empty, wg, block_slot, staged_topk::EpiHist{rowbase});
   staged_topk::staged_select<kHistOff>(P);
 }
 
@@ -650,7 +627,7 @@ inline size_t fused_staged_aux_bytes(int rows, int m) {
 
 // The staged pieces' tensor maps over rows x keys (q, weights: the pieces'
 // first row; logits: their workspace, pitch ld): the logits launcher's maps
-// and, with kQPermLong, the 2-row-box Q map (the permuted Q of pieces of >= 32
+// and the 2-row-box Q map (the permuted Q of pieces of >= 32
 // tiles) in tm_o. False (and *map_error as the logits launcher's) when a map
 // cannot be encoded. (The staged launcher's and the hybrid kernel's.)
 template <class Cfg>
@@ -662,7 +639,7 @@ inline bool make_staged_maps(CUtensorMap& tm_q, CUtensorMap& tm_k, CUtensorMap& 
     if (map_error) *map_error = e;
     return false;
   }
-  if constexpr (Cfg::kQPermLong) {
+  {
     const int e = make_tensor_map_2d(&tm_o, q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 128, static_cast<uint64_t>(rows) * 32, 128,
                                      128, 2, CU_TENSOR_MAP_SWIZZLE_128B);
     if (e) {
@@ -680,14 +657,13 @@ inline bool make_staged_maps(CUtensorMap& tm_q, CUtensorMap& tm_k, CUtensorMap& 
 // are zeroed here by a memset on the stream); out [rows, topk] int32; m from
 // fused_staged_pieces (1 to 16, grid B m at most the SMs: every CTA resident
 // at once). cudaErrorInvalidValue for a bad m or keys, or a tensor map that
-// cannot be encoded (*map_error as the logits launcher's). marks: see
-// StagedTopkParams.
+// cannot be encoded (*map_error as the logits launcher's).
 template <class Cfg>
 inline cudaError_t launch_sm90_fused_staged_topk(const void* q, const void* k, const float* scales,
                                                  const float* weights, const int* starts, const int* ends,
                                                  float* logits, int64_t ld, void* aux, int* out, int rows, int keys,
                                                  int topk, int m, cudaStream_t stream, int* map_error = nullptr,
-                                                 RangeErrorSink range_err = {}, uint32_t* marks = nullptr) {
+                                                 RangeErrorSink range_err = {}) {
   if (rows <= 0) return cudaSuccess;
   if (m < 1 || m > 16 || keys <= 0 || keys > staged_topk::kMaxRowKeys) return cudaErrorInvalidValue;
   CUtensorMap tm_q, tm_k, tm_s, tm_w, tm_o;
@@ -704,7 +680,7 @@ inline cudaError_t launch_sm90_fused_staged_topk(const void* q, const void* k, c
   err = cudaMemsetAsync(counters, 0, static_cast<size_t>(nb) * 4, stream);
   if (err != cudaSuccess) return err;
   const StagedTopkParams P{Sm90LogitsParams{starts, ends, logits, ld, rows, keys, range_err}, out, hist, counters,
-                           topk, m, marks};
+                           topk, m};
   kernel<<<nb * m, Cfg::kThreads, kSmem, stream>>>(tm_q, tm_k, tm_s, tm_w, tm_o, P);
   return cudaGetLastError();
 }

@@ -14,7 +14,7 @@
 // - Persistent grid, one CTA per SM. Every (block, tile) pair of the call is
 //   numbered in block order and each CTA takes a contiguous share of equal
 //   cost, a block counting as two extra tiles for its Q load and setup
-//   (find_work_share_v2), so causal / ragged spans leave no CTA idle at the
+//   (find_work_share), so causal / ragged spans leave no CTA idle at the
 //   end and shares that cross many short blocks get fewer tiles.
 // - 640 threads: four math warpgroups and one producer warpgroup; setmaxnreg
 //   gives the math warps 112 registers and the producer 32. Warpgroup
@@ -107,10 +107,6 @@ struct Sm90LogitsConfig {
   static constexpr int kSlotInts = 24;
   // Blocks with at least this many tiles in a share load Q permuted.
   static constexpr int kPermMinTiles = 32;
-  // Long blocks load Q permuted (always; the staged launcher reads it to build the two-row-box Q map).
-  static constexpr bool kQPermLong = true;
-  // The kernel runs the producer-slot tile loop (logits_v2_lean2_*; the staged and hybrid kernels assert it).
-  static constexpr bool kLean2 = true;
   // What a block costs in the work shares beyond its tiles, in tiles.
   static constexpr int kBlockCost = 2;
   // The registers the CTA starts with (launch bounds: 64K / threads, a multiple of 8) must cover the split.
@@ -119,8 +115,6 @@ struct Sm90LogitsConfig {
   static_assert(kKTileBytes % 1024 == 0 && kQTileBytes % 1024 == 0, "swizzle atoms need 1 KB alignment");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per CTA");
 };
-// The name the fused kernels know the dense configuration by.
-using Sm90LogitsV2Default = Sm90LogitsConfig;
 
 // ---- work split ----------------------------------------------------------------
 
@@ -168,7 +162,7 @@ struct WorkShare {
 // with index(0) = 0 and index(total cost) = total tiles, so every tile goes
 // to exactly one CTA (a CTA may get none).
 template <class Cfg>
-__device__ __forceinline__ WorkShare find_work_share_v2(const Sm90LogitsParams& p) {
+__device__ __forceinline__ WorkShare find_work_share(const Sm90LogitsParams& p) {
   constexpr long long C = Cfg::kBlockCost;
   __shared__ long long s_wc[Cfg::kThreads / 32], s_wt[Cfg::kThreads / 32];
   __shared__ long long s_idx[2];
@@ -411,7 +405,7 @@ __device__ __forceinline__ void logits_reduce_perm(const float (&acc)[64], const
 // work shares'); returns the tile count (0: every row empty) and lo, both
 // warp-uniform; lane i < 8 gets its row's clamped start and length (0 for
 // rows past the last or empty ones).
-__device__ __forceinline__ int lean2_block_span(const Sm90LogitsParams& p, int b, int lane, int& lo, int& s,
+__device__ __forceinline__ int slot_block_span(const Sm90LogitsParams& p, int b, int lane, int& lo, int& s,
                                                 int& len) {
   int sr = 0, er = 0;
   const int r = b * 8 + (lane & 7);
@@ -443,7 +437,7 @@ __device__ __forceinline__ int lean2_block_span(const Sm90LogitsParams& p, int b
 // block's K tiles and scales into the ring. tm_q2: the Q map with two-row
 // boxes (the permuted load).
 template <class Cfg>
-__device__ __forceinline__ void logits_v2_lean2_producer(const Sm90LogitsParams& p, uint8_t* smem,
+__device__ __forceinline__ void logits_producer(const Sm90LogitsParams& p, uint8_t* smem,
                                                          const WorkShare& share, uint64_t* full, uint64_t* empty,
                                                          uint64_t* q_full, uint64_t* q_empty, int (*slot)[Cfg::kSlotInts],
                                                          const CUtensorMap* tm_q, const CUtensorMap* tm_k,
@@ -499,7 +493,7 @@ __device__ __forceinline__ void logits_v2_lean2_producer(const Sm90LogitsParams&
     __syncwarp();
   };
   int b = share.b0, t = share.t0, lo = 0, s = 0, len = 0;
-  int nt = lean2_block_span(p, b, lane, lo, s, len);
+  int nt = slot_block_span(p, b, lane, lo, s, len);
   long long left = share.count;
   uint32_t st = 0, ph = 0;
   int n_here = static_cast<int>(min(static_cast<long long>(nt - t), left));
@@ -513,7 +507,7 @@ __device__ __forceinline__ void logits_v2_lean2_producer(const Sm90LogitsParams&
       int nnt;
       do {
         ++nb;
-        nnt = lean2_block_span(p, nb, lane, nlo, ns, nlen);
+        nnt = slot_block_span(p, nb, lane, nlo, ns, nlen);
       } while (nnt == 0);
       nn = static_cast<int>(min(static_cast<long long>(nnt), left));
     }
@@ -562,7 +556,7 @@ struct LogitsEpiNone {
 // the A low words change per tile), read the scales, reduce, store the masked
 // logits, release the stage. wg: the warpgroup, 2 rg + kg.
 template <class Cfg, class Epi = LogitsEpiNone>
-__device__ __forceinline__ void logits_v2_lean2_math(const Sm90LogitsParams& p, uint8_t* smem, uint64_t* full,
+__device__ __forceinline__ void logits_math(const Sm90LogitsParams& p, uint8_t* smem, uint64_t* full,
                                                      uint64_t* empty, uint64_t* q_full, uint64_t* q_empty, int wg,
                                                      const int (*slot)[Cfg::kSlotInts], const Epi& epi = Epi{}) {
   constexpr int S = Cfg::kNumStages;
@@ -690,8 +684,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   uint64_t* q_full = bars + 2 * S;
   uint64_t* q_empty = bars + 2 * S + 2;
 
-  const WorkShare share = find_work_share_v2<Cfg>(p);
-  __shared__ int slot[2][Cfg::kSlotInts];  // the block in each Q buffer (logits_v2_lean2_producer)
+  const WorkShare share = find_work_share<Cfg>(p);
+  __shared__ int slot[2][Cfg::kSlotInts];  // the block in each Q buffer (logits_producer)
   const int tid = threadIdx.x;
   const int wg = tid / 128;
   // Range errors (range_check.cuh) are checked by threads with nothing else to
@@ -714,12 +708,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       check_row_ranges(p.err, p.starts, p.ends, p.rows, p.keys, kKernelLogits, checker, gridDim.x * kCheckers);
       return;
     }
-    logits_v2_lean2_producer<Cfg>(p, smem, share, full, empty, q_full, q_empty, slot, &tm_q, &tm_k, &tm_scales,
+    logits_producer<Cfg>(p, smem, share, full, empty, q_full, q_empty, slot, &tm_q, &tm_k, &tm_scales,
                                   &tm_weights, &tm_q2);
     return;
   }
   ptx::setmaxnreg_inc<Cfg::kMathRegs>();
-  logits_v2_lean2_math<Cfg>(p, smem, full, empty, q_full, q_empty, wg, slot);
+  logits_math<Cfg>(p, smem, full, empty, q_full, q_empty, wg, slot);
 }
 
 // ---- host ----------------------------------------------------------------------

@@ -79,13 +79,7 @@
 //   bitmaps, cap 6144 -> 115,104 B per CTA (ring 64 KB).
 #pragma once
 
-// MQA_TOPK_HOST_EMULATION: the kernel body is also compiled as plain C++ by a
-// CPU SIMT emulator (fibers) used to test the algorithm off-GPU; the
-// emulator provides the CUDA built-ins and the mqa_topk_emu:: primitives
-// that replace the inline PTX below. Never defined in real builds.
-#ifndef MQA_TOPK_HOST_EMULATION
 #include <cuda_runtime.h>
-#endif
 
 #include <cstdint>
 
@@ -163,11 +157,7 @@ __device__ __forceinline__ uint32_t order_key(float x) {
 // callers route "no-op" adds (value 0) to a per-lane dummy word (bank = lane,
 // conflict-free) instead of predicating, which ptxas would turn into a branch.
 __device__ __forceinline__ void red_add_shared(uint32_t saddr, uint32_t v) {
-#ifdef MQA_TOPK_HOST_EMULATION
-  mqa_topk_emu::red_add_shared(saddr, v);
-#else
   asm volatile("red.shared.add.u32 [%0], %1;" ::"r"(saddr), "r"(v) : "memory");
-#endif
 }
 
 enum LoadPolicy : int {
@@ -177,10 +167,6 @@ enum LoadPolicy : int {
 
 template <int kPolicy>
 __device__ __forceinline__ float4 load_vec(const float4* p, uint64_t policy) {
-#ifdef MQA_TOPK_HOST_EMULATION
-  (void)policy;
-  return mqa_topk_emu::load_vec(p);
-#else
   float4 v;
   if constexpr (kPolicy == kLoadLast) {
     asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.f32 {%0, %1, %2, %3}, [%4], %5;"
@@ -192,17 +178,12 @@ __device__ __forceinline__ float4 load_vec(const float4* p, uint64_t policy) {
                  : "l"(p));
   }
   return v;
-#endif
 }
 
 __device__ __forceinline__ uint64_t make_evict_first_policy() {
-#ifdef MQA_TOPK_HOST_EMULATION
-  return 0;
-#else
   uint64_t policy;
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
   return policy;
-#endif
 }
 
 // Elements of a row before its first 16-byte boundary (0..3, at most count).
@@ -269,17 +250,6 @@ __device__ __forceinline__ void for_each_vec(const float* ptr, int count, bool r
   edge_elements(ptr, count, head, nv, t, op);
 }
 
-#ifdef MQA_TOPK_HOST_EMULATION
-__device__ __forceinline__ void cp_async_16(uint32_t dst_saddr, const void* src) {
-  mqa_topk_emu::cp_async_16(dst_saddr, src);
-}
-__device__ __forceinline__ void cp_async_commit() { mqa_topk_emu::cp_async_commit(); }
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  mqa_topk_emu::cp_async_wait(kPending);
-}
-__device__ __forceinline__ float4 lds_vec(uint32_t saddr) { return mqa_topk_emu::lds_vec(saddr); }
-#else
 __device__ __forceinline__ void cp_async_16(uint32_t dst_saddr, const void* src) {
   asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(dst_saddr), "l"(src) : "memory");
 }
@@ -296,7 +266,6 @@ __device__ __forceinline__ float4 lds_vec(uint32_t saddr) {
                : "memory");
   return v;
 }
-#endif
 
 // Same contract as for_each_vec, for the reads of a row that come before
 // the bitmaps and staging arrays are in use (pass 1 from HBM, and the
@@ -806,7 +775,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   }
 }
 
-#ifndef MQA_TOPK_HOST_EMULATION
 // ---------------------------------------------------------------------------
 // Host launch helpers (torch-free).
 
@@ -831,7 +799,6 @@ inline cudaError_t launch_topk_per_row(const float* logits, int64_t ld, const in
   kernel<<<rows, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(logits, ld, starts, ends, out, width, topk, range_err);
   return cudaGetLastError();
 }
-#endif  // MQA_TOPK_HOST_EMULATION
 
 }  // namespace topk
 }  // namespace mqa_topk
