@@ -74,6 +74,9 @@ TABLE = [
     ((8192, 65536, 132), "whole"),  # the headline: 1024 blocks, 7.8 waves
     ((64, 1 << 19, 132), "staged"),  # rows at the staged owner's limit
     ((64, (1 << 19) + 1, 132), "split"),  # past it: the split kernel's pieces
+    ((250, 1 << 19, 132), "staged"),  # the staged logits buffer: 250 x 2 MiB = 500 MiB
+    ((251, 1 << 19, 132), "split"),  # past 500 MiB: the split kernel (no per-call buffer)
+    ((528, 1 << 19, 132), "split"),
     ((1064, (1 << 19) + 1, 132), "split"),
     ((3, 100, 16), "staged"),
     ((72, 100, 16), "split"),  # 9 blocks on 16 SMs
@@ -100,6 +103,19 @@ def test_the_default_always_runs_the_shape(rule):
         assert choice in can, (r, k, s, choice, can)
         assert "whole" in can and "split" in can  # these run any shape
         assert ("staged" in can) == (pieces > 0) and ("hybrid" in can) == (extra > 0)
+
+
+def test_no_call_needs_more_than_512_mib_beyond_the_workspace(rule):
+    """The staged kernel's per-call logits buffer stays within 500 MiB (the
+    hybrid kernel's, 8-16 rows of at most 2^19 keys, within 32 MiB): at every
+    shape where it runs, rows x keys x 4 bytes (rows padded to 16 bytes)."""
+    shapes = [(r, k, s, 2048, 32) for r in (1, 8, 64, 100, 250, 251, 256, 512, 528, 1024, 2112)
+              for k in (4096, 65536, 1 << 18, 400000, 1 << 19) for s in (132, 264)]
+    for (r, k, s, _, _), (_, can, _, extra) in zip(shapes, rule(shapes)):
+        if "staged" in can:
+            assert r * ((k + 3) // 4 * 4) * 4 <= 500 << 20, (r, k, s)
+        if "hybrid" in can:
+            assert 8 * extra * ((k + 3) // 4 * 4) * 4 <= 32 << 20, (r, k, s)
 
 
 def test_staged_pieces_and_hybrid_extra_blocks(rule):

@@ -380,3 +380,22 @@ def test_fused_hybrid_kernel_exact(dev, kw):
         w = make_workload(device="cuda", seed=31, topk=topk, **kw)
         out = check_fused(w, topk, f"hybrid {kw} topk={topk}", kernel="hybrid")
         same_sets(out, run_fused(w, topk, -5, "whole"), f"{kw} topk={topk}: hybrid vs whole")
+
+
+@pytest.mark.parametrize("rows,keys", [(528, 1 << 19), (250, 1 << 19), (64, 1 << 19), (8 * 132 + 8, 1 << 19)])
+def test_fused_call_allocates_at_most_512_mib_beyond_its_workspace(dev, rows, keys):
+    """Whatever kernel a shape runs, its per-call buffer (the staged and hybrid
+    kernels' logits of their row blocks) stays within 512 MiB: the peak of
+    torch's allocator during the call, past the cached workspace and the inputs."""
+    w = make_workload("causal", rows=rows, keys=keys, topk=2048, dist="gaussian", seed=41, device="cuda")
+    out = torch.full((rows, 2048), -7, dtype=torch.int32, device="cuda")
+    ops.fused_mqa_topk_workspace("cuda", 2048)  # (the fixed workspace, allocated once)
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    ops.fused_mqa_topk_prefill(w.q, w.k, w.scales, w.weights, w.starts, w.ends, out)
+    torch.cuda.synchronize()
+    extra = torch.cuda.max_memory_allocated() - base
+    assert extra <= 512 << 20, f"{rows} x {keys} ({ops.fused_mqa_topk_kernel(rows, keys, 2048)}): {extra / 2**20:.1f} MiB"
+    logits = ops.mqa_logits(w.q, w.k, w.scales, w.weights, w.starts, w.ends)
+    assert_exact(out, logits, w.starts, w.ends, 2048, f"{rows} x {keys}")

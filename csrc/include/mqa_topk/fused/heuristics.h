@@ -10,8 +10,8 @@
 //           partial last wave split into pieces (the same kernel's split
 //           configuration, blocks_split.cuh);
 //   staged  at most SMs / 2 row blocks: each block's logits computed by up to
-//           16 pieces into a workspace, each row selected by one owner CTA
-//           (sm90_fused_staged.cuh);
+//           16 pieces into a per-call buffer (at most 500 MiB), each row
+//           selected by one owner CTA (sm90_fused_staged.cuh);
 //   hybrid  one or two row blocks past whole waves (B mod SMs in {1, 2}, B >
 //           SMs): whole blocks beside the staged pieces and owners of the
 //           last one or two (sm90_fused_hybrid.cuh).
@@ -38,12 +38,20 @@ constexpr long long fused_row_blocks(int rows) {
   return (static_cast<long long>(rows) + kFusedBlockRows - 1) / kFusedBlockRows;
 }
 
+// The staged kernel's logits buffer (rows x keys fp32, rows padded to 16
+// bytes) is allocated per call; at most this many bytes, so that a fused call
+// never takes more than 512 MiB beyond its fixed workspace (the buffer's
+// histograms and counters add at most 32 KB per SM).
+constexpr long long kStagedMaxLogitsBytes = 500ll << 20;
+
 // Pieces per row block of the staged kernel for rows x keys on num_sms SMs:
 // every block's pieces resident at once (at most num_sms blocks), rows within
-// the owner's bitmaps. 0: it does not apply.
+// the owner's bitmaps, the logits buffer within kStagedMaxLogitsBytes. 0: it
+// does not apply.
 constexpr int fused_staged_pieces(int rows, int keys, int num_sms) {
   const long long nb = fused_row_blocks(rows);
   if (rows <= 0 || keys <= 0 || keys > kStagedMaxRowKeys || num_sms <= 0 || nb > num_sms) return 0;
+  if (static_cast<long long>(rows) * ((keys + 3ll) / 4 * 4) * 4 > kStagedMaxLogitsBytes) return 0;
   return static_cast<int>(num_sms / nb < kStagedMaxPieces ? num_sms / nb : kStagedMaxPieces);
 }
 
