@@ -435,6 +435,28 @@ def _checked_sweep(sweep: dict) -> dict:
     return sweep
 
 
+#: How far down ``run_crossover`` extends the key grid when A wins at its smallest point.
+EXTEND_MIN_KEYS = 1024
+
+
+def grid_crossovers(grid: Sequence[dict], topks: Sequence[int], rows_list: Sequence[int], confirm: int) -> list[dict]:
+    """The crossover per (topk, rows) of the measured grid rows (``find_crossover``),
+    with whether A won from the first valid point on (``at_min``) and that point."""
+    out = []
+    for topk in topks:
+        for rows in rows_list:
+            pts = sorted((g for g in grid if g["topk"] == topk and g["rows"] == rows), key=lambda g: g["keys"])
+            ks = [g["keys"] for g in pts]
+            ta = [g["t_a_ms"] if g["t_a_ms"] is not None else math.nan for g in pts]
+            tb = [g["t_b_ms"] if g["t_b_ms"] is not None else math.nan for g in pts]
+            valid = [k for k, x, y in zip(ks, ta, tb) if math.isfinite(x) and math.isfinite(y)]
+            x = find_crossover(ks, ta, tb, confirm=confirm) if valid else None
+            out.append({"topk": topk, "rows": rows, "keys": x, "at_min": bool(x is not None and valid and x <= valid[0]),
+                        "points": len(valid), "label": describe_crossover(x, valid) if valid else "no data",
+                        "first_keys": valid[0] if valid else None})
+    return out
+
+
 def run_crossover(
     sweep: dict,
     *,
@@ -470,15 +492,19 @@ def run_crossover(
     notes: list[str] = []
     layout = sweep.get("layout", "causal")
 
-    cases = []
-    for topk in sweep["topks"]:
-        for rows in sweep["rows"]:
-            for keys in sweep["keys"]:
-                if layout == "causal" and keys < rows:
-                    continue
-                cases.append({"name": f"t{topk}-r{rows}-k{keys}", "layout": layout, "rows": rows, "keys": keys,
-                              "topk": topk, "dist": sweep.get("dist", "gaussian"), "seed": sweep.get("seed", 0),
-                              **dict(sweep.get("options", {}))})
+    def grid_cases(topks, keys_list):
+        out = []
+        for topk in topks:
+            for rows in sweep["rows"]:
+                for keys in keys_list:
+                    if layout == "causal" and keys < rows:
+                        continue
+                    out.append({"name": f"t{topk}-r{rows}-k{keys}", "layout": layout, "rows": rows, "keys": keys,
+                                "topk": topk, "dist": sweep.get("dist", "gaussian"), "seed": sweep.get("seed", 0),
+                                **dict(sweep.get("options", {}))})
+        return out
+
+    cases = grid_cases(sweep["topks"], sweep["keys"])
     skipped = sum(1 for k in sweep["keys"] for r in sweep["rows"] if layout == "causal" and k < r)
     if skipped:
         notes.append(f"skipped {skipped} grid point(s) per topk with keys < rows (a causal chunk needs keys >= rows)")
@@ -505,35 +531,50 @@ def run_crossover(
             progress(offset + done, total, label)
 
     kw = dict(device=device, reps=reps, warmup=warmup, cold_l2=cold_l2, graph=graph, progress=prog)
-    grid_res = bench.run_bench(cases, [a, b], **kw)
+    grid_res = list(bench.run_bench(cases, [a, b], **kw))
     offset = 2 * len(cases)
-    wave_res = bench.run_bench(wave_cases, [a, b], **kw) if wave_cases else []
 
     def pair(results, case_name):
         ra = next(r for r in results if r.case == case_name and r.path == a)
         rb = next(r for r in results if r.case == case_name and r.path == b)
         return ra, rb
 
-    grid = []
-    for c in cases:
-        ra, rb = pair(grid_res, c["name"])
-        grid.append({"topk": c["topk"], "rows": c["rows"], "keys": c["keys"],
-                     "t_a_ms": ra.median_ms if ra.ok else None, "t_b_ms": rb.median_ms if rb.ok else None,
-                     "p20_a_ms": ra.p20_ms if ra.ok else None, "p80_a_ms": ra.p80_ms if ra.ok else None,
-                     "p20_b_ms": rb.p20_ms if rb.ok else None, "p80_b_ms": rb.p80_ms if rb.ok else None,
-                     "status_a": ra.status, "status_b": rb.status})
+    def grid_rows(cs):
+        rows_out = []
+        for c in cs:
+            ra, rb = pair(grid_res, c["name"])
+            rows_out.append({"topk": c["topk"], "rows": c["rows"], "keys": c["keys"],
+                             "t_a_ms": ra.median_ms if ra.ok else None, "t_b_ms": rb.median_ms if rb.ok else None,
+                             "p20_a_ms": ra.p20_ms if ra.ok else None, "p80_a_ms": ra.p80_ms if ra.ok else None,
+                             "p20_b_ms": rb.p20_ms if rb.ok else None, "p80_b_ms": rb.p80_ms if rb.ok else None,
+                             "status_a": ra.status, "status_b": rb.status})
+        return rows_out
 
-    crossovers = []
-    for topk in sweep["topks"]:
-        for rows in sweep["rows"]:
-            pts = [g for g in grid if g["topk"] == topk and g["rows"] == rows]
-            ks = [g["keys"] for g in pts]
-            ta = [g["t_a_ms"] if g["t_a_ms"] is not None else math.nan for g in pts]
-            tb = [g["t_b_ms"] if g["t_b_ms"] is not None else math.nan for g in pts]
-            valid = [k for k, x, y in zip(ks, ta, tb) if math.isfinite(x) and math.isfinite(y)]
-            x = find_crossover(ks, ta, tb, confirm=conf) if valid else None
-            crossovers.append({"topk": topk, "rows": rows, "keys": x, "at_min": bool(x is not None and valid and x <= valid[0]),
-                               "points": len(valid), "label": describe_crossover(x, valid) if valid else "no data"})
+    grid = grid_rows(cases)
+    crossovers = grid_crossovers(grid, sweep["topks"], sweep["rows"], conf)
+
+    # A faster from the smallest grid point on: the crossover lies below the
+    # grid. Extend it downward (x sqrt(2) steps, multiples of 128) to EXTEND_MIN_KEYS
+    # for those topks and report the crossover found there.
+    ext_topks = sorted({c["topk"] for c in crossovers if c["at_min"] and c["first_keys"] > EXTEND_MIN_KEYS})
+    if ext_topks:
+        lo_measured = min(c["first_keys"] for c in crossovers if c["topk"] in ext_topks and c["at_min"])
+        below = [k for k in geometric_grid(EXTEND_MIN_KEYS, lo_measured) if k < lo_measured]
+        ext_cases = [c for c in grid_cases(ext_topks, below) if c["name"] not in {x["name"] for x in cases}]
+        if ext_cases:
+            notes.append(f"{a} faster from the smallest grid point for topk {', '.join(map(str, ext_topks))}: "
+                         f"grid extended down to {min(c['keys'] for c in ext_cases)} keys "
+                         f"({len({c['keys'] for c in ext_cases})} point(s))")
+            total += 2 * len(ext_cases)
+            grid_res += list(bench.run_bench(ext_cases, [a, b], **kw))
+            offset += 2 * len(ext_cases)
+            cases = sorted(cases + ext_cases, key=lambda c: (sweep["topks"].index(c["topk"]),
+                                                            sweep["rows"].index(c["rows"]), c["keys"]))
+            grid = grid_rows(cases)
+            crossovers = grid_crossovers(grid, sweep["topks"], sweep["rows"], conf)
+    wave_res = list(bench.run_bench(wave_cases, [a, b], **kw)) if wave_cases else []
+    for c in crossovers:
+        c.pop("first_keys", None)
 
     current = {int(k): int(v) for k, v in cal_now["min_keys"].items()}
     recommended: dict[int, int] = {}

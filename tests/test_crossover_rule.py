@@ -342,6 +342,7 @@ def test_recommendation_takes_the_largest_crossover_over_the_row_counts(fake, ca
 
 def test_one_row_count_at_the_first_point_and_one_above_takes_the_rounded_larger(fake, cal, monkeypatch):
     """Bug class: the "faster from the first point" shortcut taken when only some row counts are."""
+    monkeypatch.setattr(crossover, "EXTEND_MIN_KEYS", 12000)  # no downward extension here
     rep = crossover.run_crossover(_sweep(topks=[512], keys=[12000, 16000, 32000, 64000]), device="cpu", sms=4,
                                   block_rows=2, calibration=cal)
     by = {c["rows"]: c for c in rep.crossovers}
@@ -661,3 +662,32 @@ def test_wave_decision_line_says_what_was_written():
     assert crossover.wave_decision_line(None, False) == (
         "wave rule: off, kept from the current calibration (no timed row is one the rule sends to dense: this run "
         "does not decide it)")
+
+
+def test_grid_extends_downward_when_a_wins_at_its_smallest_point(fake, cal):
+    """Bug class: a crossover reported as "<= min" although it lies below the
+    grid (issue 45: the real crossover must be found), the extension timing
+    topks that already have a crossover, or the extended points not used."""
+    fake["fused"].ms = lambda w: w.keys / 2000 + 2 if w.topk == 1024 else w.keys / 1000 + 10
+    rep = crossover.run_crossover(_sweep(topks=[512, 1024], rows=[8], keys=[4000, 8000, 16000, 32000, 64000],
+                                         wave={"enabled": False}), device="cpu", calibration=cal)
+    below = [k for k in geometric_grid(crossover.EXTEND_MIN_KEYS, 4000) if k < 4000]
+    assert below == [1024, 1408, 2048, 2944]
+    assert [g["keys"] for g in rep.grid if g["topk"] == 1024] == below + [4000, 8000, 16000, 32000, 64000]
+    assert [g["keys"] for g in rep.grid if g["topk"] == 512] == [4000, 8000, 16000, 32000, 64000]
+    c = next(c for c in rep.crossovers if c["topk"] == 1024)
+    ratio = lambda k: (k / 2000 + 2) / (k / 500)  # noqa: E731
+    assert c["keys"] == pytest.approx(_interp(1024, ratio(1024), 1408, ratio(1408)), rel=1e-12)
+    assert not c["at_min"] and "first_keys" not in c
+    assert rep.recommended[1024] == eligibility.recommended_min_keys(c["keys"])
+    assert any("extended down to 1024 keys (4 point(s))" in n for n in rep.notes)
+    # A wins at the extension's lowest point too: reported there, and no further
+    fake["fused"].ms = lambda w: w.keys / 2000 if w.topk == 1024 else w.keys / 1000 + 10
+    rep = crossover.run_crossover(_sweep(topks=[1024], rows=[8], keys=[4000, 8000, 16000], wave={"enabled": False}),
+                                  device="cpu", calibration=cal)
+    c = rep.crossovers[0]
+    assert c["at_min"] and c["keys"] == 1024 and c["label"] == "<= 1024" and rep.recommended[1024] == 1024
+    # the grid's smallest point at or below 1024 keys: nothing to extend
+    rep = crossover.run_crossover(_sweep(topks=[1024], rows=[8], keys=[1000, 2000, 4000], wave={"enabled": False}),
+                                  device="cpu", calibration=cal)
+    assert [g["keys"] for g in rep.grid] == [1000, 2000, 4000] and not any("extended" in n for n in rep.notes)
