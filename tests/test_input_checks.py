@@ -302,9 +302,12 @@ def test_a_calibration_file_is_checked_when_loaded(tmp_path, over, needle):
 
 @pytest.mark.parametrize("rows, keys, needle", [("8000", "600", "every key count"),
                                                 ("8,8000", "600,1200", "8000")])
-def test_a_causal_grid_without_points_is_refused_up_front(run, monkeypatch, rows, keys, needle):
+def test_a_causal_grid_without_points_is_refused_up_front(run, monkeypatch, tmp_path, rows, keys, needle):
     monkeypatch.setattr(bench, "run_bench", _must_not_run("bench"))
-    line = _one_line_error(run(*XO, "--rows", rows, "--keys", keys, "--no-wave"), 2, "--rows", needle)
+    cfg = tmp_path / "causal.toml"
+    cfg.write_text('[sweep]\nlayout = "causal"\nkeys = [8192]\n')
+    line = _one_line_error(run(*XO, "--config", str(cfg), "--rows", rows, "--keys", keys, "--no-wave"), 2, "--rows",
+                           needle)
     assert "keys >= rows" in line
 
 
@@ -332,10 +335,13 @@ def no_cuda(monkeypatch):
     (["bench", "--config", "bench", "--rows", "16", "--paths", "engine-fused"], "--config"),
     (["verify", "--device", "cuda", "--case", "x", "--rows", "16"], "--case"),
     (["crossover", "--paths", "fused"], "--paths"),
-    (["crossover", "--paths", "torch,reference", "--topks", "512", "--rows", "8000", "--keys", "600"], "--rows"),
+    (["crossover", "--config", "CAUSAL", "--paths", "torch,reference", "--topks", "512", "--rows", "8000", "--keys",
+      "600"], "--rows"),
 ])
-def test_input_errors_come_before_the_missing_gpu(run, no_cuda, no_work, args, needle):
-    _one_line_error(run(*args), 2, needle)
+def test_input_errors_come_before_the_missing_gpu(run, no_cuda, no_work, tmp_path, args, needle):
+    cfg = tmp_path / "causal.toml"
+    cfg.write_text('[sweep]\nlayout = "causal"\nkeys = [8192]\n')
+    _one_line_error(run(*[str(cfg) if a == "CAUSAL" else a for a in args]), 2, needle)
 
 
 # ------------------------------------------------------------ 14: bench --workload
