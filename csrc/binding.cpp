@@ -41,7 +41,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("workspace"), py::arg("kernel") = -1);
   m.def("fused_mqa_topk_workspace_bytes", &fused_mqa_topk_workspace_bytes, "fused workspace size", py::arg("topk"),
         py::arg("device"));
-  m.def("fused_mqa_topk_choice", &fused_mqa_topk_choice, "the fused kernel a shape runs by default",
+  m.def("fused_mqa_topk_choice", &fused_mqa_topk_choice, "(the fused kernel a shape runs by default, its per-call buffer bytes)",
         py::arg("rows"), py::arg("keys"), py::arg("topk"), py::arg("heads"), py::arg("device"));
   m.def("range_error_mirror_address", &range_error_mirror_address,
         "host address of the device's range-error mirror (uint64, ~0 when clean)");

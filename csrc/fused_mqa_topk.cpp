@@ -25,15 +25,18 @@ int64_t fused_mqa_topk_workspace_bytes(int64_t topk, int64_t device) {
   return static_cast<int64_t>(fused_workspace_bytes(static_cast<int>(topk), mqa_topk::sm_count(static_cast<int>(device))));
 }
 
-std::string fused_mqa_topk_choice(int64_t rows, int64_t keys, int64_t topk, int64_t heads, int64_t device) {
+std::tuple<std::string, int64_t> fused_mqa_topk_choice(int64_t rows, int64_t keys, int64_t topk, int64_t heads,
+                                                       int64_t device) {
   MQA_CHECK_ARG(rows >= 0 && rows < (int64_t(1) << 31), "rows", "must be in [0, 2^31), got ", rows);
   MQA_CHECK_ARG(keys >= 0 && keys <= mqa_topk::kMaxKeys, "keys", "must be in [0, ", mqa_topk::kMaxKeys, "], got ", keys);
   MQA_CHECK_ARG(valid_topk(topk), "topk", "must be 512, 1024 or 2048, got ", topk);
   MQA_CHECK_ARG(heads == mqa_topk::kHeads, "heads", "must be ", mqa_topk::kHeads, ", got ", heads);
   MQA_CHECK_ARG(device >= 0, "device", "must be a CUDA device index, got ", device);
-  return mqa_topk::fused_kernel_name(mqa_topk::choose_fused_kernel(
-      static_cast<int>(rows), static_cast<int>(keys), mqa_topk::sm_count(static_cast<int>(device)),
-      static_cast<int>(topk), static_cast<int>(heads)));
+  const int num_sms = mqa_topk::sm_count(static_cast<int>(device));
+  const mqa_topk::FusedKernel choice = mqa_topk::choose_fused_kernel(
+      static_cast<int>(rows), static_cast<int>(keys), num_sms, static_cast<int>(topk), static_cast<int>(heads));
+  return {mqa_topk::fused_kernel_name(choice),
+          static_cast<int64_t>(fused_buffer_bytes(choice, static_cast<int>(rows), static_cast<int>(keys), num_sms))};
 }
 
 std::string fused_mqa_topk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& scales,

@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "launch_common.h"
@@ -19,6 +20,8 @@ std::string fused_mqa_topk(const at::Tensor& q, const at::Tensor& k, const at::T
                            const at::Tensor& weights, const at::Tensor& starts, const at::Tensor& ends,
                            const at::Tensor& output, const at::Tensor& workspace, int64_t kernel = -1);
 int64_t fused_mqa_topk_workspace_bytes(int64_t topk, int64_t device);
-// The kernel a call of this shape runs by default (include/mqa_topk/fused/heuristics.h), by name.
-std::string fused_mqa_topk_choice(int64_t rows, int64_t keys, int64_t topk, int64_t heads, int64_t device);
+// The fused kernel a shape runs by default and what a call of it allocates
+// beyond the fixed workspace (its per-call buffer, bytes).
+std::tuple<std::string, int64_t> fused_mqa_topk_choice(int64_t rows, int64_t keys, int64_t topk, int64_t heads,
+                                                       int64_t device);
 std::vector<mqa_topk::KernelInfo> fused_mqa_topk_kernel_info();

@@ -492,6 +492,23 @@ def build(verbose: bool, force: bool) -> None:
     if ws:
         click.echo("fused workspace (any rows/keys): "
                    + ", ".join(f"topk {t}: {b / 2**20:.1f} MiB" for t, b in sorted(ws.items())))
+    calls = br.get("fused_call_bytes")
+    if calls:
+        from .ops import FUSED_CALL_BYTES_CAP
+
+        ct = Table(title=f"fused call: kernel and bytes beyond the workspace (top-2048; cap "
+                         f"{FUSED_CALL_BYTES_CAP >> 20} MiB)")
+        keys_cols = sorted({n for _, n in calls})
+        ct.add_column("rows", justify="right")
+        for n in keys_cols:
+            ct.add_column(f"{n // 1024}K keys", justify="right")
+        for r in sorted({r for r, _ in calls}):
+            cells = []
+            for n in keys_cols:
+                kb = calls.get((r, n))
+                cells.append("-" if kb is None else f"{kb[0]} {kb[1] / 2**20:.0f} MiB")
+            ct.add_row(str(r), *cells)
+        con.print(ct)
     kt = Table(title="kernels")
     for col in ("kernel", "registers", "shared bytes", "local (spill) bytes", "max threads"):
         kt.add_column(col, justify="left" if col == "kernel" else "right")

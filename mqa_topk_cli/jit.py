@@ -230,7 +230,15 @@ def build_report() -> dict:
         "ops": sorted(n for n in ("mqa_logits", "topk_per_row", "fused_mqa_topk") if hasattr(ext, n)),
         "fused_workspace_bytes": {t: int(ext.fused_mqa_topk_workspace_bytes(t, _current_device()))
                                   for t in (512, 1024, 2048)},
+        # (rows, keys) -> (kernel, bytes beyond the workspace) at top-2048, causal-chunk shapes
+        "fused_call_bytes": {(r, n): tuple(ext.fused_mqa_topk_choice(r, n, 2048, 32, _current_device()))
+                             for r in CALL_BYTES_ROWS for n in CALL_BYTES_KEYS if n >= r},
     }
+
+
+#: The shapes `mqa-topk build` reports the fused per-call allocation at.
+CALL_BYTES_ROWS = (64, 528, 1064, 2120, 8192)
+CALL_BYTES_KEYS = (65536, 131072, 524288)
 
 
 def _current_device() -> int:

@@ -423,20 +423,39 @@ def fused_mqa_topk_prefill(q, k, scales, weights, starts, ends, output, workspac
                        -1 if kernel is None else FUSED_KERNELS.index(kernel))
 
 
-def fused_mqa_topk_kernel(rows: int, keys: int, topk: int, device=None, heads: int = contract.HEADS) -> str:
-    """The fused kernel a call of this shape runs by default on ``device``
-    (csrc/include/mqa_topk/fused/heuristics.h): "whole", "split", "staged" or
-    "hybrid"."""
+def _fused_choice(rows: int, keys: int, topk: int, device, heads: int):
     device = torch.device(device if device is not None else "cuda")
     if device.type != "cuda":
         raise Unavailable(f"fused_mqa_topk_kernel: the fused kernels run on a CUDA (sm_90) GPU; got {device}")
     index = device.index if device.index is not None else torch.cuda.current_device()
-    return _native().fused_mqa_topk_choice(int(rows), int(keys), int(topk), int(heads), index)
+    name, nbytes = _native().fused_mqa_topk_choice(int(rows), int(keys), int(topk), int(heads), index)
+    return str(name), int(nbytes)
+
+
+def fused_mqa_topk_kernel(rows: int, keys: int, topk: int, device=None, heads: int = contract.HEADS) -> str:
+    """The fused kernel a call of this shape runs by default on ``device``
+    (csrc/include/mqa_topk/fused/heuristics.h): "whole", "split", "staged" or
+    "hybrid"."""
+    return _fused_choice(rows, keys, topk, device, heads)[0]
+
+
+#: The most a fused call allocates beyond its fixed workspace (the staged
+#: kernel's logits buffer is at most 500 MiB, kStagedMaxLogitsBytes; the hybrid
+#: kernel's far less).
+FUSED_CALL_BYTES_CAP = 512 << 20
+
+
+def fused_mqa_topk_call_bytes(rows: int, keys: int, topk: int, device=None, heads: int = contract.HEADS) -> int:
+    """Bytes a fused call of this shape allocates beyond the fixed workspace
+    (the staged or hybrid kernel's per-call buffer, from the caching
+    allocator; 0 for the whole and split kernels). At most
+    ``FUSED_CALL_BYTES_CAP``."""
+    return _fused_choice(rows, keys, topk, device, heads)[1]
 
 
 __all__ = [
     "DEFAULT_MAX_LOGITS_BYTES", "mqa_logits", "top_k_per_row_prefill", "dense_mqa_topk_prefill",
     "fused_mqa_topk_prefill", "fused_mqa_topk_key_scales", "fused_mqa_topk_workspace",
-    "fused_mqa_topk_workspace_bytes", "fused_mqa_topk_kernel", "FUSED_KERNELS", "FUSED_KERNEL", "use_fused_mqa_topk", "fused_mqa_topk_chunk",
+    "fused_mqa_topk_workspace_bytes", "fused_mqa_topk_kernel", "fused_mqa_topk_call_bytes", "FUSED_CALL_BYTES_CAP", "FUSED_KERNELS", "FUSED_KERNEL", "use_fused_mqa_topk", "fused_mqa_topk_chunk",
     "fused_mqa_topk_min_keys", "fused_mqa_topk_available", "contract", "check_errors", "range_error", "CHECKED",
 ]

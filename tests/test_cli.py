@@ -150,9 +150,15 @@ def test_build_reports_kernels(run, monkeypatch):
         "kernels": [{"name": "sm90_fp8_mqa_logits", "registers": 168, "shared_bytes": 200704, "local_bytes": 0,
                      "max_threads": 640},
                     {"name": "sm90_topk", "registers": 40, "shared_bytes": 9000, "local_bytes": 16, "max_threads": 512}],
-        "fused_workspace_bytes": {512: 28115008, 1024: 54067264, 2048: 105971776}})
+        "fused_workspace_bytes": {512: 28115008, 1024: 54067264, 2048: 105971776},
+        "fused_call_bytes": {(64, 65536): ("staged", 17 << 20), (8192, 65536): ("whole", 0),
+                             (64, 524288): ("staged", 130 << 20)}})
     monkeypatch.delenv("MQA_TOPK_VERBOSE_BUILD", raising=False)
     res = run("build", "--force", "--verbose")
+    row64 = next(ln for ln in res.stdout.splitlines() if ln.strip("│ ").startswith("64 "))
+    assert "staged 17 MiB" in row64 and "staged 130 MiB" in row64, res.stdout
+    row8k = next(ln for ln in res.stdout.splitlines() if ln.strip("│ ").startswith("8192 "))
+    assert "whole 0 MiB" in row8k and "-" in row8k and "cap 512 MiB" in res.stdout
     assert "fused workspace (any rows/keys): topk 512: 26.8 MiB" in res.stdout and "topk 2048: 101.1 MiB" in res.stdout
     assert res.exit_code == 0, res.output
     assert calls == {"verbose": True, "force": True}

@@ -397,5 +397,7 @@ def test_fused_call_allocates_at_most_512_mib_beyond_its_workspace(dev, rows, ke
     torch.cuda.synchronize()
     extra = torch.cuda.max_memory_allocated() - base
     assert extra <= 512 << 20, f"{rows} x {keys} ({ops.fused_mqa_topk_kernel(rows, keys, 2048)}): {extra / 2**20:.1f} MiB"
+    reported = ops.fused_mqa_topk_call_bytes(rows, keys, 2048)  # what `mqa-topk build` reports for the shape
+    assert reported <= ops.FUSED_CALL_BYTES_CAP and extra <= reported + (2 << 20), (extra, reported)
     logits = ops.mqa_logits(w.q, w.k, w.scales, w.weights, w.starts, w.ends)
     assert_exact(out, logits, w.starts, w.ends, 2048, f"{rows} x {keys}")
