@@ -65,7 +65,7 @@ for s in "${stages[@]}"; do
     gpu-tests) run gpu-tests python3 -m pytest -q -m gpu -x -rf tests ;;
     verify) run verify mqa-topk verify --paths fused,native --out "$OUT/verify.json" ;;
     sanitize) run sanitize compute-sanitizer --tool memcheck --error-exitcode 3 python3 scripts/sanitize_cases.py
-              run sanitize-ranges compute-sanitizer --tool memcheck --error-exitcode 3 python3 scripts/sanitize_ranges.py ;;
+              run sanitize-ranges compute-sanitizer --tool memcheck --print-limit 4 --error-exitcode 3 python3 scripts/sanitize_ranges.py ;;
     headline) bench headline --paths fused,native
               bench headline-logits --op logits --paths native ;;
     small-rows) bench small-rows --config small-rows --paths fused,native ;;

@@ -89,6 +89,7 @@ for rows, keys, layout, row in ((67, 1000, "causal", 41), (37, 3001, "random", 3
         for name, fn in calls.items():
             starts, ends = starts0.clone(), ends0.clone()
             arg = corrupt(kind, starts, ends, keys, row)
+            print(f"{name} {kind} rows={rows} keys={keys}", flush=True)  # (the call a memcheck report follows)
             fn(starts, ends)
             torch.cuda.synchronize()
             runs += 1

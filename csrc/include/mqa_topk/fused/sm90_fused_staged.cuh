@@ -352,8 +352,10 @@ __device__ __forceinline__ void owner_row(const StagedTopkParams& P, uint8_t* sm
   const int tid = threadIdx.x;
   const int row = b * kRows + r;
   const int topk = P.topk;
-  const int sr = max(__ldg(p.starts + row), 0);
-  const int n = max(min(__ldg(p.ends + row), p.keys) - sr, 0);
+  // The clamped range (range_check.cuh): end - start cannot overflow for any int32 pair.
+  int sr = __ldg(p.starts + row), er = __ldg(p.ends + row);
+  clamp_row_range(sr, er, p.keys);
+  const int n = er - sr;
   int* orow = P.out + static_cast<int64_t>(row) * topk;
   if (n <= topk) {  // every key, then -1
     for (int i = tid; i < topk; i += kMath) orow[i] = i < n ? i : -1;

@@ -410,11 +410,12 @@ __device__ __forceinline__ int slot_block_span(const Sm90LogitsParams& p, int b,
   int sr = 0, er = 0;
   const int r = b * 8 + (lane & 7);
   if (lane < 8 && r < p.rows) {
-    sr = max(__ldg(p.starts + r), 0);
-    er = min(__ldg(p.ends + r), p.keys);
+    sr = __ldg(p.starts + r);
+    er = __ldg(p.ends + r);
+    clamp_row_range(sr, er, p.keys);  // (range_check.cuh: er - sr cannot overflow for any int32 pair)
   }
   s = sr;
-  len = max(er - sr, 0);
+  len = er - sr;
   int mn = er > sr ? sr : INT_MAX, mx = er > sr ? er : 0;
 #pragma unroll
   for (int d = 1; d < 8; d <<= 1) {
