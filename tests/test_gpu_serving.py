@@ -202,11 +202,15 @@ def corrupt(kind, starts, ends, keys, row):
     if kind == "negative_end":
         ends[row] = -1
         return "ends", rf"^ends: must be >= starts \(row {row} has end -1; "
+    if kind == "overflowing_span":  # end - start overflows int32 (a kernel computing it unclamped sees ~2^31 keys)
+        starts[row] = 2**30 + 5
+        ends[row] = INT_MIN + 3
+        return "ends", rf"^ends: must be >= starts \(row {row} has end {INT_MIN + 3}; "
     raise AssertionError(kind)
 
 
 KINDS = ["negative_start", "int_min_start", "end_past_keys", "int_max_end", "start_after_end", "int_max_start",
-         "negative_end"]
+         "negative_end", "overflowing_span"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -231,6 +235,27 @@ def test_corrupted_ranges_never_fault_and_report_the_row(dev, op, kind):
     torch.cuda.synchronize()
     assert same_result(op, res, ref, cs, ce), f"{op}/{kind}: output differs from the clamped ranges'"
     ops.check_errors()  # the clamped ranges are valid
+
+
+@pytest.mark.parametrize("kernel", ops.FUSED_KERNELS)
+@pytest.mark.parametrize("kind", ["overflowing_span", "int_min_start", "int_max_end"])
+def test_every_fused_kernel_survives_corrupted_rows(dev, kernel, kind):
+    """Bug class: a kernel that computes a row's length from the raw range
+    (the staged owner once cleared ~2^31 keys of bitmap: an illegal instruction)."""
+    sms = torch.cuda.get_device_properties(dev).multi_processor_count
+    rows, keys = (8 * sms + 8, 9000) if kernel == "hybrid" else (67, 5001)  # (hybrid: SMs + 1 row blocks)
+    w = make_workload("causal", rows=rows, keys=keys, topk=512, dist="gaussian", seed=8, device="cuda")
+    starts, ends = w.starts.clone(), w.ends.clone()
+    arg, pattern = corrupt(kind, starts, ends, keys, 37)
+    out = run("fused", [w.q, w.k, w.scales, w.weights, starts, ends], torch.full((rows, 512), -7, dtype=torch.int32,
+                                                                                 device=dev), kernel=kernel)
+    torch.cuda.synchronize()
+    with pytest.raises(ContractError, match=pattern):
+        ops.check_errors()
+    cs, ce = clamped(starts, ends, keys)
+    ref = run("dense", [w.q, w.k, w.scales, w.weights, cs, ce], torch.full_like(out, -3))
+    torch.cuda.synchronize()
+    assert same_result("fused", out, ref, cs, ce), f"{kernel}/{kind}: output differs from the clamped ranges'"
 
 
 @pytest.mark.parametrize("kind", KINDS)
