@@ -1,8 +1,10 @@
-"""The fused kernel's selection code (csrc/include/mqa_topk/fused/select.cuh),
+"""The block kernels' selection code (csrc/include/mqa_topk/fused/select.cuh),
 compiled as plain C++ and run on a CPU warp emulator (tests/emu/): exact
-thresholds and kept sets against a sorting reference on crafted buffers, and
-the kernel's per-row protocol (two warpgroups, shared threshold, compactions,
-merge; with "gate" the v2 sample gate and redo) on adversarial rows. No GPU needed; needs a C++17 compiler."""
+thresholds, kept sets and output rows against sorting references on crafted
+candidate segments (one warp's select, the pair selects, a split block's
+pieces), and the block kernel's per-row protocol (the sample gate and its
+redo, compactions, the block-end select) on adversarial rows. No GPU needed;
+needs a C++17 compiler."""
 from __future__ import annotations
 
 import hashlib
@@ -18,7 +20,7 @@ CXX = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
 
 
 #: The emulator tests.
-SOURCES = ("fused_select_test", "fused_v3_test")
+SOURCES = ("fused_select_test", "blocks_select_test")
 FLAGS = ["-std=c++17", "-O2", "-Wall", "-Wno-unknown-pragmas", f"-I{ROOT / 'csrc' / 'include'}",
          f"-I{ROOT / 'tests' / 'emu'}"]
 
@@ -83,28 +85,27 @@ def _run(args):
 
 
 def test_fused_select_pieces_on_the_warp_emulator(emu_binaries):
-    # order_key against float comparison, the gate's pieces (top4_insert,
-    # warp_rank_key, warp_gate_key, gate_rank, the gate_rank_floor margin):
-    # no selection mode changes them, so they run once.
+    # order_key against float comparison, the tile walk, the sample gate's
+    # rules (gate_rank, gate_rank_floor's margin, fused_sample_tiles,
+    # gate_threshold) and warp_rank_key.
     _run([emu_binaries["fused_select_test"], "pieces"])
 
 
-#: "default": v1's warp_select; "lean": warp_select_lean; "gate": lean + the
-#: v2 sample gate, unsafe-gate detection and redo in the protocol (the default kernel);
-#: "binned": gate + the scan-time bins and the one-pass binned select (dev variant 5);
-#: "binned-end": the same select with the bins counted at the block end (dev variant 6).
-VARIANTS = ("default", "lean", "gate", "binned", "binned-end")
+def test_fused_select_one_run_on_the_warp_emulator(emu_binaries):
+    # warp_emit in place over one run (the gate's drop) and finish_in_scratch.
+    _run([emu_binaries["fused_select_test"], "select"])
 
 
-# The select part reads only g_lean, which gate, binned and binned-end set as
-# lean does: select runs in modes default and lean, the protocol in every mode.
-@pytest.mark.parametrize("part,variant", [("select", "default"), ("select", "lean")]
-                         + [("protocol", v) for v in VARIANTS])
-def test_fused_selection_on_the_warp_emulator(emu_binaries, part, variant):
-    _run([emu_binaries["fused_select_test"], part, variant])
+#: "gate": the block kernel's protocol with the sample gate (and its redo);
+#: "nogate": every row scanned without a gate (a redo's scan: compactions).
+@pytest.mark.parametrize("mode", ["gate", "nogate"])
+def test_fused_select_protocol_on_the_warp_emulator(emu_binaries, mode):
+    _run([emu_binaries["fused_select_test"], "protocol", mode])
 
 
-def test_fused_v3_segments_on_the_warp_emulator(emu_binaries):
-    # The v3 kernel's multi-segment passes (SegLanes: 4 lanes per segment) and its
-    # round-robin in-place compaction, against a sorting reference (tests/emu/fused_v3_test.cpp).
-    _run([emu_binaries["fused_v3_test"]])
+def test_blocks_select_segments_on_the_warp_emulator(emu_binaries):
+    # One warp's select over a row's 8 segments (SegLanes: 4 lanes per
+    # segment) and the round-robin in-place compaction, the pair selects, and
+    # a split block's pieces, against sorting references
+    # (tests/emu/blocks_select_test.cpp).
+    _run([emu_binaries["blocks_select_test"]])

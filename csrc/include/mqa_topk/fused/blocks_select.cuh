@@ -205,11 +205,12 @@ template <class Cfg>
 __device__ __forceinline__ uint32_t blocks_gate_rho_mn(const Sm90FusedParams& p, uint32_t m, uint32_t n, int r,
                                                          uint32_t active);
 
-// The gate's sample rank for row r of block b: the row's sample entries m are
-// its 8 segment counts cnt[0 .. 8) (lane < 8 reads one); split_gate_rank with
-// no cap on rho (the rank is exact over the sample's entries), raised to
-// gate_rank_floor's margin (kGateRankFloorZ) where the sample was capped (no
-// gate when that reaches the sample's size). 0: no gate.
+// The gate's sample rank for row r of block b (blocks_gate's rule): the
+// row's sample entries m are its 8 segment counts cnt[0 .. 8) (lane < 8 reads
+// one); select.cuh's gate_rank (no cap on rho: the rank is exact over the
+// sample's entries), raised to gate_rank_floor's margin (kGateRankFloorZ)
+// where the sample was capped (no gate when that reaches the sample's size).
+// 0: no gate.
 template <class Cfg>
 __device__ __forceinline__ uint32_t blocks_gate_rho(const Sm90FusedParams& p, const uint32_t* cnt, int row, int r,
                                                       uint32_t active, int lane) {
@@ -229,7 +230,7 @@ __device__ __forceinline__ uint32_t blocks_gate_rho_mn(const Sm90FusedParams& p,
   using namespace fused_detail;
   const uint32_t target = static_cast<uint32_t>(fused_gate_target(p.topk));
   if (!((active >> r) & 1u)) return 0u;
-  uint32_t rho = split_gate_rank(m, n, target, 0xffffffffu);
+  uint32_t rho = gate_rank(m, n, target);
   if (rho && rho < static_cast<uint32_t>(kGateRank)) {
     rho = max(rho, gate_rank_floor(m, n, static_cast<uint32_t>(p.topk), kGateRankFloorZ));
     if (rho >= m) rho = 0;  // the margin needs more than the sample: no gate
@@ -244,7 +245,7 @@ __device__ __forceinline__ uint32_t blocks_gate_rho_mn(const Sm90FusedParams& p,
 __device__ __forceinline__ uint32_t blocks_cap_gate(const BlocksCtl* ctl, int r, int ns, uint32_t gk, int lane) {
   using namespace fused_detail;
   const uint32_t c = static_cast<uint32_t>(ns < kMinGateTiles ? ns : kMinGateTiles);
-  const uint32_t tcap = warp_rank_key<32>(ctl->tile_max[r], c, lane);
+  const uint32_t tcap = warp_rank_key(ctl->tile_max[r], c, lane);
   return gk < tcap ? gk : tcap;
 }
 
@@ -455,12 +456,11 @@ __device__ __noinline__ bool blocks_pair_end_call(const Sm90FusedParams* pp, int
   uint32_t cands = 0;
   const uint32_t smax = reinterpret_cast<const volatile uint32_t*>(smem + Cfg::kOffSmax)[r];
   auto outf = [&](int at, int v, uint32_t) { orow[at] = v; };
-  const int res = pair_finish_row_gated<decltype(outf)&, PairNoMark, 4>(ps, pc, thr, smax, k, need, gated, start, hist,
-                                                                       sk, si, lane, &cands, outf);
+  const int res = pair_finish_row_gated(ps, pc, thr, smax, k, need, gated, start, hist, sk, si, lane, &cands, outf);
   bool ok = res > 0;
   if (res < 0 && kg == 0) {  // heavy ties at the k-th key (or a compacted row with at most k): one warp
-    ok = warp_finish_row<true>(rw.all_segs(p), thr, k, need, gated, start, hist, sk, si, lane, &cands,
-                               [&](int at, int v, uint32_t) { orow[at] = v; });
+    ok = warp_finish_row(rw.all_segs(p), thr, k, need, gated, start, hist, sk, si, lane, &cands,
+                         [&](int at, int v, uint32_t) { orow[at] = v; });
   }
   return ok;
 }

@@ -335,9 +335,7 @@ __device__ __forceinline__ bool blocks_union_gate_call(const Sm90FusedParams* pp
       const PieceSegs ps = blocks_piece_segs<Cfg>(p, c0, slot0, np, r, kg, true);
       // (heavy ties at the rank: the tied key's gate, kTieGate; a one-warp
       // select over the pieces here would cost the tile loops their registers)
-      auto none = [](int, int, uint32_t) {};
-      pair_row_core<false, decltype(none)&, PairNoMark, false, 4, PieceSegs, true>(
-          ps, pc, 0, rho, 0u, false, 0, rw.hist, rw.sk, rw.si, lane, &c_unused, &th, none);
+      pair_select<true>(ps, pc, 0, rho, rw.hist, rw.sk, rw.si, lane, &th, &c_unused);
     }
     if (kg == 0) {
       const uint32_t c = tiles < static_cast<uint32_t>(kMinGateTiles) ? tiles : static_cast<uint32_t>(kMinGateTiles);
@@ -585,8 +583,8 @@ __device__ __noinline__ bool blocks_split_end_call(const Sm90FusedParams* pp, in
                                             &cands, out);
   bool ok = res > 0;
   if (res < 0 && kg == 0)  // heavy ties at the k-th key: one warp
-    ok = warp_finish_row<true>(blocks_piece_segs<Cfg>(p, c0, slot0, np, r, -1, false), thr, k, need, gk != 0, start,
-                               rw.hist, rw.sk, rw.si, lane, &cands, [&](int at, int v, uint32_t) { orow[at] = v; });
+    ok = warp_finish_row(blocks_piece_segs<Cfg>(p, c0, slot0, np, r, -1, false), thr, k, need, gk != 0, start,
+                         rw.hist, rw.sk, rw.si, lane, &cands, [&](int at, int v, uint32_t) { orow[at] = v; });
   return ok;
 }
 

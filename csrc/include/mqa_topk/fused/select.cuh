@@ -1,12 +1,17 @@
-// Warp-level pieces of the fused kernel's exact per-row selection (see
-// sm90_fused_mqa_topk.cuh): the scrambled tile walk, the order-preserving key
-// and composite order, `warp_select` (the k-th largest composite of a row's
-// candidates at or above its running threshold) and `warp_emit` (keep what is
-// at or above a threshold, stable). Free of torch, of the kernel and of inline
-// PTX (but for pair_sync's barrier), so the same code also compiles as plain C++ under
-// MQA_TOPK_HOST_EMULATION: tests/emu/ runs it on a CPU warp emulator (32
-// fibers in lockstep at every warp intrinsic, two warps for the pair select)
-// against a sorting reference.
+// Warp-level pieces of the block kernels' exact per-row selection
+// (sm90_fused_blocks.cuh with fused/blocks_select.cuh and
+// fused/blocks_split.cuh; the hybrid kernel runs them too): the scrambled tile
+// walk, the order-preserving key and the composite order (key desc, index
+// asc), the sample gate's rank rules, one warp's select over a row's candidate
+// segments (warp_select_lean: the k-th largest composite at or above the
+// row's running threshold; warp_emit: keep what is at or above a threshold,
+// in a fixed order; warp_finish_row: both, into the output row) and the
+// selects by the pair of warps that hold a row (pair_gate_fast, pair_select,
+// pair_finish_row_gated, pair_finish_row_prebinned). Free of torch, of the
+// kernels and of inline PTX (but for pair_sync's barrier), so the same code
+// also compiles as plain C++ under MQA_TOPK_HOST_EMULATION: tests/emu/ runs
+// it on a CPU warp emulator (32 fibers in lockstep at every warp intrinsic,
+// two warps for the pair selects) against sorting references.
 #pragma once
 
 #ifndef MQA_TOPK_HOST_EMULATION
@@ -40,18 +45,25 @@ __device__ __forceinline__ int next_tile(int tp, int nt, int stride) {
   return tp >= nt ? tp - nt : tp;
 }
 
+// The order-preserving key of a float: a < b exactly when order_key(a) <
+// order_key(b), and -0.0 and +0.0 share a key. Every key is >= 1 (the
+// selects read key 0 as padding).
 __device__ __forceinline__ uint32_t order_key(float x) {
   const uint32_t u = __float_as_uint(x);
   const uint32_t m = 0u - (u >> 31);
   return ((u ^ m) - m) ^ (~m & 0x80000000u);
 }
+// The composite order of a candidate: key descending, then index ascending.
 __device__ __forceinline__ uint64_t composite(uint32_t key, uint32_t idx) {
   return (static_cast<uint64_t>(key) << 32) | static_cast<uint64_t>(0xffffffffu - idx);
 }
 
-// A row's candidates: up to two (keys, indices, count) segments. Global
-// buffers are 16-byte aligned with capacity a multiple of 4, so the vector
-// passes may read whole uint4 groups past the count (masked).
+// Candidates in nseg (<= 2) runs of (keys, indices, count), traversed run by
+// run. The block kernels pass one run: a warp's own segment of a row in the
+// gate's drop (sm90_fused_blocks.cuh, warp_emit in place; global memory,
+// 16-byte aligned, capacity a multiple of 4, so the vector pass may read
+// whole uint4 groups past the count, masked), and a bin gathered into shared
+// memory (finish_in_scratch: warp_hist_pass, scalar loads).
 struct Segs {
   const uint32_t* key[2];
   const uint32_t* idx[2];
@@ -59,13 +71,7 @@ struct Segs {
   int nseg;
 };
 
-template <bool kGlobal>
-__device__ __forceinline__ uint32_t ld_u32(const uint32_t* p) {
-  if constexpr (kGlobal) return __ldcg(p);
-  else return *p;
-}
-
-// A row's candidates in up to 8 segments (the v3 kernel keeps one per math
+// A row's candidates in up to 8 segments (the block kernels keep one per math
 // warp that holds the row), traversed with 4 lanes per segment: lane l reads
 // segment l / 4. Each lane carries its own segment and the largest count (the
 // warp-uniform loop bound), so a pass over 8 segments of ~n/8 entries has as
@@ -90,8 +96,10 @@ __device__ __forceinline__ SegLanes make_seg_lanes(const uint32_t* seg0, uint32_
   return SegLanes{kp, kp + cap, n, static_cast<int>(__reduce_max_sync(0xffffffffu, static_cast<uint32_t>(n)))};
 }
 
-// warp_hist_pass over per-lane segments (scalar loads).
-template <bool kGlobal>
+// Scalar radix pass by a warp (the heavy-tie index cut): histogram of digit
+// (v >> shift) & 255 over the entries whose masked bits match; v is the key,
+// or the index when on_idx (then only entries with key == key_eq count).
+// hist: this warp's 256 bins, zero on entry. Over per-lane segments (L2 loads).
 __device__ __forceinline__ void warp_hist_pass(const SegLanes& s, bool on_idx, uint32_t key_eq, uint32_t mask,
                                                uint32_t prefix, int shift, uint32_t* hist, int lane) {
   const int sub = lane & 3;
@@ -105,10 +113,10 @@ __device__ __forceinline__ void warp_hist_pass(const SegLanes& s, bool on_idx, u
       ok[u] = j < s.n;
       v[u] = 0;
       if (ok[u]) {
-        const uint32_t kv = ld_u32<kGlobal>(s.key + j);
+        const uint32_t kv = __ldcg(s.key + j);
         if (on_idx) {
           ok[u] = kv == key_eq;
-          v[u] = ld_u32<kGlobal>(s.idx + j);
+          v[u] = __ldcg(s.idx + j);
         } else {
           v[u] = kv;
         }
@@ -121,11 +129,8 @@ __device__ __forceinline__ void warp_hist_pass(const SegLanes& s, bool on_idx, u
   __syncwarp();
 }
 
-// Scalar radix pass by a warp (fallback paths and shared-memory scratch):
-// histogram of digit (v >> shift) & 255 over the entries whose masked bits
-// match; v is the key, or the index when on_idx (then only entries with key ==
-// key_eq count). hist: this warp's 256 bins, zero on entry.
-template <bool kGlobal>
+// warp_hist_pass over runs in shared memory (the gathered bin of
+// finish_in_scratch; plain loads, 32 lanes per run).
 __device__ __forceinline__ void warp_hist_pass(const Segs& s, bool on_idx, uint32_t key_eq, uint32_t mask,
                                                uint32_t prefix, int shift, uint32_t* hist, int lane) {
 #pragma unroll 1
@@ -143,10 +148,10 @@ __device__ __forceinline__ void warp_hist_pass(const Segs& s, bool on_idx, uint3
         ok[u] = j < n;
         v[u] = 0;
         if (ok[u]) {
-          const uint32_t kv = ld_u32<kGlobal>(kp + j);
+          const uint32_t kv = kp[j];
           if (on_idx) {
             ok[u] = kv == key_eq;
-            v[u] = ld_u32<kGlobal>(ip + j);
+            v[u] = ip[j];
           } else {
             v[u] = kv;
           }
@@ -174,7 +179,8 @@ __device__ __forceinline__ T warp_inclusive_sum(T v, int lane) {
 // Finds the digit holding the need-th entry (1-based) counted from the top
 // digit down (descending) or from digit 0 up; returns the digit, sets *before
 // (entries in digits strictly before it in that order) and *in_bin; clears hist.
-// kClear = false (pair_finish_row): hist is left as it is.
+// kClear = false (the pair selects, whose two warps share hist): hist is left
+// as it is.
 template <bool kClear>
 __device__ __forceinline__ uint32_t warp_find_digit_t(uint32_t* hist, uint32_t need, bool descending, uint32_t* before,
                                                       uint32_t* in_bin, int lane) {
@@ -222,14 +228,14 @@ __device__ __forceinline__ uint32_t warp_find_digit(uint32_t* hist, uint32_t nee
 
 // The need-th smallest index among the entries whose key is key_eq (heavy
 // ties), by three 8-bit radix passes over the indices (< 2^24: keys <= 2^22
-// by contract).
-template <bool kGlobal, class SS>
+// by contract). SS: Segs, SegLanes or PieceSegs (warp_hist_pass over it).
+template <class SS>
 __device__ __forceinline__ uint64_t warp_index_cut(const SS& s, uint32_t key_eq, uint32_t need, uint32_t* hist,
                                                    int lane) {
   uint32_t iprefix = 0, imask = 0, before = 0, nb = 0;
 #pragma unroll 1
   for (int sh = 16; sh >= 0; sh -= 8) {
-    warp_hist_pass<kGlobal>(s, true, key_eq, imask, iprefix, sh, hist, lane);
+    warp_hist_pass(s, true, key_eq, imask, iprefix, sh, hist, lane);
     const uint32_t d = warp_find_digit(hist, need, false, &before, &nb, lane);
     need -= before;
     iprefix |= d << sh;
@@ -238,21 +244,20 @@ __device__ __forceinline__ uint64_t warp_index_cut(const SS& s, uint32_t key_eq,
   return composite(key_eq, iprefix);
 }
 
-// The need-th largest composite (key desc, index asc) of the segments' entries
-// (requires total >= need), by 8-bit radix passes: 4 over the keys, then up to
-// 3 over the indices of the entries tied at that key (indices < 2^24: keys <=
-// 2^22 by contract).
-// key_hi_common: the key bits above bit `top` are equal in every entry (their
-// value), so the passes start at the digit holding bit `top`.
-template <bool kGlobal>
-__device__ __forceinline__ uint64_t warp_kth_radix(const Segs& s, uint32_t need, uint32_t* hist, int lane,
-                                                   int top = 31, uint32_t key_hi_common = 0) {
+// The need-th largest composite (key desc, index asc) of the runs' entries
+// (requires total >= need), by 8-bit radix passes over the keys, then up to 3
+// over the indices of the entries tied at that key (indices < 2^24: keys <=
+// 2^22 by contract). key_hi_common: the key bits above bit `top` are equal in
+// every entry (their value), so the passes start at the digit holding bit
+// `top`.
+__device__ __forceinline__ uint64_t warp_kth_radix(const Segs& s, uint32_t need, uint32_t* hist, int lane, int top,
+                                                   uint32_t key_hi_common) {
   const int first = top >= 7 ? top - 7 : 0;
   uint32_t mask = first + 8 >= 32 ? 0u : ~0u << (first + 8);
   uint32_t prefix = key_hi_common & mask, before, in_bin = 0;
 #pragma unroll 1
   for (int shift = first;; shift = shift >= 8 ? shift - 8 : 0) {
-    warp_hist_pass<kGlobal>(s, false, 0, mask, prefix, shift, hist, lane);
+    warp_hist_pass(s, false, 0, mask, prefix, shift, hist, lane);
     const uint32_t d = warp_find_digit(hist, need, true, &before, &in_bin, lane);
     need -= before;
     prefix |= d << shift;
@@ -260,12 +265,12 @@ __device__ __forceinline__ uint64_t warp_kth_radix(const Segs& s, uint32_t need,
     if (shift == 0) break;
   }
   if (in_bin == need) return composite(prefix, 0xffffffffu);  // every entry with this key is in
-  return warp_index_cut<kGlobal>(s, prefix, need, hist, lane);
+  return warp_index_cut(s, prefix, need, hist, lane);
 }
 
 // The need-th largest composite of the n entries gathered into shared memory
-// (sk, si; this lane's min/max key gmin, gmax), by radix passes over the key
-// bits that still differ.
+// (sk, si: at most kScratch; this lane's min / max key gmin, gmax), by radix
+// passes over the key bits that still differ. Leaves hist zero.
 __device__ __forceinline__ uint64_t finish_in_scratch(uint32_t* sk, uint32_t* si, uint32_t n, uint32_t gmin,
                                                       uint32_t gmax, uint32_t need, uint32_t* hist, int lane) {
   __syncwarp();
@@ -273,54 +278,20 @@ __device__ __forceinline__ uint64_t finish_in_scratch(uint32_t* sk, uint32_t* si
   gmax = __reduce_max_sync(0xffffffffu, gmax);
   const int top = gmin == gmax ? 0 : 31 - __clz(gmin ^ gmax);
   const Segs bin{{sk, nullptr}, {si, nullptr}, {static_cast<int>(n), 0}, 1};
-  const uint64_t t = warp_kth_radix<false>(bin, need, hist, lane, top, gmin);
+  const uint64_t t = warp_kth_radix(bin, need, hist, lane, top, gmin);
   __syncwarp();
   return t;
 }
 
-// Calls f(key, valid) for every entry of the segments, four per lane, eight
-// groups in flight (uint4 loads of the keys, L2 only). kWithIdx: also loads
-// the indices (uint4) and calls f(key, idx, valid).
-template <bool kWithIdx = false, class F>
-__device__ __forceinline__ void for_each_key4(const Segs& s, int lane, F&& f) {
-  constexpr int G = kWithIdx ? 4 : 8;
-#pragma unroll 1
-  for (int g = 0; g < s.nseg; ++g) {
-    const uint32_t* kp = s.key[g];
-    const uint32_t* ip = s.idx[g];
-    const int n = s.n[g];
-#pragma unroll 1
-    for (int j0 = 0; j0 < n; j0 += 32 * 4 * G) {
-      uint4 v[G], w[G];
-#pragma unroll
-      for (int u = 0; u < G; ++u) {
-        const int j = j0 + (u * 32 + lane) * 4;
-        v[u] = j < n ? __ldcg(reinterpret_cast<const uint4*>(kp + j)) : make_uint4(0, 0, 0, 0);
-        if constexpr (kWithIdx) w[u] = j < n ? __ldcg(reinterpret_cast<const uint4*>(ip + j)) : make_uint4(0, 0, 0, 0);
-      }
-#pragma unroll
-      for (int u = 0; u < G; ++u) {
-        const int j = j0 + (u * 32 + lane) * 4;
-        const uint32_t kv[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
-        if constexpr (kWithIdx) {
-          const uint32_t iv[4] = {w[u].x, w[u].y, w[u].z, w[u].w};
-#pragma unroll
-          for (int e = 0; e < 4; ++e) f(kv[e], iv[e], j + e < n);
-        } else {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) f(kv[e], j + e < n);
-        }
-      }
-    }
-  }
-}
-
-// for_each_key4 over per-lane segments (same loads in flight per lane).
-// kLanes: lanes per segment (4: 8 segments per warp; 8: the pair select's 4);
-// kGIdx: key / index groups in flight per lane with kWithIdx (8 key groups without).
-template <bool kWithIdx = false, int kLanes = 4, int kGIdx = 4, class F>
+// Calls f(key, valid) for every entry of the per-lane segments, four per
+// lane (uint4 loads, L2 only), eight groups in flight per lane; kWithIdx:
+// also loads the indices (four key and four index groups in flight) and
+// calls f(key, idx, valid). kLanes: lanes per segment (4: one warp over 8
+// segments; 8: a pair warp over its 4; 1: the split merge's rounds of 32
+// segments). The visiting order (batch, group u, entry e, lane) is fixed.
+template <bool kWithIdx = false, int kLanes = 4, class F>
 __device__ __forceinline__ void for_each_key4(const SegLanes& s, int lane, F&& f) {
-  constexpr int G = kWithIdx ? kGIdx : 8;
+  constexpr int G = kWithIdx ? 4 : 8;
   const int sub = lane & (kLanes - 1);
 #pragma unroll 1
   for (int j0 = 0; j0 < s.nmax; j0 += kLanes * 4 * G) {
@@ -393,108 +364,11 @@ __device__ __forceinline__ BinBounds bin_bounds(uint32_t lo, uint32_t span, uint
   return b;
 }
 
-// The threshold that keeps a row's top-k among its candidates: entries with
-// composite >= thr (the row's running threshold) are eligible; returns the
-// k-th largest eligible composite, or thr itself when at most k are eligible
-// (then every eligible entry is kept).
-// Passes over the candidates (L2, uint4 loads): the eligible key range and
-// count; a 256-bin histogram over equal slices of that range (candidate
-// values crowd near the threshold, and bit-digit bins would put them all in
-// one bin: serialised atomics and more passes); the gather of the k-th's bin
-// (usually a few dozen entries) into shared memory, finished there by radix
-// passes over the bits that still differ. A bin with more than kScratch
-// entries is refined (range + histogram again inside it); heavy ties (one key)
-// go to radix passes over the indices.
-__device__ __forceinline__ uint64_t warp_select(const Segs& s, uint64_t thr, uint32_t k, uint32_t* hist,
-                                                uint32_t* sk, uint32_t* si, int lane, uint32_t* count_out = nullptr) {
-  // Eligible: key >= the threshold's key. This includes the few entries with
-  // that key and an index past the threshold's (below it); they are smaller
-  // than every truly eligible entry, so whenever at least k entries are at or
-  // above the threshold the k-th is the same, and otherwise the result only
-  // keeps a few stale entries (the shared threshold never goes down). No
-  // index load per entry (a dependent load per key would serialise the pass).
-  const uint32_t tk = static_cast<uint32_t>(thr >> 32);
-  auto eligible = [&](uint32_t key) { return key >= tk; };
-  // Current bin: keys in [lo, hi] (and, after a histogram, slice `sel` of
-  // [plo, plo + prange]).
-  uint32_t lo = 0, hi = 0xffffffffu, plo = 0, pmult = 0, sel = 0;
-  bool has_slice = false;
-  auto in_bin = [&](uint32_t key) {
-    return key >= lo && key <= hi && (!has_slice || range_bin(key, plo, pmult) == sel);
-  };
-  uint32_t need = k, cnt = 0;
-#pragma unroll 1
-  for (int round = 0;; ++round) {
-    uint32_t kmin = 0xffffffffu, kmax = 0, c = 0;
-    for_each_key4(s, lane, [&](uint32_t key, bool valid) {
-      if (valid && in_bin(key) && eligible(key)) {
-        kmin = min(kmin, key);
-        kmax = max(kmax, key);
-        ++c;
-      }
-    });
-    c = __reduce_add_sync(0xffffffffu, c);
-    kmin = __reduce_min_sync(0xffffffffu, kmin);
-    kmax = __reduce_max_sync(0xffffffffu, kmax);
-    if (round == 0) {
-      cnt = c;
-      if (count_out) *count_out = c;
-      if (cnt <= k) return thr;
-    }
-    lo = kmin;
-    hi = kmax;
-    has_slice = false;
-    if (c <= static_cast<uint32_t>(kScratch) || kmin == kmax) {
-      cnt = c;
-      break;
-    }
-    // Histogram over 256 equal slices of [kmin, kmax].
-    const uint32_t mult = range_mult(kmax - kmin);
-    for_each_key4(s, lane, [&](uint32_t key, bool valid) {
-      if (valid && key >= kmin && key <= kmax && eligible(key))
-        atomicAdd(hist + range_bin(key, kmin, mult), 1u);
-    });
-    __syncwarp();
-    uint32_t before = 0, nb = 0;
-    sel = warp_find_digit(hist, need, true, &before, &nb, lane);
-    need -= before;
-    plo = kmin;
-    pmult = mult;
-    has_slice = true;
-    cnt = nb;
-    if (nb <= static_cast<uint32_t>(kScratch)) break;
-  }
-  if (cnt <= static_cast<uint32_t>(kScratch)) {
-    // Gather the bin (order irrelevant: only its need-th composite is wanted).
-    uint32_t base = 0, gmin = 0xffffffffu, gmax = 0;
-    for_each_key4<true>(s, lane, [&](uint32_t key, uint32_t idx, bool valid) {
-      const bool in = valid && in_bin(key) && eligible(key);
-      const uint32_t m = __ballot_sync(0xffffffffu, in);
-      if (in) {
-        const uint32_t at = base + __popc(m & ((1u << lane) - 1u));
-        sk[at] = key;
-        si[at] = idx;
-        gmin = min(gmin, key);
-        gmax = max(gmax, key);
-      }
-      base += __popc(m);
-    });
-    return finish_in_scratch(sk, si, cnt, gmin, gmax, need, hist, lane);
-  }
-  // More than kScratch entries share the k-th key (heavy ties): the need-th
-  // smallest index among them, by radix passes over the indices.
-  const uint32_t key_eq = lo;
-  if (cnt == need) return composite(key_eq, 0xffffffffu);
-  return warp_index_cut<true>(s, key_eq, need, hist, lane);
-}
-
-// ---- lean variant (development: dev probe `fused_mqa_topk_probe` variant 1) ----
-// The same result as warp_select with branch-free passes: padding past a
-// segment's count reads as key 0 (every real key is >= 1, and eligibility is
-// key >= max(threshold key, 1)), so no per-entry validity flag; range tests
-// are one unsigned compare; the first pass has no slice test at all. Measured
-// 23 SASS instructions with two convergence regions per candidate per pass
-// in warp_select's range pass; this one aims at under ten, no branches.
+// ---- one warp's select -------------------------------------------------------
+// Its passes are branch-free: padding past a segment's count reads as key 0
+// (every real key is >= 1, and eligibility is key >= max(threshold key, 1)),
+// so there is no per-entry validity flag; range tests are one unsigned
+// compare; the first pass has no slice test at all.
 
 // Calls f(key) (kWithIdx: f(key, idx)) for every slot of the segments rounded
 // up to 4, padding slots as key 0 (the same loads as for_each_key4).
@@ -507,12 +381,30 @@ __device__ __forceinline__ void for_each_key4_lean(const SS& s, int lane, F&& f)
   }
 }
 
-// kmax_out (optional): the largest key at or above the threshold's (0 if none);
-// count_out (optional): how many entries have a key at or above it.
+// The threshold that keeps a row's top k among its candidates (SS: SegLanes,
+// or PieceSegs with half -1): entries with a key at or above thr's (and >= 1)
+// are eligible; returns the k-th largest eligible composite, or thr itself
+// when at most k are eligible (then every eligible entry is kept). Eligible
+// by key includes the few entries with thr's key and an index past thr's
+// (below it): they rank below every truly eligible entry, so whenever at
+// least k entries are at or above thr the k-th is the same, and otherwise
+// the result only keeps a few stale entries (a running threshold never goes
+// down); and the counting passes load no index.
+// Passes over the candidates (L2, uint4 loads): the eligible key range and
+// count; a 256-bin histogram over equal slices of that range (candidate
+// values crowd near the threshold, and bit-digit bins would put them all in
+// one bin: serialised atomics and more passes); the gather of the k-th's bin
+// (usually a few dozen entries) into shared memory, finished there by radix
+// passes over the bits that still differ (finish_in_scratch). A bin with more
+// than kScratch entries is narrowed to its own key range and binned again;
+// heavy ties (more than kScratch at the k-th key) go to radix passes over the
+// indices (warp_index_cut). Leaves hist zero. count_out (optional): how many
+// entries are eligible. Callers: the compaction of fused/blocks_select.cuh,
+// the sample gate's heavy-tie fallback, warp_finish_row.
 template <class SS>
 __device__ __forceinline__ uint64_t warp_select_lean(const SS& s, uint64_t thr, uint32_t k, uint32_t* hist,
                                                      uint32_t* sk, uint32_t* si, int lane,
-                                                     uint32_t* kmax_out = nullptr, uint32_t* count_out = nullptr) {
+                                                     uint32_t* count_out = nullptr) {
   const uint32_t tk1 = max(static_cast<uint32_t>(thr >> 32), 1u);
   // Pass 1: range and count of the eligible keys (key >= tk1).
   uint32_t kmin = 0xffffffffu, kmax = 0, c = 0;
@@ -524,7 +416,6 @@ __device__ __forceinline__ uint64_t warp_select_lean(const SS& s, uint64_t thr, 
   });
   c = __reduce_add_sync(0xffffffffu, c);
   kmax = __reduce_max_sync(0xffffffffu, kmax);
-  if (kmax_out) *kmax_out = kmax;
   if (count_out) *count_out = c;
   if (c <= k) return thr;
   uint32_t lo = __reduce_min_sync(0xffffffffu, kmin);
@@ -579,13 +470,14 @@ __device__ __forceinline__ uint64_t warp_select_lean(const SS& s, uint64_t thr, 
   }
   // Heavy ties: more than kScratch entries share the k-th key `lo`.
   if (c == need) return composite(lo, 0xffffffffu);
-  return warp_index_cut<true>(s, lo, need, hist, lane);
+  return warp_index_cut(s, lo, need, hist, lane);
 }
 
-// Keeps the entries with composite >= t in segment order (stable): writes
-// kept entry number `pos` through emit(pos, key, idx); returns the count.
-// Reads 4-entry groups (keys and indices as uint4, four per lane in flight) and ranks with a
-// warp scan; emit may write in place (positions never pass the read point).
+// Keeps the entries with composite >= t in run order (stable): writes kept
+// entry number `pos` through emit(pos, key, idx); returns the count. Reads
+// 4-entry groups (keys and indices as uint4, four per lane in flight) and
+// ranks with a warp scan; emit may write in place (positions never pass the
+// read point): the gate's drop in sm90_fused_blocks.cuh, over one run.
 template <class Emit>
 __device__ __forceinline__ int warp_emit(const Segs& s, uint64_t t, int lane, Emit&& emit) {
   int pos = 0;
@@ -633,7 +525,8 @@ __device__ __forceinline__ int warp_emit(const Segs& s, uint64_t t, int lane, Em
 // (batch, step, lane, entry), numbered from 0 through emit(pos, key, idx).
 // Batch j0 reads slots [j0, j0 + 64) of every segment before it writes, and
 // its kept entries are numbered below 8 (j0 + 64): emit may write entry p to
-// slot p / 8 of any of 8 segments (already read). Returns the count.
+// slot p / 8 of any of 8 segments (already read), as the compaction of
+// fused/blocks_select.cuh does (round-robin, in place). Returns the count.
 template <class Emit>
 __device__ __forceinline__ int warp_emit(const SegLanes& s, uint64_t t, int lane, Emit&& emit) {
   int pos = 0;
@@ -647,7 +540,7 @@ __device__ __forceinline__ int warp_emit(const SegLanes& s, uint64_t t, int lane
       kv[u] = j < s.n ? __ldcg(reinterpret_cast<const uint4*>(s.key + j)) : make_uint4(0, 0, 0, 0);
       iv[u] = j < s.n ? __ldcg(reinterpret_cast<const uint4*>(s.idx + j)) : make_uint4(0, 0, 0, 0);
     }
-    __syncwarp();  // every read of this step precedes any write below (see the v3 compaction)
+    __syncwarp();  // every read of this step precedes any write below (the compaction writes in place)
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
       const int j = j0 + (u * 4 + sub) * 4;
@@ -672,18 +565,26 @@ __device__ __forceinline__ int warp_emit(const SegLanes& s, uint64_t t, int lane
   return pos;
 }
 
-// ---- sample gate (fused v2) -------------------------------------------------
-// Each 8-row block first scans a pseudo-random sample of its key tiles (the
-// first tiles of the scrambled walk) with no threshold; every thread keeps the
-// 4 largest order keys it saw per row. Per row the 64 threads' lists (256 keys)
-// give the gate: the key of sample rank rho = ceil(target * m / n) (m sample
-// entries of the row's n), so that about `target` of the row's logits are
-// expected at or above it. The rest of the block is scanned with the gate
-// fixed (candidates: key >= gate); see warp_gate_key for the cap that keeps
-// position-correlated rows safe. Exactness does not depend on the gate: a
-// row whose candidates end up fewer than min(k, n) is rescanned with no gate
-// (a redo). The lists hold a subset of the sample, so their rho-th largest is
-// at most the sample's: the gate errs low (more candidates), never high.
+// ---- the sample gate ------------------------------------------------------------
+// Each 8-row block of the block kernels first scans a pseudo-random sample of
+// its key tiles (the first fused_sample_tiles tiles of the scrambled walk)
+// with no threshold. A row's gate is the key of sample rank rho =
+// gate_rank(m, n, fused_gate_target(k)) among its m sample entries (of its n
+// keys; a split block's over every piece's sample), so that about
+// fused_gate_target(k) of the row's logits are expected at or above it, the
+// rank raised to gate_rank_floor's margin where the sample is small against
+// the row (fused/blocks_select.cuh, blocks_gate_rho_mn). The pair of warps
+// that holds the row finds that key (pair_gate_fast: the lowest key of the
+// 2^16-key bin holding it, never above it; else pair_select), and the gate is
+// capped at the C-th largest of the sample tiles' maxima (C =
+// min(kMinGateTiles, sample tiles); warp_rank_key), so that at least C
+// sampled tiles, spread over the row, reach it: scores correlated with
+// position (rising, a staircase, hot regions) make the keys of one tile
+// alike, the sample is then a sample of ns tiles, not of ns x 128 keys, and a
+// gate inside the top sampled tile would keep too few. The rest of the block
+// is scanned with the gate as the row's threshold (candidates: key >= gate).
+// Exactness does not depend on the gate: a row whose candidates end up fewer
+// than min(k, n) is rescanned with no gate (a redo).
 // Probability model: the number of sample entries at or above the row's
 // (target)-th largest logit is about Poisson(rho) (sampling without
 // replacement of m of n keys), so the candidates a gate keeps are about target *
@@ -692,49 +593,27 @@ __device__ __forceinline__ int warp_emit(const SegLanes& s, uint64_t t, int lane
 constexpr int kGateRank = 128;       // sample entries wanted above the gate
 constexpr int kMinGateRank = 16;     // never gate on fewer (long rows, small samples)
 constexpr int kMaxSampleTiles = 24;  // sample tiles per block, at most (buffer room)
-constexpr int kGateList = 256;       // 64 threads x 4 keys per row
 constexpr int kMinGateTiles = 4;     // sampled tiles that must reach the gate
 static_assert(kMaxSampleTiles <= 32, "tile maxima: one warp-wide slot each");
 
 // Candidates a gated row is expected to keep.
 __host__ __device__ constexpr int fused_gate_target(int k) { return k + k / 2 + 256; }
 
-// Sample tiles of a block of nt key tiles for top-k.
-// target: the gate's target when > 0 (development knob), else fused_gate_target(k).
-__host__ __device__ inline int fused_sample_tiles(int nt, int k, int target = 0) {
+// Sample tiles of a block of nt key tiles for top-k: enough for a gate of
+// sample rank kGateRank, at most kMaxSampleTiles and nt.
+__host__ __device__ inline int fused_sample_tiles(int nt, int k) {
   if (nt <= 0) return 0;
-  const int t = target > 0 ? target : fused_gate_target(k);
+  const int t = fused_gate_target(k);
   int ns = (kGateRank * nt + t - 1) / t;
   ns = ns < 1 ? 1 : ns;
   ns = ns > kMaxSampleTiles ? kMaxSampleTiles : ns;
   return ns < nt ? ns : nt;
 }
 
-// The sample rank of a row's gate (m sample entries of its n keys), or 0 for
-// no gate (the row is short, or the sample is most of it).
-__host__ __device__ inline uint32_t gate_rank(uint32_t m, uint32_t n, uint32_t target) {
-  if (m == 0 || n <= target) return 0;
-  uint64_t rho = (static_cast<uint64_t>(target) * m + n - 1) / n;
-  if (rho < static_cast<uint64_t>(kMinGateRank)) rho = kMinGateRank;
-  if (rho >= m || rho > static_cast<uint64_t>(kGateList)) return 0;
-  return static_cast<uint32_t>(rho);
-}
-
-// Keeps the 4 largest keys seen, t[0] >= t[1] >= t[2] >= t[3] (branch-free).
-__device__ __forceinline__ void top4_insert(uint32_t (&t)[4], uint32_t x) {
-#pragma unroll
-  for (int j = 0; j < 3; ++j) {
-    const uint32_t hi = max(t[j], x);
-    x = min(t[j], x);
-    t[j] = hi;
-  }
-  t[3] = max(t[3], x);
-}
-
-// warp_rank_key: the rank-th largest (1-based, rank <= N) of the N keys at v
-// (N a multiple of 32; lane reads v[j * 32 + lane]), by 32 bit steps; 0 when
-// fewer than rank keys are nonzero (padding is 0). warp_rank_regs: the same
-// over the J x 32 keys the warp holds in registers (x[j] of every lane).
+// warp_rank_regs: the rank-th largest (1-based) of the J x 32 keys the warp
+// holds in registers (x[j] of every lane), by 32 bit steps; 0 when fewer than
+// rank keys are nonzero (padding is 0). warp_rank_key: the same over the 32
+// keys at v (lane l reads v[l]: a row's sample tile maxima, 0-padded).
 template <int J>
 __device__ __forceinline__ uint32_t warp_rank_regs(const uint32_t (&x)[J], uint32_t rank) {
   uint32_t prefix = 0, need = rank;
@@ -750,123 +629,35 @@ __device__ __forceinline__ uint32_t warp_rank_regs(const uint32_t (&x)[J], uint3
   }
   return prefix;
 }
-template <int N>
 __device__ __forceinline__ uint32_t warp_rank_key(const uint32_t* v, uint32_t rank, int lane) {
-  static_assert(N % 32 == 0, "whole warps");
-  constexpr int J = N / 32;
-  uint32_t x[J];
-#pragma unroll
-  for (int j = 0; j < J; ++j) x[j] = v[j * 32 + lane];
+  uint32_t x[1];
+  x[0] = v[lane];
   return warp_rank_regs(x, rank);
 }
 
-// The gate of a row: the key of sample rank rho in its lists (256 keys), but
-// at most the C-th largest of its sample tiles' maxima (tile_max, 32 slots,
-// 0-padded; C = min(kMinGateTiles, ns)), so that at least C sampled tiles,
-// spread over the row, reach the gate. Scores correlated with position (rising,
-// a staircase, hot regions) make the keys of one tile alike: the sample is then
-// a sample of ns tiles, not of ns x 128 keys, and a gate inside the top sampled
-// tile would keep too few. 0: no gate.
-__device__ __forceinline__ uint32_t warp_gate_key(const uint32_t* lists, const uint32_t* tile_max, uint32_t rho,
-                                                  int ns, int lane) {
-  if (rho == 0) return 0;
-  const uint32_t g = warp_rank_key<kGateList>(lists, rho, lane);
-  const uint32_t c = static_cast<uint32_t>(ns < kMinGateTiles ? ns : kMinGateTiles);
-  const uint32_t t = warp_rank_key<32>(tile_max, c, lane);
-  return g < t ? g : t;
-}
-
-// ---- split blocks with a shared gate (kSplitGate) ---------------------------
-// Each piece of a split block publishes, per row, the J largest keys of its
-// gate list (fused_split_list_keys: J shrinks as the pieces grow in number, so
-// the union stays small); the last piece to publish ranks the union to one gate
-// for the whole row (the sample of every piece is a sample of the row, so
-// scores correlated with position do not bias it, unlike a piece's own).
-
-// List keys a piece publishes per row, for np pieces.
-__host__ __device__ constexpr int fused_split_list_keys(int np) {
-  return np <= 2 ? 256 : np <= 4 ? 128 : np <= 8 ? 64 : 32;
-}
-
-// Writes the J largest of the 256 keys at lst (one warp; J a multiple of 32,
-// at most 256) to dst: those above the J-th largest in list order, then those
-// equal to it, then 0 padding when fewer than J keys are nonzero.
-__device__ __forceinline__ void warp_write_top_keys(const uint32_t* lst, int J, uint32_t* dst, int lane) {
-  if (J >= 256) {
-#pragma unroll
-    for (int j = 0; j < 8; ++j) dst[j * 32 + lane] = lst[j * 32 + lane];
-    return;
-  }
-  const uint32_t v = warp_rank_key<256>(lst, static_cast<uint32_t>(J), lane);  // 0: fewer than J nonzero
-  const uint32_t lt = (1u << lane) - 1u;
-  uint32_t pos = 0;
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    const uint32_t x = lst[j * 32 + lane];
-    const uint32_t m = __ballot_sync(0xffffffffu, x > v);
-    if (x > v) dst[pos + __popc(m & lt)] = x;
-    pos += __popc(m);
-  }
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    const uint32_t x = lst[j * 32 + lane];
-    const uint32_t m = __ballot_sync(0xffffffffu, x == v);
-    const uint32_t at = pos + __popc(m & lt);
-    if (x == v && at < static_cast<uint32_t>(J)) dst[at] = x;
-    pos += __popc(m);
-  }
-  for (uint32_t j = min(pos, static_cast<uint32_t>(J)) + lane; j < static_cast<uint32_t>(J); j += 32) dst[j] = 0;
-  __syncwarp();
-}
-
-// The rank-th largest (1-based) of the nseg x len keys at base + i * stride + j
-// (global memory, read from L2; len a power of two), zeros included (they rank
-// last), by four 8-bit radix passes; 0 when there are fewer than rank keys.
-// hist: this warp's 256 bins, zero on entry and on return.
-__device__ __forceinline__ uint32_t warp_rank_key_strided(const uint32_t* base, int nseg, size_t stride, int len,
-                                                          uint32_t rank, uint32_t* hist, int lane) {
-  const int total = nseg * len;
-  if (rank == 0 || static_cast<uint32_t>(total) < rank) return 0;
-  const int lg = __ffs(len) - 1;
-  uint32_t prefix = 0, mask = 0, need = rank;
-#pragma unroll 1
-  for (int shift = 24; shift >= 0; shift -= 8) {
-#pragma unroll 4
-    for (int e = lane; e < total; e += 32) {
-      const int i = e >> lg, j = e & (len - 1);
-      const uint32_t x = __ldcg(base + size_t(i) * stride + j);
-      if ((x & mask) == prefix) atomicAdd(hist + ((x >> shift) & 255u), 1u);
-    }
-    __syncwarp();
-    uint32_t before = 0, in_bin = 0;
-    const uint32_t d = warp_find_digit(hist, need, true, &before, &in_bin, lane);  // clears hist
-    need -= before;
-    prefix |= d << shift;
-    mask |= 0xffu << shift;
-  }
-  return prefix;
-}
-
-// The sample rank of a split row's shared gate: m sample entries of the
-// row's n keys over all pieces, `avail` list keys published; 0 for no gate.
-__host__ __device__ inline uint32_t split_gate_rank(uint32_t m, uint32_t n, uint32_t target, uint32_t avail) {
+// The sample rank of a row's gate: m sample entries of the row's n keys
+// (a split block: over every piece), about `target` candidates wanted; 0 for
+// no gate (no sample, a row of at most target keys, or a rank that reaches the
+// sample's size or exceeds cap; the block kernels pass no cap).
+__host__ __device__ inline uint32_t gate_rank(uint32_t m, uint32_t n, uint32_t target, uint32_t cap = 0xffffffffu) {
   if (m == 0 || n <= target) return 0;
   uint64_t rho = (static_cast<uint64_t>(target) * m + n - 1) / n;
   if (rho < static_cast<uint64_t>(kMinGateRank)) rho = kMinGateRank;
-  if (rho >= m || rho > avail) return 0;
+  if (rho >= m || rho > cap) return 0;
   return static_cast<uint32_t>(rho);
 }
 
-// A floor on a gate's sample rank with a safety margin (kRankFloorZ of the v3
-// kernel): of m sample entries of a row of n keys, the number at or above the
-// row's k-th largest logit is hypergeometric with mean mu = k m / n and at
-// most that variance, whatever the values (no ties), and a gate of sample rank
-// rho keeps fewer than k candidates (the row is redone) only when more than rho
-// of them are. rho >= mu + z sqrt(mu) bounds that by about z standard
+// A floor on a gate's sample rank with a safety margin (kGateRankFloorZ of
+// fused/blocks_select.cuh): of m sample entries of a row of n keys, the
+// number at or above the row's k-th largest logit is hypergeometric with mean
+// mu = k m / n and at most that variance, whatever the values (no ties), and
+// a gate of sample rank rho keeps fewer than k candidates (the row is redone)
+// only when more than rho of them are. rho >= mu + z sqrt(mu) bounds that by about z standard
 // deviations (z = 5: ~3e-7 normal, ~3e-6 for the Poisson tail at mu = 12).
 // This matters where the sample is capped (kMaxSampleTiles): at 262144 keys
-// the target's rank alone is 2.6 deviations away at 1.25 k + 256, and a redone
-// block is a whole ungated rescan on one SM. 0 when z == 0 or m == 0.
+// the target's rank alone is only about 2.5 (k = 512) to 3 (k = 2048)
+// deviations above mu, and a redone block is a whole ungated rescan on one
+// SM. 0 when z <= 0, m == 0 or n == 0.
 __host__ __device__ inline uint32_t gate_rank_floor(uint32_t m, uint32_t n, uint32_t k, int z) {
   if (z <= 0 || m == 0 || n == 0) return 0;
   const float mu = static_cast<float>(k) * static_cast<float>(m) / static_cast<float>(n);
@@ -878,21 +669,21 @@ __host__ __device__ constexpr uint64_t gate_threshold(uint32_t gate_key) {
   return static_cast<uint64_t>(gate_key) << 32;
 }
 
-// The block-end step of one row: the exact top min(k, n) of its candidates
-// (entries with key >= thr's; need = min(k, n)) written to orow as indices
-// relative to start in candidate order, -1 padded to k, through out(at,
-// relative index, key) (key 0 for the padding). A gated row with fewer than
-// `need` candidates is unsafe (its top-k may hold keys below the gate):
-// nothing is written and false returned (the caller rescans the row).
-// *cands: the candidates counted.
-template <bool kLean, class SS, class Out>
+// The block-end step of one row by one warp (the pair selects' fallback:
+// heavy ties at the k-th key, or a compacted row with at most k eligible;
+// fused/blocks_select.cuh over SegLanes, fused/blocks_split.cuh over
+// PieceSegs): the exact top min(k, n) of its candidates (entries with key >=
+// thr's; need = min(k, n)) as indices relative to start in candidate
+// (traversal) order, -1 padded to k, through out(at, relative index, key)
+// (key 0 for the padding). A gated row with fewer than `need` candidates is
+// unsafe (its top-k may hold keys below the gate): nothing is written and
+// false returned (the caller rescans the row). *cands: the candidates counted.
+template <class SS, class Out>
 __device__ __forceinline__ bool warp_finish_row(const SS& s, uint64_t thr, uint32_t k, uint32_t need, bool gated,
                                                 int start, uint32_t* hist, uint32_t* sk, uint32_t* si, int lane,
                                                 uint32_t* cands, Out&& out) {
   uint32_t c = 0;
-  uint64_t th;
-  if constexpr (kLean) th = warp_select_lean(s, thr, k, hist, sk, si, lane, nullptr, &c);
-  else th = warp_select(s, thr, k, hist, sk, si, lane, &c);  // Segs only
+  const uint64_t th = warp_select_lean(s, thr, k, hist, sk, si, lane, &c);
   *cands = c;
   if (gated && c < need) return false;
   const int pos = warp_emit(s, th, lane, [&](int at, uint32_t key, uint32_t idx) {
@@ -902,11 +693,13 @@ __device__ __forceinline__ bool warp_finish_row(const SS& s, uint64_t thr, uint3
   return true;
 }
 
-// ---- row selects by a pair of warps (v3 block end, kPairSelect) ------------
-// The two warps that hold a row in the v3 kernel (warp w of the row group's
-// two warpgroups) select it together. Each traverses its own 4 of the row's
-// 8 segments (8 lanes per segment: as many loads in flight per lane as one
-// warp over 8 segments, on half the entries); the histogram and the scratch
+// ---- row selects by a pair of warps ----------------------------------------------
+// The two warps that hold a row in the block kernels (warp w of the row
+// group's two warpgroups) select it together: the sample gate
+// (pair_gate_fast, pair_select), the block end (pair_finish_row_gated) and a
+// split block's merge (pair_finish_row_prebinned). Each traverses its own 4
+// of the row's 8 segments (8 lanes per segment: as many loads in flight per
+// lane as one warp over 8 segments, on half the entries); the histogram and the scratch
 // are the row's, shared; the warp-uniform values (counts, key range, the
 // bin's threshold) go through a few words of shared memory at a 64-thread
 // named barrier, so both warps take every decision from the same values and
@@ -934,30 +727,15 @@ __device__ __forceinline__ SegLanes make_pair_segs(const uint32_t* seg0, uint32_
 // for_each_key4 over a pair warp's segments (8 lanes per segment). The
 // visiting order (batch, group u, entry e, lane) is the same in every
 // warp-wide call, so positions ranked by ballots inside f are deterministic.
-template <bool kWithIdx = false, int kGIdx = 4, class F>
+template <bool kWithIdx = false, class F>
 __device__ __forceinline__ void pair_for_each(const SegLanes& s, int lane, F&& f) {
-  for_each_key4<kWithIdx, 8, kGIdx>(s, lane, f);
+  for_each_key4<kWithIdx, 8>(s, lane, f);
 }
 
-// A pair warp's segments in ng groups of 4 (e.g. one group per slice of a
-// split block): each group a make_pair_segs SegLanes. The pair select takes
-// it where it takes one SegLanes; the groups are visited in order, so the
-// ballot positions stay deterministic.
-template <int kMaxGroups>
-struct PairSegGroups {
-  SegLanes g[kMaxGroups];
-  int ng;
-};
-
-template <bool kWithIdx = false, int kGIdx = 4, int kMaxGroups, class F>
-__device__ __forceinline__ void pair_for_each(const PairSegGroups<kMaxGroups>& s, int lane, F&& f) {
-#pragma unroll 1
-  for (int i = 0; i < s.ng; ++i) for_each_key4<kWithIdx, 8, kGIdx>(s.g[i], lane, f);
-}
-
-// A row's candidates over the pieces of a split block (v3 kShares): piece i
-// (i < np) lives at CTA c = c0 + i in its slot sl = (i == 0 ? slot0 : 0),
-// in the kShares workspace layout: per CTA kPieceSlots regions of 8 rows x 8
+// A row's candidates over the pieces of a split block (fused/blocks_split.cuh,
+// blocks_piece_segs): piece i (i < np) lives at CTA c = c0 + i in its slot
+// sl = (i == 0 ? slot0 : 0), in the split workspace layout: per CTA
+// kPieceSlots regions of 8 rows x 8
 // segments x (keys, indices) x cap words, so the row's segment s of (c, sl)
 // starts at base + (c * kPieceSlots + sl) * 128 cap + s * 2 cap (base: the
 // row's segment 0 of CTA 0, slot 0, plus the entries' offset in a segment;
@@ -989,10 +767,10 @@ __device__ __forceinline__ SegLanes piece_lanes(const PieceSegs& s, int i, int l
 // The pieces' segments kL lanes each, 32 / kL of them per round (segment q:
 // piece q / per_piece, its segment q % per_piece of this warp's), rounds in
 // order: with many small pieces all lanes load at once. Warp-uniform bounds.
-template <bool kWithIdx, int kGIdx, int kL, class F>
+template <bool kWithIdx, int kL, class F>
 __device__ __forceinline__ void piece_rounds(const PieceSegs& s, int lane, F&& f) {
   const int per_piece = s.half >= 0 ? 4 : 8;
-  const int total = __shfl_sync(0xffffffffu, s.np * per_piece, 0);  // (said warp-uniform: see the v3 kShares rest start)
+  const int total = __shfl_sync(0xffffffffu, s.np * per_piece, 0);  // (said warp-uniform)
 #pragma unroll 1
   for (int q0 = 0; q0 < total; q0 += 32 / kL) {
     const int q = q0 + lane / kL;
@@ -1002,7 +780,7 @@ __device__ __forceinline__ void piece_rounds(const PieceSegs& s, int lane, F&& f
     const uint32_t* kp = s.base + (size_t(sl) * 64u + sg) * (2u * s.cap);
     const int n = q < total ? static_cast<int>(__ldcg(s.cnt + size_t(sl) * 256u + sg)) : 0;
     const SegLanes g{kp, kp + s.cap, n, static_cast<int>(__reduce_max_sync(0xffffffffu, static_cast<uint32_t>(n)))};
-    for_each_key4<kWithIdx, kL, kGIdx>(g, lane, f);
+    for_each_key4<kWithIdx, kL>(g, lane, f);
   }
 }
 
@@ -1012,10 +790,13 @@ __device__ __forceinline__ void piece_rounds(const PieceSegs& s, int lane, F&& f
 // loads are consecutive 16-byte groups (a few lines per instruction, where
 // one lane per segment touches 32) and no lane idles past a short segment.
 // A group's segment is found by a binary search over the round's inclusive
-// group counts (5 shuffles). Visits (round, step, u, lane, entry) in a fixed
-// order: ballot ranks inside f are deterministic. Warp-uniform bounds.
-template <bool kWithIdx, int kG, class F>
+// group counts (5 shuffles). Calls f(key, idx, valid) for each entry (keys
+// and indices: four groups in flight per lane). Visits (round, step, u, lane,
+// entry) in a fixed order: ballot ranks inside f are deterministic.
+// Warp-uniform bounds.
+template <class F>
 __device__ __forceinline__ void piece_flat(const PieceSegs& s, int lane, F&& f) {
+  constexpr int kG = 4;
   const int per_piece = s.half >= 0 ? 4 : 8;
   const int total = __shfl_sync(0xffffffffu, s.np * per_piece, 0);  // (said warp-uniform)
   const uint32_t sg0 = static_cast<uint32_t>(s.half >= 0 ? 4 * s.half : 0);
@@ -1048,67 +829,58 @@ __device__ __forceinline__ void piece_flat(const PieceSegs& s, int lane, F&& f) 
         rem[u] = j < T ? nL - e0 : 0;
         const uint32_t* kp = s.base + o + e0;
         v[u] = rem[u] > 0 ? __ldcg(reinterpret_cast<const uint4*>(kp)) : make_uint4(0, 0, 0, 0);
-        if constexpr (kWithIdx)
-          w[u] = rem[u] > 0 ? __ldcg(reinterpret_cast<const uint4*>(kp + s.cap)) : make_uint4(0, 0, 0, 0);
+        w[u] = rem[u] > 0 ? __ldcg(reinterpret_cast<const uint4*>(kp + s.cap)) : make_uint4(0, 0, 0, 0);
       }
 #pragma unroll
       for (int u = 0; u < kG; ++u) {
         const uint32_t kv[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
-        if constexpr (kWithIdx) {
-          const uint32_t iv[4] = {w[u].x, w[u].y, w[u].z, w[u].w};
+        const uint32_t iv[4] = {w[u].x, w[u].y, w[u].z, w[u].w};
 #pragma unroll
-          for (int e = 0; e < 4; ++e) f(kv[e], iv[e], e < rem[u]);
-        } else {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) f(kv[e], e < rem[u]);
-        }
+        for (int e = 0; e < 4; ++e) f(kv[e], iv[e], e < rem[u]);
       }
     }
   }
 }
 
 // Lanes per segment for np pieces of per_piece segments: one once every lane
-// has a segment, else 8 (piece by piece). (2 and 4 were tried: their code in
-// the kShares calls cost the tile loops a register, 2026-12-02.)
+// has a segment, else 8 (piece by piece). (2 or 4 lanes would cost the split
+// kernel's tile loops a register.)
 __device__ __forceinline__ int piece_lanes_per_seg(int np, int per_piece) {
   return np * per_piece >= 32 ? 1 : 8;
 }
 
-// Many small pieces (a lane per segment or more): the flat run
-// (piece_flat: at 16 pieces the split merge's gather pass took 20K cycles
-// per row against 30K with a lane per segment, tools/gatherbench
-// 2026-12-04); fewer: 8 lanes per segment, piece by piece (at 2 pieces 10%
-// faster than the flat run).
-template <bool kWithIdx, int kGIdx, class F>
-__device__ __forceinline__ void piece_each(const PieceSegs& s, int lane, F&& f) {
+// pair_for_each over a pair warp's half of the pieces (half >= 0). Many
+// small pieces (a lane per segment or more): the flat run for the passes with
+// indices (piece_flat: at 16 pieces the merge's gather pass takes about 2/3
+// of the cycles of a lane per segment), a lane per segment for the key-only
+// passes (the flat run's code there costs the tile loops); fewer pieces: 8
+// lanes per segment, piece by piece (at 2 pieces about 10% faster than the
+// flat run).
+template <bool kWithIdx = false, class F>
+__device__ __forceinline__ void pair_for_each(const PieceSegs& s, int lane, F&& f) {
   switch (__shfl_sync(0xffffffffu, piece_lanes_per_seg(s.np, s.half >= 0 ? 4 : 8), 0)) {
     case 1:
-      if constexpr (kWithIdx) piece_flat<true, kGIdx>(s, lane, f);
-      else piece_rounds<false, kGIdx, 1>(s, lane, f);  // (key-only passes: the flat run's code here costs the tile loops)
+      if constexpr (kWithIdx) piece_flat(s, lane, f);
+      else piece_rounds<false, 1>(s, lane, f);
       break;
-    default: piece_rounds<kWithIdx, kGIdx, 8>(s, lane, f); break;
+    default: piece_rounds<kWithIdx, 8>(s, lane, f); break;
   }
 }
 
-template <bool kWithIdx = false, int kGIdx = 4, class F>
-__device__ __forceinline__ void pair_for_each(const PieceSegs& s, int lane, F&& f) {
-  piece_each<kWithIdx, kGIdx>(s, lane, f);
-}
-
-// (one warp: the heavy-tie fallback, rare; piece by piece)
-template <bool kWithIdx = false, int kLanes = 4, int kGIdx = 4, class F>
+// for_each_key4 over all 8 segments of the pieces by one warp (half -1: the
+// heavy-tie fallback, rare), piece by piece.
+template <bool kWithIdx = false, class F>
 __device__ __forceinline__ void for_each_key4(const PieceSegs& s, int lane, F&& f) {
   const int np = __shfl_sync(0xffffffffu, s.np, 0);
 #pragma unroll 1
-  for (int i = 0; i < np; ++i) for_each_key4<kWithIdx, 4, kGIdx>(piece_lanes(s, i, lane), lane, f);
+  for (int i = 0; i < np; ++i) for_each_key4<kWithIdx, 4>(piece_lanes(s, i, lane), lane, f);
 }
 
-template <bool kGlobal>
 __device__ __forceinline__ void warp_hist_pass(const PieceSegs& s, bool on_idx, uint32_t key_eq, uint32_t mask,
                                                uint32_t prefix, int shift, uint32_t* hist, int lane) {
 #pragma unroll 1
   for (int i = 0; i < s.np; ++i)
-    warp_hist_pass<kGlobal>(piece_lanes(s, i, lane), on_idx, key_eq, mask, prefix, shift, hist, lane);
+    warp_hist_pass(piece_lanes(s, i, lane), on_idx, key_eq, mask, prefix, shift, hist, lane);
 }
 
 // warp_emit over the pieces (one warp), numbering the kept entries of piece i
@@ -1151,61 +923,55 @@ __device__ __forceinline__ uint4 pair_exchange(PairCtx& c, uint4 mine, int lane)
   return r;
 }
 
-// The exact top min(k, n) of a row, by both warps of its pair (each calls it
-// with its own make_pair_segs and half): warp_finish_row's result (the same set; the
-// order differs: the first warp's entries ascending from position 0, the
-// second's descending from the last), through out(at, relative index, key).
-// thr: the row's running threshold (eligible: key >= thr's, as in
-// warp_select_lean); gated: the first warp's flag (the second's is ignored).
-// Returns 1 when the row is written, 0 when a gated row has fewer than `need`
-// candidates (nothing written; the caller redoes the row), -1 when the pair
-// path does not apply (heavy ties at the k-th key, more than kScratch; or at
-// most k eligible under a compacted row's threshold, where eligibility by key
-// and composite >= thr differ): nothing written, the histogram is clear, and
-// the caller runs warp_finish_row on one warp. Leaves hist zero.
+// The pair selects' core. kEmit: the exact top min(k, n) of a row, by both
+// warps of its pair (each calls it with its own half of the segments:
+// make_pair_segs, or PieceSegs with its half): warp_finish_row's result (the
+// same set; the order differs: the first warp's entries ascending from
+// position 0, the second's descending from the last), through out(at,
+// relative index, key). thr: the row's running threshold (eligible: key >=
+// thr's, as in warp_select_lean); gated: the first warp's flag (the second's
+// is ignored). Returns 1 when the row is written, 0 when a gated row has
+// fewer than `need` candidates (nothing written; the caller redoes the row),
+// -1 when the pair path does not apply (heavy ties at the k-th key, more than
+// kScratch; or at most k eligible under a compacted row's threshold, where
+// eligibility by key and composite >= thr differ): nothing written, the
+// histogram is clear, and the caller runs warp_finish_row on one warp. Leaves
+// hist zero.
+// The gate's fast path (kEmit): a gated row whose threshold is still its gate
+// (thr = gate key << 32; a compaction's threshold has a nonzero low word) and
+// whose sample's largest key smax is above the gate skips the range pass: its
+// first histogram is over [gate key, smax] with the keys above smax in the
+// top bin (every entry of a higher bin still outranks every entry of a lower
+// one), and the eligible count is the histogram's total. Both warps pass the
+// same smax (0: no fast path). When the k-th falls in the top bin the row
+// takes the general passes.
+// kPreHist (kEmit only): the caller has already written the row's fast-path
+// histogram to hist (both warps' halves, before the call: the counts of the
+// eligible entries, key >= the gate key, in bins min(range_bin(key, gate key,
+// range_mult(smax - gate key)), 255): the sum of the split pieces' published
+// histograms), so the first pass is skipped. Where the fast path does not
+// apply the histogram is cleared and the row takes the general passes. The
+// passes that follow check the counts: when the entries disagree with them
+// (never expected) the row is handed to one warp (-1; some positions may
+// already be written, and warp_finish_row rewrites them all).
 // kEmit = false (pair_select): only the threshold, *t_out (both warps), as
 // warp_select_lean's (the k-th largest eligible composite, or thr when at most
 // k are eligible); nothing is written, and -1 means the same (one warp's
-// warp_select_lean applies).
-// mark(i) (development: a per-phase clock) is called after the range pass (0),
-// the histogram levels (1), the gather + output pass (2) and at the end (3).
-struct PairNoMark {
-  __device__ __forceinline__ void operator()(int) const {}
-};
-// kFromGate (kEmit only): a gated row whose threshold is still its gate (thr =
-// gate key << 32; a compaction's threshold has a nonzero low word) and whose
-// sample's largest key smax is above the gate skips the range pass: its first
-// histogram is over [gate key, smax] with the keys above smax in the top bin
-// (every entry of a higher bin still outranks every entry of a lower one),
-// and the eligible count is the histogram's total. Both warps pass the same
-// smax. When the k-th falls in the top bin the row takes the general passes.
-// kOutG: key / index groups in flight per lane in the gather + output pass.
-// kTieGate (kEmit = false only): with heavy ties at the k-th key, answer that
-// key's gate, composite(key, 0) (every entry of that key is then at or above
-// it: a gate just below the exact rank, still safe), instead of -1.
-// kPreHist (with kFromGate and kEmit): the caller has already written the
-// row's fast-path histogram to hist (both warps' halves, before the call: the
-// counts of the eligible entries, key >= the gate key, in bins
-// min(range_bin(key, gate key, range_mult(smax - gate key)), 255), e.g. the sum
-// of the split pieces' published histograms), so the first pass is skipped.
-// Where the fast path does not apply the histogram is cleared and the row
-// takes the general passes. The passes that follow check the counts: when
-// the entries disagree with them (never expected) the row is handed to one
-// warp (-1; some positions may already be written, and warp_finish_row
-// rewrites them all).
-template <bool kEmit, class Out, class Mark = PairNoMark, bool kFromGate = false, int kOutG = 4, class SS = SegLanes,
-          bool kTieGate = false, bool kPreHist = false>
+// warp_select_lean applies). kTieGate (kEmit = false only): with heavy ties at
+// the k-th key, answer that key's gate, composite(key, 0) (every entry of that
+// key is then at or above it: a gate just below the exact rank, still safe),
+// instead of -1.
+template <bool kEmit, bool kTieGate, bool kPreHist, class SS, class Out>
 __device__ __forceinline__ int pair_row_core(const SS& s, PairCtx& pc, uint64_t thr, uint32_t k, uint32_t need,
                                              bool gated, int start, uint32_t* hist, uint32_t* sk, uint32_t* si,
-                                             int lane, uint32_t* cands, uint64_t* t_out, Out&& out,
-                                             Mark&& mark = PairNoMark{}, uint32_t smax = 0) {
+                                             int lane, uint32_t* cands, uint64_t* t_out, Out&& out, uint32_t smax) {
   const uint32_t lt = (1u << lane) - 1u;
   const uint32_t tk1 = max(static_cast<uint32_t>(thr >> 32), 1u);
   uint32_t c = 0, lo = 0, span = 0, need_k = k, above = 0;
   uint32_t mult = 0, sel = 0;
   bool sliced = false;  // the bin is slice `sel` of [lo, lo + span] (bins of mult)
   bool fast = false;
-  if constexpr (kFromGate && kEmit) {
+  if constexpr (kEmit) {
     const uint32_t gk = static_cast<uint32_t>(thr >> 32);
     fast = static_cast<uint32_t>(thr) == 0u && gk >= 1u && smax > gk;
     if constexpr (kPreHist) {
@@ -1235,7 +1001,6 @@ __device__ __forceinline__ int pair_row_core(const SS& s, PairCtx& pc, uint64_t 
 #pragma unroll
       for (int j = 0; j < 4; ++j) hist[pc.half * 128 + lane * 4 + j] = 0;
       *cands = c;
-      mark(0);
       if (c < need) return 0;  // gated
       if (c <= k) {  // every eligible entry is in: the first warp ascending from 0, the second descending from c - 1
         uint32_t pos = 0;
@@ -1288,7 +1053,6 @@ __device__ __forceinline__ int pair_row_core(const SS& s, PairCtx& pc, uint64_t 
   kmax = max(kmax, o.z);
   const bool g = pc.half == 0 ? gated : o.w != 0u;
   *cands = c;
-  mark(0);
   if constexpr (!kEmit) {
     if (c <= k) {
       *t_out = thr;
@@ -1348,7 +1112,6 @@ __device__ __forceinline__ int pair_row_core(const SS& s, PairCtx& pc, uint64_t 
     mult = m0;
     sliced = true;
   }
-  mark(1);
   uint64_t t_all = 0;  // heavy ties with every tied entry in: the threshold itself
   if (c > static_cast<uint32_t>(kScratch)) {  // more than kScratch share the k-th key lo
     if (c != need_k) {
@@ -1373,8 +1136,7 @@ __device__ __forceinline__ int pair_row_core(const SS& s, PairCtx& pc, uint64_t 
   // 2^32), in it iff klo = lo + dlo <= key < khi. Every key >= klo is
   // eligible (lo >= the threshold's key on every path), so per entry the pass
   // is one compare, one ballot and a store; the bin's few entries take a
-  // warp-uniform branch (2026-12-04: 50 SASS instructions per entry before,
-  // the pass issue-bound at 16 warps per SM; tools/gatherbench).
+  // warp-uniform branch (the pass is issue-bound at 16 warps per SM).
   const bool gather = t_all == 0;
   const BinBounds bb = bin_bounds(lo, span, mult, sel, sliced);
   const uint32_t khi = bb.khi, hspan = bb.hspan, klo = bb.klo, espan = bb.espan;
@@ -1382,7 +1144,7 @@ __device__ __forceinline__ int pair_row_core(const SS& s, PairCtx& pc, uint64_t 
   const uint32_t hs = pc.half == 0 ? 1u : 0xffffffffu;
   uint32_t hb = pc.half == 0 ? 0u : above - 1u, gb = pc.half == 0 ? 0u : c - 1u;
   uint32_t gmin = 0xffffffffu, gmax = 0;
-  pair_for_each<true, kOutG>(s, lane, [&](uint32_t key, uint32_t idx, bool valid) {
+  pair_for_each<true>(s, lane, [&](uint32_t key, uint32_t idx, bool valid) {
     const bool hi = valid && key - khi < hspan;
     const uint32_t mh = __ballot_sync(0xffffffffu, hi);
     if constexpr (kEmit) {
@@ -1409,7 +1171,6 @@ __device__ __forceinline__ int pair_row_core(const SS& s, PairCtx& pc, uint64_t 
     }
   });
   const uint32_t hpos = pc.half == 0 ? hb : above - 1u - hb, gpos = pc.half == 0 ? gb : c - 1u - gb;
-  mark(2);
   if constexpr (kPreHist) {  // (the counts against the entries)
     const uint4 q = pair_exchange(pc, make_uint4(hpos, gpos, 0u, 0u), lane);
     if (hpos + q.x != above || gpos + q.y != c) return -1;
@@ -1437,81 +1198,42 @@ __device__ __forceinline__ int pair_row_core(const SS& s, PairCtx& pc, uint64_t 
     pos += __popc(m);
   }
   __syncwarp();
-  mark(3);
   return 1;
 }
 
-// SS: SegLanes (make_pair_segs) or PairSegGroups.
-template <class Out, class Mark = PairNoMark, class SS = SegLanes>
-__device__ __forceinline__ int pair_finish_row(const SS& s, PairCtx& pc, uint64_t thr, uint32_t k, uint32_t need,
-                                               bool gated, int start, uint32_t* hist, uint32_t* sk, uint32_t* si,
-                                               int lane, uint32_t* cands, Out&& out, Mark&& mark = PairNoMark{}) {
-  uint64_t t = 0;
-  return pair_row_core<true>(s, pc, thr, k, need, gated, start, hist, sk, si, lane, cands, &t, out, mark);
-}
-
-// pair_finish_row with kFromGate: smax, the sample's largest key of the row
-// (0: none; the same value in both warps). A row that takes the fast path is
-// gated by construction (only gated rows get an smax).
-template <class Out, class Mark = PairNoMark, int kOutG = 4>
+// The block-end select of a row by its pair (fused/blocks_select.cuh:
+// pair_row_core with kEmit, over each warp's make_pair_segs half). smax: the
+// sample's largest key of the row, for the gate's fast path (0: none; the
+// same value in both warps). A row that takes the fast path is gated by
+// construction (only gated rows get an smax).
+template <class Out>
 __device__ __forceinline__ int pair_finish_row_gated(const SegLanes& s, PairCtx& pc, uint64_t thr, uint32_t smax,
                                                      uint32_t k, uint32_t need, bool gated, int start, uint32_t* hist,
-                                                     uint32_t* sk, uint32_t* si, int lane, uint32_t* cands, Out&& out,
-                                                     Mark&& mark = PairNoMark{}) {
+                                                     uint32_t* sk, uint32_t* si, int lane, uint32_t* cands, Out&& out) {
   uint64_t t = 0;
-  return pair_row_core<true, Out, Mark, true, kOutG>(s, pc, thr, k, need, gated, start, hist, sk, si, lane, cands, &t,
-                                              static_cast<Out&&>(out), static_cast<Mark&&>(mark), smax);
+  return pair_row_core<true, false, false>(s, pc, thr, k, need, gated, start, hist, sk, si, lane, cands, &t,
+                                           static_cast<Out&&>(out), smax);
 }
 
-// pair_finish_row_gated over pieces whose counts are already summed in hist
-// (kPreHist; see pair_count_gate_bins). Both warps pass the same smax.
-template <class Out, int kOutG = 4, class SS = SegLanes, class Mark = PairNoMark>
-__device__ __forceinline__ int pair_finish_row_prebinned(const SS& s, PairCtx& pc, uint64_t thr, uint32_t smax,
+// A split block's merge of a row by its pair (fused/blocks_split.cuh): the
+// block-end select over the pieces, their fast-path bins already summed in
+// hist (kPreHist; see pair_count_gate_bins). Both warps pass the same smax
+// (0: no fast path).
+template <class Out>
+__device__ __forceinline__ int pair_finish_row_prebinned(const PieceSegs& s, PairCtx& pc, uint64_t thr, uint32_t smax,
                                                          uint32_t k, uint32_t need, bool gated, int start,
                                                          uint32_t* hist, uint32_t* sk, uint32_t* si, int lane,
-                                                         uint32_t* cands, Out&& out, Mark&& mark = PairNoMark{}) {
+                                                         uint32_t* cands, Out&& out) {
   uint64_t t = 0;
-  return pair_row_core<true, Out, Mark, true, kOutG, SS, false, true>(
-      s, pc, thr, k, need, gated, start, hist, sk, si, lane, cands, &t, static_cast<Out&&>(out),
-      static_cast<Mark&&>(mark), smax);
+  return pair_row_core<true, false, true>(s, pc, thr, k, need, gated, start, hist, sk, si, lane, cands, &t,
+                                          static_cast<Out&&>(out), smax);
 }
 
-// One split piece's part of a row whose k-th lies in bin bb (kSplitHist bit
-// 16, the merge by every piece): this piece's entries above the bin go to
-// out_hi at [h0, h0 + hn) (the first warp ascending, the second descending),
-// its entries in the bin to out_eq at [g0, g0 + gn), in the pass's order
-// (deterministic). hn, gn: this piece's counts from its published bins;
-// positions past them are not written. Returns whether the pass found
-// exactly hn and gn (both warps the same answer).
-template <class OutHi, class OutEq, class SS>
-__device__ __forceinline__ bool pair_emit_binned(const SS& s, PairCtx& pc, const BinBounds& bb, uint32_t h0,
-                                                 uint32_t hn, uint32_t g0, uint32_t gn, int lane, OutHi&& out_hi,
-                                                 OutEq&& out_eq) {
-  const uint32_t lt = (1u << lane) - 1u;
-  uint32_t hc = 0, gc = 0;  // this warp's entries so far
-  pair_for_each<true, 4>(s, lane, [&](uint32_t key, uint32_t idx, bool valid) {
-    const bool hi = valid && key - bb.khi < bb.hspan;
-    const uint32_t mh = __ballot_sync(0xffffffffu, hi);
-    const uint32_t r = hc + static_cast<uint32_t>(__popc(mh & lt));
-    if (hi && r < hn) out_hi(pc.half == 0 ? h0 + r : h0 + hn - 1u - r, idx, key);
-    hc += static_cast<uint32_t>(__popc(mh));
-    const bool eq = valid && key - bb.klo < bb.espan;
-    if (__any_sync(0xffffffffu, eq)) {  // (warp-uniform: a few entries per piece)
-      const uint32_t me = __ballot_sync(0xffffffffu, eq);
-      const uint32_t q = gc + static_cast<uint32_t>(__popc(me & lt));
-      if (eq && q < gn) out_eq(pc.half == 0 ? g0 + q : g0 + gn - 1u - q, idx, key);
-      gc += static_cast<uint32_t>(__popc(me));
-    }
-  });
-  const uint4 o = pair_exchange(pc, make_uint4(hc, gc, 0u, 0u), lane);
-  return hc + o.x == hn && gc + o.y == gn;
-}
-
-// The fast path's bins of the entries at or above the gate key gk (keys above
-// smax in the top bin; smax > gk >= 1): counts both warps' halves into hist
-// (zero on entry) and waits for both. The caller reads (and clears) them.
-template <class SS>
-__device__ __forceinline__ void pair_count_gate_bins(const SS& s, PairCtx& pc, uint32_t gk, uint32_t smax,
+// The fast path's bins of a split piece's entries at or above the gate key gk
+// (keys above smax in the top bin; smax > gk >= 1), for
+// pair_finish_row_prebinned: counts both warps' halves into hist (zero on
+// entry) and waits for both. The caller reads (and clears) them.
+__device__ __forceinline__ void pair_count_gate_bins(const PieceSegs& s, PairCtx& pc, uint32_t gk, uint32_t smax,
                                                      uint32_t* hist, int lane) {
   const uint32_t m0 = range_mult(smax - gk);
   pair_for_each(s, lane, [&](uint32_t key, bool valid) {
@@ -1525,14 +1247,18 @@ __device__ __forceinline__ void pair_count_gate_bins(const SS& s, PairCtx& pc, u
 // of a row, or thr when at most k are eligible: warp_select_lean's answer,
 // *t_out in both warps; returns false when one warp's warp_select_lean must
 // be run instead (heavy ties: more than kScratch at the k-th key). *count:
-// the eligible entries. Leaves hist zero.
-__device__ __forceinline__ bool pair_select(const SegLanes& s, PairCtx& pc, uint64_t thr, uint32_t k, uint32_t* hist,
+// the eligible entries. Leaves hist zero. The sample gate's exact select
+// (fused/blocks_select.cuh, over make_pair_segs halves). kTieGate: under heavy
+// ties answer the tied key's gate instead (see pair_row_core; true: the split
+// block's shared gate, over PieceSegs halves, fused/blocks_split.cuh).
+template <bool kTieGate = false, class SS>
+__device__ __forceinline__ bool pair_select(const SS& s, PairCtx& pc, uint64_t thr, uint32_t k, uint32_t* hist,
                                             uint32_t* sk, uint32_t* si, int lane, uint64_t* t_out, uint32_t* count) {
-  return pair_row_core<false>(s, pc, thr, k, 0u, false, 0, hist, sk, si, lane, count, t_out,
-                              [](int, int, uint32_t) {}) > 0;
+  return pair_row_core<false, kTieGate, false>(s, pc, thr, k, 0u, false, 0, hist, sk, si, lane, count, t_out,
+                                               [](int, int, uint32_t) {}, 0u) > 0;
 }
 
-// The sample gate in one pass (the v3 kernel's kFastGate), given smax, the
+// The sample gate in one pass (fused/blocks_select.cuh), given smax, the
 // largest eligible key of the row's sample: the keys within 2^24 below smax
 // are counted in 256 bins of 2^16 keys (bin (smax - key) >> 16: bin 0 the
 // highest), both warps into the row's histogram, and the gate is the lowest
@@ -1562,97 +1288,6 @@ __device__ __forceinline__ uint32_t pair_gate_fast(const SegLanes& s, PairCtx& p
   if (rho < 1u || tot < rho) return 0u;
   const uint32_t below = (bin + 1u) << 16;  // the bin's keys are (smax - below, smax - below + 2^16]
   return smax >= below ? smax - below + 1u : 1u;
-}
-
-// ---- binned select (kBinned) ------------------------------------------------
-// During the scan each gated row's candidates (every key >= its gate `lo`) are
-// counted in 256 bins: equal slices of [lo, lo + span], span = the sample's
-// largest key - lo, and keys above it in the last bin. Monotone in the key,
-// so every entry of a higher bin outranks every entry of a lower one.
-__device__ __forceinline__ uint32_t scan_bin(uint32_t key, uint32_t lo, uint32_t mult) {
-  const uint32_t b = range_bin(key, lo, mult);
-  return b < 255u ? b : 255u;
-}
-
-// Counts the segments' entries in bh by scan_bin (one warp; bh zero on entry).
-__device__ __forceinline__ void warp_bin_pass(const Segs& s, uint32_t* bh, uint32_t lo, uint32_t mult, int lane) {
-  for_each_key4(s, lane, [&](uint32_t key, bool valid) {
-    if (valid) atomicAdd(bh + scan_bin(key, lo, mult), 1u);
-  });
-  __syncwarp();
-}
-
-// Clears a 256-bin histogram (one warp).
-__device__ __forceinline__ void warp_clear_hist(uint32_t* h, int lane) {
-  __syncwarp();
-#pragma unroll
-  for (int j = 0; j < 8; ++j) h[j * 32 + lane] = 0;
-  __syncwarp();
-}
-
-// The block-end step of a gated row whose candidates were counted in bh
-// during the scan (bins of scan_bin(key, lo, mult), every candidate once; thr
-// is the gate's threshold, never raised). Needs more than k candidates (the
-// caller checks). The counts give the k-th's bin B; one pass over the buffers
-// then emits every entry of a bin above B (all are in the top k) and gathers
-// B's entries into scratch, where the exact k-th is found and B's winners are
-// emitted after the others. Output: the row's exact top k, the higher bins'
-// entries in candidate order, then B's winners in candidate order
-// (deterministic). Returns false when B holds more than kScratch entries or
-// the counts disagree with the buffers (never expected; some of the row may
-// be written): the caller then runs warp_finish_row, which rewrites the whole
-// row. Clears bh.
-template <class Out>
-__device__ __forceinline__ bool warp_finish_row_binned(const Segs& s, uint32_t* bh, uint32_t lo, uint32_t mult,
-                                                       uint32_t k, int start, uint32_t* hist, uint32_t* sk,
-                                                       uint32_t* si, int lane, Out&& out) {
-  uint32_t c = 0;
-  for (int g = 0; g < s.nseg; ++g) c += static_cast<uint32_t>(s.n[g]);
-  uint32_t binned = 0;
-#pragma unroll
-  for (int j = 0; j < 8; ++j) binned += bh[j * 32 + lane];
-  binned = __reduce_add_sync(0xffffffffu, binned);
-  if (binned != c || c <= k) {
-    warp_clear_hist(bh, lane);
-    return false;
-  }
-  uint32_t before = 0, in_bin = 0;
-  const uint32_t B = warp_find_digit(bh, k, true, &before, &in_bin, lane);  // clears bh
-  if (in_bin > static_cast<uint32_t>(kScratch)) return false;
-  const uint32_t lt = (1u << lane) - 1u;
-  uint32_t pos = 0, base = 0, gmin = 0xffffffffu, gmax = 0;
-  for_each_key4<true>(s, lane, [&](uint32_t key, uint32_t idx, bool valid) {
-    const uint32_t b = scan_bin(key, lo, mult);
-    const bool hi = valid && b > B;
-    const bool eq = valid && b == B;
-    const uint32_t mh = __ballot_sync(0xffffffffu, hi);
-    const uint32_t me = __ballot_sync(0xffffffffu, eq);
-    const uint32_t ph = pos + __popc(mh & lt), pe = base + __popc(me & lt);
-    if (hi && ph < before) out(static_cast<int>(ph), static_cast<int>(idx) - start, key);
-    if (eq && pe < in_bin) {
-      sk[pe] = key;
-      si[pe] = idx;
-    }
-    gmin = min(gmin, eq ? key : 0xffffffffu);
-    gmax = max(gmax, eq ? key : 0u);
-    pos += __popc(mh);
-    base += __popc(me);
-  });
-  // Bins that disagree with the pass (never expected): the caller's general
-  // select rewrites the whole row (c > k: it always writes).
-  if (pos != before || base != in_bin) return false;
-  const uint64_t t = finish_in_scratch(sk, si, in_bin, gmin, gmax, k - before, hist, lane);
-  pos = before;
-  for (uint32_t j0 = 0; j0 < in_bin; j0 += 32) {
-    const uint32_t j = j0 + lane;
-    const bool keep = j < in_bin && composite(sk[j], si[j]) >= t;
-    const uint32_t m = __ballot_sync(0xffffffffu, keep);
-    const uint32_t at = pos + __popc(m & lt);
-    if (keep && at < k) out(static_cast<int>(at), static_cast<int>(si[j]) - start, sk[j]);
-    pos += __popc(m);
-  }
-  __syncwarp();
-  return true;
 }
 
 }  // namespace fused_detail

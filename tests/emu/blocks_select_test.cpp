@@ -1,17 +1,27 @@
-// Off-GPU test of the v3 kernel's multi-segment selection (fused_select.cuh:
-// SegLanes, for_each_key4 / warp_hist_pass / warp_emit over per-lane
-// segments, warp_select_lean and warp_finish_row on them), compiled with g++
-// and run by tests/test_fused_select_emu.py on the warp emulator.
+// Off-GPU test of the block kernels' selection over a row's 8 candidate
+// segments (csrc/include/mqa_topk/fused/select.cuh as fused/blocks_select.cuh
+// and fused/blocks_split.cuh run it), compiled with g++ and run by
+// tests/test_fused_select_emu.py on the warp emulator.
 //
-// 1. warp_select_lean over 8 segments (counts 0..cap, sizes around multiples of
-//    4/16/64; gaussian, all equal, ties at the k-th, threshold set) against a
-//    sorting reference: the kept set, the count, and the emitted list (in the
-//    traversal order the reference recomputes).
-// 2. The v3 compaction: the kept entries re-emitted round-robin into the same
+// 1. warp_select_lean over 8 segments (SegLanes: counts 0..cap, sizes around
+//    multiples of 4/16/64; gaussian, all equal, ties at the k-th, threshold
+//    set) against a sorting reference: the kept set, the count, and the
+//    emitted list (warp_emit, in the traversal order the reference
+//    recomputes).
+// 2. The compaction: the kept entries re-emitted round-robin into the same
 //    segments (entry p to segment p mod 8, slot p / 8) while the traversal
 //    reads them, against the reference list.
 // 3. warp_finish_row over 8 segments: the output row (relative indices, -1
 //    padding) and the unsafe-gate answer.
+// 4. The pair selects (two warps, 4 segments each): pair_select and
+//    pair_gate_fast against warp_select_lean and the bin rule, and the block
+//    end (pair_finish_row_gated, with and without the gate's fast path)
+//    against warp_finish_row on one warp.
+// 5. A split block's pieces (PieceSegs in the split workspace layout):
+//    piece_flat's visits, the shared gate's select (pair_select with
+//    kTieGate), the merge from the pieces' bins (pair_count_gate_bins per
+//    piece, pair_finish_row_prebinned) and the one-warp fallback
+//    (warp_finish_row over the pieces), against sorting references.
 // Exit status 0 when every check passes; the first failure is printed.
 #define MQA_TOPK_HOST_EMULATION 1
 #include "warp_emu.h"
@@ -29,40 +39,7 @@ using namespace mqa_topk::fused_detail;
 
 namespace {
 
-
-constexpr int NS = 8;
-
-// A row's 8 segments as the v3 kernel lays them out: segment s's keys at
-// s * stride words, its indices cap words after them; poison past the counts.
-struct Row {
-  int cap;
-  uint32_t stride;
-  std::vector<uint32_t> mem;
-  uint32_t cnt[NS] = {};
-  explicit Row(int cap_) : cap(cap_), stride(2u * cap_), mem(size_t(NS) * 2 * cap_ + 16, 0xdeadbeefu) {}
-  uint32_t* key(int s) { return mem.data() + size_t(s) * stride; }
-  uint32_t* idx(int s) { return key(s) + cap; }
-  void push(int s, uint32_t k, uint32_t i) {
-    key(s)[cnt[s]] = k;
-    idx(s)[cnt[s]] = i;
-    ++cnt[s];
-  }
-  std::vector<std::pair<uint32_t, uint32_t>> entries() {
-    std::vector<std::pair<uint32_t, uint32_t>> v;
-    for (int s = 0; s < NS; ++s)
-      for (uint32_t j = 0; j < cnt[s]; ++j) v.push_back({key(s)[j], idx(s)[j]});
-    return v;
-  }
-};
-
-struct Scratch {
-  uint32_t hist[256] = {};
-  uint32_t sk[kScratch], si[kScratch];
-};
-
-SegLanes lanes_of(Row& r, int lane) {
-  return make_seg_lanes(r.key(0), r.stride, static_cast<uint32_t>(r.cap), r.cnt, NS, lane);
-}
+SegLanes lanes_of(Row& r, int lane) { return r.lanes(lane); }
 
 // The traversal order of for_each / warp_emit over SegLanes: batch j0 (step
 // 64), step u (4), lane (32: segment lane / 4, sub-lane lane % 4), entry e (4):
@@ -90,7 +67,7 @@ void check_case(const std::string& name, Row row, uint64_t thr, uint32_t k) {
   uint32_t cnt[32];
   warp_emu::run([&](int lane) {
     const SegLanes sl = lanes_of(row, lane);
-    got[lane] = warp_select_lean(sl, thr, k, sc.hist, sc.sk, sc.si, lane, nullptr, &cnt[lane]);
+    got[lane] = warp_select_lean(sl, thr, k, sc.hist, sc.sk, sc.si, lane, &cnt[lane]);
   });
   for (int l = 1; l < 32; ++l) expect(got[l] == got[0] && cnt[l] == cnt[0], name + ": lanes disagree");
   for (int i = 0; i < 256; ++i) expect(sc.hist[i] == 0, name + ": histogram not left zeroed");
@@ -112,7 +89,7 @@ void check_case(const std::string& name, Row row, uint64_t thr, uint32_t k) {
   size_t at_or_above = 0;
   for (auto& e : all) at_or_above += composite(e.first, e.second) >= thr;
   if (at_or_above >= k) expect(out.size() == k, name + ": not exactly k kept");
-  // The v3 compaction: re-emit in place, round-robin over the segments.
+  // The compaction: re-emit in place, round-robin over the segments.
   Row c = row;
   warp_emu::run([&](int lane) {
     const SegLanes sl = lanes_of(c, lane);
@@ -133,8 +110,6 @@ void check_case(const std::string& name, Row row, uint64_t thr, uint32_t k) {
   for (int s = 0; s < NS; ++s) total += c.cnt[s];
   expect(total == kept_ref.size(), name + ": compacted counts");
 }
-
-uint32_t okey(float v) { return order_key(v); }
 
 void select_cases() {
   std::mt19937 rng(77);
@@ -219,7 +194,7 @@ void finish_cases() {
         const uint32_t need_g = gated ? k : need;
         warp_emu::run([&](int lane) {
           const SegLanes sl = lanes_of(r, lane);
-          ok[lane] = warp_finish_row<true>(sl, 0, k, need_g, gated, start, sc.hist, sc.sk, sc.si, lane, &cands[lane],
+          ok[lane] = warp_finish_row(sl, 0, k, need_g, gated, start, sc.hist, sc.sk, sc.si, lane, &cands[lane],
                                            [&](int at, int v, uint32_t) { row[at] = v; });
         });
         const std::string name = "finish trial " + std::to_string(trial) + " k=" + std::to_string(k) +
@@ -263,8 +238,8 @@ struct PosRecorder {
   }
 };
 
-// pair_finish_row (two warps, 4 segments each) against warp_finish_row on one
-// warp: the same answer (written / unsafe), the same set, every position of
+// pair_finish_row_gated (two warps, 4 segments each) against warp_finish_row
+// on one warp: the same answer (written / unsafe), the same set, every position of
 // the row written exactly once, deterministic, the histogram left clear; -1
 // (the single-warp path applies) only where documented, with nothing written.
 int g_pair_fallbacks = 0;
@@ -281,7 +256,7 @@ void pair_case(const std::string& name0, Row r, uint64_t thr, uint32_t k, bool g
     Scratch sc;
     warp_emu::run([&](int lane) {
       const SegLanes sl = lanes_of(r, lane);
-      ok1[lane] = warp_finish_row<true>(sl, thr, k, need, gated, start, sc.hist, sc.sk, sc.si, lane, &c1[lane],
+      ok1[lane] = warp_finish_row(sl, thr, k, need, gated, start, sc.hist, sc.sk, sc.si, lane, &c1[lane],
                                         [&](int at, int v, uint32_t) { ref[at] = v; });
     });
   }
@@ -293,7 +268,7 @@ void pair_case(const std::string& name0, Row r, uint64_t thr, uint32_t k, bool g
       Scratch sc;
       warp_emu::run([&](int lane) {
         const SegLanes sl = lanes_of(r, lane);
-        want_t[lane] = warp_select_lean(sl, thr, kk, sc.hist, sc.sk, sc.si, lane, nullptr, &want_c[lane]);
+        want_t[lane] = warp_select_lean(sl, thr, kk, sc.hist, sc.sk, sc.si, lane, &want_c[lane]);
       });
     }
     Scratch sc;
@@ -302,7 +277,7 @@ void pair_case(const std::string& name0, Row r, uint64_t thr, uint32_t k, bool g
     uint32_t cnt[64];
     bool okp[64];
     warp_emu::run2([&](int w, int lane) {
-      const SegLanes ps = make_pair_segs(r.key(4 * w), r.stride, static_cast<uint32_t>(r.cap), r.cnt + 4 * w, lane);
+      const SegLanes ps = r.half(w, lane);
       PairCtx pc{xch, 9, w, 0};
       okp[w * 32 + lane] = pair_select(ps, pc, thr, kk, sc.hist, sc.sk, sc.si, lane, &t[w * 32 + lane], &cnt[w * 32 + lane]);
     });
@@ -317,7 +292,7 @@ void pair_case(const std::string& name0, Row r, uint64_t thr, uint32_t k, bool g
       expect(want_c[0] > static_cast<uint32_t>(kScratch), nm + ": fallback where none is documented");
     }
   }
-  // pair_gate_fast (kFastGate's one-pass gate) for the sample gate's case
+  // pair_gate_fast (the sample gate's one pass) for the sample gate's case
   // (thr 0): the lowest key of the 2^16-key bin below the row's largest key
   // that holds the rho-th largest, or 0 when fewer than rho keys lie within
   // 2^24 below the largest; the same in both warps; the histogram left zero.
@@ -339,7 +314,7 @@ void pair_case(const std::string& name0, Row r, uint64_t thr, uint32_t k, bool g
       uint32_t xch[16] = {};
       uint32_t g[64];
       warp_emu::run2([&](int w, int lane) {
-        const SegLanes ps = make_pair_segs(r.key(4 * w), r.stride, static_cast<uint32_t>(r.cap), r.cnt + 4 * w, lane);
+        const SegLanes ps = r.half(w, lane);
         PairCtx pc{xch, 9, w, 0};
         g[w * 32 + lane] = pair_gate_fast(ps, pc, rho, smax, sc.hist, lane);
       });
@@ -354,9 +329,9 @@ void pair_case(const std::string& name0, Row r, uint64_t thr, uint32_t k, bool g
       }
     }
   }
-  // The gate-range path (pair_finish_row_gated): for a gate threshold, several
-  // sample maxima (the entries' largest eligible key, below it, just above the
-  // gate, far above); 0 = the plain pair_finish_row.
+  // The block end (pair_finish_row_gated): smax 0 (no fast path: the general
+  // passes), and for a gate threshold several sample maxima (the entries'
+  // largest eligible key, below it, just above the gate, far above).
   std::vector<uint32_t> smaxes = {0u};
   const uint32_t gk = static_cast<uint32_t>(thr >> 32);
   if (gated && static_cast<uint32_t>(thr) == 0u && gk >= 1u) {
@@ -380,13 +355,11 @@ void pair_case(const std::string& name0, Row r, uint64_t thr, uint32_t k, bool g
     uint32_t cands[64];
     bool bad_at = false;
     warp_emu::run2([&](int w, int lane) {
-      const SegLanes ps = make_pair_segs(r.key(4 * w), r.stride, static_cast<uint32_t>(r.cap), r.cnt + 4 * w, lane);
+      const SegLanes ps = r.half(w, lane);
       PairCtx pc{xch, 9, w, 0};
       const PosRecorder outf{row, writes, k, bad_at};
-      res[w * 32 + lane] = smax ? pair_finish_row_gated(ps, pc, thr, smax, k, need, w == 0 ? gated : false, start,
-                                                        sc.hist, sc.sk, sc.si, lane, &cands[w * 32 + lane], outf)
-                                : pair_finish_row(ps, pc, thr, k, need, w == 0 ? gated : false, start, sc.hist, sc.sk,
-                                                  sc.si, lane, &cands[w * 32 + lane], outf);
+      res[w * 32 + lane] = pair_finish_row_gated(ps, pc, thr, smax, k, need, w == 0 ? gated : false, start, sc.hist,
+                                                 sc.sk, sc.si, lane, &cands[w * 32 + lane], outf);
     });
     expect(!bad_at, name + ": pair wrote out of range");
     for (int l = 1; l < 64; ++l) expect(res[l] == res[0], name + ": the pair's lanes disagree");
@@ -516,69 +489,17 @@ void pair_cases() {
   expect(g_pair_fallbacks > 0, "pair: the fallback cases ran");
 }
 
-// pair_finish_row over PairSegGroups (a split block's slices, 8 segments
-// each, one group of 4 per warp and slice) against a sorting reference of the
-// union: the exact top min(k, n) of the entries at or above the threshold
-// ((value desc, index asc)), every position written once, deterministic, the
-// histogram left clear; 0 (unsafe) exactly when a gated row has fewer than k.
-void groups_case(const std::string& name, std::vector<Row>& sl, uint64_t thr, uint32_t k, bool gated, int start) {
-  constexpr int kMaxG = 32;
-  const int ng = static_cast<int>(sl.size());
-  std::vector<uint64_t> el;
-  for (auto& r : sl)
-    for (auto& e : r.entries())
-      if (composite(e.first, e.second) >= thr) el.push_back(composite(e.first, e.second));
-  std::sort(el.begin(), el.end(), std::greater<uint64_t>());
-  const uint32_t n = static_cast<uint32_t>(el.size());
-  const uint32_t need = gated ? k : std::min(k, n);
-  std::vector<int> want;
-  for (uint32_t i = 0; i < std::min(k, n); ++i) want.push_back(static_cast<int>(0xffffffffu - uint32_t(el[i])) - start);
-  while (want.size() < k) want.push_back(-1);
-  std::sort(want.begin(), want.end());
-  std::vector<int> first;
-  for (int rep = 0; rep < 2; ++rep) {
-    std::vector<int> row(k, -7), writes(k, 0);
-    Scratch sc;
-    uint32_t xch[16] = {};
-    int res[64];
-    uint32_t cands[64];
-    bool bad_at = false;
-    warp_emu::run2([&](int w, int lane) {
-      PairSegGroups<kMaxG> g;
-      g.ng = ng;
-      for (int i = 0; i < ng; ++i)
-        g.g[i] = make_pair_segs(sl[i].key(4 * w), sl[i].stride, static_cast<uint32_t>(sl[i].cap), sl[i].cnt + 4 * w, lane);
-      PairCtx pc{xch, 9, w, 0};
-      res[w * 32 + lane] = pair_finish_row(g, pc, thr, k, need, w == 0 ? gated : false, start, sc.hist, sc.sk, sc.si,
-                                           lane, &cands[w * 32 + lane], PosRecorder{row, writes, k, bad_at});
-    });
-    expect(!bad_at, name + ": wrote out of range");
-    for (int l = 1; l < 64; ++l) expect(res[l] == res[0], name + ": the pair's lanes disagree");
-    for (int i = 0; i < 256; ++i) expect(sc.hist[i] == 0, name + ": histogram not left zeroed");
-    if (res[0] < 0) {  // heavy ties / a compacted row with at most k: documented hand-over
-      ++g_pair_fallbacks;
-      for (int v : row) expect(v == -7, name + ": a fallback writes nothing");
-      return;
-    }
-    expect(cands[0] == n, name + ": candidate count");
-    expect((res[0] == 0) == (gated && n < k), name + ": unsafe exactly when a gated row has fewer than k");
-    if (res[0] == 0) return;
-    for (uint32_t j = 0; j < k; ++j) expect(writes[j] == 1, name + ": position written " + std::to_string(writes[j]) + " times");
-    std::vector<int> a = row;
-    std::sort(a.begin(), a.end());
-    expect(a == want, name + ": the set differs from the sorting reference");
-    if (rep == 0) first = row;
-    else expect(row == first, name + ": output not deterministic");
-  }
-}
-
-// The same over PieceSegs (v3 kShares: a split block's pieces in the
-// workspace layout of CTAs c0 .. c0 + np - 1, the first in slot slot0, the
-// others in slot 0; counts in the records), by the pair (pair_for_each's
-// rounds, 1-8 lanes per segment by the piece count) and by one warp
-// (warp_finish_row: for_each_key4, warp_hist_pass and warp_emit over pieces).
-int g_piece_rounds = 0;
-int g_prebinned = 0;
+// The same over PieceSegs (a split block's pieces in the split workspace
+// layout of CTAs c0 .. c0 + np - 1, the first in slot slot0, the others in
+// slot 0; counts in the records), as fused/blocks_split.cuh runs them:
+// piece_flat's visits; the shared gate's select (pair_select with kTieGate,
+// the pair over its halves of the pieces: 1-8 lanes per segment by the piece
+// count) against warp_select_lean over the pieces; the merge (each piece's
+// fast-path bins by pair_count_gate_bins, summed as the last piece sums
+// them, then pair_finish_row_prebinned; smax 0: the general passes) and the
+// one-warp fallback (warp_finish_row over the pieces: for_each_key4,
+// warp_hist_pass and warp_emit over pieces) against the sorting reference.
+int g_piece_rounds = 0, g_prebinned = 0, g_tie_gates = 0;
 void pieces_case(const std::string& name, std::vector<Row>& sl, uint64_t thr, uint32_t k, bool gated, int start,
                  int c0, int slot0, int r) {
   const int np = static_cast<int>(sl.size());
@@ -596,10 +517,12 @@ void pieces_case(const std::string& name, std::vector<Row>& sl, uint64_t thr, ui
       rec[sl_i * 256 + r * 32 + 8 + sg] = sl[i].cnt[sg];
     }
   }
-  std::vector<uint64_t> el;
+  std::vector<std::pair<uint32_t, uint32_t>> all;
   for (auto& x : sl)
-    for (auto& e : x.entries())
-      if (composite(e.first, e.second) >= thr) el.push_back(composite(e.first, e.second));
+    for (auto& e : x.entries()) all.push_back(e);
+  std::vector<uint64_t> el;
+  for (auto& e : all)
+    if (composite(e.first, e.second) >= thr) el.push_back(composite(e.first, e.second));
   std::sort(el.begin(), el.end(), std::greater<uint64_t>());
   const uint32_t n = static_cast<uint32_t>(el.size());
   const uint32_t need = gated ? k : std::min(k, n);
@@ -607,19 +530,22 @@ void pieces_case(const std::string& name, std::vector<Row>& sl, uint64_t thr, ui
   for (uint32_t i = 0; i < std::min(k, n); ++i) want.push_back(static_cast<int>(0xffffffffu - uint32_t(el[i])) - start);
   while (want.size() < k) want.push_back(-1);
   std::sort(want.begin(), want.end());
-  auto segs = [&](int half) {
-    return PieceSegs{ws.data() + size_t(r * NS) * 2 * cap, rec.data() + r * 32 + 8, cap, c0, slot0, np, half};
+  // Pieces [p0, p0 + cnt) as a PieceSegs (half: a pair warp's, or -1 for one warp over all 8 segments).
+  auto pieces = [&](int p0, int cnt, int half) {
+    return PieceSegs{ws.data() + size_t(r * NS) * 2 * cap, rec.data() + r * 32 + 8, cap, c0 + p0,
+                     p0 == 0 ? slot0 : 0, cnt, half};
   };
-  // piece_flat visits every entry of the half's (or all) segments once, in
-  // the same order on every call, with the right key / index pairs.
+  auto segs = [&](int half) { return pieces(0, np, half); };
+  // piece_flat visits every entry of the half's (or all) segments once, with
+  // the right key / index pairs.
   for (int half = -1; half < 2; ++half) {
     std::vector<std::pair<uint32_t, uint32_t>> want_e, got;
     for (int i = 0; i < np; ++i)
       for (int sg = (half < 0 ? 0 : 4 * half); sg < (half < 0 ? NS : 4 * half + 4); ++sg)
-        for (int j = 0; j < sl[i].cnt[sg]; ++j) want_e.push_back({sl[i].key(sg)[j], sl[i].idx(sg)[j]});
+        for (uint32_t j = 0; j < sl[i].cnt[sg]; ++j) want_e.push_back({sl[i].key(sg)[j], sl[i].idx(sg)[j]});
     std::vector<std::pair<uint32_t, uint32_t>> per_lane[32];
     warp_emu::run([&](int lane) {
-      piece_flat<true, 4>(segs(half), lane, [&](uint32_t key, uint32_t idx, bool valid) {
+      piece_flat(segs(half), lane, [&](uint32_t key, uint32_t idx, bool valid) {
         if (valid) per_lane[lane].push_back({key, idx});
       });
     });
@@ -628,21 +554,55 @@ void pieces_case(const std::string& name, std::vector<Row>& sl, uint64_t thr, ui
     std::sort(got.begin(), got.end());
     expect(got == want_e, name + ": piece_flat visits every entry once (half " + std::to_string(half) + ")");
   }
-  // mode 2 (the split merge from the pieces' published histograms,
-  // pair_finish_row_prebinned): smax the largest eligible key, one below it,
-  // one just above the gate; the bins summed here as the last piece sums them.
+  // The shared gate's select (thr 0, as the split gate runs it): the pair's
+  // threshold is warp_select_lean's, or under heavy ties (more than kScratch
+  // at the rank's key) that key's gate, composite(key, 0).
+  if (thr == 0) {
+    for (uint32_t rho : {16u, 128u, k}) {
+      uint64_t tl[32];
+      uint32_t cl[32];
+      {
+        Scratch sc;
+        warp_emu::run([&](int lane) { tl[lane] = warp_select_lean(segs(-1), 0, rho, sc.hist, sc.sk, sc.si, lane, &cl[lane]); });
+      }
+      Scratch sc;
+      uint32_t xch[16] = {};
+      uint64_t tp[64];
+      uint32_t cp[64];
+      warp_emu::run2([&](int w, int lane) {
+        PairCtx pc{xch, 9, w, 0};
+        pair_select<true>(segs(w), pc, 0, rho, sc.hist, sc.sk, sc.si, lane, &tp[w * 32 + lane], &cp[w * 32 + lane]);
+      });
+      const std::string nm = name + " gate select rho=" + std::to_string(rho);
+      for (int l = 1; l < 64; ++l) expect(tp[l] == tp[0] && cp[l] == cp[0], nm + ": lanes disagree");
+      for (int i = 0; i < 256; ++i) expect(sc.hist[i] == 0, nm + ": histogram not left zeroed");
+      expect(cp[0] == cl[0], nm + ": eligible count");
+      if (tp[0] != tl[0]) {
+        uint32_t at_key = 0;
+        for (auto& e : all) at_key += e.first == static_cast<uint32_t>(tl[0] >> 32);
+        expect(tp[0] == composite(static_cast<uint32_t>(tl[0] >> 32), 0u) && at_key > static_cast<uint32_t>(kScratch),
+               nm + ": threshold differs from warp_select_lean's (and is not the tied key's gate)");
+        ++g_tie_gates;
+      }
+    }
+  }
+  // The merge: smax 0 (the general passes) and, for a gate threshold, the
+  // largest eligible key, one below it and one just above the gate, with the
+  // pieces' bins counted by pair_count_gate_bins (one piece at a time, as
+  // each piece publishes them) and summed; then the one-warp fallback.
   const uint32_t gk = static_cast<uint32_t>(thr >> 32);
-  std::vector<uint32_t> smaxes;
+  std::vector<uint32_t> smaxes = {0u};
   if (gated && static_cast<uint32_t>(thr) == 0u && gk >= 1u) {
     std::vector<uint32_t> ek;
-    for (auto& x : sl)
-      for (auto& e : x.entries())
-        if (e.first >= gk) ek.push_back(e.first);
+    for (auto& e : all)
+      if (e.first >= gk) ek.push_back(e.first);
     std::sort(ek.begin(), ek.end(), std::greater<uint32_t>());
     for (uint32_t v : {ek.empty() ? 0u : ek[0], ek.size() > 3 ? ek[ek.size() / 4] : 0u, gk + 1u})
       if (v > gk) smaxes.push_back(v);
   }
-  for (int mode = 0; mode < 2 + static_cast<int>(smaxes.size()); ++mode) {  // 0: the pair, 1: one warp, 2+: prebinned
+  for (size_t mode = 0; mode <= smaxes.size(); ++mode) {  // smaxes[mode], then (mode == size) one warp
+    const bool one = mode == smaxes.size();
+    const uint32_t smax = one ? 0u : smaxes[mode];
     std::vector<int> first;
     for (int rep = 0; rep < 2; ++rep) {
       std::vector<int> row(k, -7), writes(k, 0);
@@ -651,41 +611,48 @@ void pieces_case(const std::string& name, std::vector<Row>& sl, uint64_t thr, ui
       int res[64];
       uint32_t cands[64];
       bool bad_at = false;
-      if (mode >= 2) {
-        const uint32_t smax = smaxes[mode - 2];
-        const uint32_t m0 = range_mult(smax - gk);
-        for (auto& x : sl)
-          for (auto& e : x.entries())
-            if (e.first >= gk) ++sc.hist[std::min(range_bin(e.first, gk, m0), 255u)];
+      if (one) {
+        warp_emu::run([&](int lane) {
+          res[lane] = warp_finish_row(segs(-1), thr, k, need, gated, start, sc.hist, sc.sk, sc.si, lane,
+                                      &cands[lane], PosRecorder{row, writes, k, bad_at}) ? 1 : 0;
+        });
+        for (int l = 32; l < 64; ++l) res[l] = res[0];
+      } else {
+        if (smax) {
+          const uint32_t m0 = range_mult(smax - gk);
+          for (int i = 0; i < np; ++i) {
+            uint32_t h[256] = {}, want_h[256] = {};
+            for (auto& e : sl[i].entries())
+              if (e.first >= gk) ++want_h[std::min(range_bin(e.first, gk, m0), 255u)];
+            uint32_t x2[16] = {};
+            warp_emu::run2([&](int w, int lane) {
+              PairCtx pc{x2, 9, w, 0};
+              pair_count_gate_bins(pieces(i, 1, w), pc, gk, smax, h, lane);
+            });
+            for (int b = 0; b < 256; ++b) {
+              expect(h[b] == want_h[b], name + ": pair_count_gate_bins, piece " + std::to_string(i) + " bin " +
+                                            std::to_string(b));
+              sc.hist[b] += h[b];
+            }
+          }
+        }
         warp_emu::run2([&](int w, int lane) {
           PairCtx pc{xch, 9, w, 0};
           res[w * 32 + lane] = pair_finish_row_prebinned(segs(w), pc, thr, smax, k, need, w == 0 ? gated : false,
                                                          start, sc.hist, sc.sk, sc.si, lane, &cands[w * 32 + lane],
                                                          PosRecorder{row, writes, k, bad_at});
         });
-      } else if (mode == 0) {
-        warp_emu::run2([&](int w, int lane) {
-          PairCtx pc{xch, 9, w, 0};
-          res[w * 32 + lane] = pair_finish_row(segs(w), pc, thr, k, need, w == 0 ? gated : false, start, sc.hist,
-                                               sc.sk, sc.si, lane, &cands[w * 32 + lane], PosRecorder{row, writes, k, bad_at});
-        });
-      } else {
-        warp_emu::run([&](int lane) {
-          res[lane] = warp_finish_row<true>(segs(-1), thr, k, need, gated, start, sc.hist, sc.sk, sc.si, lane,
-                                            &cands[lane], PosRecorder{row, writes, k, bad_at}) ? 1 : 0;
-        });
-        for (int l = 32; l < 64; ++l) res[l] = res[0];
       }
-      const std::string nm = name + (mode == 0 ? " pair" : mode == 1 ? " one warp" : " prebinned smax #" + std::to_string(mode - 2));
+      const std::string nm = name + (one ? " one warp" : " merge smax=" + std::to_string(smax));
       expect(!bad_at, nm + ": wrote out of range");
       for (int l = 1; l < 64; ++l) expect(res[l] == res[0], nm + ": lanes disagree");
       for (int i = 0; i < 256; ++i) expect(sc.hist[i] == 0, nm + ": histogram not left zeroed");
-      if (res[0] < 0) {
+      if (res[0] < 0) {  // heavy ties at the k-th key: the documented hand-over to one warp
         ++g_pair_fallbacks;
         for (int v : row) expect(v == -7, nm + ": a fallback writes nothing");
         break;
       }
-      if (mode >= 2 && cands[0] > k) ++g_prebinned;
+      if (smax && cands[0] > k) ++g_prebinned;
       expect(cands[0] == n, nm + ": candidate count");
       expect((res[0] == 0) == (gated && n < k), nm + ": unsafe exactly when a gated row has fewer than k");
       if (res[0] == 0) break;
@@ -700,31 +667,30 @@ void pieces_case(const std::string& name, std::vector<Row>& sl, uint64_t thr, ui
   }
 }
 
-void groups_cases() {
+void pieces_cases() {
   std::mt19937 rng(777);
   std::normal_distribution<float> gauss(0.f, 1.f);
   for (uint32_t k : {512u, 2048u}) {
-    const int cap = static_cast<int>(((k + 1920) / 4 + 3) & ~3u);
-    for (int ng : {1, 2, 3, 8, 17}) {
-      for (int trial = 0; trial < 6; ++trial) {
+    const int cap = seg_cap(static_cast<int>(k));
+    for (int np : {1, 2, 3, 8, 17}) {
+      for (int trial = 0; trial < 5; ++trial) {
         std::vector<Row> sl;
         uint32_t idx = 0;
-        for (int i = 0; i < ng; ++i) {
+        const bool ties = trial == 4;  // a few distinct values: heavy ties at every rank
+        for (int i = 0; i < np; ++i) {
           sl.emplace_back(cap);
           for (int s = 0; s < NS; ++s) {
             const int pick = static_cast<int>(rng() % 6);
-            const int nmax = std::min(cap, static_cast<int>(3 * k / (NS * ng)) + 8);
+            const int nmax = std::min(cap, static_cast<int>(3 * k / (NS * np)) + 8);
             const int n = pick == 0 ? 0 : pick == 1 ? static_cast<int>(rng() % 4) : static_cast<int>(rng() % (nmax + 1));
-            for (int j = 0; j < n; ++j) sl.back().push(s, okey(gauss(rng)), 7 + idx++);
+            for (int j = 0; j < n; ++j) sl.back().push(s, okey(ties ? float(rng() % 3) : gauss(rng)), 7 + idx++);
           }
         }
-        const std::string nm = "groups ng=" + std::to_string(ng) + " k=" + std::to_string(k) + " #" + std::to_string(trial);
-        groups_case(nm, sl, 0, k, false, 7);
-        groups_case(nm + " gated", sl, 0, k, true, 7);
-        groups_case(nm + " gate 0.4", sl, uint64_t(okey(0.4f)) << 32, k, true, 7);
-        pieces_case(nm + " pieces", sl, 0, k, false, 7, 3, trial % 3, trial % 8);
-        pieces_case(nm + " pieces gate 0.4", sl, uint64_t(okey(0.4f)) << 32, k, true, 7, 0, 1, 5);
-        pieces_case(nm + " pieces gate -1.5", sl, uint64_t(okey(-1.5f)) << 32, k, true, 7, 2, 2, 3);
+        const std::string nm = "pieces np=" + std::to_string(np) + " k=" + std::to_string(k) + " #" + std::to_string(trial);
+        pieces_case(nm, sl, 0, k, false, 7, 3, trial % 3, trial % 8);
+        // (ties: the gate at a key many entries have)
+        pieces_case(nm + " gate 0.4", sl, uint64_t(okey(ties ? 1.f : 0.4f)) << 32, k, true, 7, 0, 1, 5);
+        pieces_case(nm + " gate -1.5", sl, uint64_t(okey(-1.5f)) << 32, k, true, 7, 2, 2, 3);
       }
     }
   }
@@ -736,9 +702,11 @@ int main() {
   select_cases();
   finish_cases();
   pair_cases();
-  groups_cases();
+  pieces_cases();
   expect(g_piece_rounds > 0, "pieces: cases ran");
-  expect(g_prebinned > 0, "pieces: prebinned cases ran");
-  std::printf("fused_v3 emulation: %d checks passed (%ld warp exchanges)\n", g_checks, warp_emu::st().exchanges);
+  expect(g_prebinned > 0, "pieces: merges from the pieces' bins ran");
+  expect(g_tie_gates > 0, "pieces: the shared gate's heavy-tie answer ran");
+  std::printf("blocks_select emulation: %d checks passed (%ld warp exchanges; %d one-warp hand-overs, %d tie gates)\n",
+              g_checks, warp_emu::st().exchanges, g_pair_fallbacks, g_tie_gates);
   return 0;
 }
