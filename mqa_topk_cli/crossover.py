@@ -492,17 +492,14 @@ def run_crossover(
     notes: list[str] = []
     layout = sweep.get("layout", "causal")
 
+    def case(name, rows, keys, topk):
+        return {"name": name, "layout": layout, "rows": rows, "keys": keys, "topk": topk,
+                "dist": sweep.get("dist", "gaussian"), "seed": sweep.get("seed", 0), **dict(sweep.get("options", {}))}
+
     def grid_cases(topks, keys_list):
-        out = []
-        for topk in topks:
-            for rows in sweep["rows"]:
-                for keys in keys_list:
-                    if layout == "causal" and keys < rows:
-                        continue
-                    out.append({"name": f"t{topk}-r{rows}-k{keys}", "layout": layout, "rows": rows, "keys": keys,
-                                "topk": topk, "dist": sweep.get("dist", "gaussian"), "seed": sweep.get("seed", 0),
-                                **dict(sweep.get("options", {}))})
-        return out
+        return [case(f"t{topk}-r{rows}-k{keys}", rows, keys, topk)
+                for topk in topks for rows in sweep["rows"] for keys in keys_list
+                if not (layout == "causal" and keys < rows)]
 
     cases = grid_cases(sweep["topks"], sweep["keys"])
     skipped = sum(1 for k in sweep["keys"] for r in sweep["rows"] if layout == "causal" and k < r)
@@ -519,9 +516,7 @@ def run_crossover(
             for rows in wave_rows(br, sms_eff, wave_cfg.get("multiples", [1, 2]), wave_cfg.get("rows", [])):
                 if layout == "causal" and wave_cfg["keys"] < rows:
                     continue
-                wave_cases.append({"name": f"wave-r{rows}", "layout": layout, "rows": rows, "keys": wave_cfg["keys"],
-                                   "topk": wave_cfg["topk"], "dist": sweep.get("dist", "gaussian"),
-                                   "seed": sweep.get("seed", 0), **dict(sweep.get("options", {}))})
+                wave_cases.append(case(f"wave-r{rows}", rows, wave_cfg["keys"], wave_cfg["topk"]))
 
     total = 2 * (len(cases) + len(wave_cases))
     offset = 0
@@ -560,7 +555,8 @@ def run_crossover(
     if ext_topks:
         lo_measured = min(c["first_keys"] for c in crossovers if c["topk"] in ext_topks and c["at_min"])
         below = [k for k in geometric_grid(EXTEND_MIN_KEYS, lo_measured) if k < lo_measured]
-        ext_cases = [c for c in grid_cases(ext_topks, below) if c["name"] not in {x["name"] for x in cases}]
+        timed = {c["name"] for c in cases}
+        ext_cases = [c for c in grid_cases(ext_topks, below) if c["name"] not in timed]
         if ext_cases:
             notes.append(f"{a} faster from the smallest grid point for topk {', '.join(map(str, ext_topks))}: "
                          f"grid extended down to {min(c['keys'] for c in ext_cases)} keys "

@@ -4,26 +4,22 @@
 
 namespace {
 using Cfg = mqa_topk::Sm90LogitsConfig;  // the dense kernel's tile loop
-int64_t logits_ld(int keys) { return (static_cast<int64_t>(keys) + 3) / 4 * 4; }
-size_t logits_bytes(int rows, int keys) {
-  return (static_cast<size_t>(rows) * static_cast<size_t>(logits_ld(keys)) * 4 + 255) / 256 * 256;
-}
 }  // namespace
 
 // The buffer: the logits [rows, ld] fp32, then the pieces' histograms and the blocks' counters.
 size_t fused_staged_buffer_bytes(int rows, int keys, int num_sms) {
   const int m = mqa_topk::fused_staged_pieces(rows, keys, num_sms);
-  return m > 0 ? logits_bytes(rows, keys) + mqa_topk::fused_staged_aux_bytes(rows, m) : 0;
+  return m > 0 ? mqa_topk::staged_logits_bytes(rows, keys) + mqa_topk::fused_staged_aux_bytes(rows, m) : 0;
 }
 
 cudaError_t fused_staged_launch(const FusedCall& c, void* buffer, int* map_error) {
   const int m = mqa_topk::fused_staged_pieces(c.rows, c.keys, c.num_sms);
   if (m == 0) return cudaErrorInvalidValue;
   float* logits = static_cast<float*>(buffer);
-  void* aux = static_cast<uint8_t*>(buffer) + logits_bytes(c.rows, c.keys);
+  void* aux = static_cast<uint8_t*>(buffer) + mqa_topk::staged_logits_bytes(c.rows, c.keys);
   return mqa_topk::launch_sm90_fused_staged_topk<Cfg>(c.q, c.k, c.scales, c.weights, c.starts, c.ends, logits,
-                                                      logits_ld(c.keys), aux, c.out, c.rows, c.keys, c.topk, m,
-                                                      c.stream, map_error, c.range_err);
+                                                      mqa_topk::staged_logits_ld(c.keys), aux, c.out, c.rows, c.keys,
+                                                      c.topk, m, c.stream, map_error, c.range_err);
 }
 
 cudaError_t fused_staged_attributes(cudaFuncAttributes* attr, int* dynamic_smem) {

@@ -44,6 +44,15 @@ constexpr long long fused_row_blocks(int rows) {
 // histograms and counters add at most 32 KB per SM).
 constexpr long long kStagedMaxLogitsBytes = 500ll << 20;
 
+// The staged logits buffer (the staged kernel's and the hybrid's staged
+// part): rows x staged_logits_ld(keys) fp32 (a 16-byte row pitch), rounded up
+// to 256 bytes so what follows it stays aligned.
+constexpr long long staged_logits_ld(int keys) { return (keys + 3ll) / 4 * 4; }
+constexpr unsigned long long staged_logits_bytes(int rows, int keys) {
+  return (static_cast<unsigned long long>(rows) * static_cast<unsigned long long>(staged_logits_ld(keys)) * 4 + 255) /
+         256 * 256;
+}
+
 // Pieces per row block of the staged kernel for rows x keys on num_sms SMs:
 // every block's pieces resident at once (at most num_sms blocks), rows within
 // the owner's bitmaps, the logits buffer within kStagedMaxLogitsBytes. 0: it
@@ -51,7 +60,7 @@ constexpr long long kStagedMaxLogitsBytes = 500ll << 20;
 constexpr int fused_staged_pieces(int rows, int keys, int num_sms) {
   const long long nb = fused_row_blocks(rows);
   if (rows <= 0 || keys <= 0 || keys > kStagedMaxRowKeys || num_sms <= 0 || nb > num_sms) return 0;
-  if (static_cast<long long>(rows) * ((keys + 3ll) / 4 * 4) * 4 > kStagedMaxLogitsBytes) return 0;
+  if (static_cast<long long>(rows) * staged_logits_ld(keys) * 4 > kStagedMaxLogitsBytes) return 0;
   return static_cast<int>(num_sms / nb < kStagedMaxPieces ? num_sms / nb : kStagedMaxPieces);
 }
 

@@ -166,8 +166,8 @@ constexpr int kHybridPieces = 16;  // pieces per extra block (owner_row sums at 
 // the extra rows' logits [8 r, ld] fp32, their pieces' histograms, the blocks'
 // counters and the owner ticket.
 inline size_t fused_hybrid_aux_bytes(int keys, int r) {
-  const size_t logits = (static_cast<size_t>(8 * r) * ((static_cast<size_t>(keys) + 3) / 4 * 4) * 4 + 255) / 256 * 256;
-  return logits + static_cast<size_t>(r) * kHybridPieces * staged_topk::kRows * staged_topk::kEpiBins * 4 + 256;
+  return staged_logits_bytes(8 * r, keys) +
+         static_cast<size_t>(r) * kHybridPieces * staged_topk::kRows * staged_topk::kEpiBins * 4 + 256;
 }
 // The whole part's workspace (its regions per CTA index: the grid's CTAs).
 template <class CfgB>
@@ -208,14 +208,16 @@ inline cudaError_t launch_sm90_fused_hybrid_topk(const void* q, const void* k, c
   // The staged part: rows [whole_rows, rows), offset views.
   const uint8_t* q_x = static_cast<const uint8_t*>(q) + static_cast<size_t>(whole_rows) * 32 * 128;
   const float* w_x = weights + static_cast<size_t>(whole_rows) * 32;
-  const int64_t ld = (static_cast<int64_t>(keys) + 3) / 4 * 4;
+  const int64_t ld = staged_logits_ld(keys);
   float* logits = static_cast<float*>(aux);
-  const size_t logits_bytes = (static_cast<size_t>(8 * r) * static_cast<size_t>(ld) * 4 + 255) / 256 * 256;
-  uint32_t* hist = reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(aux) + logits_bytes);
+  uint32_t* hist = reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(aux) + staged_logits_bytes(8 * r, keys));
   uint32_t* counters = hist + static_cast<size_t>(r) * m * staged_topk::kRows * staged_topk::kEpiBins;
   CUtensorMap sq, sk, ss, sw, sq2;
-  if (!make_staged_maps<CfgSt>(sq, sk, ss, sw, sq2, q_x, k, scales, w_x, logits, ld, extra_rows, keys, map_error))
+  if (const int e = make_logits_loop_maps<CfgSt>(sq, sk, ss, sw, sq2, q_x, k, scales, w_x, logits, ld, extra_rows,
+                                                 keys)) {
+    if (map_error) *map_error = e;
     return cudaErrorInvalidValue;
+  }
   auto kernel = &sm90_fused_hybrid_topk_kernel<CfgB, CfgSt>;
   constexpr int kSmem = hybrid_smem_bytes<CfgB, CfgSt>();
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);

@@ -627,32 +627,6 @@ inline size_t fused_staged_aux_bytes(int rows, int m) {
   return nb * m * staged_topk::kRows * staged_topk::kEpiBins * 4 + (nb * 4 + 255) / 256 * 256;
 }
 
-// The staged pieces' tensor maps over rows x keys (q, weights: the pieces'
-// first row; logits: their workspace, pitch ld): the logits launcher's maps
-// and the 2-row-box Q map (the permuted Q of pieces of >= 32
-// tiles) in tm_o. False (and *map_error as the logits launcher's) when a map
-// cannot be encoded. (The staged launcher's and the hybrid kernel's.)
-template <class Cfg>
-inline bool make_staged_maps(CUtensorMap& tm_q, CUtensorMap& tm_k, CUtensorMap& tm_s, CUtensorMap& tm_w,
-                             CUtensorMap& tm_o, const void* q, const void* k, const float* scales, const float* weights,
-                             float* logits, int64_t ld, int rows, int keys, int* map_error) {
-  if (const int e = make_logits_maps(tm_q, tm_k, tm_s, tm_w, tm_o, q, k, scales, weights, logits, ld, rows, keys,
-                                     Cfg::kQBoxRows, Cfg::kKSliceKeys, Cfg::kBlockRows, Cfg::kWgRows)) {
-    if (map_error) *map_error = e;
-    return false;
-  }
-  {
-    const int e = make_tensor_map_2d(&tm_o, q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 128, static_cast<uint64_t>(rows) * 32, 128,
-                                     128, 2, CU_TENSOR_MAP_SWIZZLE_128B);
-    if (e) {
-      const int res[1] = {e};
-      if (map_error) *map_error = first_map_error(res, 1);
-      return false;
-    }
-  }
-  return true;
-}
-
 // Launches it: q, k, scales, weights, starts, ends as the logits launcher;
 // logits: [rows, ld] fp32 (ld >= keys, a multiple of 4, 16-byte aligned);
 // aux: fused_staged_aux_bytes(rows, m) bytes, 16-byte aligned (its counters
@@ -668,9 +642,12 @@ inline cudaError_t launch_sm90_fused_staged_topk(const void* q, const void* k, c
                                                  RangeErrorSink range_err = {}) {
   if (rows <= 0) return cudaSuccess;
   if (m < 1 || m > 16 || keys <= 0 || keys > staged_topk::kMaxRowKeys) return cudaErrorInvalidValue;
-  CUtensorMap tm_q, tm_k, tm_s, tm_w, tm_o;
-  if (!make_staged_maps<Cfg>(tm_q, tm_k, tm_s, tm_w, tm_o, q, k, scales, weights, logits, ld, rows, keys, map_error))
+  CUtensorMap tm_q, tm_k, tm_s, tm_w, tm_q2;
+  if (const int e = make_logits_loop_maps<Cfg>(tm_q, tm_k, tm_s, tm_w, tm_q2, q, k, scales, weights, logits, ld, rows,
+                                               keys)) {
+    if (map_error) *map_error = e;
     return cudaErrorInvalidValue;
+  }
   auto kernel = &sm90_fused_staged_topk_kernel<Cfg>;
   constexpr int kSmem = Cfg::kSmemBytes;
   static_assert(kSmem <= 227 * 1024, "shared memory per CTA");
@@ -683,7 +660,7 @@ inline cudaError_t launch_sm90_fused_staged_topk(const void* q, const void* k, c
   if (err != cudaSuccess) return err;
   const StagedTopkParams P{Sm90LogitsParams{starts, ends, logits, ld, rows, keys, range_err}, out, hist, counters,
                            topk, m};
-  kernel<<<nb * m, Cfg::kThreads, kSmem, stream>>>(tm_q, tm_k, tm_s, tm_w, tm_o, P);
+  kernel<<<nb * m, Cfg::kThreads, kSmem, stream>>>(tm_q, tm_k, tm_s, tm_w, tm_q2, P);
   return cudaGetLastError();
 }
 

@@ -746,6 +746,24 @@ inline int make_logits_maps(CUtensorMap& tm_q, CUtensorMap& tm_k, CUtensorMap& t
   return first_map_error(res, 5);
 }
 
+// The maps of a kernel that runs the logits tile loop (the dense kernel, the
+// staged kernel and the hybrid's staged part): make_logits_maps with Cfg's
+// boxes, the logits map only validated (the loop stores directly), and in its
+// place tm_q2, the two-row-box Q map of the permuted Q load. Returns
+// first_map_error's code (a failure of tm_q2 reads as the q map's); 0: all
+// encoded.
+template <class Cfg>
+inline int make_logits_loop_maps(CUtensorMap& tm_q, CUtensorMap& tm_k, CUtensorMap& tm_s, CUtensorMap& tm_w,
+                                 CUtensorMap& tm_q2, const void* q, const void* k, const float* scales,
+                                 const float* weights, float* logits, int64_t ld, int rows, int keys) {
+  if (const int e = make_logits_maps(tm_q, tm_k, tm_s, tm_w, tm_q2, q, k, scales, weights, logits, ld, rows, keys,
+                                     Cfg::kQBoxRows, Cfg::kKSliceKeys, Cfg::kBlockRows, Cfg::kWgRows))
+    return e;
+  const int res[1] = {make_tensor_map_2d(&tm_q2, q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 128,
+                                         static_cast<uint64_t>(rows) * 32, 128, 128, 2, CU_TENSOR_MAP_SWIZZLE_128B)};
+  return first_map_error(res, 1);
+}
+
 // Launches the kernel; q [rows, 32, 128] fp8, k [keys, 128] fp8, scales [keys]
 // fp32, weights [rows, 32] fp32 (all contiguous, 16-byte aligned), logits with
 // row pitch ld >= keys (elements, a multiple of 4; 16-byte aligned base).
@@ -764,26 +782,17 @@ inline cudaError_t launch_sm90_fp8_mqa_logits(const void* q, const void* k, cons
                                               RangeErrorSink range_err = {}) {
   if (rows <= 0) return cudaSuccess;
   if (keys <= 0) return launch_row_range_check<kKernelLogits>(range_err, starts, ends, rows, 0, stream);
-  CUtensorMap tm_q, tm_k, tm_s, tm_w, tm_o;
-  if (const int e = make_logits_maps(tm_q, tm_k, tm_s, tm_w, tm_o, q, k, scales, weights, logits, ld, rows, keys,
-                                     Cfg::kQBoxRows, Cfg::kKSliceKeys, Cfg::kBlockRows, Cfg::kWgRows)) {
+  CUtensorMap tm_q, tm_k, tm_s, tm_w, tm_q2;
+  if (const int e = make_logits_loop_maps<Cfg>(tm_q, tm_k, tm_s, tm_w, tm_q2, q, k, scales, weights, logits, ld,
+                                               rows, keys)) {
     if (map_error) *map_error = e;
     return cudaErrorInvalidValue;
-  }
-  {
-    const int e = make_tensor_map_2d(&tm_o, q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 128, static_cast<uint64_t>(rows) * 32, 128,
-                                     128, 2, CU_TENSOR_MAP_SWIZZLE_128B);
-    if (e) {
-      const int res[1] = {e};
-      if (map_error) *map_error = first_map_error(res, 1);
-      return cudaErrorInvalidValue;
-    }
   }
   auto kernel = &sm90_fp8_mqa_logits_kernel<Cfg>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;
   Sm90LogitsParams p{starts, ends, logits, ld, rows, keys, range_err};
-  kernel<<<num_sms, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(tm_q, tm_k, tm_s, tm_w, tm_o, p);
+  kernel<<<num_sms, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(tm_q, tm_k, tm_s, tm_w, tm_q2, p);
   return cudaGetLastError();
 }
 
