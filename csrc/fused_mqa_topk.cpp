@@ -30,7 +30,7 @@ std::tuple<std::string, int64_t> fused_mqa_topk_choice(int64_t rows, int64_t key
   MQA_CHECK_ARG(rows >= 0 && rows < (int64_t(1) << 31), "rows", "must be in [0, 2^31), got ", rows);
   MQA_CHECK_ARG(keys >= 0 && keys <= mqa_topk::kMaxKeys, "keys", "must be in [0, ", mqa_topk::kMaxKeys, "], got ", keys);
   MQA_CHECK_ARG(valid_topk(topk), "topk", "must be 512, 1024 or 2048, got ", topk);
-  MQA_CHECK_ARG(heads == mqa_topk::kHeads, "heads", "must be ", mqa_topk::kHeads, ", got ", heads);
+  MQA_CHECK_ARG(mqa_topk::valid_heads(heads), "heads", "must be 16, 32 or 64, got ", heads);
   MQA_CHECK_ARG(device >= 0, "device", "must be a CUDA device index, got ", device);
   const int num_sms = mqa_topk::sm_count(static_cast<int>(device));
   const mqa_topk::FusedKernel choice = mqa_topk::choose_fused_kernel(
@@ -69,7 +69,7 @@ std::string fused_mqa_topk(const at::Tensor& q, const at::Tensor& k, const at::T
   const mqa_topk::FusedKernel choice =
       kernel >= 0 ? static_cast<mqa_topk::FusedKernel>(kernel)
                   : mqa_topk::choose_fused_kernel(static_cast<int>(rows), static_cast<int>(keys), num_sms,
-                                                  static_cast<int>(topk), static_cast<int>(mqa_topk::kHeads));
+                                                  static_cast<int>(topk), static_cast<int>(q.size(1)));
   const char* name = mqa_topk::fused_kernel_name(choice);
   if (rows == 0) return name;
   MQA_CHECK_ARG(mqa_topk::fused_kernel_runs(choice, static_cast<int>(rows), static_cast<int>(keys), num_sms), "kernel",
@@ -82,10 +82,11 @@ std::string fused_mqa_topk(const at::Tensor& q, const at::Tensor& k, const at::T
   const size_t buffer_bytes = fused_buffer_bytes(choice, static_cast<int>(rows), static_cast<int>(keys), num_sms);
   const at::Tensor buffer =
       buffer_bytes ? at::empty({static_cast<int64_t>(buffer_bytes)}, q.options().dtype(at::kByte)) : at::Tensor();
-  const FusedCall call{q.data_ptr(),
+  const mqa_topk::KernelHeads kh = mqa_topk::kernel_heads(q, weights);  // (16 heads run as 32)
+  const FusedCall call{kh.q.data_ptr(),
                        keys ? k.data_ptr() : nullptr,
                        keys ? scales.data_ptr<float>() : nullptr,
-                       weights.data_ptr<float>(),
+                       kh.weights.data_ptr<float>(),
                        starts.data_ptr<int>(),
                        ends.data_ptr<int>(),
                        output.data_ptr<int>(),
@@ -94,7 +95,8 @@ std::string fused_mqa_topk(const at::Tensor& q, const at::Tensor& k, const at::T
                        static_cast<int>(topk),
                        num_sms,
                        stream,
-                       mqa_topk::range_error_sink(dev.index())};
+                       mqa_topk::range_error_sink(dev.index()),
+                       kh.heads};
   int map_error = 0;
   const cudaError_t err =
       fused_launch(choice, call, workspace.data_ptr(), buffer_bytes ? buffer.data_ptr() : nullptr, &map_error);

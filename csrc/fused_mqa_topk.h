@@ -9,8 +9,8 @@
 
 #include "launch_common.h"
 
-// q [rows, 32, 128] fp8, k [keys, 128] fp8, scales [keys] fp32, weights
-// [rows, 32] fp32, starts/ends [rows] int32, output [rows, topk] int32
+// q [rows, heads, 128] fp8 (heads 16, 32 or 64), k [keys, 128] fp8, scales
+// [keys] fp32, weights [rows, heads] fp32, starts/ends [rows] int32, output [rows, topk] int32
 // (contiguous, topk in {512, 1024, 2048}), workspace a CUDA uint8 tensor of at
 // least fused_mqa_topk_workspace_bytes(topk, device) bytes; kernel -1 (chosen
 // by shape) or 0-3 (whole, split, staged, hybrid: must run the shape). Writes

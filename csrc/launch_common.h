@@ -72,8 +72,9 @@ inline int sm_count(int device) {
   return n;
 }
 
-constexpr int64_t kHeads = 32;
+constexpr int64_t kHeads = 32;  // the default (GLM-5's indexer); calls take 16, 32 or 64
 constexpr int64_t kHeadDim = 128;
+inline bool valid_heads(int64_t h) { return h == 16 || h == 32 || h == 64; }
 constexpr int64_t kMaxKeys = int64_t(1) << 22;  // contract.MAX_KEYS
 
 // The inputs every MQA op shares (SPEC §3): dtypes, shapes, contiguity,
@@ -85,8 +86,9 @@ inline void check_mqa_inputs(const at::Tensor& q, const at::Tensor& k, const at:
   MQA_CHECK_ARG(q.is_cuda(), "q", "must be a CUDA tensor");
   const at::Device dev = q.device();
   MQA_CHECK_ARG(q.scalar_type() == at::kFloat8_e4m3fn, "q", "expected dtype float8_e4m3fn, got ", q.scalar_type());
-  MQA_CHECK_ARG(q.dim() == 3 && q.size(1) == kHeads && q.size(2) == kHeadDim, "q",
-                "expected shape [rows, 32, 128], got ", q.sizes());
+  MQA_CHECK_ARG(q.dim() == 3 && valid_heads(q.size(1)) && q.size(2) == kHeadDim, "q",
+                "expected shape [rows, heads, 128] with heads 16, 32 or 64, got ", q.sizes());
+  const int64_t heads = q.size(1);
   MQA_CHECK_ARG(q.is_contiguous(), "q", "must be contiguous");
   check_aligned(q, "q");
   const int64_t rows = q.size(0);
@@ -105,12 +107,12 @@ inline void check_mqa_inputs(const at::Tensor& q, const at::Tensor& k, const at:
                 scales.sizes());
   MQA_CHECK_ARG(scales.is_contiguous(), "scales", "must be contiguous");
   check_aligned(scales, "scales");
-  // weights: [rows, 32] float32, contiguous, 16-byte aligned
+  // weights: [rows, heads] float32, contiguous, 16-byte aligned
   check_cuda_tensor(weights, "weights", dev);
   MQA_CHECK_ARG(weights.scalar_type() == at::kFloat, "weights", "expected dtype float32, got ",
                 weights.scalar_type());
-  MQA_CHECK_ARG(weights.dim() == 2 && weights.size(0) == rows && weights.size(1) == kHeads, "weights",
-                "expected shape [rows=", rows, ", 32], got ", weights.sizes());
+  MQA_CHECK_ARG(weights.dim() == 2 && weights.size(0) == rows && weights.size(1) == heads, "weights",
+                "expected shape [rows=", rows, ", heads=", heads, "], got ", weights.sizes());
   MQA_CHECK_ARG(weights.is_contiguous(), "weights", "must be contiguous");
   check_aligned(weights, "weights");
   // starts, ends: [rows] int32, contiguous (values 0 <= start <= end <= keys
@@ -125,9 +127,27 @@ inline void check_mqa_inputs(const at::Tensor& q, const at::Tensor& k, const at:
                   pr->sizes());
     MQA_CHECK_ARG(pr->is_contiguous(), name, "must be contiguous");
   }
-  MQA_CHECK_ARG(rows <= (int64_t(1) << 31) / kHeads - 1, "q", "too many rows (", rows, ")");
+  MQA_CHECK_ARG(rows <= (int64_t(1) << 31) / heads - 1, "q", "too many rows (", rows, ")");
   *rows_out = rows;
   *keys_out = keys;
+}
+
+// The q and weights the kernels run (checked inputs): 32 and 64 heads as
+// given; 16 heads as 32, with 16 zero heads appended to every row (q zero,
+// weight zero). Exact: a zero head's term is relu(0) x 0 = +0, and adding +0
+// leaves every partial sum's value unchanged, so the logits and the sets are
+// those of the 16 heads; the MMA does the 32-head work (a 16-head MMA shape
+// is not built).
+struct KernelHeads {
+  at::Tensor q, weights;
+  int heads;
+};
+inline KernelHeads kernel_heads(const at::Tensor& q, const at::Tensor& weights) {
+  if (q.size(1) != 16) return {q, weights, static_cast<int>(q.size(1))};
+  const at::Tensor qb = q.view(at::kByte);
+  at::Tensor q32 = at::cat({qb, at::zeros_like(qb)}, 1).view(q.scalar_type());
+  at::Tensor w32 = at::cat({weights, at::zeros_like(weights)}, 1);
+  return {q32, w32, 32};
 }
 
 }  // namespace mqa_topk

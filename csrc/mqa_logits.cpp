@@ -27,13 +27,14 @@ void mqa_logits(const at::Tensor& q, const at::Tensor& k, const at::Tensor& scal
 
   const c10::cuda::CUDAGuard guard(dev);
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(dev.index());
+  const mqa_topk::KernelHeads kh = mqa_topk::kernel_heads(q, weights);  // (16 heads run as 32)
   int map_error = 0;
   // keys == 0: only the range check runs (every row must be empty).
   const cudaError_t err = logits_launch(
-      q.data_ptr(), keys ? k.data_ptr() : nullptr, keys ? scales.data_ptr<float>() : nullptr,
-      weights.data_ptr<float>(), starts.data_ptr<int>(), ends.data_ptr<int>(), logits.data_ptr<float>(),
-      logits.stride(0), static_cast<int>(rows), static_cast<int>(keys), sm_count(dev.index()), stream, &map_error,
-      mqa_topk::range_error_sink(dev.index(), row_base));
+      kh.q.data_ptr(), keys ? k.data_ptr() : nullptr, keys ? scales.data_ptr<float>() : nullptr,
+      kh.weights.data_ptr<float>(), starts.data_ptr<int>(), ends.data_ptr<int>(), logits.data_ptr<float>(),
+      logits.stride(0), static_cast<int>(rows), static_cast<int>(keys), kh.heads, sm_count(dev.index()), stream,
+      &map_error, mqa_topk::range_error_sink(dev.index(), row_base));
   static const char* const kMapNames[5] = {"q", "k", "scales", "weights", "logits"};
   TORCH_CHECK(map_error == 0, "mqa_logits: could not encode the TMA tensor map of ",
               kMapNames[map_error / 1000 % 5], " (CUresult ", map_error % 1000, ")");

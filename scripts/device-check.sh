@@ -12,6 +12,8 @@
 #   logits-grid configs/logits-grid.toml, the logits kernel alone
 #   topk        configs/topk-grid.toml, the top-k alone on random logits
 #   crossover   mqa-topk crossover (writes $OUT/calibration.json)
+#   heads       dev/heads_check.py: the kernels at 16, 32 and 64 heads (exact sets, logits against
+#               float64, every fused kernel) and the headline timed per heads
 #   deepgemm    DeepGEMM's logits beside ours (needs the ignored .peers/ folder carried: ../shared/peers/README.md)
 #   (default: build gpu-tests verify sanitize headline small-rows)
 # OLD=DIR (absolute): also runs the bench stages on the tree in DIR (an older
@@ -73,6 +75,7 @@ for s in "${stages[@]}"; do
     adversarial) bench adversarial --config adversarial --paths fused,native ;;
     logits-grid) bench logits-grid --op logits --config logits-grid --paths native ;;
     topk) bench topk --op topk --config topk-grid --random-logits --paths native ;;
+    heads) run heads python3 dev/heads_check.py ;;
     crossover) run crossover mqa-topk crossover --out "$OUT/calibration.json" --results "$OUT/crossover.csv" ;;
     deepgemm)
       # DeepGEMM's runtime JIT calls nvcc without -ccbin: put the system compilers first on PATH.

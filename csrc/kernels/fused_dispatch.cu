@@ -10,6 +10,7 @@ size_t workspace_bytes_t(int num_sms) {
   // split protocol's records and histograms) and the hybrid kernel's whole
   // part (one region per CTA of its grid: SMs + 2 x 16 pieces); the first is
   // the larger from 16 SMs on.
+  // (The same for 32 and 64 heads: the layout depends on topk and the grid only.)
   const size_t split = mqa_topk::fused_blocks_workspace_bytes<mqa_topk::FusedSplitConfig<kTopk>>(kTopk, num_sms);
   const size_t hybrid =
       mqa_topk::fused_hybrid_blocks_workspace_bytes<mqa_topk::FusedWholeConfig<kTopk>>(kTopk, 2, num_sms);
@@ -40,15 +41,24 @@ size_t fused_buffer_bytes(mqa_topk::FusedKernel kernel, int rows, int keys, int 
 }
 
 namespace {
-template <int kTopk>
-cudaError_t launch_t(mqa_topk::FusedKernel kernel, const FusedCall& c, void* workspace, void* buffer, int* map_error) {
+template <int kTopk, int kHeads>
+cudaError_t launch_th(mqa_topk::FusedKernel kernel, const FusedCall& c, void* workspace, void* buffer,
+                      int* map_error) {
   switch (kernel) {
-    case mqa_topk::FusedKernel::kWhole: return fused_whole_launch<kTopk>(c, workspace, map_error);
-    case mqa_topk::FusedKernel::kSplit: return fused_split_launch<kTopk>(c, workspace, map_error);
-    case mqa_topk::FusedKernel::kHybrid: return fused_hybrid_launch<kTopk>(c, workspace, buffer, map_error);
-    case mqa_topk::FusedKernel::kStaged: return fused_staged_launch(c, buffer, map_error);
+    case mqa_topk::FusedKernel::kWhole: return fused_whole_launch<kTopk, kHeads>(c, workspace, map_error);
+    case mqa_topk::FusedKernel::kSplit: return fused_split_launch<kTopk, kHeads>(c, workspace, map_error);
+    case mqa_topk::FusedKernel::kHybrid: return fused_hybrid_launch<kTopk, kHeads>(c, workspace, buffer, map_error);
+    case mqa_topk::FusedKernel::kStaged: return fused_staged_launch<kHeads>(c, buffer, map_error);
   }
   return cudaErrorInvalidValue;
+}
+template <int kTopk>
+cudaError_t launch_t(mqa_topk::FusedKernel kernel, const FusedCall& c, void* workspace, void* buffer, int* map_error) {
+  switch (c.heads) {
+    case 32: return launch_th<kTopk, 32>(kernel, c, workspace, buffer, map_error);
+    case 64: return launch_th<kTopk, 64>(kernel, c, workspace, buffer, map_error);
+    default: return cudaErrorInvalidValue;
+  }
 }
 }  // namespace
 

@@ -1,13 +1,8 @@
-// The hybrid kernel for topk = 2048 (fused_kernels.h), in its own translation unit. Torch-free.
-#include "kernels/fused_kernels.h"
-#include "mqa_topk/fused/sm90_fused_hybrid.cuh"
+// The hybrid kernel for topk = 2048, 32 heads (kernels/fused_entries.cuh), in its own
+// translation unit. Torch-free.
+#include "kernels/fused_entries.cuh"
 
-template <>
-cudaError_t fused_hybrid_launch<2048>(const FusedCall& c, void* workspace, void* buffer, int* map_error) {
-  return mqa_topk::launch_sm90_fused_hybrid_topk<mqa_topk::FusedWholeConfig<2048>>(
-      c.q, c.k, c.scales, c.weights, c.starts, c.ends, c.out, workspace, buffer, c.rows, c.keys, c.topk, c.num_sms,
-      c.stream, map_error, c.range_err);
-}
+template cudaError_t fused_hybrid_launch<2048, 32>(const FusedCall&, void*, void*, int*);
 
 cudaError_t fused_hybrid_attributes(cudaFuncAttributes* attr, int* dynamic_smem) {
   using CfgB = mqa_topk::FusedWholeConfig<2048>;

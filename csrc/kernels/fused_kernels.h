@@ -11,9 +11,10 @@
 #include "mqa_topk/fused/heuristics.h"
 #include "mqa_topk/common/range_check.cuh"
 
-// One call of the fused op: q [rows, 32, 128] and k [keys, 128] fp8, scales
-// [keys] and weights [rows, 32] fp32, starts / ends [rows] int32, out [rows,
-// topk] int32 (topk 512, 1024 or 2048), on num_sms SMs.
+// One call of the fused op: q [rows, heads, 128] and k [keys, 128] fp8,
+// scales [keys] and weights [rows, heads] fp32 (heads 32 or 64), starts /
+// ends [rows] int32, out [rows, topk] int32 (topk 512, 1024 or 2048), on
+// num_sms SMs.
 struct FusedCall {
   const void* q;
   const void* k;  // (null when keys == 0)
@@ -25,6 +26,7 @@ struct FusedCall {
   int rows, keys, topk, num_sms;
   cudaStream_t stream;
   mqa_topk::RangeErrorSink range_err;
+  int heads;
 };
 
 // The op's fixed workspace (every kernel's need; independent of rows and
@@ -47,26 +49,30 @@ cudaError_t fused_launch(mqa_topk::FusedKernel kernel, const FusedCall& c, void*
 // memory it requests, for `mqa-topk build`'s table.
 cudaError_t fused_kernel_attributes(mqa_topk::FusedKernel kernel, cudaFuncAttributes* attr, int* dynamic_smem);
 
-// The per-kernel, per-topk entry points behind fused_launch (each in its own
-// translation unit).
-template <int kTopk>
+// The per-kernel, per-topk, per-heads entry points behind fused_launch
+// (kernels/fused_entries.cuh; each instantiated in its own translation unit).
+template <int kTopk, int kHeads>
 cudaError_t fused_whole_launch(const FusedCall& c, void* workspace, int* map_error);
-template <int kTopk>
+template <int kTopk, int kHeads>
 cudaError_t fused_split_launch(const FusedCall& c, void* workspace, int* map_error);
-template <int kTopk>
+template <int kTopk, int kHeads>
 cudaError_t fused_hybrid_launch(const FusedCall& c, void* workspace, void* buffer, int* map_error);
+template <int kHeads>
 cudaError_t fused_staged_launch(const FusedCall& c, void* buffer, int* map_error);
-#define FUSED_ENTRY_POINTS(kTopk)                                                     \
-  template <>                                                                          \
-  cudaError_t fused_whole_launch<kTopk>(const FusedCall&, void*, int*);                \
-  template <>                                                                          \
-  cudaError_t fused_split_launch<kTopk>(const FusedCall&, void*, int*);                \
-  template <>                                                                          \
-  cudaError_t fused_hybrid_launch<kTopk>(const FusedCall&, void*, void*, int*);
-FUSED_ENTRY_POINTS(512)
-FUSED_ENTRY_POINTS(1024)
-FUSED_ENTRY_POINTS(2048)
+#define FUSED_ENTRY_POINTS(kTopk, kHeads)                                                                   \
+  extern template cudaError_t fused_whole_launch<kTopk, kHeads>(const FusedCall&, void*, int*);             \
+  extern template cudaError_t fused_split_launch<kTopk, kHeads>(const FusedCall&, void*, int*);             \
+  extern template cudaError_t fused_hybrid_launch<kTopk, kHeads>(const FusedCall&, void*, void*, int*);
+FUSED_ENTRY_POINTS(512, 32)
+FUSED_ENTRY_POINTS(1024, 32)
+FUSED_ENTRY_POINTS(2048, 32)
+FUSED_ENTRY_POINTS(512, 64)
+FUSED_ENTRY_POINTS(1024, 64)
+FUSED_ENTRY_POINTS(2048, 64)
 #undef FUSED_ENTRY_POINTS
+extern template cudaError_t fused_staged_launch<32>(const FusedCall&, void*, int*);
+extern template cudaError_t fused_staged_launch<64>(const FusedCall&, void*, int*);
+// The 32-head top-2048 instantiations' attributes.
 cudaError_t fused_whole_attributes(cudaFuncAttributes* attr, int* dynamic_smem);
 cudaError_t fused_split_attributes(cudaFuncAttributes* attr, int* dynamic_smem);
 cudaError_t fused_staged_attributes(cudaFuncAttributes* attr, int* dynamic_smem);

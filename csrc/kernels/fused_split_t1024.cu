@@ -1,11 +1,5 @@
-// The split kernel for topk = 1024 (fused_kernels.h), in its own translation unit. Torch-free.
-#include "kernels/fused_kernels.h"
-#include "mqa_topk/fused/sm90_fused_blocks.cuh"
+// The split kernel for topk = 1024, 32 heads (kernels/fused_entries.cuh), in its own
+// translation unit. Torch-free.
+#include "kernels/fused_entries.cuh"
 
-template <>
-cudaError_t fused_split_launch<1024>(const FusedCall& c, void* workspace, int* map_error) {
-  // (few row blocks: fewer CTAs than SMs, every block the same whole number of pieces)
-  return mqa_topk::launch_sm90_fused_blocks<mqa_topk::FusedSplitConfig<1024>>(
-      c.q, c.k, c.scales, c.weights, c.starts, c.ends, c.out, workspace, c.rows, c.keys, c.topk,
-      mqa_topk::blocks_split_grid(c.rows, c.num_sms), c.stream, map_error, c.range_err);
-}
+template cudaError_t fused_split_launch<1024, 32>(const FusedCall&, void*, int*);

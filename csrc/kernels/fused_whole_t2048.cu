@@ -1,13 +1,8 @@
-// The whole kernel for topk = 2048 (fused_kernels.h), in its own translation unit. Torch-free.
-#include "kernels/fused_kernels.h"
-#include "mqa_topk/fused/sm90_fused_blocks.cuh"
+// The whole kernel for topk = 2048, 32 heads (kernels/fused_entries.cuh), in its own
+// translation unit. Torch-free.
+#include "kernels/fused_entries.cuh"
 
-template <>
-cudaError_t fused_whole_launch<2048>(const FusedCall& c, void* workspace, int* map_error) {
-  return mqa_topk::launch_sm90_fused_blocks<mqa_topk::FusedWholeConfig<2048>>(
-      c.q, c.k, c.scales, c.weights, c.starts, c.ends, c.out, workspace, c.rows, c.keys, c.topk, c.num_sms, c.stream,
-      map_error, c.range_err);
-}
+template cudaError_t fused_whole_launch<2048, 32>(const FusedCall&, void*, int*);
 
 cudaError_t fused_whole_attributes(cudaFuncAttributes* attr, int* dynamic_smem) {
   using Cfg = mqa_topk::FusedWholeConfig<2048>;

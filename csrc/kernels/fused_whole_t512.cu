@@ -1,10 +1,5 @@
-// The whole kernel for topk = 512 (fused_kernels.h), in its own translation unit. Torch-free.
-#include "kernels/fused_kernels.h"
-#include "mqa_topk/fused/sm90_fused_blocks.cuh"
+// The whole kernel for topk = 512, 32 heads (kernels/fused_entries.cuh), in its own
+// translation unit. Torch-free.
+#include "kernels/fused_entries.cuh"
 
-template <>
-cudaError_t fused_whole_launch<512>(const FusedCall& c, void* workspace, int* map_error) {
-  return mqa_topk::launch_sm90_fused_blocks<mqa_topk::FusedWholeConfig<512>>(
-      c.q, c.k, c.scales, c.weights, c.starts, c.ends, c.out, workspace, c.rows, c.keys, c.topk, c.num_sms, c.stream,
-      map_error, c.range_err);
-}
+template cudaError_t fused_whole_launch<512, 32>(const FusedCall&, void*, int*);

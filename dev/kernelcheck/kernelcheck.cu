@@ -137,7 +137,7 @@ void free_dev(Dev& d) {
 cudaError_t launch_logits(const Dev& d) {
   const Work& w = *d.w;
   int me = 0;
-  return logits_launch(d.q, d.k, d.scales, d.weights, d.starts, d.ends, d.logits, d.ld, w.rows, w.keys, g_sms, 0, &me,
+  return logits_launch(d.q, d.k, d.scales, d.weights, d.starts, d.ends, d.logits, d.ld, w.rows, w.keys, 32, g_sms, 0, &me,
                        RangeErrorSink{});
 }
 
@@ -159,7 +159,7 @@ FusedKernel kernel_of(const std::string& name, const Work& w) {
 cudaError_t launch_fused(FusedKernel kernel, const Dev& d) {
   const Work& w = *d.w;
   const FusedCall c{d.q, d.k, d.scales, d.weights, d.starts, d.ends, d.out, w.rows, w.keys, w.topk, g_sms, 0,
-                    RangeErrorSink{}};
+                    RangeErrorSink{}, 32};
   int me = 0;
   return fused_launch(kernel, c, d.ws, d.buffer, &me);
 }

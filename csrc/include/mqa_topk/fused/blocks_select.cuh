@@ -77,7 +77,7 @@ __device__ __forceinline__ void blocks_half_finished(Ctl* ctl, int b, uint32_t m
   atomicAdd(&ctl->halves_done, 1);
 }
 
-template <int kTopk_, bool kSplit_>
+template <int kTopk_, bool kSplit_, int kHeads_ = 32>
 struct Sm90FusedBlocksConfig {
   static constexpr int kTopk = kTopk_;
   static constexpr bool kSplit = kSplit_;
@@ -85,8 +85,12 @@ struct Sm90FusedBlocksConfig {
   static constexpr bool kAlwaysTail = !kSplit_;
   static constexpr bool kHeldDescs = !kSplit_;
   // The dense op's configuration (constants and MMA shape only).
-  using Logits = Sm90LogitsConfig;
-  static constexpr int kNumStages = 8;
+  using Logits = Sm90LogitsConfigH<kHeads_>;
+  static constexpr int kHeads = kHeads_;
+  static constexpr int kHeadPasses = Logits::kHeadPasses;
+  // (64 heads: a tile has twice the MMA work and the Q buffers twice the
+  // bytes; half the stages cover the same time)
+  static constexpr int kNumStages = kHeadPasses == 1 ? 8 : 4;
   static constexpr int kCheckTiles = 12;
   static constexpr int kBlockRows = 8;
   static constexpr int kRowsPerBlock = 8;
@@ -101,9 +105,10 @@ struct Sm90FusedBlocksConfig {
   static constexpr int kBlockKeys = 128;
   static constexpr int kQBoxRows = 2;  // the Q tensor map's box (rows of 128 B): the permuted rows' two-row boxes
   static constexpr int kKTileBytes = Logits::kKTileBytes;    // 16 KB
-  static constexpr int kQTileBytes = Logits::kQTileBytes;    // 32 KB (8 rows x 32 heads)
+  static constexpr int kQTileBytes = Logits::kQTileBytes;    // 32 KB per 32 heads (8 rows)
+  static constexpr int kQPassBytes = Logits::kQPassBytes;    // one head pass's sub-tile: 32 KB
   static constexpr int kScaleBytes = Logits::kScaleBytes;    // 512 B
-  static constexpr int kWeightBytes = Logits::kWeightBytes;  // 1 KB
+  static constexpr int kWeightBytes = Logits::kWeightBytes;  // 1 KB per 32 heads
   static constexpr int kOffK = 0;
   static constexpr int kOffQ = kOffK + kNumStages * kKTileBytes;
   static constexpr int kOffScales = kOffQ + 2 * kQTileBytes;

@@ -36,6 +36,22 @@ __device__ __forceinline__ float2 blocks_lds_f2(uint32_t a) {
   asm volatile("ld.shared.v2.f32 {%0, %1}, [%2+%3];" : "=f"(v.x), "=f"(v.y) : "r"(a), "n"(kOff));
   return v;
 }
+// Block b's Q tile with several head passes (64 heads), permuted as the
+// 32-head tile within each pass's sub-tile: shared row n of pass ps holds Q
+// row (4 (n >> 7) + (s ^ q), head 32 ps + (n & 31)), s = (n >> 5) & 3, q =
+// (n >> 1) & 3; two-row boxes issued by one thread.
+template <class Cfg>
+__device__ __forceinline__ void blocks_load_q_passes(uint8_t* qdst, const CUtensorMap* tm_q, uint64_t* bar, int b) {
+#pragma unroll 1
+  for (int ps = 0; ps < Cfg::kHeadPasses; ++ps)
+#pragma unroll 1
+    for (int n = 0; n < 256; n += 2) {
+      const int sl = (n >> 5) & 3, q = (n >> 1) & 3;
+      const int row = b * 8 + 4 * (n >> 7) + (sl ^ q);
+      ptx::tma_load_2d(qdst + ps * Cfg::kQPassBytes + n * 128, tm_q, bar, 0, row * Cfg::kHeads + 32 * ps + (n & 31));
+    }
+}
+
 template <class Cfg>
 __device__ __forceinline__ void blocks_body(const CUtensorMap& tm_q, const CUtensorMap& tm_k,
                                               const CUtensorMap& tm_scales, const CUtensorMap& tm_weights,
@@ -103,13 +119,18 @@ __device__ __forceinline__ void blocks_body(const CUtensorMap& tm_q, const CUten
     // 2 q + e): 64 boxes of two rows per row group (the 128B swizzle is a
     // function of the shared address, so each box lands where a whole-tile
     // load would put those bytes).
+    // (64 heads: the same per head pass, pass ps's heads 32 ps + ... into its sub-tile)
     auto load_q = [&](int b, int qb) {
       uint8_t* qdst = smem + Cfg::kOffQ + qb * Cfg::kQTileBytes;
+      if constexpr (Cfg::kHeadPasses == 1) {
 #pragma unroll 1
-      for (int n = 0; n < 256; n += 2) {
-        const int sl = (n >> 5) & 3, q = (n >> 1) & 3;
-        const int src = (n & 128) + 32 * (sl ^ q) + (n & 31);  // (n & 31) = 8 jj + 2 q
-        ptx::tma_load_2d(qdst + n * 128, &tm_q, q_full + qb, 0, b * R * 32 + src);
+        for (int n = 0; n < 256; n += 2) {
+          const int sl = (n >> 5) & 3, q = (n >> 1) & 3;
+          const int src = (n & 128) + 32 * (sl ^ q) + (n & 31);  // (n & 31) = 8 jj + 2 q
+          ptx::tma_load_2d(qdst + n * 128, &tm_q, q_full + qb, 0, b * R * 32 + src);
+        }
+      } else {
+        blocks_load_q_passes<Cfg>(qdst, &tm_q, q_full + qb, b);
       }
     };
     if constexpr (Cfg::kSplit) {
@@ -154,10 +175,14 @@ __device__ __forceinline__ void blocks_body(const CUtensorMap& tm_q, const CUten
         } else {
           ptx::mbar_arrive_expect_tx(q_full + qb, Cfg::kQTileBytes + Cfg::kWeightBytes);
           uint8_t* qdst = smem + Cfg::kOffQ + qb * Cfg::kQTileBytes;
+          if constexpr (Cfg::kHeadPasses == 1) {
 #pragma unroll 1
-          for (int n = 0; n < 256; n += 2) {
-            const int sl2 = (n >> 5) & 3, q = (n >> 1) & 3;
-            ptx::tma_load_2d(qdst + n * 128, &tm_q, q_full + qb, 0, b * R * 32 + (n & 128) + 32 * (sl2 ^ q) + (n & 31));
+            for (int n = 0; n < 256; n += 2) {
+              const int sl2 = (n >> 5) & 3, q = (n >> 1) & 3;
+              ptx::tma_load_2d(qdst + n * 128, &tm_q, q_full + qb, 0, b * R * 32 + (n & 128) + 32 * (sl2 ^ q) + (n & 31));
+            }
+          } else {
+            blocks_load_q_passes<Cfg>(qdst, &tm_q, q_full + qb, b);
           }
           qheld[qb] = b;
           ptx::tma_load_2d(smem + Cfg::kOffWeights + qb * Cfg::kWeightBytes, &tm_weights, q_full + qb, 0, b * R);
@@ -457,7 +482,9 @@ __device__ __forceinline__ void blocks_body(const CUtensorMap& tm_q, const CUten
     uint32_t wa_k[4];
 #pragma unroll
     for (int s4 = 0; s4 < 4; ++s4)
-      wa_k[s4] = ptx::smem_addr(smem + Cfg::kOffWeights + qb * Cfg::kWeightBytes) + ((rg * 64 + (s4 ^ quad) * 16 + quad) * 8);
+      wa_k[s4] = ptx::smem_addr(smem + Cfg::kOffWeights + qb * Cfg::kWeightBytes) +
+                 (Cfg::kHeadPasses == 1 ? (rg * 64 + (s4 ^ quad) * 16 + quad) * 8
+                                        : ((rg * 4 + (s4 ^ quad)) * Cfg::kHeads + 2 * quad) * 4);
     // The filter and appends of one tile (its "tail"): this lane's order keys
     // k0 / k1 of keys ka / ka + 8 of walk position t. kSample: also the
     // tile's largest key per row (the gate's position cap). The pass flags
@@ -546,7 +573,34 @@ __device__ __forceinline__ void blocks_body(const CUtensorMap& tm_q, const CUten
         w[r][2] = blocks_lds_f2<64>(wa_k[r]);
         w[r][3] = blocks_lds_f2<96>(wa_k[r]);
       }
-      logits_reduce_perm(acc, w, fin);
+      if constexpr (Cfg::kHeadPasses == 1) {
+        logits_reduce_perm(acc, w, fin);
+      } else {
+        // The second head pass (64 heads): its MMA on the Q sub-tile of heads
+        // 32-63, the partials' chains continued (the dense kernel's order).
+        float part[2][4];
+        logits_head_partials(acc, w, part);
+        if constexpr (Cfg::kHeldDescs) {
+          uint64_t db1[4];
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk) db1[kk] = db_k[kk] + (Cfg::kQPassBytes >> 4);
+          logits_mma_issue_dab(acc, da_k, db1);
+        } else {
+          logits_tile_mma_issue_lo<L>(acc, a_lo0 + stage * (Cfg::kKTileBytes >> 4),
+                                      b_lo0 + qb * (Cfg::kQTileBytes >> 4) + (Cfg::kQPassBytes >> 4));
+        }
+        ptx::wgmma_wait<0>();
+        ptx::fence_regs(acc);
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          w[r][0] = blocks_lds_f2<128>(wa_k[r]);
+          w[r][1] = blocks_lds_f2<160>(wa_k[r]);
+          w[r][2] = blocks_lds_f2<192>(wa_k[r]);
+          w[r][3] = blocks_lds_f2<224>(wa_k[r]);
+        }
+        logits_head_partials<true>(acc, w, part);
+        logits_reduce_perm_part(part, fin);
+      }
       if (t + 1 == nt) {  // the block's last MMA has read Q
         __syncwarp();
         if (lane == 0) ptx::mbar_arrive(q_empty + qs);
@@ -714,10 +768,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 // The shipped configurations: whole blocks (one CTA per 8-row block from the
 // block counter) and split blocks (equal tile shares over every CTA; the
 // blocks of the partial last wave split into pieces), one per topk.
-template <int kTopk>
-using FusedWholeConfig = Sm90FusedBlocksConfig<kTopk, false>;
-template <int kTopk>
-using FusedSplitConfig = Sm90FusedBlocksConfig<kTopk, true>;
+template <int kTopk, int kHeads = 32>
+using FusedWholeConfig = Sm90FusedBlocksConfig<kTopk, false, kHeads>;
+template <int kTopk, int kHeads = 32>
+using FusedSplitConfig = Sm90FusedBlocksConfig<kTopk, true, kHeads>;
 
 // Launches the kernel (Cfg: one of the two configurations, topk Cfg::kTopk):
 // q [rows, 32, 128] and k [keys, 128] fp8, scales [keys], weights [rows, 32]
@@ -734,7 +788,7 @@ inline cudaError_t launch_sm90_fused_blocks(const void* q, const void* k, const 
   if (rows <= 0) return cudaSuccess;
   if (topk != Cfg::kTopk) return cudaErrorInvalidValue;  // (one topk per configuration)
   CUtensorMap tm_q, tm_k, tm_s, tm_w;
-  const uint64_t q_rows = static_cast<uint64_t>(rows) * 32;
+  const uint64_t q_rows = static_cast<uint64_t>(rows) * Cfg::kHeads;
   const int kk = keys > 0 ? keys : 1;  // keys == 0: maps stay valid, every row is empty
   const int res[4] = {
       make_tensor_map_2d(&tm_q, q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 128, q_rows, 128, 128, Cfg::kQBoxRows,
@@ -743,8 +797,8 @@ inline cudaError_t launch_sm90_fused_blocks(const void* q, const void* k, const 
                          CU_TENSOR_MAP_SWIZZLE_128B),
       make_tensor_map_2d(&tm_s, keys > 0 ? static_cast<const void*>(scales) : weights, CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
                          kk, 1, (uint64_t(kk) * 4 + 15) / 16 * 16, Cfg::kBlockKeys, 1, CU_TENSOR_MAP_SWIZZLE_NONE),
-      make_tensor_map_2d(&tm_w, weights, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 32, rows, 32 * 4, 32, Cfg::kRowsPerBlock,
-                         CU_TENSOR_MAP_SWIZZLE_NONE)};
+      make_tensor_map_2d(&tm_w, weights, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, Cfg::kHeads, rows, Cfg::kHeads * 4,
+                         Cfg::kHeads, Cfg::kRowsPerBlock, CU_TENSOR_MAP_SWIZZLE_NONE)};
   if (const int e = first_map_error(res, 4)) {
     if (map_error) *map_error = e;
     return cudaErrorInvalidValue;

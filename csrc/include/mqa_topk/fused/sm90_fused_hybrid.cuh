@@ -179,7 +179,7 @@ inline size_t fused_hybrid_blocks_workspace_bytes(int topk, int r, int num_sms) 
 // q, k, scales, weights, starts, ends, out as the fused op; workspace
 // fused_hybrid_blocks_workspace_bytes bytes (the whole part), aux
 // fused_hybrid_aux_bytes(keys, r) bytes (256-byte aligned); both overwritten.
-template <class CfgB, class CfgSt = Sm90LogitsConfig>
+template <class CfgB, class CfgSt = Sm90LogitsConfigH<CfgB::kHeads>>
 inline cudaError_t launch_sm90_fused_hybrid_topk(const void* q, const void* k, const float* scales,
                                                  const float* weights, const int* starts, const int* ends, int* out,
                                                  void* workspace, void* aux, int rows, int keys, int topk, int num_sms,
@@ -192,22 +192,22 @@ inline cudaError_t launch_sm90_fused_hybrid_topk(const void* q, const void* k, c
   // The whole part: rows [0, whole_rows), its maps as launch_sm90_fused_blocks's.
   CUtensorMap tm_q, tm_k, tm_s, tm_w;
   const int res[4] = {
-      make_tensor_map_2d(&tm_q, q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 128, static_cast<uint64_t>(whole_rows) * 32, 128,
+      make_tensor_map_2d(&tm_q, q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 128, static_cast<uint64_t>(whole_rows) * CfgB::kHeads, 128,
                          128, CfgB::kQBoxRows, CU_TENSOR_MAP_SWIZZLE_128B),
       make_tensor_map_2d(&tm_k, k, CU_TENSOR_MAP_DATA_TYPE_UINT8, 128, keys, 128, 128, CfgB::kBlockKeys,
                          CU_TENSOR_MAP_SWIZZLE_128B),
       make_tensor_map_2d(&tm_s, scales, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, keys, 1,
                          (static_cast<uint64_t>(keys) * 4 + 15) / 16 * 16, CfgB::kBlockKeys, 1,
                          CU_TENSOR_MAP_SWIZZLE_NONE),
-      make_tensor_map_2d(&tm_w, weights, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 32, whole_rows, 32 * 4, 32,
-                         CfgB::kRowsPerBlock, CU_TENSOR_MAP_SWIZZLE_NONE)};
+      make_tensor_map_2d(&tm_w, weights, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, CfgB::kHeads, whole_rows,
+                         CfgB::kHeads * 4, CfgB::kHeads, CfgB::kRowsPerBlock, CU_TENSOR_MAP_SWIZZLE_NONE)};
   if (const int e = first_map_error(res, 4)) {
     if (map_error) *map_error = e;
     return cudaErrorInvalidValue;
   }
   // The staged part: rows [whole_rows, rows), offset views.
-  const uint8_t* q_x = static_cast<const uint8_t*>(q) + static_cast<size_t>(whole_rows) * 32 * 128;
-  const float* w_x = weights + static_cast<size_t>(whole_rows) * 32;
+  const uint8_t* q_x = static_cast<const uint8_t*>(q) + static_cast<size_t>(whole_rows) * CfgB::kHeads * 128;
+  const float* w_x = weights + static_cast<size_t>(whole_rows) * CfgB::kHeads;
   const int64_t ld = staged_logits_ld(keys);
   float* logits = static_cast<float*>(aux);
   uint32_t* hist = reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(aux) + staged_logits_bytes(8 * r, keys));

@@ -74,25 +74,39 @@ struct Sm90LogitsParams {
   RangeErrorSink err;  // bad rows are recorded here (null: not recorded)
 };
 
-// The kernel's shape and shared-memory layout.
-struct Sm90LogitsConfig {
-  static constexpr int kHeads = 32;
+// The kernel's shape and shared-memory layout, by heads (32 or 64; 16-head
+// calls run as 32 with zero heads, csrc/launch_common.h). The MMA always
+// covers 32 heads of 4 rows (wgmma N = 128): with 64 heads a tile takes two
+// passes over the heads' halves ("head passes"), each lane's head partials
+// carried from the first into the second, so a row block stays 8 rows and a
+// K tile feeds twice the FLOPs. The Q buffer holds one 32 KB sub-tile per
+// pass (rows x 32 heads, laid out as the 32-head tile).
+template <int kHeads_>
+struct Sm90LogitsConfigH {
+  static constexpr int kHeads = kHeads_;
+  static_assert(kHeads == 32 || kHeads == 64, "heads: 32 or 64");
   static constexpr int kHeadDim = 128;
+  static constexpr int kPassHeads = 32;                   // heads of one MMA pass
+  static constexpr int kHeadPasses = kHeads / kPassHeads;
   static constexpr int kBlockRows = 8;                    // query rows per block
   static constexpr int kMathWarpgroups = 4;               // 2 row groups x 2 key groups
   static constexpr int kWgRows = 4;                       // rows of one warpgroup's MMA (its row group)
-  static constexpr int kN = kWgRows * kHeads;             // wgmma N
+  static constexpr int kN = kWgRows * kPassHeads;         // wgmma N
   static constexpr int kAcc = kN / 2;                     // fp32 accumulators per thread
   static constexpr int kBlockKeys = 128;                  // keys per tile, 64 per key group
   static constexpr int kKSliceKeys = kBlockKeys;          // keys of the K and scale maps' box
-  static constexpr int kQBoxRows = kBlockRows * kHeads;   // rows of the Q map's box: the whole tile
-  static constexpr int kNumStages = 8;                    // K / scale ring depth
+  // Rows of the Q map's box: the whole tile (32 heads), one row's 32 heads of a pass (64).
+  static constexpr int kQBoxRows = kHeadPasses == 1 ? kBlockRows * kHeads : kPassHeads;
+  // K / scale ring depth: a 64-head tile has twice the MMA work, so fewer
+  // stages cover the same time (and the larger Q buffers need the room).
+  static constexpr int kNumStages = kHeadPasses == 1 ? 8 : 5;
   static constexpr int kThreads = 128 * (kMathWarpgroups + 1);
   static constexpr int kMathThreads = 128 * kMathWarpgroups;
   static constexpr int kMathRegs = 112;                   // setmaxnreg of the math warpgroups
   static constexpr int kProducerRegs = 32;                // and of the producer warpgroup
   static constexpr int kKTileBytes = kBlockKeys * kHeadDim;
-  static constexpr int kQTileBytes = kBlockRows * kHeads * kHeadDim;
+  static constexpr int kQPassBytes = kBlockRows * kPassHeads * kHeadDim;  // one pass's sub-tile
+  static constexpr int kQTileBytes = kHeadPasses * kQPassBytes;
   static constexpr int kScaleBytes = kBlockKeys * 4;
   static constexpr int kWeightBytes = kBlockRows * kHeads * 4;
   static constexpr int kOffK = 0;
@@ -112,9 +126,10 @@ struct Sm90LogitsConfig {
   // The registers the CTA starts with (launch bounds: 64K / threads, a multiple of 8) must cover the split.
   static_assert(kMathRegs * kMathThreads + kProducerRegs * 128 <= ((65536 / kThreads) & ~7) * kThreads,
                 "setmaxnreg split exceeds the CTA's registers");
-  static_assert(kKTileBytes % 1024 == 0 && kQTileBytes % 1024 == 0, "swizzle atoms need 1 KB alignment");
+  static_assert(kKTileBytes % 1024 == 0 && kQPassBytes % 1024 == 0, "swizzle atoms need 1 KB alignment");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per CTA");
 };
+using Sm90LogitsConfig = Sm90LogitsConfigH<32>;
 
 // ---- work split ----------------------------------------------------------------
 
@@ -335,12 +350,15 @@ __device__ __forceinline__ void tile_scales(const uint8_t* scales_smem, int key,
 }
 
 // The 8 head-partials of each (key h, slot r) of a lane: relu as (x + |x|)
-// and the weight FMAs in the fixed order every kernel shares.
+// and the weight FMAs in the fixed order every kernel shares. kCarry: the
+// chains continue from part (a 64-head tile's second pass: its heads follow
+// the first pass's in every chain).
+template <bool kCarry = false>
 __device__ __forceinline__ void logits_head_partials(const float (&acc)[64], const float2 (&w)[4][4],
                                                      float (&part)[2][4]) {
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
-    float s0 = 0.f, s1 = 0.f;
+    float s0 = kCarry ? part[0][r] : 0.f, s1 = kCarry ? part[1][r] : 0.f;
 #pragma unroll
     for (int jj = 0; jj < 4; ++jj) {
       const int j = 4 * r + jj;
@@ -358,11 +376,8 @@ __device__ __forceinline__ void logits_head_partials(const float (&acc)[64], con
 // keep rows 2-3 and send rows 0-1 to the xor-2 partner (and the other way
 // round), then bit 0 splits again. fin[h][0]: the (unscaled) logit of row
 // `quad` of the row group, key h.
-__device__ __forceinline__ void logits_reduce_select(const float (&acc)[64], const float2 (&w)[4][4], int quad,
-                                                     float (&fin)[2][1]) {
+__device__ __forceinline__ void logits_reduce_select_part(const float (&part)[2][4], int quad, float (&fin)[2][1]) {
   const int hb = (quad >> 1) & 1, lb = quad & 1;
-  float part[2][4];
-  logits_head_partials(acc, w, part);
   float half[2][2];
 #pragma unroll
   for (int h = 0; h < 2; ++h)
@@ -379,6 +394,12 @@ __device__ __forceinline__ void logits_reduce_select(const float (&acc)[64], con
     fin[h][0] = keep + __shfl_xor_sync(0xffffffffu, send, 1);
   }
 }
+__device__ __forceinline__ void logits_reduce_select(const float (&acc)[64], const float2 (&w)[4][4], int quad,
+                                                     float (&fin)[2][1]) {
+  float part[2][4];
+  logits_head_partials(acc, w, part);
+  logits_reduce_select_part(part, quad, fin);
+}
 
 // The same reduction with Q permuted (slot s of this lane, accumulators
 // 16 s .. 16 s + 15 and weights w[s], holds row s ^ quad): the partial sums
@@ -386,16 +407,34 @@ __device__ __forceinline__ void logits_reduce_select(const float (&acc)[64], con
 // order without selecting by quad: after the xor-2 step slot 0 holds
 // (v_q + v_q^2) of row q and slot 1 that of row q ^ 1, which the xor-1
 // partner (whose slot 1 is row q) adds. fin[h][0]: this lane's row, quad.
-__device__ __forceinline__ void logits_reduce_perm(const float (&acc)[64], const float2 (&w)[4][4],
-                                                   float (&fin)[2][1]) {
-  float part[2][4];
-  logits_head_partials(acc, w, part);
+__device__ __forceinline__ void logits_reduce_perm_part(const float (&part)[2][4], float (&fin)[2][1]) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const float h0 = part[h][0] + __shfl_xor_sync(0xffffffffu, part[h][2], 2);
     const float h1 = part[h][1] + __shfl_xor_sync(0xffffffffu, part[h][3], 2);
     fin[h][0] = h0 + __shfl_xor_sync(0xffffffffu, h1, 1);
   }
+}
+__device__ __forceinline__ void logits_reduce_perm(const float (&acc)[64], const float2 (&w)[4][4],
+                                                   float (&fin)[2][1]) {
+  float part[2][4];
+  logits_head_partials(acc, w, part);
+  logits_reduce_perm_part(part, fin);
+}
+
+// A lane's weights of one head pass (heads 32 kPass + 8 jj + 2 quad, +1 of
+// slot r), read from the block's weight buffer: ra[r], the shared address of
+// slot r's row plus 8 quad bytes; the pass and jj are immediate offsets.
+template <int kPass>
+__device__ __forceinline__ void logits_pass_weights(const uint32_t (&ra)[4], float2 (&w)[4][4]) {
+#pragma unroll
+  for (int r = 0; r < 4; ++r)
+    asm volatile(
+        "ld.shared.v2.f32 {%0, %1}, [%8+%9];\n\tld.shared.v2.f32 {%2, %3}, [%8+%10];\n\t"
+        "ld.shared.v2.f32 {%4, %5}, [%8+%11];\n\tld.shared.v2.f32 {%6, %7}, [%8+%12];"
+        : "=f"(w[r][0].x), "=f"(w[r][0].y), "=f"(w[r][1].x), "=f"(w[r][1].y), "=f"(w[r][2].x), "=f"(w[r][2].y),
+          "=f"(w[r][3].x), "=f"(w[r][3].y)
+        : "r"(ra[r]), "n"(kPass * 128), "n"(kPass * 128 + 32), "n"(kPass * 128 + 64), "n"(kPass * 128 + 96));
 }
 
 // ---- producer ------------------------------------------------------------------
@@ -476,20 +515,40 @@ __device__ __forceinline__ void logits_producer(const Sm90LogitsParams& p, uint8
       sl[5] = perm;
       ptx::mbar_arrive_expect_tx(q_full + qb, Cfg::kQTileBytes + Cfg::kWeightBytes);
       ptx::tma_load_2d(smem + Cfg::kOffWeights + qb * Cfg::kWeightBytes, tm_weights, q_full + qb, 0, b * 8);
-      if (!perm) ptx::tma_load_2d(smem + Cfg::kOffQ + qb * Cfg::kQTileBytes, tm_q, q_full + qb, 0, b * 8 * 32);
+      if constexpr (Cfg::kHeadPasses == 1)
+        if (!perm) ptx::tma_load_2d(smem + Cfg::kOffQ + qb * Cfg::kQTileBytes, tm_q, q_full + qb, 0, b * 8 * 32);
+    }
+    // 64 heads, not permuted: row r's heads [32 ps, +32) (one box) to pass
+    // ps's sub-tile, row r; 16 boxes, one per lane (after lane 0's expect-tx).
+    if constexpr (Cfg::kHeadPasses > 1) {
+      __syncwarp();
+      if (!perm && lane < 8 * Cfg::kHeadPasses) {
+        const int r = lane & 7, ps = lane >> 3;
+        ptx::tma_load_2d(smem + Cfg::kOffQ + qb * Cfg::kQTileBytes + ps * Cfg::kQPassBytes + r * 32 * 128, tm_q,
+                         q_full + qb, 0, (b * 8 + r) * Cfg::kHeads + 32 * ps);
+      }
     }
     __syncwarp();
     if (perm) {
-      // Shared row n = 128 g + 32 s + 8 jj + 2 q + e of row group g holds Q row
-      // (4 g + (s ^ q), head 8 jj + 2 q + e): 128 two-row boxes, 4 per lane.
+      // Shared row n = 128 g + 32 s + 8 jj + 2 q + e of row group g (of pass
+      // ps's sub-tile) holds Q row (4 g + (s ^ q), head 32 ps + 8 jj + 2 q +
+      // e): 128 two-row boxes per pass, 4 per lane.
       uint8_t* qdst = smem + Cfg::kOffQ + qb * Cfg::kQTileBytes;
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int n = 2 * (lane + 32 * i);
-        const int sg = (n >> 5) & 3, q = (n >> 1) & 3;
-        const int src = (n & 128) + 32 * (sg ^ q) + (n & 31);
-        ptx::tma_load_2d(qdst + n * 128, tm_q2, q_full + qb, 0, b * 8 * 32 + src);
-      }
+      for (int ps = 0; ps < Cfg::kHeadPasses; ++ps)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int n = 2 * (lane + 32 * i);
+          const int sg = (n >> 5) & 3, q = (n >> 1) & 3;
+          if constexpr (Cfg::kHeadPasses == 1) {
+            const int src = (n & 128) + 32 * (sg ^ q) + (n & 31);
+            ptx::tma_load_2d(qdst + n * 128, tm_q2, q_full + qb, 0, b * 8 * 32 + src);
+          } else {
+            const int row = b * 8 + 4 * (n >> 7) + (sg ^ q);
+            ptx::tma_load_2d(qdst + ps * Cfg::kQPassBytes + n * 128, tm_q2, q_full + qb, 0,
+                             row * Cfg::kHeads + 32 * ps + (n & 31));
+          }
+        }
     }
     __syncwarp();
   };
@@ -599,6 +658,77 @@ __device__ __forceinline__ void logits_math(const Sm90LogitsParams& p, uint8_t* 
     for (int kk = 0; kk < 4; ++kk)
       asm("mov.b64 %0, {%1, %2};" : "=l"(db[kk]) : "r"(b_lo0 + qb * (Cfg::kQTileBytes >> 4) + 2 * kk), "r"(kDescHi));
     int d = lo + t0 * Cfg::kBlockKeys + key_off - rs;
+    // The block's tiles with two head passes (64 heads): the weights are read
+    // per pass from the block's buffer (both passes' would not fit in
+    // registers beside the accumulators), the partials carried from the first
+    // pass's chains into the second's.
+    auto tiles_passes = [&](auto perm_tag) {
+      constexpr bool kPerm = decltype(perm_tag)::value;
+      uint32_t ra[4];  // slot r's weight row (row r ^ quad when permuted), + 8 quad bytes
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+        ra[r] = ptx::smem_addr(smem + Cfg::kOffWeights + qb * Cfg::kWeightBytes) +
+                ((rg * 4 + (kPerm ? r ^ quad : r)) * Cfg::kHeads + 2 * quad) * 4;
+#pragma unroll 1
+      for (int n = t1 - t0; n > 0; --n) {
+        ptx::mbar_wait(full + st, ph);
+        desc_pairs_set_lo(da, a_lo0 + st * (Cfg::kKTileBytes >> 4));  // the A descriptors: this stage
+        float acc[64];
+        logits_mma_issue_dab(acc, da, db);
+        asm volatile("mov.b64 %0, %0;\n\tmov.b64 %1, %1;\n\tmov.b64 %2, %2;\n\tmov.b64 %3, %3;"
+                     : "+l"(da[0]), "+l"(da[1]), "+l"(da[2]), "+l"(da[3]));
+        asm volatile("mov.b64 %0, %0;\n\tmov.b64 %1, %1;\n\tmov.b64 %2, %2;\n\tmov.b64 %3, %3;"
+                     : "+l"(db[0]), "+l"(db[1]), "+l"(db[2]), "+l"(db[3]));
+        asm volatile("mov.b32 %0, %0;\n\tmov.b32 %1, %1;\n\tmov.b32 %2, %2;" : "+r"(sc_addr), "+r"(len), "+r"(limd));
+        asm volatile("mov.b32 %0, %0;\n\tmov.b32 %1, %1;\n\tmov.b32 %2, %2;\n\tmov.b32 %3, %3;"
+                     : "+r"(ra[0]), "+r"(ra[1]), "+r"(ra[2]), "+r"(ra[3]));
+        asm volatile("mov.b64 %0, %0;" : "+l"(rb));
+        ptx::wgmma_wait<0>();
+        ptx::fence_regs(acc);
+        float part[2][4];
+        {
+          float2 w[4][4];
+          logits_pass_weights<0>(ra, w);
+          logits_head_partials(acc, w, part);
+        }
+        uint64_t db1[4];  // the second pass's Q sub-tile
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) db1[kk] = db[kk] + (Cfg::kQPassBytes >> 4);
+        logits_mma_issue_dab(acc, da, db1);
+        ptx::wgmma_wait<0>();
+        ptx::fence_regs(acc);
+        {
+          float2 w[4][4];
+          logits_pass_weights<1>(ra, w);
+          logits_head_partials<true>(acc, w, part);
+        }
+        float sc0, sc1;
+        asm volatile("ld.shared.f32 %0, [%2];\n\tld.shared.f32 %1, [%2+32];"
+                     : "=f"(sc0), "=f"(sc1)
+                     : "r"(sc_addr + st * Cfg::kScaleBytes));
+        sc0 *= 0.5f;
+        sc1 *= 0.5f;
+        float fin[2][1];
+        if constexpr (kPerm)
+          logits_reduce_perm_part(part, fin);
+        else
+          logits_reduce_select_part(part, quad, fin);
+        const float v0 = static_cast<uint32_t>(d) < len ? fin[0][0] * sc0 : ninf;
+        const float v1 = static_cast<uint32_t>(d + 8) < len ? fin[1][0] * sc1 : ninf;
+        float* const o = rb + d;
+        asm volatile("{\n.reg .pred p0, p1;\nsetp.lt.s32 p0, %2, %4;\nsetp.lt.s32 p1, %3, %4;\n"
+                     "@p0 st.global.f32 [%5], %0;\n@p1 st.global.f32 [%5+32], %1;\n}"
+                     ::"f"(v0), "f"(v1), "r"(d), "r"(d + 8), "r"(limd), "l"(o)
+                     : "memory");
+        ep(d, len, v0, v1);
+        mbar_arrive_elect(empty + st);
+        if (++st == S) {
+          st = 0;
+          ph ^= 1;
+        }
+        d += Cfg::kBlockKeys;
+      }
+    };
     // The block's tiles; kPerm: Q permuted (slot r of this lane holds row r ^ quad).
     auto tiles = [&](auto perm_tag) {
       constexpr bool kPerm = decltype(perm_tag)::value;
@@ -654,10 +784,17 @@ __device__ __forceinline__ void logits_math(const Sm90LogitsParams& p, uint8_t* 
         d += Cfg::kBlockKeys;
       }
     };
-    if (lds_uniform(sl + 5))
-      tiles(std::true_type{});
-    else
-      tiles(std::false_type{});
+    if constexpr (Cfg::kHeadPasses == 1) {
+      if (lds_uniform(sl + 5))
+        tiles(std::true_type{});
+      else
+        tiles(std::false_type{});
+    } else {
+      if (lds_uniform(sl + 5))
+        tiles_passes(std::true_type{});
+      else
+        tiles_passes(std::false_type{});
+    }
     ep.block_end(b, lo, t0, t1, sl);
     mbar_arrive_elect(q_empty + qb);  // the block's last MMA has read its Q buffer
     if (last) break;
@@ -729,8 +866,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 inline int make_logits_maps(CUtensorMap& tm_q, CUtensorMap& tm_k, CUtensorMap& tm_s, CUtensorMap& tm_w,
                             CUtensorMap& tm_o, const void* q, const void* k, const float* scales,
                             const float* weights, float* logits, int64_t ld, int rows, int keys, int q_box_rows,
-                            int key_box, int w_box_rows, int out_box_rows) {
-  constexpr int kHeads = 32, kHeadDim = 128;
+                            int key_box, int w_box_rows, int out_box_rows, int kHeads = 32) {
+  constexpr int kHeadDim = 128;
   const uint64_t q_rows = static_cast<uint64_t>(rows) * kHeads;
   const int res[5] = {
       make_tensor_map_2d(&tm_q, q, CU_TENSOR_MAP_DATA_TYPE_UINT8, kHeadDim, q_rows, kHeadDim, kHeadDim, q_box_rows,
@@ -757,10 +894,11 @@ inline int make_logits_loop_maps(CUtensorMap& tm_q, CUtensorMap& tm_k, CUtensorM
                                  CUtensorMap& tm_q2, const void* q, const void* k, const float* scales,
                                  const float* weights, float* logits, int64_t ld, int rows, int keys) {
   if (const int e = make_logits_maps(tm_q, tm_k, tm_s, tm_w, tm_q2, q, k, scales, weights, logits, ld, rows, keys,
-                                     Cfg::kQBoxRows, Cfg::kKSliceKeys, Cfg::kBlockRows, Cfg::kWgRows))
+                                     Cfg::kQBoxRows, Cfg::kKSliceKeys, Cfg::kBlockRows, Cfg::kWgRows, Cfg::kHeads))
     return e;
   const int res[1] = {make_tensor_map_2d(&tm_q2, q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 128,
-                                         static_cast<uint64_t>(rows) * 32, 128, 128, 2, CU_TENSOR_MAP_SWIZZLE_128B)};
+                                         static_cast<uint64_t>(rows) * Cfg::kHeads, 128, 128, 2,
+                                         CU_TENSOR_MAP_SWIZZLE_128B)};
   return first_map_error(res, 1);
 }
 
