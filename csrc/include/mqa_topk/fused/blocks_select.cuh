@@ -313,7 +313,10 @@ __device__ __forceinline__ void blocks_check_compact(const Sm90FusedParams& p, u
     });
     __syncwarp();
     if (lane < NS) segcnt[sel_row * NS + lane] = static_cast<uint32_t>((kept + NS - 1 - lane) / NS);
-    if (lane == 0) thr_s[sel_row] = th;
+    if (lane == 0) {
+      thr_s[sel_row] = th;
+      fused_diag_count(p.counter, kFusedCompactWord);
+    }
     __threadfence_block();
   }
   ptx::named_barrier_sync(5 + rg, 256);
@@ -421,8 +424,11 @@ __device__ __noinline__ bool blocks_gate_pair_call(const Sm90FusedParams* pp, in
     const uint32_t smax = __reduce_max_sync(0xffffffffu, ctl->tile_max[r][lane]);
     const uint32_t fast = pair_gate_fast(rw.half_segs(p), pc, rho, smax, rw.hist, lane);  // (0: run the exact select)
     th = static_cast<uint64_t>(fast) << 32;
-    if (fast == 0 && !pair_select(rw.half_segs(p), pc, 0, rho, rw.hist, rw.sk, rw.si, lane, &th, &c_unused) && kg == 0)
+    if (fast == 0 && !pair_select(rw.half_segs(p), pc, 0, rho, rw.hist, rw.sk, rw.si, lane, &th, &c_unused) && kg == 0) {
       th = warp_select_lean(rw.all_segs(p), 0, rho, rw.hist, rw.sk, rw.si, lane);  // heavy ties: one warp
+      if (lane == 0) fused_diag_count(p.counter, kFusedTieGateWord);
+    }
+    if (fast == 0 && kg == 0 && lane == 0) fused_diag_count(p.counter, kFusedExactGateWord);
     if (kg == 0) gk = blocks_cap_gate(ctl, r, ns, static_cast<uint32_t>(th >> 32), lane);
   }
   if (kg == 0) {
@@ -464,6 +470,7 @@ __device__ __noinline__ bool blocks_pair_end_call(const Sm90FusedParams* pp, int
   const int res = pair_finish_row_gated(ps, pc, thr, smax, k, need, gated, start, hist, sk, si, lane, &cands, outf);
   bool ok = res > 0;
   if (res < 0 && kg == 0) {  // heavy ties at the k-th key (or a compacted row with at most k): one warp
+    if (lane == 0) fused_diag_count(p.counter, kFusedTieEndWord);
     ok = warp_finish_row(rw.all_segs(p), thr, k, need, gated, start, hist, sk, si, lane, &cands,
                          [&](int at, int v, uint32_t) { orow[at] = v; });
   }

@@ -23,8 +23,30 @@ struct Sm90FusedParams {
 
 // Workspace header (zeroed before each launch): word 0 the block counter,
 // word 1 the rows found unsafe and redone (a diagnostic: the tests read it).
+// Built with MQA_TOPK_FUSED_DIAGNOSTICS (dev/adversarial_probe.py builds such
+// an extension; the shipped one is built without, since the counts' atomics
+// change the block kernels' register allocation), the block kernels also
+// count their rare paths: word 2 the row compactions, word 3 the block-end
+// selects that fell back to one warp (heavy ties at the k-th key), word 4 the
+// gates that took the exact select (no answer from pair_gate_fast), word 5
+// those that fell back to one warp's select (heavy ties at the gate's rank).
 constexpr int kFusedHeaderBytes = 128;
 constexpr int kFusedRedoWord = 1;
+constexpr int kFusedCompactWord = 2;
+constexpr int kFusedTieEndWord = 3;
+constexpr int kFusedExactGateWord = 4;
+constexpr int kFusedTieGateWord = 5;
+
+// Counts one rare-path event in header word `w` (one thread; a no-op unless
+// built with MQA_TOPK_FUSED_DIAGNOSTICS).
+__device__ __forceinline__ void fused_diag_count(int* counter, int w) {
+#ifdef MQA_TOPK_FUSED_DIAGNOSTICS
+  atomicAdd(counter + w, 1);
+#else
+  (void)counter;
+  (void)w;
+#endif
+}
 
 // Visible keys of a row, clamped to [0, keys] (range_check.cuh: clamp_row_range);
 // *start is the clamped start, which the output indices are relative to.
