@@ -14,6 +14,8 @@
 #   crossover   mqa-topk crossover (writes $OUT/calibration.json)
 #   heads       dev/heads_check.py: the kernels at 16, 32 and 64 heads (exact sets, logits against
 #               float64, every fused kernel) and the headline timed per heads
+#   probe       dev/adversarial_probe.py: the block kernels' rare-path counts and fused / dense time per
+#               adversarial input (builds its own extension with MQA_TOPK_FUSED_DIAGNOSTICS)
 #   deepgemm    DeepGEMM's logits beside ours (needs the ignored .peers/ folder carried: ../shared/peers/README.md)
 #   (default: build gpu-tests verify sanitize headline small-rows)
 # OLD=DIR (absolute): also runs the bench stages on the tree in DIR (an older
@@ -76,6 +78,7 @@ for s in "${stages[@]}"; do
     logits-grid) bench logits-grid --op logits --config logits-grid --paths native ;;
     topk) bench topk --op topk --config topk-grid --random-logits --paths native ;;
     heads) run heads python3 dev/heads_check.py ;;
+    probe) run probe python3 dev/adversarial_probe.py ;;
     crossover) run crossover mqa-topk crossover --out "$OUT/calibration.json" --results "$OUT/crossover.csv" ;;
     deepgemm)
       # DeepGEMM's runtime JIT calls nvcc without -ccbin: put the system compilers first on PATH.
