@@ -6,7 +6,9 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-MACROS = {"MQA_TOPK_HOST_EMULATION"}  # a preprocessor switch of the emulator build, not an environment variable
+# preprocessor switches, not environment variables: the emulator build's, and the
+# fused kernels' rare-path counts (dev/adversarial_probe.py builds with it)
+MACROS = {"MQA_TOPK_HOST_EMULATION", "MQA_TOPK_FUSED_DIAGNOSTICS"}
 
 
 def test_every_environment_variable_is_in_the_readme():
