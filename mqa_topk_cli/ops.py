@@ -6,6 +6,13 @@ The native kernels come from the JIT-built extension (``jit.py``); ops that need
 it raise ``Unavailable`` with one clear line when there is no Hopper GPU or no
 toolchain.
 
+Heads: every op takes the indexer's heads from its q, ``[rows, H, 128]`` with
+H in ``contract.SUPPORTED_HEADS`` (16, 32, 64), and weights ``[rows, H]``
+(another H is a ``ContractError`` naming ``q``, weights of other heads one
+naming ``weights``). 32 and 64 heads run kernels built for them; 16 heads run
+the 32-head kernels on q and weights padded with 16 zero heads (exact: a zero
+head adds +0 to every sum), a per-call copy made by the launcher.
+
 Serving-grade calls (no host sync, CUDA-graph capturable)
 ---------------------------------------------------------
 The default call of every op never synchronises with the host and never copies
@@ -424,6 +431,7 @@ def fused_mqa_topk_prefill(q, k, scales, weights, starts, ends, output, workspac
 
 
 def _fused_choice(rows: int, keys: int, topk: int, device, heads: int):
+    contract.check_heads(heads)
     device = torch.device(device if device is not None else "cuda")
     if device.type != "cuda":
         raise Unavailable(f"fused_mqa_topk_kernel: the fused kernels run on a CUDA (sm_90) GPU; got {device}")
@@ -432,10 +440,11 @@ def _fused_choice(rows: int, keys: int, topk: int, device, heads: int):
     return str(name), int(nbytes)
 
 
-def fused_mqa_topk_kernel(rows: int, keys: int, topk: int, device=None, heads: int = contract.HEADS) -> str:
+def fused_mqa_topk_kernel(rows: int, keys: int, topk: int, device=None, heads: int = contract.DEFAULT_HEADS) -> str:
     """The fused kernel a call of this shape runs by default on ``device``
     (csrc/include/mqa_topk/fused/heuristics.h): "whole", "split", "staged" or
-    "hybrid"."""
+    "hybrid". ``heads``: the heads of the call's q (16, 32 or 64; a call
+    takes them from ``q.shape[1]``)."""
     return _fused_choice(rows, keys, topk, device, heads)[0]
 
 
@@ -445,11 +454,14 @@ def fused_mqa_topk_kernel(rows: int, keys: int, topk: int, device=None, heads: i
 FUSED_CALL_BYTES_CAP = 512 << 20
 
 
-def fused_mqa_topk_call_bytes(rows: int, keys: int, topk: int, device=None, heads: int = contract.HEADS) -> int:
+def fused_mqa_topk_call_bytes(rows: int, keys: int, topk: int, device=None,
+                              heads: int = contract.DEFAULT_HEADS) -> int:
     """Bytes a fused call of this shape allocates beyond the fixed workspace
     (the staged or hybrid kernel's per-call buffer, from the caching
     allocator; 0 for the whole and split kernels). At most
-    ``FUSED_CALL_BYTES_CAP``."""
+    ``FUSED_CALL_BYTES_CAP``. ``heads`` as in ``fused_mqa_topk_kernel``
+    (a 16-head call also copies q and weights padded to 32 heads, which this
+    figure leaves out)."""
     return _fused_choice(rows, keys, topk, device, heads)[1]
 
 
