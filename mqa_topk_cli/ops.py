@@ -59,6 +59,7 @@ from .checks import env_flag, fused_kernel_env
 from .contract import check_logits, check_mqa_inputs, check_output
 from .eligibility import (  # noqa: F401  (re-exported: the eligibility API lives beside the ops)
     fused_mqa_topk_available,
+    fused_mqa_topk_calibration,
     fused_mqa_topk_chunk,
     fused_mqa_topk_min_keys,
     use_fused_mqa_topk,
@@ -454,20 +455,29 @@ def fused_mqa_topk_kernel(rows: int, keys: int, topk: int, device=None, heads: i
 FUSED_CALL_BYTES_CAP = 512 << 20
 
 
+def fused_mqa_topk_padding_bytes(rows: int, heads: int) -> int:
+    """Bytes of the copies of q and weights padded to 32 heads that a call at
+    ``heads`` heads holds (16 heads: ``rows * 32 * (128 + 4)``; else 0). While
+    they are built, a zero half of q (``rows * 16 * 128`` bytes) also exists
+    for a moment."""
+    contract.check_heads(heads)
+    return int(rows) * 32 * (128 + 4) if heads == 16 else 0
+
+
 def fused_mqa_topk_call_bytes(rows: int, keys: int, topk: int, device=None,
                               heads: int = contract.DEFAULT_HEADS) -> int:
-    """Bytes a fused call of this shape allocates beyond the fixed workspace
-    (the staged or hybrid kernel's per-call buffer, from the caching
-    allocator; 0 for the whole and split kernels). At most
-    ``FUSED_CALL_BYTES_CAP``. ``heads`` as in ``fused_mqa_topk_kernel``
-    (a 16-head call also copies q and weights padded to 32 heads, which this
-    figure leaves out)."""
-    return _fused_choice(rows, keys, topk, device, heads)[1]
+    """Bytes a fused call of this shape allocates beyond the fixed workspace,
+    from the caching allocator: the staged or hybrid kernel's per-call buffer
+    (0 for the whole and split kernels; at most ``FUSED_CALL_BYTES_CAP``),
+    plus at 16 heads the padded copies of q and weights
+    (``fused_mqa_topk_padding_bytes``). ``heads`` as in ``fused_mqa_topk_kernel``."""
+    return _fused_choice(rows, keys, topk, device, heads)[1] + fused_mqa_topk_padding_bytes(rows, heads)
 
 
 __all__ = [
     "DEFAULT_MAX_LOGITS_BYTES", "mqa_logits", "top_k_per_row_prefill", "dense_mqa_topk_prefill",
     "fused_mqa_topk_prefill", "fused_mqa_topk_key_scales", "fused_mqa_topk_workspace",
-    "fused_mqa_topk_workspace_bytes", "fused_mqa_topk_kernel", "fused_mqa_topk_call_bytes", "FUSED_CALL_BYTES_CAP", "FUSED_KERNELS", "FUSED_KERNEL", "use_fused_mqa_topk", "fused_mqa_topk_chunk",
+    "fused_mqa_topk_workspace_bytes", "fused_mqa_topk_kernel", "fused_mqa_topk_call_bytes",
+    "fused_mqa_topk_padding_bytes", "fused_mqa_topk_calibration", "FUSED_CALL_BYTES_CAP", "FUSED_KERNELS", "FUSED_KERNEL", "use_fused_mqa_topk", "fused_mqa_topk_chunk",
     "fused_mqa_topk_min_keys", "fused_mqa_topk_available", "contract", "check_errors", "range_error", "CHECKED",
 ]

@@ -595,3 +595,61 @@ def test_crossover_refuses_an_out_file_that_is_not_a_calibration(run, tmp_path, 
     res = run(*XO, "--out", out)
     _one_line_error(res, 2, f"--out {out}: exists and is not a calibration file", "remove it or choose another")
     assert out.read_text() == '{"hello": 1}'
+
+
+# ------------------------------------------------------------ ops helpers
+
+
+def test_the_fused_choice_gets_the_heads_and_counts_the_16_head_padding(monkeypatch):
+    """Bug class: the kernel choice asked at 32 heads whatever the call's, or
+    a 16-head call's padded copies left out of the bytes it allocates."""
+    from mqa_topk_cli import ops
+
+    calls = []
+
+    class Ext:
+        def fused_mqa_topk_choice(self, rows, keys, topk, heads, index):
+            calls.append((rows, keys, topk, heads, index))
+            return "staged", 1000
+
+    monkeypatch.setattr(ops, "_native", lambda: Ext())
+    for heads in HEADS:
+        assert ops.fused_mqa_topk_kernel(64, 4096, 512, device="cuda:0", heads=heads) == "staged"
+        assert calls[-1] == (64, 4096, 512, heads, 0)
+        pad = 64 * 32 * 132 if heads == 16 else 0
+        assert ops.fused_mqa_topk_padding_bytes(64, heads) == pad
+        assert ops.fused_mqa_topk_call_bytes(64, 4096, 512, device="cuda:0", heads=heads) == 1000 + pad
+    assert ops.fused_mqa_topk_kernel(8, 4096, 512, device="cuda:0") == "staged" and calls[-1][3] == 32
+    n = len(calls)
+    for bad in (48, True):
+        with pytest.raises(ContractError, match="^heads: must be one of"):
+            ops.fused_mqa_topk_kernel(8, 4096, 512, device="cuda:0", heads=bad)
+    assert len(calls) == n  # refused before the extension was asked
+
+
+# ------------------------------------------------------------ verify at other heads
+
+
+def test_verify_rejects_a_path_that_drops_heads():
+    """Bug class: a kernel that reads only the first 32 heads of a 64-head
+    indexer passing verification (the reference must sum every head)."""
+    from mqa_topk_cli.path_base import PathImpl
+    from mqa_topk_cli.reference import reference_logits, reference_topk
+    from mqa_topk_cli.verify import verify_case
+
+    class First32(PathImpl):
+        name = "first-32-heads"
+        deterministic_ties = True
+
+        def run(self, w, output):
+            lg = reference_logits(w.q[:, :32].contiguous(), w.k, w.scales, w.weights[:, :32].contiguous(),
+                                  w.starts, w.ends)
+            output.copy_(reference_topk(lg, w.starts, w.ends, w.topk))
+
+    w32 = make_workload("causal", rows=6, keys=900, topk=512, dist="gaussian", seed=5)
+    assert verify_case(w32, First32(), reruns=0).passed  # right at 32 heads
+    w64 = make_workload("causal", rows=6, keys=900, topk=512, dist="gaussian", seed=5, heads=64)
+    r = verify_case(w64, First32(), reruns=0)
+    assert not r.passed and r.heads == 64 and r.tie_equivalent_rows < r.rows
+    good = verify_case(w64, "torch", other="reference", reruns=1)
+    assert good.passed and good.heads == 64, good.errors
