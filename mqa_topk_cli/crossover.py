@@ -748,7 +748,7 @@ def plot_crossover(report: CrossoverReport, path) -> str | None:
     ax.set_xscale("log", base=2)
     ax.set_xlabel("keys")
     ax.set_ylabel(f"time {a} / time {b}  (< 1: {a} faster)")
-    ax.set_title(f"mqa-topk crossover: {a} vs {b}")
+    ax.set_title(f"mqa-topk crossover: {a} vs {b}, {report.heads} heads")
     ax.legend(fontsize=8)
     fig.tight_layout()
     try:
