@@ -32,11 +32,21 @@ from typing import Callable, Iterable, Sequence
 import torch
 
 from . import checks
+from .checks import DEFAULT_HEADS
 from .errors import MqaTopkError, Unavailable, UsageError
 from .timing import time_fn
 
-#: FLOP per visible (row, key) pair: 2 * 32 heads * 128 dims (SPEC §1).
-FLOP_PER_PAIR = 8192
+#: FLOP per visible (row, key) pair at the default 32 heads: 2 * 32 * 128
+#: (SPEC §1). A result's TFLOP/s counts 2 * H * 128 per pair at its own heads
+#: H (``flop_per_pair``), as DeepGEMM counts its logits.
+FLOP_PER_PAIR = 2 * DEFAULT_HEADS * 128
+
+
+def flop_per_pair(heads: int) -> int:
+    """2 * heads * 128: FLOP per visible (row, key) pair at ``heads`` heads."""
+    return 2 * int(heads) * 128
+
+
 #: The headline case (SPEC §1): the default of ``mqa-topk bench``.
 HEADLINE = {
     "name": "headline",
@@ -46,6 +56,7 @@ HEADLINE = {
     "topk": 2048,
     "dist": "gaussian",
     "seed": 0,
+    "heads": DEFAULT_HEADS,
 }
 OPS = ("mqa_topk", "logits", "topk")
 #: Dense paths in order of preference as the speedup baseline (the engine's
@@ -59,7 +70,8 @@ ProgressFn = Callable[[int, int, str], None]
 @dataclass
 class BenchResult:
     """One timed (case, path). Times in ms; ``tflops`` is effective
-    (8192 * visible pairs / median time); ``g_logits_per_s`` (top-k op) is
+    (2 * heads * 128 * visible pairs / median time: 8192 FLOP per pair at 32
+    heads, 16384 at 64); ``g_logits_per_s`` (top-k op) is
     visible logits / median time; ``speedup`` is baseline median / this median."""
 
     case: str
@@ -71,6 +83,7 @@ class BenchResult:
     topk: int
     dist: str
     seed: int
+    heads: int = DEFAULT_HEADS
     visible_pairs: int = 0
     median_ms: float = math.nan
     p20_ms: float = math.nan
@@ -122,14 +135,21 @@ def _free(device, *, failed: bool = False) -> None:
 def _case_fields(case) -> dict:
     """Name/layout/shape of a case dict or Workload, for labelling."""
     if isinstance(case, dict):
+        try:
+            from .workloads import case_heads_topk
+
+            heads, _ = case_heads_topk(case) if "file" not in case else (DEFAULT_HEADS, None)
+        except MqaTopkError:  # a bad heads or model: the case fails when it is built, labelled
+            heads = DEFAULT_HEADS
         return {
-            "case": str(case.get("name") or _auto_name(case)),
+            "case": str(case.get("name") or _auto_name(case, heads)),
             "layout": str(case.get("layout", "causal")),
             "rows": int(case.get("rows", 0) or 0),
             "keys": int(case.get("keys", 0) or 0),
             "topk": int(case.get("topk", 0) or 0),
             "dist": str(case.get("dist", "gaussian")),
             "seed": int(case.get("seed", 0) or 0),
+            "heads": int(heads),
         }
     w = case
     return {
@@ -140,13 +160,15 @@ def _case_fields(case) -> dict:
         "topk": int(w.topk),
         "dist": str(getattr(w, "dist", "") or ""),
         "seed": int(getattr(w, "seed", 0) or 0),
+        "heads": int(w.heads),
     }
 
 
-def _auto_name(case: dict) -> str:
-    """As a config names a case without a name (workloads): layout-dist-rR-kK-tT."""
+def _auto_name(case: dict, heads: int = DEFAULT_HEADS) -> str:
+    """As a config names a case without a name (workloads): layout-dist-rR-kK-tT, then -hH when H != 32."""
+    suffix = f"-h{heads}" if heads != DEFAULT_HEADS else ""
     return (f"{case.get('layout', 'causal')}-{case.get('dist', 'gaussian')}-r{case.get('rows')}-k{case.get('keys')}"
-            f"-t{case.get('topk')}")
+            f"-t{case.get('topk')}{suffix}")
 
 
 def _materialize(case, device):
@@ -363,7 +385,7 @@ def run_bench(
         try:
             w = _materialize(case, device)
             # the shape as built: a case naming a recorded file (or ragged lengths) does not give it
-            info.update(rows=int(w.rows), keys=int(w.keys), topk=int(w.topk))
+            info.update(rows=int(w.rows), keys=int(w.keys), topk=int(w.topk), heads=int(w.heads))
             if isinstance(case, dict) and "file" in case:
                 info.update(layout=str(w.layout or "recorded"), dist=str(w.dist or ""), seed=int(w.seed or 0))
             info["visible_pairs"] = int(w.visible_pairs)
@@ -386,7 +408,7 @@ def run_bench(
                         if op == "topk":
                             res.g_logits_per_s = res.visible_pairs / sec / 1e9
                         else:
-                            res.tflops = FLOP_PER_PAIR * res.visible_pairs / sec / 1e12
+                            res.tflops = flop_per_pair(res.heads) * res.visible_pairs / sec / 1e12
                 except Exception as e:  # noqa: BLE001 -- labelled, the sweep goes on
                     res.status = status_of(e)
                 finally:
@@ -468,6 +490,6 @@ def bench_result_from_dict(d: dict) -> BenchResult:
 
 
 __all__ = [
-    "BenchResult", "HEADLINE", "OPS", "FLOP_PER_PAIR", "run_bench", "fp8_gemm_ceiling", "status_of",
+    "BenchResult", "HEADLINE", "OPS", "FLOP_PER_PAIR", "flop_per_pair", "run_bench", "fp8_gemm_ceiling", "status_of",
     "write_results", "results_frame", "as_records",
 ]

@@ -22,9 +22,39 @@ from .errors import Unavailable, UsageError
 #: Largest key count the native kernels accept (indices fit int32 with room;
 #: the fused kernel's workspace is sized for this). ``contract.MAX_KEYS``.
 MAX_KEYS = 1 << 22
-#: Largest row count: the C++ launchers index ``rows * 32`` head rows with
-#: int32 (``launch_common.h``: rows <= 2**31 / 32 - 1). ``contract.MAX_ROWS``.
-MAX_ROWS = (1 << 31) // 32 - 1
+#: Indexer heads the ops take (q ``[rows, heads, 128]``, weights ``[rows,
+#: heads]``): 16 (run by the kernels as 32 with zero heads), 32 (GLM-5, the
+#: default) and 64 (DeepSeek-V3.2 and V4). ``contract.SUPPORTED_HEADS``.
+SUPPORTED_HEADS = (16, 32, 64)
+#: The heads of the headline case and of every case that does not say.
+DEFAULT_HEADS = 32
+
+
+def _heads_text() -> str:
+    """'16, 32 or 64'."""
+    return ", ".join(map(str, SUPPORTED_HEADS[:-1])) + f" or {SUPPORTED_HEADS[-1]}"
+
+
+def check_heads(heads, name: str = "heads") -> int:
+    """``heads`` when it is one of ``SUPPORTED_HEADS`` (an int; bools are
+    refused), else ``UsageError`` naming ``name``."""
+    if isinstance(heads, bool) or not isinstance(heads, int) or heads not in SUPPORTED_HEADS:
+        raise UsageError(f"{name}: must be {_heads_text()} (indexer heads), got {heads!r}")
+    return heads
+
+
+def max_rows(heads: int = DEFAULT_HEADS) -> int:
+    """Largest row count at ``heads`` heads: the C++ launchers index
+    ``rows * heads`` head rows with int32 (``launch_common.h``: rows <=
+    2**31 / heads - 1)."""
+    return (1 << 31) // check_heads(heads) - 1
+
+
+#: Largest row count at the default 32 heads (``max_rows(32)``). ``contract.MAX_ROWS``.
+MAX_ROWS = max_rows(DEFAULT_HEADS)
+#: Largest row count at any supported heads (``max_rows(16)``): the bound of
+#: the ``--rows`` options, before a case's own heads are known.
+MAX_ROWS_ANY_HEADS = max(max_rows(h) for h in SUPPORTED_HEADS)
 #: Seeds are int64 values of a ``torch.Generator`` (larger ones overflow, and
 #: 2**63 .. 2**64-1 alias negative seeds).
 MAX_SEED = (1 << 63) - 1
@@ -46,10 +76,11 @@ MAX_BLOCK_ROWS = 1024
 #: Largest ``confirm`` of a crossover (grid points that must follow a crossover).
 MAX_CONFIRM = 64
 #: Peak bytes per row and per key while a workload is generated: the
-#: generators build q ``[rows, 32, 128]`` and k ``[keys, 128]`` in fp32 and
+#: generators build q ``[rows, heads, 128]`` and k ``[keys, 128]`` in fp32 and
 #: combine up to ~3 temporaries of that size before the fp8 cast (measured
-#: peak on a CPU: 37-48 KiB per row), so 4 fp32 copies are budgeted.
-GEN_BYTES_PER_ROW = 4 * 32 * 128 * 4 + 32 * 4 * 4 + 8 * 8
+#: peak on a CPU at 32 heads: 37-48 KiB per row), so 4 fp32 copies are
+#: budgeted. Per row at 32 heads; ``generation_bytes`` scales it with heads.
+GEN_BYTES_PER_ROW = 4 * DEFAULT_HEADS * 128 * 4 + DEFAULT_HEADS * 4 * 4 + 8 * 8
 GEN_BYTES_PER_KEY = 4 * 128 * 4 + 4 * 4
 #: Workload layouts and score distributions (``workloads`` generates them; here so
 #: that the CLI lists them in its help without importing torch).
@@ -84,9 +115,10 @@ def check_choice(value, name: str, choices: tuple) -> object:
     return value
 
 
-def check_rows(rows, name: str = "rows") -> int:
-    return check_int(rows, name, 1, MAX_ROWS, " (a workload needs at least one row; the kernels index rows * 32 "
-                                              "with int32)")
+def check_rows(rows, name: str = "rows", heads: int = DEFAULT_HEADS) -> int:
+    """1 <= rows <= ``max_rows(heads)``."""
+    return check_int(rows, name, 1, max_rows(heads), f" (a workload needs at least one row; the kernels index rows "
+                                                     f"* {heads} heads with int32)")
 
 
 def check_keys(keys, name: str = "keys") -> int:
@@ -114,9 +146,10 @@ def check_number(value, name: str, *, lo: float, hi: float, lo_open: bool = Fals
 # ------------------------------------------------------------ memory, before allocating
 
 
-def generation_bytes(rows: int, keys: int) -> int:
-    """Peak bytes that generating a workload of ``rows`` x ``keys`` needs."""
-    return int(rows) * GEN_BYTES_PER_ROW + int(keys) * GEN_BYTES_PER_KEY
+def generation_bytes(rows: int, keys: int, heads: int = DEFAULT_HEADS) -> int:
+    """Peak bytes that generating a workload of ``rows`` x ``keys`` at ``heads`` heads needs."""
+    per_row = 4 * int(heads) * 128 * 4 + int(heads) * 4 * 4 + 8 * 8
+    return int(rows) * per_row + int(keys) * GEN_BYTES_PER_KEY
 
 
 def _meminfo_available() -> int | None:
@@ -179,13 +212,14 @@ def check_memory(need: int, device, name: str, what: str) -> None:
                          f"use fewer rows or keys")
 
 
-def check_generation(rows: int, keys: int, device) -> None:
+def check_generation(rows: int, keys: int, device, heads: int = DEFAULT_HEADS) -> None:
     """Before generating a workload: sizes within the limits, and the memory
     it takes to build available on ``device``."""
-    check_rows(rows)
+    check_rows(rows, heads=heads)
     check_keys(keys)
-    check_memory(generation_bytes(rows, keys), device, "rows",
-                 f"generating {rows} rows x {keys} keys")
+    at = "" if heads == DEFAULT_HEADS else f" at {heads} heads"
+    check_memory(generation_bytes(rows, keys, heads), device, "rows",
+                 f"generating {rows} rows x {keys} keys{at}")
 
 
 # ------------------------------------------------------------ output files
@@ -330,7 +364,8 @@ def check_matplotlib(option: str = "--plot") -> None:
 
 
 __all__ = [
-    "MAX_KEYS", "MAX_ROWS", "MAX_SEED", "MAX_WARMUP_MS", "MAX_REPS", "MAX_RERUNS", "MAX_TOL_REL", "MAX_SMS",
+    "MAX_KEYS", "MAX_ROWS", "MAX_ROWS_ANY_HEADS", "SUPPORTED_HEADS", "DEFAULT_HEADS", "check_heads", "max_rows",
+    "MAX_SEED", "MAX_WARMUP_MS", "MAX_REPS", "MAX_RERUNS", "MAX_TOL_REL", "MAX_SMS",
     "MAX_BLOCK_ROWS", "MAX_CONFIRM", "check_int",
     "check_choice",
     "check_rows", "check_keys", "check_seed", "check_number", "generation_bytes", "available_bytes",

@@ -22,6 +22,7 @@ from pathlib import Path
 import click
 
 from . import __version__, checks
+from .models import MODEL_NAMES, models_help
 from .errors import ContractError, MqaTopkError, Unavailable, UsageError, VerificationFailed, path_unavailable
 
 PROG = "mqa-topk"
@@ -333,8 +334,8 @@ def _config_file(name: str, option: str = "--config") -> Path:
 def shape_options(f):
     """--rows --keys --topk --layout --dist --seed (all optional)."""
     opts = [
-        click.option("--rows", type=click.IntRange(min=1, max=checks.MAX_ROWS), default=None,
-                     help="Query rows of one case."),
+        click.option("--rows", type=click.IntRange(min=1, max=checks.MAX_ROWS_ANY_HEADS), default=None,
+                     help=f"Query rows of one case (at most 2^31 / heads - 1: {checks.MAX_ROWS} at 32 heads)."),
         click.option("--keys", type=click.IntRange(min=1, max=checks.MAX_KEYS), default=None,
                      help="Keys (context length) of one case, at most the key limit (MAX_KEYS)."),
         click.option("--topk", type=click.Choice(["512", "1024", "2048"]), default=None, help="Top-k."),
@@ -349,6 +350,41 @@ def shape_options(f):
     for o in reversed(opts):
         f = o(f)
     return f
+
+
+def model_options(f):
+    """--model NAME --heads N (both optional)."""
+    opts = [
+        click.option("--model", type=click.Choice(MODEL_NAMES, case_sensitive=False), default=None,
+                     help=f"Model preset: its indexer heads for every generated case, and its topk for the one "
+                          f"case that shape flags (or the default) build: {models_help()}."),
+        click.option("--heads", type=click.Choice([str(h) for h in checks.SUPPORTED_HEADS]), default=None,
+                     help=f"Indexer heads of every generated case (q [rows, heads, 128], weights [rows, heads]); "
+                          f"overrides --model's [default: {checks.DEFAULT_HEADS}, or the model's]. Recorded "
+                          f"workload files keep the heads of their tensors."),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def _model_heads(model: str | None, heads: str | None):
+    """(the --model preset or None, the heads every generated case takes or
+    None: --heads, else the model's)."""
+    from .models import get_model
+
+    m = get_model(model) if model else None
+    h = int(heads) if heads is not None else (m.heads if m else None)
+    return m, h
+
+
+def _heads_apply(option: str, cases: list[dict], generated: bool) -> None:
+    """A heads option with nothing generated to apply to (only --workload
+    files, whose heads come from their tensors) is a usage error."""
+    if not generated and all("file" in c for c in cases):
+        raise UsageError(f"{option}: sets the heads of generated cases, and the --workload files are recorded "
+                         f"ones (their heads come from their tensors); give --config or shape flags too, or leave "
+                         f"out {option}")
 
 
 def timing_options(f):
@@ -368,13 +404,16 @@ def timing_options(f):
     return f
 
 
-def _case_from_flags(base: dict, rows, keys, topk, layout, dist, seed) -> dict:
+def _case_from_flags(base: dict, rows, keys, topk, layout, dist, seed, heads=None) -> dict:
+    from .workloads import heads_suffix
+
     case = dict(base)
     for k, v in (("rows", rows), ("keys", keys), ("topk", int(topk) if topk else None), ("layout", layout),
-                 ("dist", dist), ("seed", seed)):
+                 ("dist", dist), ("seed", seed), ("heads", heads)):
         if v is not None:
             case[k] = v
-    case["name"] = f"{case['layout']}-{case['dist']}-r{case['rows']}-k{case['keys']}-t{case['topk']}"
+    case["name"] = (f"{case['layout']}-{case['dist']}-r{case['rows']}-k{case['keys']}-t{case['topk']}"
+                    f"{heads_suffix(case.get('heads', checks.DEFAULT_HEADS))}")
     return case
 
 
@@ -526,14 +565,15 @@ def _bench_table(results, op: str):
     from rich.table import Table
 
     t = Table(title=f"mqa-topk bench ({op})")
-    cols = ["case", "path", "rows", "keys", "topk", "median ms", "p20 ms", "p80 ms",
+    cols = ["case", "path", "rows", "keys", "heads", "topk", "median ms", "p20 ms", "p80 ms",
             "G logits/s" if op == "topk" else "TFLOP/s", "speedup", "status"]
     for c in cols:
         t.add_column(c, justify="left" if c in ("case", "path", "status") else "right")
     for r in results:
         rate = r.g_logits_per_s if op == "topk" else r.tflops
         sp = f"{r.speedup:.2f}x vs {r.baseline}" if r.baseline and math.isfinite(r.speedup) else "-"
-        t.add_row(r.case, r.path, str(r.rows or "-"), str(r.keys or "-"), str(r.topk or "-"), _fmt(r.median_ms),
+        t.add_row(r.case, r.path, str(r.rows or "-"), str(r.keys or "-"), str(getattr(r, "heads", "") or "-"),
+                  str(r.topk or "-"), _fmt(r.median_ms),
                   _fmt(r.p20_ms), _fmt(r.p80_ms), _fmt(rate, 1), sp, _status_style(r.status))
     return t
 
@@ -550,14 +590,17 @@ def _bench_table(results, op: str):
 @click.option("--op", type=click.Choice(["mqa_topk", "logits", "topk"]), default="mqa_topk", show_default=True,
               help="What to time: the whole op, the logits alone (with the fp8 GEMM ceiling), or the top-k alone.")
 @click.option("--random-logits", is_flag=True, help="--op topk: time on random logits instead of the workload's.")
+@model_options
 @click.option("--device", default=None, callback=_v_device, help="cuda, cuda:N or cpu (tiny shapes) [default: cuda].")
 @timing_options
 @click.option("--out", default=None, callback=_v_out, help="Write results to FILE.csv or FILE.json (environment stamped in).")
-def bench(rows, keys, topk, layout, dist, seed, paths_, config, case_names, workload_files, op, random_logits, device,
-          reps, warmup, cold_l2, graph, out) -> None:
-    """Time paths on the headline case (default), a one-case shape given by
-    flags, a sweep config, or recorded workload files; report median/p20/p80
-    ms, effective TFLOP/s and the speedup over the dense path."""
+def bench(rows, keys, topk, layout, dist, seed, paths_, config, case_names, workload_files, op, random_logits, model,
+          heads, device, reps, warmup, cold_l2, graph, out) -> None:
+    """Time paths on the headline case (default: 32 heads, top-2048), a
+    one-case shape given by flags, a model preset (--model), a sweep config,
+    or recorded workload files; report median/p20/p80 ms, effective TFLOP/s
+    (2 x heads x 128 FLOP per visible pair) and the speedup over the dense
+    path."""
     checks.check_environment()  # the environment variables, before any work
     from . import bench as bench_mod
     from . import workloads
@@ -571,14 +614,19 @@ def bench(rows, keys, topk, layout, dist, seed, paths_, config, case_names, work
         raise UsageError("--case: only with --config")
     if random_logits and op != "topk":
         raise UsageError("--random-logits: only with --op topk")
-    cases = (_select_cases(config, case_names) if config else []) + workloads.file_cases(workload_files)
+    m, heads_ = _model_heads(model, heads)
+    cases = workloads.with_heads(_select_cases(config, case_names) if config else [], heads_)
+    cases += workloads.file_cases(workload_files)
     case = None  # the case the shape flags build (the headline when nothing else is given)
     if flags or not (config or workload_files):
-        case = _case_from_flags(bench_mod.HEADLINE, rows, keys, topk, layout, dist, seed)
-        if not flags:
-            case["name"] = "headline"
+        topk_ = topk or (m.topk if m else None)
+        case = _case_from_flags(bench_mod.HEADLINE, rows, keys, topk_, layout, dist, seed, heads_)
+        if not flags and case["topk"] == bench_mod.HEADLINE["topk"]:
+            case["name"] = workloads.name_with_heads("headline", case["heads"])
         workloads.check_case(case)
     cases = _reseed(cases, seed, generated=case is not None)
+    if heads_ is not None:
+        _heads_apply("--heads" if heads else "--model", cases, generated=case is not None)
     bench_mod.check_external_paths(paths_ or [], device or "cuda")  # one that cannot run here: one line, exit 1
     dev = _resolve_device(device, default="cuda")
     if config:
@@ -651,6 +699,7 @@ def _verify_rows(results) -> list[dict]:
 @click.option("--workload", "workload_files", multiple=True, type=click.Path(dir_okay=False),
               help="A recorded workload file (repeatable).")
 @shape_options
+@model_options
 @click.option("--other", default=None, callback=_v_path_name, help="Also compare index sets with this path (diagnostic).")
 @click.option("--reruns", type=click.IntRange(min=0, max=checks.MAX_RERUNS), default=2, show_default=True,
               help="Reruns for the determinism check.")
@@ -661,11 +710,12 @@ def _verify_rows(results) -> list[dict]:
                    "[default: verify.DEFAULT_TOL_REL = 2^-12].")
 @click.option("--device", default=None, callback=_v_device, help="cuda, cuda:N, cpu or auto [default: auto].")
 @click.option("--out", default=None, callback=_v_out, help="Write results to FILE.csv or FILE.json.")
-def verify(paths_, config, case_names, workload_files, rows, keys, topk, layout, dist, seed, other, reruns,
-           precision, tol_rel, device, out) -> None:
+def verify(paths_, config, case_names, workload_files, rows, keys, topk, layout, dist, seed, model, heads, other,
+           reruns, precision, tol_rel, device, out) -> None:
     """Check paths against the reference, layer by layer (validity, tie-aware
     optimality, exact-set diagnostic, determinism, inputs unchanged). Exit 1 on
-    any failure."""
+    any failure. --model / --heads run the cases at a model's heads (the
+    config's cases keep their topk)."""
     checks.check_environment()  # the environment variables, before any work
     from rich.table import Table
 
@@ -678,16 +728,19 @@ def verify(paths_, config, case_names, workload_files, rows, keys, topk, layout,
     flags = any(v is not None for v in (rows, keys, topk, layout, dist))  # (--seed reseeds, as in bench)
     if case_names and (workload_files or flags) and not config:
         raise UsageError("--case: selects cases of --config; give --config too")
+    m, heads_ = _model_heads(model, heads)
     cases = []
     if config or not (workload_files or flags):
-        cases = _select_cases(config or "verify", case_names)
+        cases = workloads.with_heads(_select_cases(config or "verify", case_names), heads_)
     cases = _reseed(cases, seed, generated=flags)
     file_cases = workloads.file_cases(workload_files)
+    if heads_ is not None:
+        _heads_apply("--heads" if heads else "--model", cases + file_cases, generated=flags)
     flag_case = None
     if flags:
         base = {"name": "flags", "layout": "causal", "rows": 64, "keys": 4096, "topk": 512, "dist": "gaussian",
                 "seed": 0}
-        flag_case = _case_from_flags(base, rows, keys, topk, layout, dist, seed)
+        flag_case = _case_from_flags(base, rows, keys, topk or (m.topk if m else None), layout, dist, seed, heads_)
         workloads.check_case(flag_case)  # bad flags: one line, exit 2
     dev = _resolve_device(device, default="auto")
     sources: list = []  # (label, zero-arg builder, case dict (labels a failure), workload file or None)
@@ -718,7 +771,8 @@ def verify(paths_, config, case_names, workload_files, rows, keys, topk, layout,
             except Exception as e:  # labelled, and the other cases go on (as in bench)
                 for n in names:
                     results.append(verify_mod.failed_case(label, n, e, rows=info.get("rows"), keys=info.get("keys"),
-                                                          topk=info.get("topk"), file=file))
+                                                          topk=info.get("topk"), file=file,
+                                                          heads=info.get("heads")))
                     done += 1
                     prog(done, total, f"{label} / {n}: FAIL ({results[-1].status})")
                 continue
@@ -738,14 +792,15 @@ def verify(paths_, config, case_names, workload_files, rows, keys, topk, layout,
             del w, ref_cache
     t = Table(title="mqa-topk verify")
     files = any(r.file for r in results)  # name the recorded workload files when there are any
-    for c in ("case", "path", *(("file",) if files else ()), "rows", "keys", "topk", "valid rows", "tie-equiv rows",
+    for c in ("case", "path", *(("file",) if files else ()), "rows", "keys", "heads", "topk", "valid rows",
+              "tie-equiv rows",
               "exact-set rate", "max violation", "deterministic", "result"):
         t.add_column(c, justify="left" if c in ("case", "path", "file", "result") else "right")
     for r in results:
         rate = r.exact_set_rate
         ran = r.status == "ok"  # else the checks did not run: "-", and the reason is printed below the table
         t.add_row(str(r.case), str(r.path), *((r.file or "-",) if files else ()), str(r.rows or "-"),
-                  str(r.keys or "-"), str(r.topk or "-"), f"{r.valid_rows}/{r.rows}" if ran else "-",
+                  str(r.keys or "-"), str(r.heads or "-"), str(r.topk or "-"), f"{r.valid_rows}/{r.rows}" if ran else "-",
                   str(r.tie_equivalent_rows) if ran else "-", _fmt(rate, 4) if rate is not None else "-",
                   (f"{r.max_violation:.3g}" if isinstance(r.max_violation, float) else _fmt(r.max_violation))
                   if ran else "-", _fmt(r.deterministic) if ran else "-", _status_style("pass" if r.passed else "FAIL"))
@@ -770,7 +825,7 @@ def verify(paths_, config, case_names, workload_files, rows, keys, topk, layout,
 @click.option("--paths", "paths_", default=None, callback=_v_paths,
               help="Two paths A,B: where A starts to beat B [default: the config's, fused,native].")
 @click.option("--topks", default=None, callback=_v_topk_list, help="Comma list of topks (overrides the config).")
-@click.option("--rows", "rows_list", default=None, callback=_v_int_list_upto(checks.MAX_ROWS, "row limit"),
+@click.option("--rows", "rows_list", default=None, callback=_v_int_list_upto(checks.MAX_ROWS_ANY_HEADS, "row limit"),
               help="Comma list of row counts (overrides).")
 @click.option("--keys", "keys_list", default=None, callback=_v_int_list_upto(checks.MAX_KEYS, "key limit"),
               help=f"Comma list of key counts, each at most the key limit {checks.MAX_KEYS} (overrides the grid).")
@@ -785,18 +840,26 @@ def verify(paths_, config, case_names, workload_files, rows, keys, topk, layout,
 @click.option("--wave-keys", type=click.IntRange(min=1, max=checks.MAX_KEYS), default=None,
               help="Key count of the wave table [default: config].")
 @click.option("--wave-topk", type=click.Choice(["512", "1024", "2048"]), default=None, help="Top-k of the wave table.")
+@click.option("--model", type=click.Choice(MODEL_NAMES, case_sensitive=False), default=None,
+              help=f"Model preset: its heads, and its topk as --topks and --wave-topk unless given: {models_help()}.")
+@click.option("--heads", type=click.Choice([str(h) for h in checks.SUPPORTED_HEADS]), default=None,
+              help=f"Indexer heads to measure (the calibration entry written is for these heads); overrides "
+                   f"--model's [default: the config's, {checks.DEFAULT_HEADS}].")
 @click.option("--device", default=None, callback=_v_device, help="cuda, cuda:N or cpu [default: cuda].")
 @timing_options
 @click.option("--out", default=None, callback=_v_file((".json",)),
-              help="Write the calibration JSON here (use it with MQA_TOPK_CALIBRATION).")
+              help="Write the calibration JSON here (use it with MQA_TOPK_CALIBRATION): this run's entry for its "
+                   "heads, and the other heads' entries of the file when it is a calibration already, else of "
+                   "the calibration in effect.")
 @click.option("--results", "results_out", default=None, callback=_v_out, help="Also write the raw timings (.csv/.json).")
 @click.option("--plot", default=None, callback=_v_file(checks.PLOT_SUFFIXES),
               help="Write a PNG (or .pdf/.svg) plot of time ratio vs keys (needs matplotlib).")
 def crossover(config, paths_, topks, rows_list, keys_list, confirm, block_rows, sms, wave, wave_keys, wave_topk,
-              device, reps, warmup, cold_l2, graph, out, results_out, plot) -> None:
+              model, heads, device, reps, warmup, cold_l2, graph, out, results_out, plot) -> None:
     """Find the key count from which the fused path beats the dense one, per
-    topk; recommend min-keys thresholds; check the wave rule; write a
-    calibration file."""
+    topk, at one heads count (--heads / --model; default 32); recommend
+    min-keys thresholds; check the wave rule; write a calibration file (one
+    entry per heads, merged into --out when it holds one)."""
     checks.check_environment()  # the environment variables, before any work
     from rich.table import Table
 
@@ -809,6 +872,13 @@ def crossover(config, paths_, topks, rows_list, keys_list, confirm, block_rows, 
         if len(paths_) != 2:
             raise UsageError("--paths: name exactly two paths, A,B (e.g. fused,native)")
         sweep["paths"] = paths_
+    m, heads_ = _model_heads(model, heads)
+    if heads_ is not None:
+        sweep["heads"] = heads_
+    if m is not None:
+        sweep["model"] = m.name
+        sweep["topks"] = [m.topk]
+        sweep["wave"]["topk"] = m.topk
     if topks:
         sweep["topks"] = topks
     if rows_list:
@@ -825,6 +895,15 @@ def crossover(config, paths_, topks, rows_list, keys_list, confirm, block_rows, 
     dev = device or "cuda"
     if plot:
         checks.check_matplotlib("--plot")  # before the run, not after it
+    base = None  # an existing calibration at --out: its other heads' entries are kept
+    if out and Path(out).is_file() and Path(out).stat().st_size > 0:
+        from . import eligibility
+
+        try:
+            base = eligibility.load_calibration(out)
+        except UsageError as e:
+            raise UsageError(f"--out {out}: exists and is not a calibration file, which this run would replace "
+                             f"({e}); remove it or choose another file") from None
     xo.check_paths_available(sweep["paths"], dev)  # e.g. "the fused path is unavailable here (...)"
     dev = _resolve_device(dev, default="cuda")
     _cpu_notes(dev, graph=graph, cases=[{"rows": max(sweep["rows"]), "keys": max(sweep["keys"])}],
@@ -832,10 +911,11 @@ def crossover(config, paths_, topks, rows_list, keys_list, confirm, block_rows, 
                hint="give small --rows and --keys lists, e.g. --rows 8 --keys 600,1200,2400")
     with _progress("crossover") as prog:
         rep = xo.run_crossover(sweep, device=dev, reps=reps, warmup=warmup, cold_l2=cold_l2, graph=graph,
-                               progress=prog, block_rows=block_rows, sms=sms, confirm=confirm, wave=wave)
+                               progress=prog, block_rows=block_rows, sms=sms, confirm=confirm, wave=wave, base=base)
     a, b = rep.paths
+    entry = rep.entry
     con = _console()
-    g = Table(title=f"timings: {a} vs {b} (median ms)")
+    g = Table(title=f"timings: {a} vs {b}, {rep.heads} heads (median ms)")
     for c in ("topk", "rows", "keys", f"{a} ms", f"{b} ms", f"{a}/{b}", "winner", "status"):
         g.add_column(c, justify="left" if c in ("winner", "status") else "right")
     for p in rep.grid:
@@ -845,9 +925,9 @@ def crossover(config, paths_, topks, rows_list, keys_list, confirm, block_rows, 
         g.add_row(str(p["topk"]), str(p["rows"]), str(p["keys"]), _fmt(ta), _fmt(tb), _fmt(ratio, 3),
                   (a if ratio < 1 else b) if ratio else "-", _status_style(status))
     con.print(g)
-    engine = rep.calibration["measured"].get("engine")  # set when an external path was measured
+    engine = entry["measured"].get("engine")  # set when an external path was measured
     engine_now = {int(t): v for t, v in engine["defaults"].items()} if engine else xo.SM100_MIN_KEYS
-    s = Table(title="crossover and recommended min keys")
+    s = Table(title=f"crossover and recommended min keys ({rep.heads} heads)")
     for c in ("topk", "rows", "crossover keys", "recommended min_keys", "current calibration", "SM100 default"):
         s.add_column(c, justify="right")
     for c in rep.crossovers:
@@ -857,7 +937,7 @@ def crossover(config, paths_, topks, rows_list, keys_list, confirm, block_rows, 
                   _fmt(rep.current.get(c["topk"])), _fmt(engine_now.get(c["topk"])))
     con.print(s)
     if rep.wave:
-        cal = rep.calibration
+        cal = entry
         w = Table(title=f"wave rule at {sweep['wave']['keys']} keys, top-{sweep['wave']['topk']} "
                         f"(block rows {cal['block_rows']}, {cal['sms']} SMs, dense rows/call {rep.wave[0]['dense_rows']})")
         for c in ("rows", "blocks", "last wave", "2*last_wave>=sms", "predicted", f"{a} ms", f"{b} ms", "measured", "agree"):
@@ -877,7 +957,9 @@ def crossover(config, paths_, topks, rows_list, keys_list, confirm, block_rows, 
     env = environment(dev)
     if out:
         p = xo.write_calibration(out, rep.calibration)
-        click.echo(f"wrote calibration {p} (use it with MQA_TOPK_CALIBRATION={p})")
+        held = ", ".join(map(str, sorted({rep.heads, *rep.kept_heads})))
+        click.echo(f"wrote calibration {p}: the entry for {rep.heads} heads (entries for {held} heads in all; use it "
+                   f"with MQA_TOPK_CALIBRATION={p})")
     if results_out:
         _write_out(results_out, rep.results, env, option="--results")
     if plot:

@@ -19,11 +19,20 @@ from __future__ import annotations
 
 import torch
 
-from .checks import MAX_KEYS, MAX_ROWS  # noqa: F401  (the limits live in checks.py, torch-free)
+from .checks import DEFAULT_HEADS, MAX_KEYS, MAX_ROWS, SUPPORTED_HEADS, max_rows  # noqa: F401  (torch-free)
 from .errors import ContractError
 
-HEADS = 32
+#: Heads the ops take: q ``[rows, heads, 128]`` and weights ``[rows, heads]``
+#: with heads in SUPPORTED_HEADS (16, 32, 64; checks.py). ``HEADS`` is the
+#: default (32), kept under its old name for callers of earlier versions; the
+#: ops take the heads of each call from q.
+HEADS = DEFAULT_HEADS
 HEAD_DIM = 128
+_HEADS_SET = frozenset(SUPPORTED_HEADS)
+#: rows * heads must stay below this (int32 head-row indices): rows <= max_rows(heads).
+_INT32_LIMIT = 1 << 31
+#: The q shape of the contract in words (the C++ launchers say the same).
+Q_SHAPE = "[rows, heads, 128] with heads " + ", ".join(map(str, SUPPORTED_HEADS[:-1])) + f" or {SUPPORTED_HEADS[-1]}"
 TOPKS = (512, 1024, 2048)
 FP8 = torch.float8_e4m3fn
 _F32 = torch.float32
@@ -54,6 +63,18 @@ def _contig(name: str, t: torch.Tensor) -> None:
 def _aligned(name: str, t: torch.Tensor, align: int = 16) -> None:
     if t.numel() and t.data_ptr() % align:
         raise ContractError(name, f"data pointer must be {align}-byte aligned")
+
+
+def check_heads(heads, name: str = "heads") -> int:
+    """``heads`` when it is one of ``SUPPORTED_HEADS``, else ``ContractError`` naming ``name``."""
+    if isinstance(heads, bool) or not isinstance(heads, int) or heads not in _HEADS_SET:
+        raise ContractError(name, f"must be one of {SUPPORTED_HEADS}, got {heads!r}")
+    return heads
+
+
+def mqa_heads(q) -> int:
+    """The heads of a q tensor that passed ``check_mqa_inputs`` (its dim 1)."""
+    return int(q.shape[1])
 
 
 def check_topk(topk) -> int:
@@ -93,9 +114,9 @@ def _mqa_inputs_ok(q, k, scales, weights, starts, ends) -> bool:
         dev = q.get_device()
         return (q.dtype is FP8 and k.dtype is FP8 and scales.dtype is _F32 and weights.dtype is _F32
                 and starts.dtype is _I32 and ends.dtype is _I32
-                and len(qs) == 3 and qs[1] == HEADS and qs[2] == HEAD_DIM
+                and len(qs) == 3 and qs[1] in _HEADS_SET and qs[2] == HEAD_DIM and rows * qs[1] < _INT32_LIMIT
                 and len(ks) == 2 and ks[1] == HEAD_DIM and keys <= MAX_KEYS
-                and scales.shape == (keys,) and weights.shape == (rows, HEADS)
+                and scales.shape == (keys,) and weights.shape == (rows, qs[1])
                 and starts.shape == (rows,) and ends.shape == (rows,)
                 and q.is_contiguous() and k.is_contiguous() and scales.is_contiguous()
                 and weights.is_contiguous() and starts.is_contiguous() and ends.is_contiguous()
@@ -128,11 +149,12 @@ def _check_mqa_inputs_slow(q, k, scales, weights, starts, ends) -> tuple[int, in
     starts = _tensor("starts", starts)
     ends = _tensor("ends", ends)
     _dtype("q", q, FP8)
-    if q.dim() != 3 or q.shape[1] != HEADS or q.shape[2] != HEAD_DIM:
-        raise ContractError("q", f"expected shape [rows, {HEADS}, {HEAD_DIM}], got {list(q.shape)}")
-    rows = q.shape[0]
-    if rows > MAX_ROWS:
-        raise ContractError("q", f"{rows} rows exceeds the limit of {MAX_ROWS}")
+    if q.dim() != 3 or q.shape[1] not in _HEADS_SET or q.shape[2] != HEAD_DIM:
+        raise ContractError("q", f"expected shape {Q_SHAPE}, got {list(q.shape)}")
+    rows, heads = q.shape[0], q.shape[1]
+    if rows > max_rows(heads):
+        raise ContractError("q", f"{rows} rows exceeds the limit of {max_rows(heads)} at {heads} heads "
+                                 f"(rows * heads must fit int32)")
     _dtype("k", k, FP8)
     if k.dim() != 2 or k.shape[1] != HEAD_DIM:
         raise ContractError("k", f"expected shape [keys, {HEAD_DIM}], got {list(k.shape)}")
@@ -144,7 +166,9 @@ def _check_mqa_inputs_slow(q, k, scales, weights, starts, ends) -> tuple[int, in
     _dtype("scales", scales, torch.float32)
     _shape("scales", scales, (keys,), "[keys]")
     _dtype("weights", weights, torch.float32)
-    _shape("weights", weights, (rows, HEADS), f"[rows, {HEADS}]")
+    if tuple(weights.shape) != (rows, heads):
+        raise ContractError("weights", f"expected shape [rows, heads] = {[rows, heads]} (the heads of q), "
+                                       f"got {list(weights.shape)}")
     for name, t in (("starts", starts), ("ends", ends)):
         _dtype(name, t, torch.int32)
         _shape(name, t, (rows,), "[rows]")

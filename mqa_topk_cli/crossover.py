@@ -132,16 +132,17 @@ def dense_rows_per_call(keys: int, max_logits_bytes: int | None = None) -> int:
 def wave_table(rows_list: Sequence[int], *, keys: int, topk: int, sms: int, block_rows: int,
                t_a: Sequence[float] | None = None, t_b: Sequence[float] | None = None,
                calibration: dict | None = None, dense_rows: int | None = None,
-               names: tuple[str, str] = ("fused", "dense")) -> list[dict]:
-    """Predicted (wave rule + the full chunk rule) vs measured winner per row count."""
-    cal = calibration if calibration is not None else eligibility.load_calibration()
+               names: tuple[str, str] = ("fused", "dense"), heads: int = checks.DEFAULT_HEADS) -> list[dict]:
+    """Predicted (wave rule + the full chunk rule, with the calibration's
+    entry for ``heads``) vs measured winner per row count."""
+    cal = eligibility.fused_mqa_topk_calibration(heads, calibration=calibration)
     dr = dense_rows_per_call(keys) if dense_rows is None else int(dense_rows)
     out = []
     for i, rows in enumerate(rows_list):
         lw = eligibility.last_wave(rows, sms, block_rows)
         wave_ok = 2 * lw >= sms
         chunk = eligibility.fused_mqa_topk_chunk(keys, keys, topk, rows, dr, sms=sms, block_rows=block_rows,
-                                                 calibration=cal)
+                                                 calibration=cal, heads=heads)
         row = {
             "rows": int(rows),
             "blocks": -(-int(rows) // block_rows),
@@ -270,7 +271,7 @@ def _checked(check, value, what: str, where: str):
 
 
 #: Fields of a sweep config's tables (``load_sweep``).
-SWEEP_FIELDS = ("layout", "dist", "seed", "topks", "rows", "keys", "paths", "confirm", "options")
+SWEEP_FIELDS = ("layout", "dist", "seed", "heads", "model", "topks", "rows", "keys", "paths", "confirm", "options")
 WAVE_FIELDS = ("enabled", "keys", "topk", "multiples", "rows", "tolerance")
 KEY_GRID_FIELDS = ("min", "max", "factor", "align")
 
@@ -283,7 +284,9 @@ def _known_fields(table: dict, known: tuple, what: str, where: str) -> None:
 
 def load_sweep(path) -> dict:
     """Read a crossover sweep TOML (see configs/crossover.toml); returns a
-    normalised dict: layout, dist, seed, options (generator options, see
+    normalised dict: layout, dist, seed, heads (default 32; ``model`` = a
+    preset of ``models.py`` gives its heads, and its topk as the default
+    ``topks`` and wave ``topk``), options (generator options, see
     ``workloads.OPTIONS``, merged into every case), topks, rows, keys (list),
     paths, confirm, wave {keys, topk, multiples, rows (extra row counts),
     tolerance (of the wave-rule decision), enabled}."""
@@ -329,26 +332,40 @@ def load_sweep(path) -> dict:
     enabled = wave.get("enabled", True)
     if not isinstance(enabled, bool):
         raise UsageError(f"--config {where}: [wave] enabled: expected true or false, got {enabled!r}")
-    return {
+    model = None
+    if "model" in sw:
+        from .models import get_model
+
+        model = _checked(get_model, sw["model"], "[sweep] model", where)
+    heads = _checked(checks.check_heads, sw.get("heads", model.heads if model else checks.DEFAULT_HEADS),
+                     "[sweep] heads", where)
+    default_topks = [model.topk] if model else [512, 1024, 2048]
+    out = {
         "layout": layout,
         "dist": dist,
         "seed": _checked(checks.check_seed, sw.get("seed", 0), "[sweep] seed", where),
+        "heads": heads,
         "options": options,
-        "topks": _int_list(sw.get("topks", [512, 1024, 2048]), "[sweep] topks", where, _check_topk),
-        "rows": _int_list(sw.get("rows", [8192]), "[sweep] rows", where, checks.check_rows),
+        "topks": _int_list(sw.get("topks", default_topks), "[sweep] topks", where, _check_topk),
+        "rows": _int_list(sw.get("rows", [8192]), "[sweep] rows", where,
+                          lambda v, w: checks.check_rows(v, w, heads)),
         "keys": grid,
         "paths": list(paths),
         "confirm": _checked(check_confirm, sw.get("confirm", 2), "[sweep] confirm", where),
         "wave": {
             "enabled": enabled,
             "keys": _checked(checks.check_keys, wave.get("keys", 65536), "[wave] keys", where),
-            "topk": _checked(_check_topk, wave.get("topk", 512), "[wave] topk", where),
+            "topk": _checked(_check_topk, wave.get("topk", model.topk if model else 512), "[wave] topk", where),
             "multiples": _int_list(wave.get("multiples", [1, 2]), "[wave] multiples", where),
-            "rows": _int_list(wave["rows"], "[wave] rows", where, checks.check_rows) if "rows" in wave else [],
+            "rows": _int_list(wave["rows"], "[wave] rows", where,
+                              lambda v, w: checks.check_rows(v, w, heads)) if "rows" in wave else [],
             "tolerance": _checked(check_wave_tolerance, wave.get("tolerance", WAVE_RULE_TOLERANCE),
                                   "[wave] tolerance", where),
         },
     }
+    if model is not None:
+        out["model"] = model.name
+    return out
 
 
 # ------------------------------------------------------------ the sweep
@@ -362,11 +379,18 @@ class CrossoverReport:
     recommended: dict[int, int]
     current: dict[int, int]
     wave: list[dict]
+    #: The calibration document to write (format 2): ``entry`` for ``heads``
+    #: and the other heads' entries of the base calibration.
     calibration: dict
     notes: list[str] = field(default_factory=list)
     results: list = field(default_factory=list, repr=False)
     #: The calibration this run started from (its thresholds and wave rule are kept where not measured).
     calibration_in: str = ""
+    #: The heads measured, and this run's calibration entry for them (min_keys, wave_rule, measured, ...).
+    heads: int = checks.DEFAULT_HEADS
+    entry: dict = field(default_factory=dict)
+    #: The heads whose entries ``calibration`` kept from the base calibration.
+    kept_heads: list = field(default_factory=list)
 
 
 def _sm_count(device) -> int | None:
@@ -418,9 +442,10 @@ def _checked_sweep(sweep: dict) -> dict:
     """The sweep with its key grid sorted (its order does not matter) and its
     sizes checked against the limits before anything runs."""
     sweep = dict(sweep)
+    sweep["heads"] = heads = checks.check_heads(sweep.get("heads", checks.DEFAULT_HEADS), "heads")
     sweep["keys"] = sorted(set(checks.check_keys(k, "keys") for k in sweep["keys"]))
     for r in sweep["rows"]:
-        checks.check_rows(r, "rows")
+        checks.check_rows(r, "rows", heads)
     for t in sweep["topks"]:
         _check_topk(t, "topks")
     wave = sweep.get("wave", {})
@@ -472,9 +497,17 @@ def run_crossover(
     confirm: int | None = None,
     wave: bool = True,
     calibration: dict | None = None,
+    base: dict | None = None,
 ) -> CrossoverReport:
-    """Time ``paths`` (A, B) = (fused, dense) over the sweep grid, find the
-    crossover per (topk, rows), recommend min keys, and measure the wave table.
+    """Time ``paths`` (A, B) = (fused, dense) over the sweep grid at the
+    sweep's heads (``sweep["heads"]``, default 32), find the crossover per
+    (topk, rows), recommend min keys, and measure the wave table.
+
+    ``calibration``: the calibration in effect (default: ``load_calibration()``);
+    its entry for these heads (else the default rule) gives the current
+    thresholds, the block rows, and what is kept where this run measures
+    nothing. ``base``: the calibration whose other heads' entries the written
+    document keeps (default: ``calibration``), e.g. the ``--out`` file's.
     Raises Unavailable when a path cannot run here."""
     from . import bench
     from .envinfo import environment
@@ -487,14 +520,20 @@ def run_crossover(
         checks.check_int(sms, "sms", 1, checks.MAX_SMS)
     conf = check_confirm(sweep.get("confirm", 2) if confirm is None else confirm)
     check_paths_available((a, b), device)
-    cal_now = calibration if calibration is not None else eligibility.load_calibration()
+    heads = sweep["heads"]
+    cal_full = calibration if calibration is not None else eligibility.load_calibration()
+    cal_now = eligibility.calibration_for(cal_full, heads)
     br = int(block_rows if block_rows is not None else cal_now.get("block_rows", eligibility.DEFAULT_BLOCK_ROWS))
     notes: list[str] = []
+    if cal_now.get("note"):
+        notes.append(cal_now["note"])
     layout = sweep.get("layout", "causal")
+    suffix = workloads.heads_suffix(heads)
 
     def case(name, rows, keys, topk):
-        return {"name": name, "layout": layout, "rows": rows, "keys": keys, "topk": topk,
-                "dist": sweep.get("dist", "gaussian"), "seed": sweep.get("seed", 0), **dict(sweep.get("options", {}))}
+        return {"name": name + suffix, "layout": layout, "rows": rows, "keys": keys, "topk": topk,
+                "dist": sweep.get("dist", "gaussian"), "seed": sweep.get("seed", 0), "heads": heads,
+                **dict(sweep.get("options", {}))}
 
     def grid_cases(topks, keys_list):
         return [case(f"t{topk}-r{rows}-k{keys}", rows, keys, topk)
@@ -601,24 +640,23 @@ def run_crossover(
         # dense), then the table's prediction under the calibration written.
         wave_rows_rule_on = wave_table([c["rows"] for c in wave_cases], keys=wave_cfg["keys"],
                                        topk=wave_cfg["topk"], sms=sms_eff, block_rows=br, t_a=ta, t_b=tb,
-                                       calibration={**cal_for_rule, "wave_rule": True}, names=(a, b))
+                                       calibration={**cal_for_rule, "wave_rule": True}, names=(a, b), heads=heads)
         wave_decision = decide_wave_rule(wave_rows_rule_on, wave_cfg.get("tolerance", WAVE_RULE_TOLERANCE))
         if wave_decision["wave_rule"] is not None:
             wave_rule_out = wave_decision["wave_rule"]
         cal_for_rule["wave_rule"] = wave_rule_out
         wave_rows_out = wave_rows_rule_on if wave_rule_out else wave_table(
             [c["rows"] for c in wave_cases], keys=wave_cfg["keys"], topk=wave_cfg["topk"], sms=sms_eff,
-            block_rows=br, t_a=ta, t_b=tb, calibration=cal_for_rule, names=(a, b))
+            block_rows=br, t_a=ta, t_b=tb, calibration=cal_for_rule, names=(a, b), heads=heads)
 
     env = environment(device)
     min_keys = {str(t): int(recommended.get(t, current.get(t, SM100_MIN_KEYS.get(t, 1 << 16)))) for t in (512, 1024, 2048)}
     unmeasured = [t for t in (512, 1024, 2048) if t not in recommended]
-    source = f"mqa-topk crossover: {a} vs {b}, layout {layout}, rows {sweep['rows']}"
+    source = f"mqa-topk crossover: {a} vs {b}, {heads} heads, layout {layout}, rows {sweep['rows']}"
     if unmeasured:
         source += f"; min_keys for topk {', '.join(map(str, unmeasured))} kept from {cal_now.get('path', 'the previous calibration')}"
     agree = [r["agree"] for r in wave_rows_out if r["agree"] is not None]
-    calibration_out = {
-        "format": 1,
+    entry = {
         "source": source,
         "gpu": env.get("gpu"),
         "sms": sms_eff,
@@ -629,6 +667,7 @@ def run_crossover(
         "wave_rule": wave_rule_out,
         "measured": {
             "paths": [a, b],
+            "heads": heads,
             "layout": layout,
             "dist": sweep.get("dist", "gaussian"),
             "confirm": conf,
@@ -643,11 +682,17 @@ def run_crossover(
     if is_engine_path(a) or is_engine_path(b):  # engine-fused vs engine-dense: the constants to set in the engine
         from . import external
 
-        calibration_out["measured"]["engine"] = external.engine_constants(recommended, wave_rows_rule_on)
+        entry["measured"]["engine"] = external.engine_constants(recommended, wave_rows_rule_on)
+    base_cal = base if base is not None else cal_full
+    doc, kept = eligibility.merge_calibration(base_cal, heads, entry)
+    if kept:
+        notes.append(f"the calibration written keeps the entries for {', '.join(map(str, kept))} heads from "
+                     f"{base_cal.get('path') or 'the base calibration'}")
     return CrossoverReport(paths=(a, b), grid=grid, crossovers=crossovers, recommended=recommended, current=current,
-                           wave=wave_rows_out, calibration=calibration_out, notes=notes,
+                           wave=wave_rows_out, calibration=doc, notes=notes,
                            results=list(grid_res) + list(wave_res),
-                           calibration_in=str(cal_now.get("path") or "the calibration passed in"))
+                           calibration_in=str(cal_now.get("path") or "the calibration passed in"),
+                           heads=heads, entry=entry, kept_heads=kept)
 
 
 #: The serving engine's own paths: a crossover between them gives the engine's constants.
@@ -703,7 +748,7 @@ def plot_crossover(report: CrossoverReport, path) -> str | None:
     ax.set_xscale("log", base=2)
     ax.set_xlabel("keys")
     ax.set_ylabel(f"time {a} / time {b}  (< 1: {a} faster)")
-    ax.set_title(f"mqa-topk crossover: {a} vs {b}")
+    ax.set_title(f"mqa-topk crossover: {a} vs {b}, {report.heads} heads")
     ax.legend(fontsize=8)
     fig.tight_layout()
     try:

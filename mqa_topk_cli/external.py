@@ -11,12 +11,18 @@ over like the built-in paths of ``paths.py``.
   DeepGEMM, an SM90 or SM100 GPU.
 - ``deepgemm``: DeepGEMM's ``fp8_mqa_logits``, then our top-k, rows chunked
   under 512 MiB; ``--op logits``: DeepGEMM alone. Needs deep_gemm, an SM90 or
-  SM100 GPU (the whole op also our sm_90 top-k).
+  SM100 GPU (the whole op also our sm_90 top-k), and 32 or 64 heads.
 - ``flashinfer-topk``: our logits, then FlashInfer's ``top_k_ragged_transform``;
   ``--op topk``: FlashInfer alone. Needs flashinfer, a CUDA GPU, and rows
   that start at key 0.
 - ``py:MODULE:FUNCTION[@KIND]``: a user's function following the op contract
   of SPEC §3 (README: "A user's own path"). Needs the module importable.
+
+Heads: every adapter passes the workload's q ``[rows, H, 128]`` and weights
+``[rows, H]`` as they are (DeepGEMM takes H from q). DeepGEMM's logits take 32
+or 64 heads (``DEEPGEMM_HEADS``): at 16 heads ``deepgemm`` and ``engine-dense``
+(whose logits are DeepGEMM's) report the workload unavailable, with the
+reason, as a status (``unavailable: ...``), not an error.
 
 Packages are imported lazily, when a path is asked whether it can run or is
 run, never at import of this module. ``unavailable_reason`` says in one line
@@ -58,6 +64,8 @@ ENGINE_LOGITS_MB_DEFAULT = 512
 ENGINE_DOCUMENTED_MIN_KEYS = {512: 1 << 15, 1024: 1 << 15, 2048: 1 << 16}
 #: Extra columns of DeepGEMM's logits row (its stride is align(keys + 256, 256) floats).
 DEEPGEMM_ROW_PAD = 256
+#: Heads DeepGEMM's fp8_mqa_logits takes (q [rows, 32|64, 128]; csrc/apis/attention.hpp).
+DEEPGEMM_HEADS = (32, 64)
 USER_KINDS = ("mqa_topk", "logits", "topk")
 _USER_SPEC = re.compile(r"^py:([A-Za-z_][\w.]*):([A-Za-z_]\w*)(?:@(\w+))?$")
 
@@ -237,6 +245,15 @@ class ExternalPath(_CallMaker, PathImpl):
         raise Unavailable(f"{self.name}: has no top-k op of its own")
 
 
+def _require_deepgemm_heads(name: str, w) -> None:
+    """``Unavailable`` (a status, not an error) when DeepGEMM's logits cannot
+    take the workload's heads."""
+    heads = int(w.heads)
+    if heads not in DEEPGEMM_HEADS:
+        raise Unavailable(f"{name}: DeepGEMM's fp8_mqa_logits takes {' or '.join(map(str, DEEPGEMM_HEADS))} "
+                          f"heads; this workload has {heads}")
+
+
 def _missing_ops(module: str, names: tuple[str, ...], any_of: bool = False) -> list[str]:
     mod, why = try_import(module)
     if mod is None:
@@ -346,6 +363,7 @@ class EngineDensePath(ExternalPath):
         return lambda lg, st, en, out: topk(lg, st, en, out, lg.shape[0], lg.stride(0), lg.stride(1), out.shape[1])
 
     def _make(self, w, output):
+        _require_deepgemm_heads(self.name, w)
         logits_call, topk_call = self._logits_call(), self._topk_call()
         chunks = _chunks(w, w.keys, engine_logits_budget())
         k, scales = w.k, w.scales
@@ -358,9 +376,11 @@ class EngineDensePath(ExternalPath):
         return fn
 
     def logits(self, w):
+        _require_deepgemm_heads(self.name, w)
         return _assemble(w, _chunks(w, w.keys, engine_logits_budget()), self._logits_call())
 
     def prepare_logits(self, w):
+        _require_deepgemm_heads(self.name, w)
         call = self._logits_call()
         args = (w.q, w.k, w.scales, w.weights, w.starts, w.ends)
         return lambda: call(*args)
@@ -389,7 +409,9 @@ class DeepGemmPath(ExternalPath):
     with q ``[rows, 32|64, 128]`` e4m3 contiguous, k ``[keys, 128]`` e4m3,
     k_scales ``[keys]`` fp32, weights ``[rows, heads]`` fp32, starts/ends int32
     ``[rows]``; returns fp32 ``[rows, keys]``, a view whose row stride is
-    ``align(keys + 256, 256)``; runs on SM90 and SM100. Called with
+    ``align(keys + 256, 256)``; runs on SM90 and SM100. The workload's q and
+    weights are passed as they are (DeepGEMM takes the heads from q); a
+    16-head workload is reported unavailable (``DEEPGEMM_HEADS``). Called with
     ``clean_logits=False`` (as the engine calls it): our top-k reads only
     ``[start, end)`` of each row."""
 
@@ -411,6 +433,7 @@ class DeepGemmPath(ExternalPath):
         return _chunks(w, w.keys + DEEPGEMM_ROW_PAD, ops.DEFAULT_MAX_LOGITS_BYTES)
 
     def _make(self, w, output):
+        _require_deepgemm_heads(self.name, w)
         call = self._logits_call()
         chunks = self._plan(w)
         k, scales = w.k, w.scales
@@ -422,9 +445,11 @@ class DeepGemmPath(ExternalPath):
         return fn
 
     def logits(self, w):
+        _require_deepgemm_heads(self.name, w)
         return _assemble(w, self._plan(w), self._logits_call())
 
     def prepare_logits(self, w):
+        _require_deepgemm_heads(self.name, w)
         call = self._logits_call()
         args = (w.q, w.k, w.scales, w.weights, w.starts, w.ends)
         return lambda: call(*args)
@@ -730,4 +755,4 @@ def engine_constants_lines(info: dict, paths: tuple[str, str]) -> list[str]:
 __all__ = ["EXTERNAL", "ExternalPath", "EngineFusedPath", "EngineDensePath", "DeepGemmPath", "FlashInferTopkPath",
            "UserPath", "lookup", "is_external", "require_available", "device_capability", "try_import",
            "ue8m0_form", "engine_logits_budget", "engine_defaults", "engine_constants", "engine_constants_lines",
-           "USER_KINDS"]
+           "USER_KINDS", "DEEPGEMM_HEADS"]

@@ -6,6 +6,13 @@ The native kernels come from the JIT-built extension (``jit.py``); ops that need
 it raise ``Unavailable`` with one clear line when there is no Hopper GPU or no
 toolchain.
 
+Heads: every op takes the indexer's heads from its q, ``[rows, H, 128]`` with
+H in ``contract.SUPPORTED_HEADS`` (16, 32, 64), and weights ``[rows, H]``
+(another H is a ``ContractError`` naming ``q``, weights of other heads one
+naming ``weights``). 32 and 64 heads run kernels built for them; 16 heads run
+the 32-head kernels on q and weights padded with 16 zero heads (exact: a zero
+head adds +0 to every sum), a per-call copy made by the launcher.
+
 Serving-grade calls (no host sync, CUDA-graph capturable)
 ---------------------------------------------------------
 The default call of every op never synchronises with the host and never copies
@@ -52,6 +59,7 @@ from .checks import env_flag, fused_kernel_env
 from .contract import check_logits, check_mqa_inputs, check_output
 from .eligibility import (  # noqa: F401  (re-exported: the eligibility API lives beside the ops)
     fused_mqa_topk_available,
+    fused_mqa_topk_calibration,
     fused_mqa_topk_chunk,
     fused_mqa_topk_min_keys,
     use_fused_mqa_topk,
@@ -424,6 +432,7 @@ def fused_mqa_topk_prefill(q, k, scales, weights, starts, ends, output, workspac
 
 
 def _fused_choice(rows: int, keys: int, topk: int, device, heads: int):
+    contract.check_heads(heads)
     device = torch.device(device if device is not None else "cuda")
     if device.type != "cuda":
         raise Unavailable(f"fused_mqa_topk_kernel: the fused kernels run on a CUDA (sm_90) GPU; got {device}")
@@ -432,10 +441,11 @@ def _fused_choice(rows: int, keys: int, topk: int, device, heads: int):
     return str(name), int(nbytes)
 
 
-def fused_mqa_topk_kernel(rows: int, keys: int, topk: int, device=None, heads: int = contract.HEADS) -> str:
+def fused_mqa_topk_kernel(rows: int, keys: int, topk: int, device=None, heads: int = contract.DEFAULT_HEADS) -> str:
     """The fused kernel a call of this shape runs by default on ``device``
     (csrc/include/mqa_topk/fused/heuristics.h): "whole", "split", "staged" or
-    "hybrid"."""
+    "hybrid". ``heads``: the heads of the call's q (16, 32 or 64; a call
+    takes them from ``q.shape[1]``)."""
     return _fused_choice(rows, keys, topk, device, heads)[0]
 
 
@@ -445,17 +455,29 @@ def fused_mqa_topk_kernel(rows: int, keys: int, topk: int, device=None, heads: i
 FUSED_CALL_BYTES_CAP = 512 << 20
 
 
-def fused_mqa_topk_call_bytes(rows: int, keys: int, topk: int, device=None, heads: int = contract.HEADS) -> int:
-    """Bytes a fused call of this shape allocates beyond the fixed workspace
-    (the staged or hybrid kernel's per-call buffer, from the caching
-    allocator; 0 for the whole and split kernels). At most
-    ``FUSED_CALL_BYTES_CAP``."""
-    return _fused_choice(rows, keys, topk, device, heads)[1]
+def fused_mqa_topk_padding_bytes(rows: int, heads: int) -> int:
+    """Bytes of the copies of q and weights padded to 32 heads that a call at
+    ``heads`` heads holds (16 heads: ``rows * 32 * (128 + 4)``; else 0). While
+    they are built, a zero half of q (``rows * 16 * 128`` bytes) also exists
+    for a moment."""
+    contract.check_heads(heads)
+    return int(rows) * 32 * (128 + 4) if heads == 16 else 0
+
+
+def fused_mqa_topk_call_bytes(rows: int, keys: int, topk: int, device=None,
+                              heads: int = contract.DEFAULT_HEADS) -> int:
+    """Bytes a fused call of this shape allocates beyond the fixed workspace,
+    from the caching allocator: the staged or hybrid kernel's per-call buffer
+    (0 for the whole and split kernels; at most ``FUSED_CALL_BYTES_CAP``),
+    plus at 16 heads the padded copies of q and weights
+    (``fused_mqa_topk_padding_bytes``). ``heads`` as in ``fused_mqa_topk_kernel``."""
+    return _fused_choice(rows, keys, topk, device, heads)[1] + fused_mqa_topk_padding_bytes(rows, heads)
 
 
 __all__ = [
     "DEFAULT_MAX_LOGITS_BYTES", "mqa_logits", "top_k_per_row_prefill", "dense_mqa_topk_prefill",
     "fused_mqa_topk_prefill", "fused_mqa_topk_key_scales", "fused_mqa_topk_workspace",
-    "fused_mqa_topk_workspace_bytes", "fused_mqa_topk_kernel", "fused_mqa_topk_call_bytes", "FUSED_CALL_BYTES_CAP", "FUSED_KERNELS", "FUSED_KERNEL", "use_fused_mqa_topk", "fused_mqa_topk_chunk",
+    "fused_mqa_topk_workspace_bytes", "fused_mqa_topk_kernel", "fused_mqa_topk_call_bytes",
+    "fused_mqa_topk_padding_bytes", "fused_mqa_topk_calibration", "FUSED_CALL_BYTES_CAP", "FUSED_KERNELS", "FUSED_KERNEL", "use_fused_mqa_topk", "fused_mqa_topk_chunk",
     "fused_mqa_topk_min_keys", "fused_mqa_topk_available", "contract", "check_errors", "range_error", "CHECKED",
 ]

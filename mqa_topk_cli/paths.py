@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 
 from . import checks, external, ops
-from .contract import HEAD_DIM, HEADS
+from .contract import HEAD_DIM
 from .errors import Unavailable, UsageError
 from .path_base import PathImpl
 from .reference import assemble_reference_logits, ieee_fp32_matmul, reference_mqa_topk
@@ -57,13 +57,13 @@ class ReferencePath(PathImpl):
 
 # --------------------------------------------------------------------------- torch
 
-#: Budget of the torch path's [rows_chunk * 32, keys] fp32 dot products.
+#: Budget of the torch path's [rows_chunk * heads, keys] fp32 dot products.
 TORCH_DOTS_BYTES = 2 << 30
 
 
 class TorchPath(PathImpl):
     """What a user without custom kernels runs. CUDA: per row chunk,
-    ``torch._scaled_mm`` of q ``[rows*32, 128]`` fp8 with k^T (column-major)
+    ``torch._scaled_mm`` of q ``[rows*heads, 128]`` fp8 with k^T (column-major)
     fp8 to fp32 (unit scales; keys padded to a multiple of 16), relu, x
     weights, sum over heads (bmm), x scales, -inf outside ``[start, end)``,
     ``torch.topk``. CPU: the same with an fp32 matmul of the upcast inputs.
@@ -81,7 +81,7 @@ class TorchPath(PathImpl):
         st = w.starts.to("cpu", torch.int64)
         en = w.ends.to("cpu", torch.int64)
         width = max(-(-w.keys // 16) * 16, 16)
-        rc = max(1, min(TORCH_DOTS_BYTES // (HEADS * width * 4), ops.DEFAULT_MAX_LOGITS_BYTES // (width * 4)))
+        rc = max(1, min(TORCH_DOTS_BYTES // (w.heads * width * 4), ops.DEFAULT_MAX_LOGITS_BYTES // (width * 4)))
         plan = []
         for a in range(0, rows, rc):
             b = min(rows, a + rc)
@@ -105,6 +105,7 @@ class TorchPath(PathImpl):
         a multiple of 16 on CUDA), -inf outside each row's range."""
         dev = w.device
         nr = b - a
+        heads = w.heads
         if dev.type == "cuda":
             span = -(-(hi - lo) // 16) * 16
             if lo + span > kpad.shape[0]:
@@ -112,14 +113,14 @@ class TorchPath(PathImpl):
             else:
                 lo_k = lo
             one = torch.ones((), dtype=torch.float32, device=dev)
-            a_op = w.q[a:b].reshape(nr * HEADS, HEAD_DIM)
+            a_op = w.q[a:b].reshape(nr * heads, HEAD_DIM)
             b_op = kpad[lo_k:lo_k + span].t()  # [128, span] column-major
             dots = torch._scaled_mm(a_op, b_op, scale_a=one, scale_b=one, out_dtype=torch.float32)
         else:
             lo_k, span = lo, hi - lo
-            dots = w.q[a:b].to(torch.float32).reshape(nr * HEADS, HEAD_DIM) @ w.k[lo:hi].to(torch.float32).T
+            dots = w.q[a:b].to(torch.float32).reshape(nr * heads, HEAD_DIM) @ w.k[lo:hi].to(torch.float32).T
         dots.relu_()
-        logits = torch.bmm(w.weights[a:b].unsqueeze(1), dots.view(nr, HEADS, span)).squeeze(1)
+        logits = torch.bmm(w.weights[a:b].unsqueeze(1), dots.view(nr, heads, span)).squeeze(1)
         del dots
         logits *= w.scales[lo_k:lo_k + span] if lo_k + span <= w.keys else torch.nn.functional.pad(
             w.scales[lo_k:], (0, lo_k + span - w.keys), value=1.0)

@@ -6,8 +6,8 @@
   is a multiple of 2**-9 below 2**9, so a product is a multiple of 2**-18
   below 2**18, and a 128-term sum (and every partial sum) is a multiple of
   2**-18 below 2**25: 43 bits, inside float64's 53. The head sum then runs in
-  float64 in a fixed order (h = 0..31, one exactly rounded multiply and add per
-  element, no BLAS), times the scale, and is rounded once to fp32 for
+  float64 in a fixed order (h = 0..H-1 for the H heads of q, one exactly
+  rounded multiply and add per element, no BLAS), times the scale, and is rounded once to fp32 for
   ``precision="fp32"`` (kept in float64 for ``"fp64"``). So the result does
   not depend on chunking or on matrix shapes, and keys with bitwise-identical
   k rows and scales get bitwise-identical logits (as in any implementation
@@ -27,7 +27,7 @@ from contextlib import contextmanager
 
 import torch
 
-from .contract import HEAD_DIM, HEADS
+from .contract import HEAD_DIM
 
 #: Default bound on the intermediates of one chunk.
 DEFAULT_MAX_BYTES = 1 << 30
@@ -89,15 +89,16 @@ def reference_logits(q, k, scales, weights, starts, ends, *, precision: str = "f
     lo, hi = _span(key_range, k.shape[0], "key_range")
     nr, nk = r1 - r0, hi - lo
     dev = q.device
+    heads = int(q.shape[1])  # (16, 32 or 64 under the contract; any H is computed the same way)
     out = torch.empty((nr, nk), dtype=dtype, device=dev)
     if nr == 0 or nk == 0:
         return out
-    # Per row: the [32, keys] float64 dots, their weighted copy and the sum.
-    per_row = HEADS * nk * 8 * 2 + nk * 8
+    # Per row: the [heads, keys] float64 dots, their weighted copy and the sum.
+    per_row = heads * nk * 8 * 2 + nk * 8
     if per_row <= max_bytes:
         rc, kc = max(1, min(nr, max_bytes // per_row)), nk
     else:
-        rc, kc = 1, max(1, max_bytes // (HEADS * 8 * 2 + 8))
+        rc, kc = 1, max(1, max_bytes // (heads * 8 * 2 + 8))
     kf = k[lo:hi].to(torch.float64)
     sc = scales[lo:hi].to(torch.float64)
     st = starts.to(torch.int64)
@@ -105,15 +106,15 @@ def reference_logits(q, k, scales, weights, starts, ends, *, precision: str = "f
     with ieee_fp32_matmul():
         for a in range(r0, r1, rc):
             b = min(r1, a + rc)
-            qf = q[a:b].to(torch.float64).reshape((b - a) * HEADS, HEAD_DIM)
-            wf = weights[a:b].to(torch.float64)  # [rc, 32]
+            qf = q[a:b].to(torch.float64).reshape((b - a) * heads, HEAD_DIM)
+            wf = weights[a:b].to(torch.float64)  # [rc, heads]
             s = st[a:b, None]
             e = en[a:b, None]
             for c in range(0, nk, kc):
                 d = min(nk, c + kc)
-                dots = torch.relu_(qf @ kf[c:d].T).view(b - a, HEADS, d - c)  # exact
+                dots = torch.relu_(qf @ kf[c:d].T).view(b - a, heads, d - c)  # exact
                 acc = torch.zeros((b - a, d - c), dtype=torch.float64, device=dev)
-                for h in range(HEADS):  # fixed order, elementwise: no shape-dependent rounding
+                for h in range(heads):  # fixed order, elementwise: no shape-dependent rounding
                     acc += wf[:, h:h + 1] * dots[:, h]
                 acc *= sc[c:d]
                 col = torch.arange(lo + c, lo + d, device=dev)

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .checks import MAX_TOL_REL, check_memory
+from .checks import DEFAULT_HEADS, MAX_TOL_REL, check_memory
 from .errors import Unavailable
 from .paths import PathImpl, get_path
 from .reference import ieee_fp32_matmul, reference_logits, reference_topk
@@ -51,10 +51,10 @@ from .reference import ieee_fp32_matmul, reference_logits, reference_topk
 #: differs from the exact value only by how its sums are rounded. Bounds:
 #:
 #: * fp32 accumulation in any order (the reference, the torch path on CPU):
-#:   the 128-term dot and the 32-term head sum add at most
-#:   ``(128 + 32) * 2**-24 * M_r ~ 2**-16.7 * M_r``, and typically
-#:   ``~sqrt(160) * 2**-24 * M_r ~ 2**-20 * M_r`` (M_r bounds the sums of
-#:   absolute values, see ``magnitude_bound``).
+#:   the 128-term dot and the H-term head sum add at most
+#:   ``(128 + H) * 2**-24 * M_r``: ``2**-16.7 * M_r`` at 32 heads, ``2**-16.4``
+#:   at 64, and typically ``~sqrt(128 + H) * 2**-24 * M_r ~ 2**-20 * M_r``
+#:   (M_r bounds the sums of absolute values, see ``magnitude_bound``).
 #: * Hopper FP8 tensor cores (wgmma: the native/fused kernels and cuBLAS's
 #:   ``_scaled_mm``) keep fewer mantissa bits in their internal accumulation
 #:   of the 128-long dot. Measured on the H200 (2026-11-29): the native logits
@@ -82,6 +82,7 @@ class VerifyResult:
     rows: int
     keys: int
     topk: int
+    heads: int = DEFAULT_HEADS
     valid_rows: int = 0
     invalid_rows: int = 0
     tie_equivalent_rows: int = 0
@@ -248,8 +249,8 @@ def _execute(p: PathImpl, w, runs: int, res: VerifyResult) -> list[torch.Tensor]
 
 
 def _start(p: PathImpl, w, case: str, reruns: int, precision: str, tol_rel: float) -> _Run:
-    res = VerifyResult(case=case, path=p.name, rows=w.rows, keys=w.keys, topk=int(w.topk), tol_rel=tol_rel,
-                       precision=precision)
+    res = VerifyResult(case=case, path=p.name, rows=w.rows, keys=w.keys, topk=int(w.topk), heads=w.heads,
+                       tol_rel=tol_rel, precision=precision)
     run = _Run(p, res)
     t0 = time.perf_counter()
     reason = p.unavailable_reason(w.device)
@@ -530,7 +531,8 @@ def _check_reruns(w, runs: list[_Run], precision: str, ref_cache) -> None:
             if torch.equal(out, run.outputs[0]):
                 continue
             sub = _Run(run.path, VerifyResult(case=res.case, path=res.path, rows=res.rows, keys=res.keys,
-                                              topk=res.topk, tol_rel=res.tol_rel, precision=precision),
+                                              topk=res.topk, heads=res.heads, tol_rel=res.tol_rel,
+                                              precision=precision),
                        outputs=[out], logits_done=True)
             _evaluate(w, [sub], None, precision, ref_cache)
             res.max_violation = max(res.max_violation, sub.result.max_violation)
@@ -556,7 +558,7 @@ def _finish(run: _Run) -> VerifyResult:
 # --------------------------------------------------------------------------- API
 
 def failed_case(case: str, path: str, exc: BaseException, *, rows: int = 0, keys: int = 0, topk: int = 0,
-                file: str | None = None) -> VerifyResult:
+                file: str | None = None, heads: int | None = None) -> VerifyResult:
     """The result of a (case, path) whose workload could not be built or
     loaded: labelled (``status`` as ``bench`` labels its failures) and failed,
     so that the other cases go on."""
@@ -564,8 +566,8 @@ def failed_case(case: str, path: str, exc: BaseException, *, rows: int = 0, keys
 
     status = status_of(exc)
     return VerifyResult(case=case, path=getattr(path, "name", str(path)), rows=int(rows or 0), keys=int(keys or 0),
-                        topk=int(topk or 0), status=status, errors=[f"the case could not run: {status}"],
-                        passed=False, file=file)
+                        topk=int(topk or 0), heads=int(heads or DEFAULT_HEADS), status=status,
+                        errors=[f"the case could not run: {status}"], passed=False, file=file)
 
 
 def _resolve(path) -> PathImpl:

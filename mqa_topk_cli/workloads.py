@@ -1,9 +1,11 @@
 """Inputs of the indexer prefill (SPEC §1): generated workloads, recorded ones,
 and workload lists as TOML data.
 
-- ``Workload``: the six input tensors plus ``topk`` (and a label).
-- ``make_workload(layout, rows, keys, topk, dist, seed, device, **opts)``: a
-  reproducible synthetic workload. The random numbers come from a
+- ``Workload``: the six input tensors plus ``topk`` (and a label); its
+  ``heads`` (16, 32 or 64) is the dim 1 of q.
+- ``make_workload(layout, rows, keys, topk, dist, seed, device, heads=32, **opts)``: a
+  reproducible synthetic workload with q ``[rows, heads, 128]`` and weights
+  ``[rows, heads]``. The random numbers come from a
   ``torch.Generator`` seeded by ``seed`` on the target device's type, so a
   (seed, device type) pair always gives the same tensors (CPU and CUDA streams
   differ from each other).
@@ -14,6 +16,13 @@ and workload lists as TOML data.
   and the field.
 - ``load_workload_config`` / ``workload_from_case``: ``[[case]]`` tables of a
   TOML file (``configs/verify.toml``) as dicts, and a dict to a ``Workload``.
+  A case may give ``heads`` or ``model`` (a preset of ``models.py``: its heads,
+  and its topk unless the case gives one).
+
+Names: a generated workload's default name (and a config case's, when it
+has none) ends in ``-hH`` when its heads H are not 32 (``heads_suffix``), so
+32-head names are those of earlier versions. A recorded file's heads come from
+its tensors.
 
 Layouts (SPEC §1): ``causal`` (the last R of N tokens: start 0, end N-R+r+1),
 ``ragged`` (several requests packed: request i owns keys [off_i, off_i+c_i)
@@ -37,7 +46,7 @@ from typing import Any
 import torch
 
 from . import checks, contract
-from .contract import FP8, HEAD_DIM, HEADS, TOPKS
+from .contract import DEFAULT_HEADS, FP8, HEAD_DIM, SUPPORTED_HEADS, TOPKS
 from .errors import ContractError, UsageError
 
 LAYOUTS = checks.LAYOUTS
@@ -60,7 +69,8 @@ OPTIONS = {
     "sinks": "dsa: number of sink keys at the start of each request (default 4)",
 }
 #: Keys of a config case that are not generator options.
-CASE_FIELDS = ("name", "layout", "rows", "keys", "topk", "dist", "seed", "file", "description", "tags")
+CASE_FIELDS = ("name", "layout", "rows", "keys", "topk", "dist", "seed", "heads", "model", "file", "description",
+               "tags")
 #: Fields of a config case naming a recorded workload (its shape and values come from the file).
 FILE_CASE_FIELDS = ("name", "file", "description", "tags")
 #: Values of the ``tie_mode`` option.
@@ -69,6 +79,36 @@ TIE_MODES = ("boundary", "whole")
 _OPTION_APPLIES = {"requests": ("layout", "ragged"), "key_lengths": ("layout", "ragged"),
                    "row_lengths": ("layout", "ragged"), "tie_mode": ("dist", "ties"), "near_ties": ("dist", "ties"),
                    "sinks": ("dist", "dsa")}
+
+
+# --------------------------------------------------------------------------- heads
+
+
+def heads_suffix(heads: int) -> str:
+    """The name suffix of a workload with ``heads`` heads: ``""`` at the
+    default 32 (names of earlier versions unchanged), else ``"-hH"``."""
+    return "" if int(heads) == DEFAULT_HEADS else f"-h{int(heads)}"
+
+
+def name_with_heads(name: str, heads: int) -> str:
+    """``name`` with ``heads_suffix(heads)`` appended (once)."""
+    suffix = heads_suffix(heads)
+    return name if not suffix or name.endswith(suffix) else name + suffix
+
+
+def case_heads_topk(case: dict) -> tuple[int, int]:
+    """(heads, topk) of a generator case dict: its own ``heads`` / ``topk``,
+    else those of its ``model`` preset, else 32 heads and top-2048.
+    ``UsageError`` naming the field when one is bad."""
+    model = case.get("model")
+    m = None
+    if model is not None:
+        from .models import get_model
+
+        m = get_model(model, "model")
+    heads = case.get("heads", m.heads if m else DEFAULT_HEADS)
+    topk = case.get("topk", m.topk if m else 2048)
+    return checks.check_heads(heads, "heads"), topk
 
 
 # --------------------------------------------------------------------------- Workload
@@ -98,6 +138,11 @@ class Workload:
         return int(self.k.shape[0])
 
     @property
+    def heads(self) -> int:
+        """The indexer's heads: dim 1 of q (16, 32 or 64 under the contract)."""
+        return int(self.q.shape[1])
+
+    @property
     def device(self) -> torch.device:
         return self.q.device
 
@@ -112,9 +157,15 @@ class Workload:
         return int(self.lengths.sum()) if self.rows else 0
 
     @property
+    def flop_per_pair(self) -> int:
+        """2 * heads * 128 FLOP per visible (row, key) pair (8192 at 32 heads,
+        16384 at 64), as DeepGEMM counts its logits."""
+        return 2 * self.heads * HEAD_DIM
+
+    @property
     def flops(self) -> int:
-        """2 * 32 * 128 = 8192 FLOP per visible pair."""
-        return 2 * HEADS * HEAD_DIM * self.visible_pairs
+        """2 * heads * 128 FLOP per visible pair."""
+        return self.flop_per_pair * self.visible_pairs
 
     @property
     def nbytes(self) -> int:
@@ -142,6 +193,7 @@ class Workload:
             "seed": self.seed,
             "rows": self.rows,
             "keys": self.keys,
+            "heads": self.heads,
             "topk": int(self.topk),
             "n_min": int(n.min()) if has else 0,
             "n_mean": float(n.double().mean()) if has else 0.0,
@@ -276,15 +328,15 @@ def _unalign(rng: _Rng, starts: torch.Tensor, ends: torch.Tensor) -> torch.Tenso
     return new + up.to(new.dtype) - down.to(new.dtype)
 
 
-def _base_qk(rng: _Rng, rows: int, keys: int, qscale: float = 1.0, kscale: float = 1.0):
-    return rng.randn(rows, HEADS, HEAD_DIM) * qscale, rng.randn(keys, HEAD_DIM) * kscale
+def _base_qk(rng: _Rng, rows: int, keys: int, heads: int, qscale: float = 1.0, kscale: float = 1.0):
+    return rng.randn(rows, heads, HEAD_DIM) * qscale, rng.randn(keys, HEAD_DIM) * kscale
 
 
-def _gauss_weights(rng: _Rng, rows: int, neg_fraction: float = 0.1) -> torch.Tensor:
+def _gauss_weights(rng: _Rng, rows: int, heads: int, neg_fraction: float = 0.1) -> torch.Tensor:
     """|N(0,1)|/32, a fraction of them negated: mostly positive, like the real
     folded head weights."""
-    w = rng.randn(rows, HEADS).abs() / 32
-    flip = rng.rand(rows, HEADS) < neg_fraction
+    w = rng.randn(rows, heads).abs() / 32
+    flip = rng.rand(rows, heads) < neg_fraction
     return torch.where(flip, -w, w)
 
 
@@ -296,20 +348,20 @@ def _unit_sign_vector(rng: _Rng) -> torch.Tensor:
     return rng.signs(HEAD_DIM)
 
 
-def _dist_gaussian(rng, rows, keys, topk, starts, ends, offs, opts):
+def _dist_gaussian(rng, rows, keys, topk, starts, ends, offs, opts, heads):
     """q, k ~ N(0, 1) in fp8; weights mostly positive ~|N|/32; scales U(0.5, 2)."""
-    q, k = _base_qk(rng, rows, keys)
-    return q, k, _uniform_scales(rng, keys), _gauss_weights(rng, rows)
+    q, k = _base_qk(rng, rows, keys, heads)
+    return q, k, _uniform_scales(rng, keys), _gauss_weights(rng, rows, heads)
 
 
-def _dist_dsa(rng, rows, keys, topk, starts, ends, offs, opts):
+def _dist_dsa(rng, rows, keys, topk, starts, ends, offs, opts, heads):
     """DSA-like scores: sink keys (the first ``sinks`` keys of each request)
     with large scores for every row, a locality boost near each row's diagonal
     (rotary-like cos/sin channels of the position: the dot peaks when the key's
     position is the row's last visible one), and three outlier channels 8x
     larger in q and k."""
     nsinks = _int("sinks", opts.get("sinks", 4))
-    q, k = _base_qk(rng, rows, keys)
+    q, k = _base_qk(rng, rows, keys, heads)
     dev = q.device
     # Locality: channels 0..15 carry cos/sin of position at 8 wavelengths 32..4096.
     kpos = torch.arange(keys, device=dev, dtype=torch.float32)
@@ -320,7 +372,7 @@ def _dist_dsa(rng, rows, keys, topk, starts, ends, offs, opts):
     k[:, 0:16:2], k[:, 1:16:2] = amp * torch.cos(ka), amp * torch.sin(ka)
     qloc = torch.empty(rows, 16, device=dev)
     qloc[:, 0::2], qloc[:, 1::2] = amp * torch.cos(ra), amp * torch.sin(ra)
-    q[:, :, :16] = qloc[:, None, :] * (0.5 + rng.rand(rows, HEADS, 1))
+    q[:, :, :16] = qloc[:, None, :] * (0.5 + rng.rand(rows, heads, 1))
     # Sinks: a shared direction u on channels 16.. that every q leans towards.
     u = torch.zeros(HEAD_DIM, device=dev)
     u[16:] = _unit_sign_vector(rng)[16:]
@@ -333,10 +385,10 @@ def _dist_dsa(rng, rows, keys, topk, starts, ends, offs, opts):
     ch = rng.randperm(HEAD_DIM - 16)[:3] + 16
     q[:, :, ch] *= 8
     k[:, ch] *= 8
-    return q, k, _uniform_scales(rng, keys), _gauss_weights(rng, rows)
+    return q, k, _uniform_scales(rng, keys), _gauss_weights(rng, rows, heads)
 
 
-def _dist_ties(rng, rows, keys, topk, starts, ends, offs, opts):
+def _dist_ties(rng, rows, keys, topk, starts, ends, offs, opts, heads):
     """Exact ties at the k-th value. Every key is one of: *tie* (one shared k
     row and scale 1.0: bitwise identical logits in any implementation),
     *hot* (a larger multiple of the tie row: above the ties) or *cold* (a
@@ -353,8 +405,8 @@ def _dist_ties(rng, rows, keys, topk, starts, ends, offs, opts):
     dev = rng.device
     t = _unit_sign_vector(rng)  # entries +-1: exact in fp8
     # q[r, h] = c * t + small noise, c > 0: dot(q, level * t) = level * (c*128 + noise.t) > 0.
-    c = 0.5 + rng.rand(rows, HEADS, 1)
-    q = c * t + 0.25 * rng.randn(rows, HEADS, HEAD_DIM)
+    c = 0.5 + rng.rand(rows, heads, 1)
+    q = c * t + 0.25 * rng.randn(rows, heads, HEAD_DIM)
     n = (ends - starts).to(torch.float64)
     n_ref = max(float(n.max()) if n.numel() else 1.0, 1.0)
     if mode == "whole":
@@ -377,36 +429,36 @@ def _dist_ties(rng, rows, keys, topk, starts, ends, offs, opts):
         rows_idx = torch.arange(keys, device=dev)
         tie = kind == 0
         k[rows_idx[tie], ch[tie]] *= step[tie]
-    w = rng.randn(rows, HEADS).abs() / 32 + 1 / 256  # > 0: keeps the order hot > tie > cold
+    w = rng.randn(rows, heads).abs() / 32 + 1 / 256  # > 0: keeps the order hot > tie > cold
     return q, k, scales, w
 
 
-def _dist_zero_weights(rng, rows, keys, topk, starts, ends, offs, opts):
+def _dist_zero_weights(rng, rows, keys, topk, starts, ends, offs, opts, heads):
     """All weights 0: every logit is exactly 0, the top-k is pure tie-break
     (the lowest indices of the row)."""
-    q, k = _base_qk(rng, rows, keys)
-    return q, k, _uniform_scales(rng, keys), torch.zeros(rows, HEADS, device=rng.device)
+    q, k = _base_qk(rng, rows, keys, heads)
+    return q, k, _uniform_scales(rng, keys), torch.zeros(rows, heads, device=rng.device)
 
 
-def _dist_negative_weights(rng, rows, keys, topk, starts, ends, offs, opts):
+def _dist_negative_weights(rng, rows, keys, topk, starts, ends, offs, opts, heads):
     """All weights < 0: every logit <= 0; the top-k are the least negative
     (keys whose dots are all negative give exactly 0 and win)."""
-    q, k = _base_qk(rng, rows, keys)
-    return q, k, _uniform_scales(rng, keys), -(rng.randn(rows, HEADS).abs() / 32 + 1 / 1024)
+    q, k = _base_qk(rng, rows, keys, heads)
+    return q, k, _uniform_scales(rng, keys), -(rng.randn(rows, heads).abs() / 32 + 1 / 1024)
 
 
-def _dist_relu_saturated(rng, rows, keys, topk, starts, ends, offs, opts):
+def _dist_relu_saturated(rng, rows, keys, topk, starts, ends, offs, opts, heads):
     """Most dots negative, so most logits are exactly 0 and the k-th value of
     most long rows is 0, shared by thousands of keys: k entries ~ 1 + 0.3 N,
     q entries ~ b_r + 0.3 N with b_r in [-0.12, -0.06] (a few percent of keys
     positive in the least saturated rows)."""
     k = 1.0 + 0.3 * rng.randn(keys, HEAD_DIM)
     b = -0.06 - 0.06 * rng.rand(rows, 1, 1)
-    q = b + 0.3 * rng.randn(rows, HEADS, HEAD_DIM)
-    return q, k, _uniform_scales(rng, keys), rng.randn(rows, HEADS).abs() / 32 + 1 / 1024
+    q = b + 0.3 * rng.randn(rows, heads, HEAD_DIM)
+    return q, k, _uniform_scales(rng, keys), rng.randn(rows, heads).abs() / 32 + 1 / 1024
 
 
-def _dist_rising(rng, rows, keys, topk, starts, ends, offs, opts):
+def _dist_rising(rng, rows, keys, topk, starts, ends, offs, opts, heads):
     """Scores rising with key position (hot recent keys): q leans on a shared
     direction t, key s = t * (0.25 + 1.75 s/keys) + noise and scales rise
     geometrically 0.5 .. 2: a running threshold must be raised on almost every
@@ -414,10 +466,10 @@ def _dist_rising(rng, rows, keys, topk, starts, ends, offs, opts):
     dev = rng.device
     t = _unit_sign_vector(rng)
     pos = torch.arange(keys, device=dev, dtype=torch.float32) / max(keys, 1)
-    q = (0.5 + rng.rand(rows, HEADS, 1)) * t + 0.25 * rng.randn(rows, HEADS, HEAD_DIM)
+    q = (0.5 + rng.rand(rows, heads, 1)) * t + 0.25 * rng.randn(rows, heads, HEAD_DIM)
     k = (0.25 + 1.75 * pos)[:, None] * t + 0.1 * rng.randn(keys, HEAD_DIM)
     scales = torch.exp2(-1.0 + 2.0 * pos)
-    w = rng.randn(rows, HEADS).abs() / 32 + 1 / 1024
+    w = rng.randn(rows, heads).abs() / 32 + 1 / 1024
     return q, k, scales, w
 
 
@@ -531,7 +583,8 @@ def _check_rows_fit(layout: str, rows: int, keys: int, opts: dict) -> None:
                          f"got rows={rows}, keys={keys})")
 
 
-def _check_request(layout, rows, keys, topk, dist, seed, opts: dict) -> tuple[int, int] | None:
+def _check_request(layout, rows, keys, topk, dist, seed, opts: dict,
+                   heads: int = DEFAULT_HEADS) -> tuple[int, int] | None:
     """Every check of make_workload's arguments that needs neither a device
     nor memory; returns the planned (rows, keys) when they are known."""
     unknown = sorted(set(opts) - set(OPTIONS))
@@ -545,8 +598,9 @@ def _check_request(layout, rows, keys, topk, dist, seed, opts: dict) -> tuple[in
         contract.check_topk(topk)
     except ContractError as e:
         raise UsageError(str(e)) from None
+    checks.check_heads(heads)
     if rows is not None:
-        checks.check_rows(rows)
+        checks.check_rows(rows, heads=heads)
     if keys is not None:
         checks.check_keys(keys)
     check_options(layout, dist, rows, keys, opts)
@@ -567,34 +621,37 @@ def check_case(case: dict, device=None) -> None:
     if "file" in case:
         load_workload(case["file"])
         return
-    size = _check_request(case.get("layout", "causal"), case.get("rows"), case.get("keys"), case.get("topk", 2048),
+    heads, topk = case_heads_topk(case)
+    size = _check_request(case.get("layout", "causal"), case.get("rows"), case.get("keys"), topk,
                           case.get("dist", "gaussian"), case.get("seed", 0),
-                          {k: v for k, v in case.items() if k in OPTIONS})
+                          {k: v for k, v in case.items() if k in OPTIONS}, heads)
     if device is not None and size is not None:
-        checks.check_generation(*size, torch.device(device))
+        checks.check_generation(*size, torch.device(device), heads)
 
 
 def make_workload(layout: str = "causal", rows: int | None = 256, keys: int | None = 4096, topk: int = 2048,
-                  dist: str = "gaussian", seed: int = 0, device="cpu", name: str = "", **opts) -> Workload:
+                  dist: str = "gaussian", seed: int = 0, device="cpu", name: str = "", heads: int = DEFAULT_HEADS,
+                  **opts) -> Workload:
     """A synthetic workload (see the module docstring for layouts, ``DISTS`` and
-    ``OPTIONS``). Deterministic for a given (arguments, seed, device type).
-    Raises ``UsageError`` naming the bad argument."""
-    size = _check_request(layout, rows, keys, topk, dist, seed, opts)
+    ``OPTIONS``) with q ``[rows, heads, 128]`` and weights ``[rows, heads]``.
+    Deterministic for a given (arguments, seed, device type); at 32 heads the
+    tensors of earlier versions. Raises ``UsageError`` naming the bad argument."""
+    size = _check_request(layout, rows, keys, topk, dist, seed, opts, heads)
     seed = int(seed)
     dev = torch.device(device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise UsageError(f"device: {device} requested but no CUDA GPU is available")
     if size is not None:  # memory is checked before anything is allocated
-        checks.check_generation(*size, dev)
+        checks.check_generation(*size, dev, heads)
     rng = _Rng(seed, dev)
     rows, keys, starts, ends, offs = _layout(rng, layout, rows, keys, opts)
-    checks.check_rows(rows)
+    checks.check_rows(rows, heads=heads)
     checks.check_keys(keys)
     if dist == "short_rows":
         starts, ends = _short_rows(rng, keys, topk, starts, ends)
     if opts.get("unaligned_starts"):
         starts = _unalign(rng, starts, ends)
-    q, k, scales, weights = _DIST_FUNCS[dist](rng, rows, keys, topk, starts, ends, offs, opts)
+    q, k, scales, weights = _DIST_FUNCS[dist](rng, rows, keys, topk, starts, ends, offs, opts, heads)
     w = Workload(
         q=_fp8(q.to(dev)),
         k=_fp8(k.to(dev)),
@@ -603,7 +660,7 @@ def make_workload(layout: str = "causal", rows: int | None = 256, keys: int | No
         starts=starts.to(dev, torch.int32).contiguous(),
         ends=ends.to(dev, torch.int32).contiguous(),
         topk=int(topk),
-        name=name or f"{layout}-{dist}-r{rows}-k{keys}-t{topk}-s{seed}",
+        name=name or f"{layout}-{dist}-r{rows}-k{keys}-t{topk}-s{seed}{heads_suffix(heads)}",
         seed=seed,
         layout=layout,
         dist=dist,
@@ -814,11 +871,11 @@ def _load_checked(path: Path) -> tuple[Workload, str, str, dict[str, str]]:
             q = t
         else:
             k = t
-    if q.dim() != 3 or q.shape[1] != HEADS or q.shape[2] != HEAD_DIM:
-        raise _file_error(path, f"q: expected shape [rows, {HEADS}, {HEAD_DIM}], got {list(q.shape)}")
+    if q.dim() != 3 or q.shape[1] not in SUPPORTED_HEADS or q.shape[2] != HEAD_DIM:
+        raise _file_error(path, f"q: expected shape {contract.Q_SHAPE}, got {list(q.shape)}")
     if k.dim() != 2 or k.shape[1] != HEAD_DIM:
         raise _file_error(path, f"k: expected shape [keys, {HEAD_DIM}], got {list(k.shape)}")
-    rows, keys = q.shape[0], k.shape[0]
+    rows, keys, heads = q.shape[0], k.shape[0], q.shape[1]
     if rows < 1:
         raise _file_error(path, "q: holds 0 rows; a workload needs at least one row (as --rows does)")
     if keys < 1:
@@ -838,8 +895,9 @@ def _load_checked(path: Path) -> tuple[Workload, str, str, dict[str, str]]:
         raise _file_error(path, f"scales: expected shape [keys] = [{keys}], got {list(scales.shape)}")
     if weights.dtype != torch.float32:
         raise _file_error(path, f"weights: expected dtype float32, got {str(weights.dtype).replace('torch.', '')}")
-    if tuple(weights.shape) != (rows, HEADS):
-        raise _file_error(path, f"weights: expected shape [rows, {HEADS}] = [{rows}, {HEADS}], got {list(weights.shape)}")
+    if tuple(weights.shape) != (rows, heads):
+        raise _file_error(path, f"weights: expected shape [rows, heads] = [{rows}, {heads}] (the heads of q), "
+                                f"got {list(weights.shape)}")
     checked = []
     for f, t in (("starts", starts), ("ends", ends)):
         if t.dtype not in (torch.int32, torch.int64):
@@ -973,6 +1031,22 @@ def _normalize_case(path, i: int, case: dict) -> dict:
     c.setdefault("layout", "causal")
     c.setdefault("dist", "gaussian")
     c.setdefault("seed", 0)
+    if "model" in c:  # a preset: its heads and topk, unless the case gives them
+        from .models import get_model
+
+        try:
+            m = get_model(c["model"], "model")
+        except UsageError as e:
+            raise _case_error(path, i, case, str(e)) from None
+        c["model"] = m.name
+        c.setdefault("heads", m.heads)
+        c.setdefault("topk", m.topk)
+    if "heads" in c:
+        try:
+            checks.check_heads(c["heads"], "heads")
+        except UsageError as e:
+            raise _case_error(path, i, case, str(e)) from None
+    heads = c.get("heads", DEFAULT_HEADS)
     if c["layout"] not in LAYOUTS:
         raise _case_error(path, i, case, f"layout: must be one of {', '.join(LAYOUTS)}, got {c['layout']!r}")
     if c["dist"] not in DISTS:
@@ -998,7 +1072,7 @@ def _normalize_case(path, i: int, case: dict) -> dict:
         if isinstance(v, bool) or not isinstance(v, int):
             raise _case_error(path, i, case, f"{key}: expected a positive integer, got {v!r}")
         try:
-            (checks.check_rows if key == "rows" else checks.check_keys)(v)
+            checks.check_rows(v, heads=heads) if key == "rows" else checks.check_keys(v)
         except UsageError as e:
             raise _case_error(path, i, case, str(e)) from None
     if isinstance(c["seed"], bool) or not isinstance(c["seed"], int) or c["seed"] < 0:
@@ -1016,8 +1090,34 @@ def _normalize_case(path, i: int, case: dict) -> dict:
         raise _case_error(path, i, case, str(e)) from None
     if not isinstance(c.get("name", ""), str):
         raise _case_error(path, i, case, "name: expected a string")
-    c.setdefault("name", f"{c['layout']}-{c['dist']}-r{c.get('rows')}-k{c.get('keys')}-t{c['topk']}")
+    c.setdefault("name", f"{c['layout']}-{c['dist']}-r{c.get('rows')}-k{c.get('keys')}-t{c['topk']}"
+                         f"{heads_suffix(heads)}")
     return c
+
+
+def with_heads(cases: list[dict], heads: int | None) -> list[dict]:
+    """``cases`` with every generated one run at ``heads`` heads (``--heads`` or
+    ``--model`` over a config's cases; None: unchanged). A case whose heads
+    change gets its name's ``-hH`` suffix changed with them (one that ends in
+    the old heads' suffix loses it), so its results stay apart from the
+    config's own. Recorded ``file`` cases keep the heads of their tensors."""
+    if heads is None:
+        return cases
+    heads = checks.check_heads(heads, "--heads")
+    out = []
+    for c in cases:
+        if "file" in c:
+            out.append(c)
+            continue
+        own, _ = case_heads_topk(c)
+        c = dict(c, heads=heads)
+        if own != heads and isinstance(c.get("name"), str) and c["name"]:
+            name, old = c["name"], heads_suffix(own)
+            if old and name.endswith(old):
+                name = name[: -len(old)]
+            c["name"] = name_with_heads(name, heads)
+        out.append(c)
+    return out
 
 
 def file_cases(files, option: str = "--workload") -> list[dict]:
@@ -1058,20 +1158,23 @@ def workload_from_case(case: dict, device="cpu") -> Workload:
             w.name = str(case["name"])
         return w
     opts = {key: v for key, v in case.items() if key in OPTIONS}
+    heads, topk = case_heads_topk(case)
     return make_workload(
         layout=case.get("layout", "causal"),
         rows=case.get("rows"),
         keys=case.get("keys"),
-        topk=case.get("topk", 2048),
+        topk=topk,
         dist=case.get("dist", "gaussian"),
         seed=case.get("seed", 0),
         device=device,
         name=str(case.get("name") or ""),
+        heads=heads,
         **opts,
     )
 
 
 __all__ = [
     "Workload", "LAYOUTS", "DISTS", "OPTIONS", "TIE_MODES", "check_options", "make_workload", "save_workload", "load_workload", "record",
+    "heads_suffix", "name_with_heads", "case_heads_topk", "with_heads",
     "describe_workload", "load_workload_config", "file_cases", "check_case_files", "check_case", "workload_from_case",
 ]

@@ -301,7 +301,7 @@ def test_crossover_checks_sizes_against_the_limits(run, monkeypatch, option, val
     else:
         args += [option, value]
     line = _one_line_error(run(*args, "--sms", "2"), 2, option)
-    assert str(checks.MAX_ROWS if option == "--rows" else checks.MAX_KEYS) in line
+    assert str(checks.MAX_ROWS_ANY_HEADS if option == "--rows" else checks.MAX_KEYS) in line
 
 
 def test_crossover_sweep_config_sizes_are_checked(tmp_path):
@@ -374,7 +374,7 @@ def test_bench_config_case_naming_a_file_shows_its_shape(run, tmp_path, make):
     (r,) = json.loads(out.read_text())["results"]
     assert (r["case"], r["rows"], r["keys"], r["topk"], r["layout"]) == ("rec", 9, 900, 1024, "ragged")
     row = next(ln for ln in res.stdout.splitlines() if ln.startswith("│ rec"))
-    assert [c.strip() for c in row.split("│")[3:6]] == ["9", "900", "1024"]
+    assert [c.strip() for c in row.split("│")[3:7]] == ["9", "900", "32", "1024"]
 
 
 # ------------------------------------------------------------ 9: one rule for empty workloads

@@ -350,15 +350,17 @@ def test_crossover_on_cpu_writes_a_calibration(run, tmp_path, monkeypatch):
               "--warmup", "0", "--out", cal, "--results", tmp_path / "raw.csv")
     assert res.exit_code == 0, res.output
     assert "SM100 default" in res.stdout and "wave rule" in res.stdout
-    doc = json.loads(cal.read_text())
-    assert doc["format"] == 1 and doc["block_rows"] == 8 and doc["sms"] == 2
+    full = json.loads(cal.read_text())
+    assert full["format"] == 2 and set(full["heads"]) == {"32"}  # (the shipped default holds 32 heads only)
+    doc = full["heads"]["32"]
+    assert doc["block_rows"] == 8 and doc["sms"] == 2 and doc["measured"]["heads"] == 32
     # On 2 SMs every last wave fills at least half of them: no row of the wave
     # table is one the rule sends to the other path, so the rule is kept as the
     # current calibration has it.
     from mqa_topk_cli import eligibility as el
 
     assert doc["measured"]["wave"]["decision"]["wave_rule"] is None
-    assert doc["wave_rule"] is el.load_calibration()["wave_rule"]
+    assert doc["wave_rule"] is el.fused_mqa_topk_calibration(32)["wave_rule"]
     assert set(doc["min_keys"]) == {"512", "1024", "2048"}
     assert len(doc["measured"]["grid"]) == 2 and doc["measured"]["wave"]["table"]
     monkeypatch.setenv("MQA_TOPK_CALIBRATION", str(cal))

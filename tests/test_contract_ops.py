@@ -15,12 +15,12 @@ from mqa_topk_cli.errors import ContractError, Unavailable
 from mqa_topk_cli.reference import reference_topk
 
 
-def _inputs(rows=3, keys=40):
+def _inputs(rows=3, keys=40, heads=32):
     g = torch.Generator().manual_seed(0)
-    q = torch.randn(rows, 32, 128, generator=g).to(FP8)
+    q = torch.randn(rows, heads, 128, generator=g).to(FP8)
     k = torch.randn(keys, 128, generator=g).to(FP8)
     scales = torch.rand(keys, generator=g) + 0.5
-    weights = torch.randn(rows, 32, generator=g)
+    weights = torch.randn(rows, heads, generator=g)
     starts = torch.zeros(rows, dtype=torch.int32)
     ends = torch.full((rows,), keys, dtype=torch.int32)
     return dict(q=q, k=k, scales=scales, weights=weights, starts=starts, ends=ends)
@@ -92,9 +92,13 @@ def test_empty_tensors_skip_the_alignment_check():
 
 @pytest.mark.parametrize("arg,bad,msg", [
     ("q", lambda x: x["q"].to(torch.float32), "expected dtype torch.float8_e4m3fn, got torch.float32"),
-    ("q", lambda x: x["q"][:, :16].contiguous(), "expected shape [rows, 32, 128], got [3, 16, 128]"),
-    ("q", lambda x: x["q"][:, :, :64].contiguous(), "expected shape [rows, 32, 128], got [3, 32, 64]"),
-    ("q", lambda x: x["q"].reshape(-1, 128), "expected shape [rows, 32, 128], got [96, 128]"),
+    ("q", lambda x: x["q"][:, :24].contiguous(),
+     "expected shape [rows, heads, 128] with heads 16, 32 or 64, got [3, 24, 128]"),
+    ("q", lambda x: x["q"][:, :, :64].contiguous(),
+     "expected shape [rows, heads, 128] with heads 16, 32 or 64, got [3, 32, 64]"),
+    ("q", lambda x: x["q"].reshape(-1, 128), "expected shape [rows, heads, 128] with heads 16, 32 or 64, got [96, 128]"),
+    ("weights", lambda x: x["weights"][:, :16].contiguous(),
+     "expected shape [rows, heads] = [3, 32] (the heads of q), got [3, 16]"),
     ("k", lambda x: x["k"].to(torch.bfloat16), "expected dtype torch.float8_e4m3fn, got torch.bfloat16"),
     ("k", lambda x: x["k"][:, :64].contiguous(), "expected shape [keys, 128], got [40, 64]"),
     ("k", lambda x: x["k"].reshape(-1), "expected shape [keys, 128], got [5120]"),
@@ -106,8 +110,10 @@ def test_empty_tensors_skip_the_alignment_check():
     ("scales", lambda x: torch.full((x["k"].shape[0], 4), 127, dtype=torch.uint8),
      "got UE8M0 [keys, 4] uint8 scales; convert them with fused_mqa_topk_key_scales() first"),
     ("weights", lambda x: x["weights"].half(), "expected dtype torch.float32, got torch.float16"),
-    ("weights", lambda x: x["weights"][:, :31].contiguous(), "expected shape [rows, 32] = [3, 32], got [3, 31]"),
-    ("weights", lambda x: x["weights"][1:].contiguous(), "expected shape [rows, 32] = [3, 32], got [2, 32]"),
+    ("weights", lambda x: x["weights"][:, :31].contiguous(),
+     "expected shape [rows, heads] = [3, 32] (the heads of q), got [3, 31]"),
+    ("weights", lambda x: x["weights"][1:].contiguous(),
+     "expected shape [rows, heads] = [3, 32] (the heads of q), got [2, 32]"),
     ("starts", lambda x: x["starts"].long(), "expected dtype torch.int32, got torch.int64"),
     ("starts", lambda x: x["starts"][1:].contiguous(), "expected shape [rows] = [3], got [2]"),
     ("ends", lambda x: x["ends"].float(), "expected dtype torch.int32, got torch.float32"),
@@ -155,14 +161,16 @@ def test_key_limit_is_max_keys_inclusive(monkeypatch):
     assert MAX_KEYS == 1 << 22
 
 
-def test_row_limit_is_max_rows_inclusive(monkeypatch):
-    """Bug class: an off-by-one in the row limit, or its error naming the wrong argument."""
-    from mqa_topk_cli.contract import MAX_ROWS
+@pytest.mark.parametrize("heads, limit", [(16, (1 << 27) - 1), (32, (1 << 26) - 1), (64, (1 << 25) - 1)])
+def test_row_limit_is_max_rows_inclusive(monkeypatch, heads, limit):
+    """Bug class: an off-by-one in the row limit, a limit that ignores the
+    heads (rows * heads must fit int32), or its error naming the wrong argument."""
+    from mqa_topk_cli.contract import MAX_ROWS, max_rows
 
     def meta(rows):
-        return dict(q=torch.empty((rows, 32, 128), dtype=FP8, device="meta"),
+        return dict(q=torch.empty((rows, heads, 128), dtype=FP8, device="meta"),
                     k=torch.empty((16, 128), dtype=FP8, device="meta"),
-                    scales=torch.empty((16,), device="meta"), weights=torch.empty((rows, 32), device="meta"),
+                    scales=torch.empty((16,), device="meta"), weights=torch.empty((rows, heads), device="meta"),
                     starts=torch.empty((rows,), dtype=torch.int32, device="meta"),
                     ends=torch.empty((rows,), dtype=torch.int32, device="meta"))
 
@@ -170,10 +178,48 @@ def test_row_limit_is_max_rows_inclusive(monkeypatch):
     import mqa_topk_cli.contract as contract_mod
 
     monkeypatch.setattr(contract_mod, "check_ranges", lambda *a, **kw: None)
-    assert check_mqa_inputs(**meta(MAX_ROWS), check_values=False) == (MAX_ROWS, 16)
-    e = _raises("q", check_mqa_inputs, **meta(MAX_ROWS + 1), check_values=False)
-    assert str(e) == f"q: {MAX_ROWS + 1} rows exceeds the limit of {MAX_ROWS}"
-    assert MAX_ROWS == (1 << 31) // 32 - 1
+    assert max_rows(heads) == limit == (1 << 31) // heads - 1
+    assert check_mqa_inputs(**meta(limit), check_values=False) == (limit, 16)
+    e = _raises("q", check_mqa_inputs, **meta(limit + 1), check_values=False)
+    assert str(e) == f"q: {limit + 1} rows exceeds the limit of {limit} at {heads} heads (rows * heads must fit int32)"
+    assert MAX_ROWS == max_rows(32) == (1 << 31) // 32 - 1
+
+
+@pytest.mark.parametrize("heads", [16, 32, 64])
+def test_every_supported_heads_is_accepted(heads):
+    """Bug class: a contract still pinned to 32 heads (or missing one of 16 / 64)."""
+    assert check_mqa_inputs(**_inputs(3, 40, heads)) == (3, 40)
+    assert contract.mqa_heads(_inputs(3, 40, heads)["q"]) == heads
+    assert contract.check_heads(heads) == heads
+    assert contract.SUPPORTED_HEADS == (16, 32, 64) and contract.DEFAULT_HEADS == contract.HEADS == 32
+
+
+@pytest.mark.parametrize("heads", [1, 8, 15, 17, 24, 31, 33, 48, 63, 65, 96, 128])
+def test_other_heads_are_refused_naming_q(heads):
+    """Bug class: a heads check that lets an unsupported H through (the
+    kernels are built for 16 / 32 / 64 only), or an error naming weights (which match)."""
+    e = _raises("q", check_mqa_inputs, **_inputs(2, 40, heads))
+    assert str(e) == f"q: expected shape [rows, heads, 128] with heads 16, 32 or 64, got [2, {heads}, 128]"
+    assert "\n" not in str(e)
+    with pytest.raises(ContractError) as ei:
+        contract.check_heads(heads)
+    assert str(ei.value) == f"heads: must be one of (16, 32, 64), got {heads}"
+
+
+@pytest.mark.parametrize("q_heads, w_heads", [(16, 32), (32, 16), (32, 64), (64, 32), (64, 16), (16, 64)])
+def test_weights_that_do_not_match_the_heads_of_q_name_weights(q_heads, w_heads):
+    """Bug class: weights checked against a fixed 32 (or not at all) instead of q's heads."""
+    x = _inputs(3, 40, q_heads)
+    x["weights"] = _inputs(3, 40, w_heads)["weights"]
+    e = _raises("weights", check_mqa_inputs, **x)
+    assert str(e) == f"weights: expected shape [rows, heads] = [3, {q_heads}] (the heads of q), got [3, {w_heads}]"
+
+
+@pytest.mark.parametrize("bad", [True, 32.0, "32", None, 0])
+def test_check_heads_refuses_non_ints(bad):
+    """Bug class: a bool (True == 1) or a float passing as a heads count."""
+    with pytest.raises(ContractError, match="^heads: must be one of"):
+        contract.check_heads(bad)
 
 
 def test_cpu_ranges_are_checked_whatever_check_values_says():

@@ -257,6 +257,7 @@ class _W:
     def __init__(self, case):
         self.name = case["name"]
         self.rows, self.keys, self.topk = case["rows"], case["keys"], case["topk"]
+        self.heads = case.get("heads", 32)
         self.visible_pairs = self.rows * self.keys
         self.device = "cpu"
 
@@ -336,7 +337,7 @@ def test_recommendation_takes_the_largest_crossover_over_the_row_counts(fake, ca
     # top-1024: faster from the first grid point at every row count -> that point, not rounded up
     assert all(by[(1024, r)]["at_min"] for r in (8, 16)) and by[(1024, 8)]["label"] == "<= 1000"
     assert rep.recommended[1024] == 1000
-    assert rep.calibration["min_keys"] == {"512": rep.recommended[512], "1024": 1000, "2048": MAX_KEYS + 1}
+    assert rep.entry["min_keys"] == {"512": rep.recommended[512], "1024": 1000, "2048": MAX_KEYS + 1}
     assert not by[(512, 8)]["at_min"] and by[(512, 8)]["points"] == 7
 
 
@@ -364,9 +365,9 @@ def test_wave_prediction_uses_the_recommended_thresholds(fake):
     assert [r["rows"] for r in rep.wave] == rows
     # fused won at every wave row here, so the rule is off and every row is predicted fused: the new
     # thresholds (below 32000 keys) let them all through
-    assert rep.calibration["wave_rule"] is False
+    assert rep.entry["wave_rule"] is False
     assert [r["predicted"] for r in rep.wave] == ["fused"] * len(rows)
-    assert rep.calibration["block_rows"] == 2 and rep.calibration["min_keys"]["1024"] == 1 << 30
+    assert rep.entry["block_rows"] == 2 and rep.entry["min_keys"]["1024"] == 1 << 30
     # where fused loses at the rows the rule sends to dense, the rule stays on and predicts with the thresholds
     slow = {r for r in rows if 2 * eligibility.last_wave(r, 4, 2) < 4}
     base = fake["fused"].ms
@@ -374,7 +375,7 @@ def test_wave_prediction_uses_the_recommended_thresholds(fake):
     rep = crossover.run_crossover(_sweep(topks=[512], wave=wave), device="cpu", sms=4, calibration=never)
     want = ["fused" if 2 * eligibility.last_wave(r, 4, 2) >= 4 else "native" for r in rows]
     assert "native" in want and "fused" in want
-    assert rep.calibration["wave_rule"] is True
+    assert rep.entry["wave_rule"] is True
     assert [r["predicted"] for r in rep.wave] == want
     fake["fused"].ms = base
     # a topk this run did not measure keeps the current threshold in the wave prediction
@@ -421,7 +422,7 @@ def test_sweep_layout_defaults_to_causal(fake, cal):
     del sw["layout"]
     rep = crossover.run_crossover(sw, device="cpu", sms=4, block_rows=2, calibration=cal)
     assert [g["keys"] for g in rep.grid] == [2000] and "skipped 1 grid point(s) per topk" in " ".join(rep.notes)
-    assert rep.calibration["measured"]["layout"] == "causal"
+    assert rep.entry["measured"]["layout"] == "causal"
 
 
 def test_cases_carry_the_sweep_and_the_calibration_the_environment(fake, cal, monkeypatch, tmp_path):
@@ -441,7 +442,7 @@ def test_cases_carry_the_sweep_and_the_calibration_the_environment(fake, cal, mo
     seen.clear()
     crossover.run_crossover(sw, device="cpu", sms=4, block_rows=2, calibration=cal)
     assert {(c["dist"], c["seed"]) for c in seen} == {("gaussian", 0)}
-    cal_out = rep.calibration
+    cal_out = rep.entry
     assert (cal_out["gpu"], cal_out["date"], cal_out["commit"]) == ("G", "D", "C")
     agree = [r["agree"] for r in rep.wave]
     assert cal_out["measured"]["wave"]["agreement"] == sum(agree) / len(agree)
@@ -496,9 +497,9 @@ def test_progress_and_the_measured_record(fake):
     total = 2 * (2 + len(wave_rows(2, 4, (1,))))
     assert seen and all(t == total for _, t in seen) and [d for d, _ in seen] == sorted(d for d, _ in seen)
     assert seen[-1][0] == total
-    m = rep.calibration["measured"]
+    m = rep.entry["measured"]
     assert m["method"] == "fake" and m["wave"]["topk"] == 512 and m["wave"]["keys"] == 16000
-    assert rep.calibration["min_keys"] == {"512": rep.recommended[512], "1024": 5000, "2048": 65536}
+    assert rep.entry["min_keys"] == {"512": rep.recommended[512], "1024": 5000, "2048": 65536}
 
 
 def test_load_sweep_wave_multiples_and_key_errors(tmp_path):
@@ -528,9 +529,9 @@ def test_sweep_wave_table_defaults_and_confirm_override(fake, cal, monkeypatch):
     rep = crossover.run_crossover(sw, device="cpu", sms=4, block_rows=2, calibration=cal)
     assert [r["rows"] for r in rep.wave] == wave_rows(2, 4, (1,))
     sw["confirm"] = 1
-    assert crossover.run_crossover(sw, device="cpu", sms=4, calibration=cal, wave=False).calibration["measured"][
+    assert crossover.run_crossover(sw, device="cpu", sms=4, calibration=cal, wave=False).entry["measured"][
         "confirm"] == 1
-    assert crossover.run_crossover(sw, device="cpu", sms=4, calibration=cal, wave=False, confirm=0).calibration[
+    assert crossover.run_crossover(sw, device="cpu", sms=4, calibration=cal, wave=False, confirm=0).entry[
         "measured"]["confirm"] == 0
     import inspect
 
@@ -556,7 +557,7 @@ def test_wave_multiples_default_and_the_measured_paths(fake, cal):
     sw = _sweep(topks=[512], rows=[8], keys=[1000, 64000], wave={"keys": 64000, "topk": 512})
     rep = crossover.run_crossover(sw, device="cpu", sms=4, block_rows=2, calibration=cal)
     assert [r["rows"] for r in rep.wave] == wave_rows(2, 4, (1, 2)) == [6, 8, 10, 12, 14, 16, 18, 20]
-    assert rep.calibration["measured"]["paths"] == ["fused", "native"] and rep.paths == ("fused", "native")
+    assert rep.entry["measured"]["paths"] == ["fused", "native"] and rep.paths == ("fused", "native")
 
 
 def test_plot_message_without_matplotlib_is_exact(monkeypatch, tmp_path):
@@ -621,19 +622,19 @@ def test_an_undecided_wave_rule_keeps_the_current_calibration(fake):
                                             "block_rows": 2, "wave_rule": False})
     wave = {"enabled": True, "keys": 64000, "topk": 512, "multiples": [1]}
     rep = crossover.run_crossover(_sweep(topks=[512], wave=wave), device="cpu", sms=4, calibration=off, wave=False)
-    assert rep.wave == [] and rep.calibration["wave_rule"] is False
+    assert rep.wave == [] and rep.entry["wave_rule"] is False
     on = {**off, "wave_rule": True}
     rep = crossover.run_crossover(_sweep(topks=[512], wave=wave), device="cpu", sms=4, calibration=on, wave=False)
-    assert rep.calibration["wave_rule"] is True
+    assert rep.entry["wave_rule"] is True
     # measured (fused faster at 64000 keys everywhere): decided off, whatever the calibration said
     rep = crossover.run_crossover(_sweep(topks=[512], wave=wave), device="cpu", sms=4, calibration=on)
-    dec = rep.calibration["measured"]["wave"]["decision"]
-    assert dec["wave_rule"] is False and rep.calibration["wave_rule"] is False
+    dec = rep.entry["measured"]["wave"]["decision"]
+    assert dec["wave_rule"] is False and rep.entry["wave_rule"] is False
     assert dec["rows_checked"] == sum(1 for r in rep.wave if not r["wave_ok"]) > 0
     # at 16000 keys fused loses at every row but the 8-row one: decided on
     rep = crossover.run_crossover(_sweep(topks=[512], wave={**wave, "keys": 16000}), device="cpu", sms=4,
                                   calibration=off)
-    assert rep.calibration["measured"]["wave"]["decision"]["wave_rule"] is True and rep.calibration["wave_rule"]
+    assert rep.entry["measured"]["wave"]["decision"]["wave_rule"] is True and rep.entry["wave_rule"]
 
 
 def test_wave_rows_extra_rows_and_the_sweep_keys(tmp_path):

@@ -31,7 +31,11 @@ def _no_env(monkeypatch, sm100_cal):
 
 def test_shipped_default_is_the_h200_measurement(monkeypatch):
     monkeypatch.delenv("MQA_TOPK_CALIBRATION", raising=False)
-    cal = el.load_calibration()
+    full = el.load_calibration()
+    # format 2, one entry: the 32-head measurement (other heads take the default rule until measured)
+    assert full["format"] == 2 and set(full["heads"]) == {32}
+    cal = el.calibration_for(full, 32)
+    assert not cal.get("fallback") and el.calibration_for(full, 64).get("fallback") is True
     assert cal["gpu"] == "NVIDIA H200" and cal["sms"] == 132 and cal["commit"]
     assert cal["source"].startswith("mqa-topk crossover")
     assert cal["block_rows"] == 8 and isinstance(cal["wave_rule"], bool)
@@ -146,7 +150,10 @@ def test_no_gpu_means_not_fused():
     [
         ("{not json", "not valid JSON"),
         ("[1, 2]", "JSON object"),
-        ('{"format": 2, "min_keys": {"512": 1, "1024": 1, "2048": 1}}', "format"),
+        ('{"format": 3, "min_keys": {"512": 1, "1024": 1, "2048": 1}}', "format"),
+        ('{"format": 2, "min_keys": {"512": 1, "1024": 1, "2048": 1}}', "'heads' must be an object"),
+        ('{"format": 2, "heads": {"48": {"min_keys": {"512": 1, "1024": 1, "2048": 1}}}}', "heads key '48'"),
+        ('{"format": 2, "heads": {"64": {"min_keys": {"512": 1, "1024": 1}}}}', "min_keys lacks topk 2048"),
         ('{"format": 1, "min_keys": {"512": 1, "1024": 1}}', "2048"),
         ('{"format": 1, "min_keys": {"512": -4, "1024": 1, "2048": 1}}', "positive"),
         ('{"format": 1, "min_keys": {"512": "8K", "1024": 1, "2048": 1}}', "positive"),
@@ -174,8 +181,10 @@ def test_use_fused_rules(monkeypatch):
     monkeypatch.setattr(el, "fused_mqa_topk_available", lambda: True)
     ok = dict(query_shape=(32, 128), topk=2048, fp4_cache=False, full_context=True)
     assert el.use_fused_mqa_topk(**ok)
-    assert not el.use_fused_mqa_topk(**{**ok, "query_shape": (64, 128)})
-    assert not el.use_fused_mqa_topk(**{**ok, "query_shape": (32, 64)})
+    for heads in (16, 32, 64):  # every supported heads count may take the fused kernel
+        assert el.use_fused_mqa_topk(**{**ok, "query_shape": (heads, 128)})
+    for bad in ((48, 128), (8, 128), (128, 128), (32, 64), (64, 64), (32,), (32, 128, 1), (True, 128)):
+        assert not el.use_fused_mqa_topk(**{**ok, "query_shape": bad}), bad
     assert not el.use_fused_mqa_topk(**{**ok, "topk": 256})
     assert not el.use_fused_mqa_topk(**{**ok, "fp4_cache": True})
     assert not el.use_fused_mqa_topk(**{**ok, "full_context": False})
@@ -204,8 +213,8 @@ def test_recommended_min_keys():
 def test_calibration_error_messages_name_the_file_and_field():
     """Bug class: an error that names the wrong file or field, or misquotes the value."""
     with pytest.raises(UsageError) as ei:
-        el.validate_calibration({"format": 2, "min_keys": {}}, "cal.json")
-    assert str(ei.value) == "calibration file cal.json: unsupported 'format' 2 (expected 1)"
+        el.validate_calibration({"format": 3, "min_keys": {}}, "cal.json")
+    assert str(ei.value) == "calibration file cal.json: unsupported 'format' 3 (expected 2, or 1)"
     for bad in (0, -3, True, "132"):
         with pytest.raises(UsageError) as ei:
             el.validate_calibration({"format": 1, "min_keys": {"512": 1, "1024": 1, "2048": 1}, "sms": bad}, "c.json")

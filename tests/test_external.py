@@ -153,10 +153,13 @@ DEEPGEMM = '''
 from mqa_fakes_common import logits
 
 CALLS = {"logits": 0}
+HEADS = []  # the heads of every q it was given
 
 
 def fp8_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits=True, max_seqlen_k=0):
     CALLS["logits"] += 1
+    HEADS.append(q.shape[1])
+    assert q.shape[1] in (32, 64) and weights.shape[1] == q.shape[1], "DeepGEMM takes 32 or 64 heads"
     k, s = kv
     return logits(q, k, s, weights, cu_seq_len_k_start, cu_seq_len_k_end, pad=256)
 '''
@@ -548,7 +551,7 @@ def test_crossover_between_two_fakes_prints_the_engine_constants(run, monkeypatc
               "--rows", "8", "--keys", "250,500,1000,2000,4000,8000", "--sms", "4", "--block-rows", "2",
               "--wave-keys", "3000", "--wave-topk", "512", "--out", cal)
     assert res.exit_code == 0, res.output
-    doc = json.loads(cal.read_text())
+    doc = json.loads(cal.read_text())["heads"]["32"]
     eng = doc["measured"]["engine"]
     mk = {int(t): v for t, v in eng["min_keys"].items()}
     # planted crossovers: 1250 keys (top-512) and 2500 keys (top-2048), rounded up to 256
@@ -583,4 +586,35 @@ def test_crossover_of_our_own_paths_prints_no_engine_constants(run, tmp_path):
     res = run("crossover", "--device", "cpu", "--paths", "torch,reference", "--topks", "512", "--rows", "8",
               "--keys", "600", "--no-wave", "--reps", "2", "--warmup", "0", "--out", cal)
     assert res.exit_code == 0, res.output
-    assert "engine constants" not in res.stdout and "engine" not in json.loads(cal.read_text())["measured"]
+    assert "engine constants" not in res.stdout and "engine" not in json.loads(cal.read_text())["heads"]["32"]["measured"]
+
+
+# --------------------------------------------------------------------------- heads
+
+
+def test_deepgemm_takes_the_heads_of_the_workload_and_reports_16_unavailable(run, monkeypatch, fakes, tmp_path):
+    """Bug class: an adapter that reshapes q to 32 heads (or drops the extra
+    ones), or one that calls DeepGEMM at 16 heads and fails with an error
+    instead of reporting the shape unavailable."""
+    gpu(monkeypatch, 9)
+    mods = fakes("engine", "deepgemm")
+    res = run("verify", "--paths", "deepgemm,engine-dense", *SHAPE, "--heads", "64", "--reruns", "1")
+    assert res.exit_code == 0, res.output
+    assert mods["deep_gemm"].HEADS and set(mods["deep_gemm"].HEADS) == {64}
+    calls, engine_calls = mods["deep_gemm"].CALLS["logits"], mods["engine_dg"].CALLS["logits"]
+    out = tmp_path / "b.json"
+    res = run("bench", "--paths", "deepgemm,engine-dense,torch", *BENCH, "--heads", "16", "--out", out)
+    assert res.exit_code == 0, res.output  # torch was timed
+    st = {r["path"]: r for r in json.loads(out.read_text())["results"]}
+    assert st["torch"]["status"] == "ok" and st["torch"]["heads"] == 16
+    for name in ("deepgemm", "engine-dense"):
+        assert st[name]["status"] == (f"unavailable: {name}: DeepGEMM's fp8_mqa_logits takes 32 or 64 heads; "
+                                      f"this workload has 16"), st[name]
+    assert (mods["deep_gemm"].CALLS["logits"], mods["engine_dg"].CALLS["logits"]) == (calls, engine_calls)  # not called
+    res = run("bench", "--op", "logits", "--paths", "deepgemm", *BENCH, "--heads", "16", "--out", out)
+    assert res.exit_code == 1  # nothing could be timed
+    (r,) = [r for r in json.loads(out.read_text())["results"] if r["path"] == "deepgemm"]
+    assert r["status"].startswith("unavailable: deepgemm: DeepGEMM's fp8_mqa_logits takes 32 or 64 heads")
+    res = run("verify", "--paths", "deepgemm", *SHAPE, "--heads", "16", "--reruns", "0")
+    assert res.exit_code == 1 and "takes 32 or 64 heads; this workload has 16" in res.output
+    assert "Traceback" not in res.output

@@ -5,7 +5,9 @@ kernel's logits (``ops.mqa_logits``; every fused kernel computes bitwise the
 same logits, so the sets must be identical, ties to the lowest index), with
 poisoned outputs; inputs must be untouched and reruns bitwise identical. Each
 kernel (whole, split, staged, hybrid: ``kernel=``) is checked where it runs,
-and against the others' sets.
+and against the others' sets, at 16, 32 and 64 heads (q ``[rows, H, 128]``,
+weights ``[rows, H]``; the dense logits at each H are checked against the
+float64 reference in test_verify.py).
 """
 from __future__ import annotations
 
@@ -20,6 +22,9 @@ from mqa_topk_cli.workloads import make_workload
 from test_gpu_topk import assert_exact  # noqa: E402 (tests/ is on sys.path under pytest)
 
 pytestmark = pytest.mark.gpu
+
+#: The heads every op takes (contract.SUPPORTED_HEADS).
+HEADS = (16, 32, 64)
 
 
 @pytest.fixture(scope="module")
@@ -90,12 +95,14 @@ CASES = [
 
 
 # kernel None: the one chosen by shape (these row counts take the staged or split kernel).
+@pytest.mark.parametrize("heads", HEADS)
 @pytest.mark.parametrize("kernel", [None, "whole", "split"])
 @pytest.mark.parametrize("topk", TOPKS)
 @pytest.mark.parametrize("kw", CASES, ids=lambda kw: f"{kw['layout']}-{kw['dist']}-{kw['keys']}")
-def test_fused_exact_on_workloads(dev, kw, topk, kernel):
-    w = make_workload(device="cuda", seed=11, topk=topk, **kw)
-    check_fused(w, what=f"{kw} kernel={kernel}", kernel=kernel)
+def test_fused_exact_on_workloads(dev, kw, topk, kernel, heads):
+    w = make_workload(device="cuda", seed=11, topk=topk, heads=heads, **kw)
+    assert w.heads == heads
+    check_fused(w, what=f"{kw} kernel={kernel} heads={heads}", kernel=kernel)
 
 
 @pytest.mark.parametrize("kernel", [None, "whole", "split"])
@@ -113,21 +120,70 @@ def test_fused_row_at_the_key_limit(dev):
     check_fused(w, what="key limit")
 
 
-def test_fused_matches_native_dense_exactly(dev):
+@pytest.mark.parametrize("heads", HEADS)
+def test_fused_matches_native_dense_exactly(dev, heads):
     w = make_workload("ragged", rows=300, keys=50_000, topk=2048, dist="dsa", seed=7, device="cuda",
-                      unaligned_starts=True)
+                      unaligned_starts=True, heads=heads)
     fused = run_fused(w, 2048, -5)
     dense = torch.full_like(fused, -9)
     ops.dense_mqa_topk_prefill(w.q, w.k, w.scales, w.weights, w.starts, w.ends, dense)
-    same_sets(fused, dense, "fused vs native dense")
+    same_sets(fused, dense, f"fused vs native dense, {heads} heads")
+    # chunked dense (several logits calls, each with its rows' slice of q and weights): the same sets
+    chunked = torch.full_like(fused, -11)
+    ops.dense_mqa_topk_prefill(w.q, w.k, w.scales, w.weights, w.starts, w.ends, chunked,
+                               max_logits_bytes=64 * ops._pitch(w.keys) * 4)
+    same_sets(fused, chunked, f"fused vs chunked native dense, {heads} heads")
 
 
+def _pad_to_32(w):
+    """q and weights of a 16-head workload with 16 zero heads appended."""
+    q = torch.cat([w.q.view(torch.uint8), torch.zeros_like(w.q.view(torch.uint8))], 1).view(w.q.dtype).contiguous()
+    return q, torch.cat([w.weights, torch.zeros_like(w.weights)], 1).contiguous()
+
+
+@pytest.mark.parametrize("topk", TOPKS)
+def test_16_heads_are_32_heads_with_zero_heads(dev, topk):
+    """A 16-head call gives bitwise the logits, and the sets, of the 32-head
+    call on q and weights padded with zero heads (what the launchers run)."""
+    w = make_workload("ragged", rows=70, keys=9000, topk=topk, dist="ties", seed=19, device="cuda", heads=16,
+                      unaligned_starts=True)
+    q32, w32 = _pad_to_32(w)
+    a = ops.mqa_logits(w.q, w.k, w.scales, w.weights, w.starts, w.ends)
+    b = ops.mqa_logits(q32, w.k, w.scales, w32, w.starts, w.ends)
+    col = torch.arange(w.keys, device="cuda")
+    inside = (col >= w.starts.long()[:, None]) & (col < w.ends.long()[:, None])
+    assert torch.equal(a[inside], b[inside])
+    out16 = check_fused(w, topk, "16 heads")
+    out32 = run_fused(make_workload_like(w, q32, w32), topk, -5)
+    same_sets(out16, out32, "16 heads vs padded 32")
+
+
+def make_workload_like(w, q, weights):
+    from dataclasses import replace
+
+    return replace(w, q=q, weights=weights)
+
+
+@pytest.mark.parametrize("heads", [16, 64])
+def test_every_head_counts(dev, heads):
+    """Bug class: kernels that read only the first 32 (or 16) heads: the
+    fused sets at H heads differ from those with the upper half of the
+    heads' weights zeroed, while each is exact on its own logits."""
+    w = make_workload("causal", rows=40, keys=8000, topk=512, dist="gaussian", seed=29, device="cuda", heads=heads)
+    full = check_fused(w, 512, f"{heads} heads")
+    half = w.weights.clone()
+    half[:, heads // 2:] = 0
+    part = check_fused(make_workload_like(w, w.q, half), 512, f"{heads} heads, upper half zeroed")
+    assert not torch.equal(full.sort(dim=1).values, part.sort(dim=1).values)
+
+
+@pytest.mark.parametrize("heads", HEADS)
 @pytest.mark.parametrize("kernel", [None, "whole", "split", "staged"])
-def test_fused_batch_invariant(dev, kernel):
+def test_fused_batch_invariant(dev, kernel, heads):
     """A row's set does not depend on the rows beside it: sub-batches (other
     row blocks, other piece counts) give the full batch's sets."""
     w = make_workload("ragged", rows=120, keys=40000, topk=2048, dist="dsa", seed=32, device="cuda",
-                      unaligned_starts=True)
+                      unaligned_starts=True, heads=heads)
     full = run_fused(w, 2048, -1, kernel)
     for a, b in ((0, 1), (3, 50), (40, 41), (17, 120)):
         out = torch.full((b - a, 2048), -4, dtype=torch.int32, device="cuda")
@@ -251,15 +307,16 @@ def _sample_tiles(nt, k):
     return out
 
 
+@pytest.mark.parametrize("heads", HEADS)
 @pytest.mark.parametrize("kernel", ["whole", "split", "staged"])
 @pytest.mark.parametrize("topk", [512, 2048])
-def test_fused_unsafe_gate_is_redone(dev, topk, kernel):
+def test_fused_unsafe_gate_is_redone(dev, topk, kernel, heads):
     """Keys of the gate's sample tiles scaled 1000x: every row's gate lands among
     them, fewer than k logits reach it, and each row must be rescanned without a
     gate (a redo) and still be exact (the whole and split kernels gate; the
     staged kernel selects from the stored logits)."""
     keys = 40_000
-    w = make_workload("full", rows=20, keys=keys, topk=topk, dist="gaussian", seed=13, device="cuda")
+    w = make_workload("full", rows=20, keys=keys, topk=topk, dist="gaussian", seed=13, device="cuda", heads=heads)
     nt = (keys + 127) // 128
     for tp in _sample_tiles(nt, topk):
         w.scales[tp * 128: (tp + 1) * 128] *= 1000.0
@@ -284,15 +341,16 @@ SPLIT_CASES = [
 
 
 
+@pytest.mark.parametrize("heads", HEADS)
 @pytest.mark.parametrize("kw", SPLIT_CASES, ids=lambda kw: f"{kw['layout']}-{kw['rows']}x{kw['keys']}-{kw['dist']}")
-def test_fused_split_kernel_exact(dev, kw):
+def test_fused_split_kernel_exact(dev, kw, heads):
     """The split kernel forced on few and long rows (many pieces per block),
     ragged and short rows (pieces where a row has fewer keys than the piece or
     none: empty slices), 1064 rows (whole blocks beside split ones): exact,
     reruns bitwise equal, inputs untouched, and the whole kernel's sets."""
     for topk in (512, 2048):
-        w = make_workload(device="cuda", seed=17, topk=topk, **kw)
-        split = check_fused(w, topk, f"split {kw} topk={topk}", kernel="split")
+        w = make_workload(device="cuda", seed=17, topk=topk, heads=heads, **kw)
+        split = check_fused(w, topk, f"split {kw} topk={topk} heads={heads}", kernel="split")
         same_sets(split, run_fused(w, topk, -5, "whole"), f"{kw} topk={topk}: split vs whole")
 
 
@@ -310,14 +368,15 @@ LARGE_SPLIT_CASES = [
 
 
 
+@pytest.mark.parametrize("heads", HEADS)
 @pytest.mark.parametrize("kw", LARGE_SPLIT_CASES, ids=lambda kw: f"{kw['layout']}-{kw['rows']}x{kw['keys']}-{kw['dist']}")
-def test_fused_split_kernel_every_sm(dev, kw):
+def test_fused_split_kernel_every_sm(dev, kw, heads):
     """The split kernel where its grid is every SM, for every topk: exact,
     reruns bitwise equal (the merge sums bins only after every piece stored
     them), and the whole kernel's sets."""
     for topk in TOPKS:
-        w = make_workload(device="cuda", seed=23, topk=topk, **kw)
-        split = check_fused(w, topk, f"split {kw} topk={topk}", kernel="split")
+        w = make_workload(device="cuda", seed=23, topk=topk, heads=heads, **kw)
+        split = check_fused(w, topk, f"split {kw} topk={topk} heads={heads}", kernel="split")
         same_sets(split, run_fused(w, topk, -5, "whole"), f"{kw} topk={topk}: split vs whole")
 
 
@@ -343,15 +402,16 @@ STAGED_CASES = [
 
 
 
+@pytest.mark.parametrize("heads", HEADS)
 @pytest.mark.parametrize("kw", STAGED_CASES, ids=lambda kw: f"{kw['layout']}-{kw['rows']}x{kw['keys']}-{kw['dist']}")
-def test_fused_staged_kernel_exact(dev, kw):
+def test_fused_staged_kernel_exact(dev, kw, heads):
     """The staged kernel for every topk: exact, inputs untouched, reruns
     bitwise equal, and the sets of the whole kernel and of native dense."""
     if not runs("staged", kw["rows"], kw["keys"]):
         pytest.skip(f"{kw['rows']} rows are more than one wave of row blocks on {sms()} SMs")
     for topk in TOPKS:
-        w = make_workload(device="cuda", seed=31, topk=topk, **kw)
-        out = check_fused(w, topk, f"staged {kw} topk={topk}", kernel="staged")
+        w = make_workload(device="cuda", seed=31, topk=topk, heads=heads, **kw)
+        out = check_fused(w, topk, f"staged {kw} topk={topk} heads={heads}", kernel="staged")
         same_sets(out, run_fused(w, topk, -5, "whole"), f"{kw} topk={topk}: staged vs whole")
         dense = torch.full_like(out, -9)
         ops.dense_mqa_topk_prefill(w.q, w.k, w.scales, w.weights, w.starts, w.ends, dense)
@@ -370,24 +430,27 @@ HYBRID_CASES = [
 
 
 
+@pytest.mark.parametrize("heads", HEADS)
 @pytest.mark.parametrize("kw", HYBRID_CASES, ids=lambda kw: f"{kw['layout']}-{kw['rows']}x{kw['keys']}-{kw['dist']}")
-def test_fused_hybrid_kernel_exact(dev, kw):
+def test_fused_hybrid_kernel_exact(dev, kw, heads):
     """The hybrid kernel for every topk: exact, inputs untouched, reruns
     bitwise equal, and the whole kernel's sets."""
     if not runs("hybrid", kw["rows"], kw["keys"]):
         pytest.skip(f"{kw['rows']} rows are not SMs + 1 or 2 row blocks on {sms()} SMs")
     for topk in TOPKS:
-        w = make_workload(device="cuda", seed=31, topk=topk, **kw)
-        out = check_fused(w, topk, f"hybrid {kw} topk={topk}", kernel="hybrid")
+        w = make_workload(device="cuda", seed=31, topk=topk, heads=heads, **kw)
+        out = check_fused(w, topk, f"hybrid {kw} topk={topk} heads={heads}", kernel="hybrid")
         same_sets(out, run_fused(w, topk, -5, "whole"), f"{kw} topk={topk}: hybrid vs whole")
 
 
+@pytest.mark.parametrize("heads", HEADS)
 @pytest.mark.parametrize("rows,keys", [(528, 1 << 19), (250, 1 << 19), (64, 1 << 19), (8 * 132 + 8, 1 << 19)])
-def test_fused_call_allocates_at_most_512_mib_beyond_its_workspace(dev, rows, keys):
+def test_fused_call_allocates_at_most_512_mib_beyond_its_workspace(dev, rows, keys, heads):
     """Whatever kernel a shape runs, its per-call buffer (the staged and hybrid
     kernels' logits of their row blocks) stays within 512 MiB: the peak of
-    torch's allocator during the call, past the cached workspace and the inputs."""
-    w = make_workload("causal", rows=rows, keys=keys, topk=2048, dist="gaussian", seed=41, device="cuda")
+    torch's allocator during the call, past the cached workspace and the
+    inputs (at 16 heads, plus the padded copy of q and weights)."""
+    w = make_workload("causal", rows=rows, keys=keys, topk=2048, dist="gaussian", seed=41, device="cuda", heads=heads)
     out = torch.full((rows, 2048), -7, dtype=torch.int32, device="cuda")
     ops.fused_mqa_topk_workspace("cuda", 2048)  # (the fixed workspace, allocated once)
     torch.cuda.synchronize()
@@ -396,8 +459,11 @@ def test_fused_call_allocates_at_most_512_mib_beyond_its_workspace(dev, rows, ke
     ops.fused_mqa_topk_prefill(w.q, w.k, w.scales, w.weights, w.starts, w.ends, out)
     torch.cuda.synchronize()
     extra = torch.cuda.max_memory_allocated() - base
-    assert extra <= 512 << 20, f"{rows} x {keys} ({ops.fused_mqa_topk_kernel(rows, keys, 2048)}): {extra / 2**20:.1f} MiB"
-    reported = ops.fused_mqa_topk_call_bytes(rows, keys, 2048)  # what `mqa-topk build` reports for the shape
-    assert reported <= ops.FUSED_CALL_BYTES_CAP and extra <= reported + (2 << 20), (extra, reported)
+    pad = ops.fused_mqa_topk_padding_bytes(rows, heads)
+    assert pad == (rows * 32 * 132 if heads == 16 else 0)
+    kernel = ops.fused_mqa_topk_kernel(rows, keys, 2048, heads=heads)
+    assert extra <= (512 << 20) + pad, f"{rows} x {keys} ({kernel}): {extra / 2**20:.1f} MiB"
+    reported = ops.fused_mqa_topk_call_bytes(rows, keys, 2048, heads=heads)  # what `mqa-topk build` reports
+    assert reported - pad <= ops.FUSED_CALL_BYTES_CAP and extra <= reported + (2 << 20), (extra, reported)
     logits = ops.mqa_logits(w.q, w.k, w.scales, w.weights, w.starts, w.ends)
     assert_exact(out, logits, w.starts, w.ends, 2048, f"{rows} x {keys}")

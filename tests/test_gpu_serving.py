@@ -6,6 +6,9 @@
   never fault, the output is that of the clamped ranges (fused == dense), and
   the error comes back with the argument and the row from ``check_errors()``
   or from the next op call; checked mode raises before launching.
+
+The ops that take q and weights are checked at 16, 32 and 64 heads (a
+16-head call pads q and weights inside the launcher: inside a capture too).
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ pytestmark = pytest.mark.gpu
 INT_MAX = 2**31 - 1
 INT_MIN = -2**31
 OPS = ["fused", "dense", "dense_chunked", "logits", "topk"]
+HEADS = (16, 32, 64)
 
 
 @pytest.fixture(scope="module")
@@ -104,12 +108,13 @@ def new_ranges(rows, keys, seed, device):
 
 # --------------------------------------------------------------------------- CUDA graphs
 
+@pytest.mark.parametrize("heads", HEADS)
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("topk", [512, 2048])
-def test_graph_replay_on_new_values_matches_eager(dev, op, topk):
+def test_graph_replay_on_new_values_matches_eager(dev, op, topk, heads):
     rows, keys = 77, 20_000
-    a = make_workload("causal", rows=rows, keys=keys, topk=topk, dist="gaussian", seed=1, device="cuda")
-    b = make_workload("causal", rows=rows, keys=keys, topk=topk, dist="dsa", seed=2, device="cuda")
+    a = make_workload("causal", rows=rows, keys=keys, topk=topk, dist="gaussian", seed=1, device="cuda", heads=heads)
+    b = make_workload("causal", rows=rows, keys=keys, topk=topk, dist="dsa", seed=2, device="cuda", heads=heads)
     b_starts, b_ends = new_ranges(rows, keys, 3, dev)
     b_t = [b.q, b.k, b.scales, b.weights, b_starts, b_ends]
     static = [x.clone() for x in tensors(a)]
@@ -213,11 +218,12 @@ KINDS = ["negative_start", "int_min_start", "end_past_keys", "int_max_end", "sta
          "negative_end", "overflowing_span"]
 
 
+@pytest.mark.parametrize("heads", HEADS)
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("op", OPS)
-def test_corrupted_ranges_never_fault_and_report_the_row(dev, op, kind):
+def test_corrupted_ranges_never_fault_and_report_the_row(dev, op, kind, heads):
     rows, keys, topk, row = 67, 5001, 512, 37  # row 37: the third chunk of dense_chunked
-    w = make_workload("causal", rows=rows, keys=keys, topk=topk, dist="gaussian", seed=5, device="cuda")
+    w = make_workload("causal", rows=rows, keys=keys, topk=topk, dist="gaussian", seed=5, device="cuda", heads=heads)
     starts, ends = w.starts.clone(), w.ends.clone()
     logits = ops.mqa_logits(*tensors(w)) if op == "topk" else None
     arg, pattern = corrupt(kind, starts, ends, keys, row)
@@ -237,14 +243,15 @@ def test_corrupted_ranges_never_fault_and_report_the_row(dev, op, kind):
     ops.check_errors()  # the clamped ranges are valid
 
 
+@pytest.mark.parametrize("heads", HEADS)
 @pytest.mark.parametrize("kernel", ops.FUSED_KERNELS)
 @pytest.mark.parametrize("kind", ["overflowing_span", "int_min_start", "int_max_end"])
-def test_every_fused_kernel_survives_corrupted_rows(dev, kernel, kind):
+def test_every_fused_kernel_survives_corrupted_rows(dev, kernel, kind, heads):
     """Bug class: a kernel that computes a row's length from the raw range
     (the staged owner once cleared ~2^31 keys of bitmap: an illegal instruction)."""
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
     rows, keys = (8 * sms + 8, 9000) if kernel == "hybrid" else (67, 5001)  # (hybrid: SMs + 1 row blocks)
-    w = make_workload("causal", rows=rows, keys=keys, topk=512, dist="gaussian", seed=8, device="cuda")
+    w = make_workload("causal", rows=rows, keys=keys, topk=512, dist="gaussian", seed=8, device="cuda", heads=heads)
     starts, ends = w.starts.clone(), w.ends.clone()
     arg, pattern = corrupt(kind, starts, ends, keys, 37)
     out = run("fused", [w.q, w.k, w.scales, w.weights, starts, ends], torch.full((rows, 512), -7, dtype=torch.int32,
@@ -258,9 +265,10 @@ def test_every_fused_kernel_survives_corrupted_rows(dev, kernel, kind):
     assert same_result("fused", out, ref, cs, ce), f"{kernel}/{kind}: output differs from the clamped ranges'"
 
 
+@pytest.mark.parametrize("heads", HEADS)
 @pytest.mark.parametrize("kind", KINDS)
-def test_fused_and_dense_agree_on_corrupted_rows(dev, kind):
-    w = make_workload("causal", rows=40, keys=7000, topk=1024, dist="gaussian", seed=6, device="cuda")
+def test_fused_and_dense_agree_on_corrupted_rows(dev, kind, heads):
+    w = make_workload("causal", rows=40, keys=7000, topk=1024, dist="gaussian", seed=6, device="cuda", heads=heads)
     starts, ends = w.starts.clone(), w.ends.clone()
     corrupt(kind, starts, ends, w.keys, 9)
     t = [w.q, w.k, w.scales, w.weights, starts, ends]
@@ -309,9 +317,10 @@ def test_the_next_call_raises_an_earlier_error(dev, op):
     assert op == "logits" or not bool((good == -13).all())
 
 
+@pytest.mark.parametrize("heads", HEADS)
 @pytest.mark.parametrize("op", OPS)
-def test_checked_mode_raises_before_launching(dev, op):
-    w = make_workload("causal", rows=20, keys=3000, topk=512, dist="gaussian", seed=9, device="cuda")
+def test_checked_mode_raises_before_launching(dev, op, heads):
+    w = make_workload("causal", rows=20, keys=3000, topk=512, dist="gaussian", seed=9, device="cuda", heads=heads)
     logits = ops.mqa_logits(*tensors(w)) if op == "topk" else None
     ends = w.ends.clone()
     ends[6] = 3001
@@ -323,11 +332,12 @@ def test_checked_mode_raises_before_launching(dev, op):
     ops.check_errors()  # no kernel ran on the bad rows
 
 
-def test_logits_with_no_keys_still_checks_the_rows(dev):
-    q = torch.zeros((9, 32, 128), dtype=torch.float8_e4m3fn, device=dev)
+@pytest.mark.parametrize("heads", HEADS)
+def test_logits_with_no_keys_still_checks_the_rows(dev, heads):
+    q = torch.zeros((9, heads, 128), dtype=torch.float8_e4m3fn, device=dev)
     k = torch.zeros((0, 128), dtype=torch.float8_e4m3fn, device=dev)
     scales = torch.zeros(0, device=dev)
-    weights = torch.zeros((9, 32), device=dev)
+    weights = torch.zeros((9, heads), device=dev)
     starts = torch.zeros(9, dtype=torch.int32, device=dev)
     ends = torch.zeros(9, dtype=torch.int32, device=dev)
     assert ops.mqa_logits(q, k, scales, weights, starts, ends).shape == (9, 0)
@@ -338,8 +348,9 @@ def test_logits_with_no_keys_still_checks_the_rows(dev):
         ops.check_errors()
 
 
-def test_corrupted_values_written_into_a_captured_graph_are_reported(dev):
-    w = make_workload("causal", rows=48, keys=6000, topk=2048, dist="gaussian", seed=10, device="cuda")
+@pytest.mark.parametrize("heads", HEADS)
+def test_corrupted_values_written_into_a_captured_graph_are_reported(dev, heads):
+    w = make_workload("causal", rows=48, keys=6000, topk=2048, dist="gaussian", seed=10, device="cuda", heads=heads)
     static = [x.clone() for x in tensors(w)]
     out = torch.full((48, 2048), -7, dtype=torch.int32, device=dev)
     side = torch.cuda.Stream()
@@ -364,3 +375,29 @@ def test_corrupted_values_written_into_a_captured_graph_are_reported(dev):
         ops.check_errors()
         eager = run(op, tensors(w), torch.full_like(out, -3))
         assert same_result(op, out, eager, w.starts, w.ends)
+
+
+@pytest.mark.parametrize("op", ["fused", "logits"])
+def test_the_launchers_refuse_other_heads_naming_q_or_weights(dev, op):
+    """The C++ launchers' own check (a caller that bypasses the Python
+    contract): q of unsupported heads names q, weights of other heads than
+    q's name weights; nothing is launched."""
+    w = make_workload("causal", rows=8, keys=600, topk=512, dist="gaussian", seed=12, device="cuda", heads=64)
+    ext = ops._native()
+    out = torch.full((8, 512), -7, dtype=torch.int32, device=dev)
+    buf = torch.empty((8, ops._pitch(600)), device=dev)
+    q48 = w.q[:, :48].contiguous()
+
+    def call(q, weights):
+        if op == "fused":
+            ext.fused_mqa_topk(q, w.k, w.scales, weights, w.starts, w.ends, out,
+                               ops.fused_mqa_topk_workspace("cuda", 512), -1)
+        else:
+            ext.mqa_logits(q, w.k, w.scales, weights, w.starts, w.ends, buf)
+
+    with pytest.raises(ValueError, match=r"^q: expected shape \[rows, heads, 128\] with heads 16, 32 or 64"):
+        call(q48, w.weights[:, :48].contiguous())
+    with pytest.raises(ValueError, match=r"^weights: "):
+        call(w.q, w.weights[:, :32].contiguous())
+    torch.cuda.synchronize()
+    assert bool((out == -7).all())

@@ -470,7 +470,7 @@ def test_a_user_path_crossover_prints_no_engine_constants(run, tmp_path, monkeyp
               "--block-rows", "2", "--wave-keys", "300", "--out", cal)
     assert res.exit_code == 0, res.output
     assert "engine constants" not in res.output and "vllm" not in res.output, res.output
-    assert "engine" not in json.loads(cal.read_text())["measured"]
+    assert "engine" not in json.loads(cal.read_text())["heads"]["32"]["measured"]
     sys.modules.pop("mqa_user_fn", None)
 
 

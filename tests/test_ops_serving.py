@@ -403,7 +403,8 @@ def _mutations():
                                             if x.dim() == 2 else x.transpose(1, 2).contiguous().transpose(1, 2)),
                     name))
         out.append((f"{name}-misaligned", set_(name, misalign), name))
-    out.append(("q-shape", set_("q", lambda x: x[:, :16]), "q"))
+    out.append(("q-shape", set_("q", lambda x: x[:, :24]), "q"))  # 24 heads: not 16, 32 or 64
+    out.append(("q-heads-vs-weights", set_("q", lambda x: x[:, :16].contiguous()), "weights"))  # 16 heads, weights 32
     out.append(("k-shape", set_("k", lambda x: x[:, :64].contiguous()), "k"))
     out.append(("scales-dtype", set_("scales", lambda x: x.double()), "scales"))
     out.append(("scales-shape", set_("scales", lambda x: x[:-1]), "scales"))

@@ -26,7 +26,7 @@ def brute_logits(w) -> list[list[float]]:
         row = [-math.inf] * w.keys
         for s in range(int(w.starts[r]), int(w.ends[r])):
             acc = 0.0
-            for h in range(32):
+            for h in range(w.q.shape[1]):  # every head of q (16, 32 or 64)
                 acc += float(w.weights[r, h]) * max(0.0, float(q[r, h] @ k[s]))
             row[s] = float(w.scales[s]) * acc
         out.append(row)
@@ -68,6 +68,42 @@ def test_logits_match_brute_force(dist):
         assert bool((got32[inside] <= 0).all()) and bool((got32[inside] < 0).any())
     if dist == "zero_weights":
         assert bool((got32[inside] == 0).all())
+
+
+@pytest.mark.parametrize("heads", [16, 64])
+@pytest.mark.parametrize("dist", ["gaussian", "negative_weights", "ties", "relu_saturated"])
+def test_logits_match_brute_force_at_16_and_64_heads(heads, dist):
+    """Bug class: a reference pinned to 32 heads (summing the first 32 of 64,
+    or reading 16-head inputs as 32): against the float64 loop over every head of q."""
+    w = make_workload("ragged", rows=5, keys=37, topk=512, dist=dist, seed=3, heads=heads)
+    assert tuple(w.q.shape) == (5, heads, 128) and tuple(w.weights.shape) == (5, heads) and w.heads == heads
+    w = _with_ranges(w, [0, 3, 10, 36, 20], [37, 3, 25, 37, 21])
+    want = torch.tensor(brute_logits(w), dtype=torch.float64)
+    got64 = reference_logits(w.q, w.k, w.scales, w.weights, w.starts, w.ends, precision="fp64")
+    got32 = reference_logits(w.q, w.k, w.scales, w.weights, w.starts, w.ends)
+    inside = torch.isfinite(want)
+    assert torch.equal(torch.isinf(got64), ~inside) and torch.equal(torch.isinf(got32), ~inside)
+    scale = want[inside].abs().max().clamp(min=1e-30)
+    assert float((got64[inside] - want[inside]).abs().max()) <= 1e-12 * float(scale)
+    err = (got32.double()[inside] - want[inside]).abs()
+    assert bool((err <= want[inside].abs() * 2.0 ** -24 + 1e-30).all())
+    if dist == "relu_saturated":  # (its logits may all be 0 at 16 heads: nothing to drop)
+        return
+    # the heads past the first 8 / 32 count: dropping them changes the logits
+    half = heads // 2
+    w_half = w.weights.clone()
+    w_half[:, half:] = 0
+    part = reference_logits(w.q, w.k, w.scales, w_half, w.starts, w.ends, precision="fp64")
+    assert not torch.equal(part[inside], got64[inside])
+
+
+def test_top_k_at_64_heads_matches_brute_force():
+    """Bug class: the chunked reference top-k losing heads (or rows) at 64 heads."""
+    w = make_workload("causal", rows=7, keys=600, topk=512, dist="ties", seed=1, heads=64)
+    logits = brute_logits(w)
+    got = reference_mqa_topk(w, "fp64", row_chunk=3)
+    for r in range(w.rows):
+        assert got[r].tolist() == brute_topk(logits[r], int(w.starts[r]), int(w.ends[r]), 512)
 
 
 def test_rows_and_key_range_slices_are_bitwise_the_full_result():

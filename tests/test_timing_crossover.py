@@ -234,6 +234,7 @@ class _FakeWorkload:
     def __init__(self, case):
         self.name = case["name"]
         self.rows, self.keys, self.topk = case["rows"], case["keys"], case["topk"]
+        self.heads = case.get("heads", 32)
         self.visible_pairs = self.rows * self.keys
         self.device = "cpu"
 
@@ -340,9 +341,11 @@ def test_run_crossover_with_synthetic_paths(sm100_cal, fake_paths):
         assert 8000 < c["keys"] < 16000
     assert set(rep.recommended) == {512, 2048}
     assert all(v % 256 == 0 and 8000 < v <= 16384 for v in rep.recommended.values())
-    cal = rep.calibration
-    eligibility.validate_calibration(cal)
-    assert cal["block_rows"] == 2 and cal["sms"] == 4 and cal["format"] == 1
+    doc = eligibility.validate_calibration(rep.calibration)
+    assert doc["format"] == 2 and set(doc["heads"]) == {32} and rep.heads == 32
+    cal = rep.entry
+    assert rep.calibration["heads"]["32"]["min_keys"] == cal["min_keys"]
+    assert cal["block_rows"] == 2 and cal["sms"] == 4 and "format" not in cal
     assert cal["min_keys"]["1024"] == 32768  # not measured: kept from the current calibration
     assert "1024" in cal["source"]
     assert len(cal["measured"]["grid"]) == 14
@@ -362,7 +365,7 @@ def test_write_calibration_round_trip(tmp_path, fake_paths, monkeypatch):
     rep = crossover.run_crossover(sweep, device="cpu", sms=4)
     p = crossover.write_calibration(tmp_path / "cal.json", rep.calibration)
     monkeypatch.setenv("MQA_TOPK_CALIBRATION", str(p))
-    cal = eligibility.load_calibration()
+    cal = eligibility.calibration_for(eligibility.load_calibration(), 32)
     assert cal["min_keys"] == {t: rep.recommended[t] for t in (512, 1024, 2048)}
     assert eligibility.fused_mqa_topk_min_keys(1024) == rep.recommended[1024]
     with pytest.raises(UsageError, match=".json"):

@@ -488,8 +488,9 @@ def test_verify_many_builds_cases_and_reports_progress():
     dict(layout="full", rows=40, keys=3000, topk=1024, dist="short_rows"),
     dict(layout="ragged", rows=100, keys=9001, topk=2048, dist="dsa", unaligned_starts=True),
 ])
-def test_gpu_torch_path_vs_reference(kw):
-    w = make_workload(device="cuda", seed=0, **kw)
+@pytest.mark.parametrize("heads", [16, 32, 64])
+def test_gpu_torch_path_vs_reference(kw, heads):
+    w = make_workload(device="cuda", seed=0, heads=heads, **kw)
     r = verify_case(w, "torch", other="reference")
     assert r.passed, r.errors
 
@@ -507,20 +508,25 @@ def _native_or_skip():
     dict(layout="full", rows=40, keys=3000, topk=1024, dist="short_rows"),
     dict(layout="ragged", rows=100, keys=9001, topk=2048, dist="zero_weights", unaligned_starts=True),
 ])
-def test_gpu_native_path_verifies(kw):
+@pytest.mark.parametrize("heads", [16, 32, 64])
+def test_gpu_native_path_verifies(kw, heads):
     _native_or_skip()
-    w = make_workload(device="cuda", seed=1, **kw)
+    w = make_workload(device="cuda", seed=1, heads=heads, **kw)
     r = verify_case(w, "native", other="torch")
     assert r.passed, r.errors
     assert r.tie_rule == "own logits"
 
 
 @pytest.mark.gpu
-def test_gpu_native_logits_within_tolerance_and_bitwise_stable():
+@pytest.mark.parametrize("heads", [16, 32, 64])
+def test_gpu_native_logits_within_tolerance_and_bitwise_stable(heads):
+    """The dense logits at H heads against the float64 reference over all H
+    heads (a kernel that drops heads is off by far more than the tolerance)."""
     _native_or_skip()
     from mqa_topk_cli import ops
 
-    w = make_workload("ragged", rows=77, keys=6007, topk=512, dist="dsa", seed=2, device="cuda", unaligned_starts=True)
+    w = make_workload("ragged", rows=77, keys=6007, topk=512, dist="dsa", seed=2, device="cuda", unaligned_starts=True,
+                      heads=heads)
     a = ops.mqa_logits(w.q, w.k, w.scales, w.weights, w.starts, w.ends)
     b = ops.mqa_logits(w.q, w.k, w.scales, w.weights, w.starts, w.ends)
     ref = reference_logits(w.q, w.k, w.scales, w.weights, w.starts, w.ends, precision="fp64")
@@ -538,7 +544,8 @@ def test_gpu_native_logits_within_tolerance_and_bitwise_stable():
     dict(layout="causal", rows=1029, keys=3001),
     dict(layout="full", rows=13, keys=130),
 ])
-def test_gpu_native_logits_write_only_their_contract_region(kw):
+@pytest.mark.parametrize("heads", [16, 32, 64])
+def test_gpu_native_logits_write_only_their_contract_region(kw, heads):
     """The dense logits kernel's output contract on a poisoned buffer whose row
     pitch runs 8 columns past the keys: inside each row's [start, end) the
     logit (bitwise ops.mqa_logits'), in the rest of its 8-row block's span
@@ -547,7 +554,7 @@ def test_gpu_native_logits_write_only_their_contract_region(kw):
     _native_or_skip()
     from mqa_topk_cli import ops
 
-    w = make_workload(topk=512, dist="gaussian", seed=4, device="cuda", **kw)
+    w = make_workload(topk=512, dist="gaussian", seed=4, device="cuda", heads=heads, **kw)
     pitch = -(-(w.keys + 8) // 4) * 4
     out = torch.full((w.rows, pitch), float("nan"), device="cuda")
     ops._native().mqa_logits(w.q, w.k, w.scales, w.weights, w.starts, w.ends, out)
@@ -576,10 +583,11 @@ def test_gpu_native_logits_write_only_their_contract_region(kw):
 
 
 @pytest.mark.gpu
-def test_gpu_fused_matches_native_when_built():
+@pytest.mark.parametrize("heads", [16, 32, 64])
+def test_gpu_fused_matches_native_when_built(heads):
     reason = get_path("fused").unavailable_reason("cuda")
     if reason:
         pytest.skip(reason)
-    w = make_workload("causal", rows=64, keys=8192, topk=2048, dist="ties", seed=3, device="cuda")
+    w = make_workload("causal", rows=64, keys=8192, topk=2048, dist="ties", seed=3, device="cuda", heads=heads)
     r = verify_case(w, "fused", other="native")
     assert r.passed, r.errors

@@ -335,11 +335,14 @@ def test_wrong_dtype(tmp_path, tiny, field, dtype, needle):
 
 
 @pytest.mark.parametrize("field,make_bad,needle", [
-    ("q", lambda t: t[:, :16], "q: expected shape [rows, 32, 128]"),
+    ("q", lambda t: t[:, :24], "q: expected shape [rows, heads, 128] with heads 16, 32 or 64, got [13, 24, 128]"),
+    ("q", lambda t: t[:, :, :64], "q: expected shape [rows, heads, 128] with heads 16, 32 or 64, got [13, 32, 64]"),
+    ("weights", lambda t: torch.cat([t, t], 1),
+     "weights: expected shape [rows, heads] = [13, 32] (the heads of q), got [13, 64]"),
     ("k", lambda t: t[:, :64].contiguous(), "k: expected shape [keys, 128]"),
     ("scales", lambda t: torch.cat([t, t[:1]]), "scales: expected shape [keys] = [700]"),
     ("scales", lambda t: torch.full((t.shape[0], 3), 127, dtype=torch.uint8), "scales: UE8M0 scales must have shape"),
-    ("weights", lambda t: t[:, :31].contiguous(), "weights: expected shape [rows, 32] = [13, 32]"),
+    ("weights", lambda t: t[:, :31].contiguous(), "weights: expected shape [rows, heads] = [13, 32]"),
     ("starts", lambda t: t[:5], "starts: expected shape [rows] = [13]"),
     ("ends", lambda t: t[None], "ends: expected shape [rows] = [13]"),
 ])

@@ -124,9 +124,10 @@ def test_to_keeps_labels_and_moves_every_tensor(w):
 def test_describe_has_exactly_the_documented_fields(w):
     """Bug class: a renamed or missing key in ``inspect``'s output."""
     d = w.describe()
-    assert set(d) == {"name", "layout", "dist", "seed", "rows", "keys", "topk", "n_min", "n_mean", "n_max",
+    assert set(d) == {"name", "layout", "dist", "seed", "rows", "keys", "heads", "topk", "n_min", "n_mean", "n_max",
                       "rows_n_lt_topk", "rows_n_zero", "visible_pairs", "gflop", "scales_dtype", "bytes", "device"}
     assert (d["layout"], d["dist"], d["seed"], d["rows"], d["keys"], d["topk"]) == ("causal", "gaussian", 2, 3, 600, 512)
+    assert d["heads"] == 32
     assert (d["n_min"], d["n_max"], d["rows_n_lt_topk"], d["rows_n_zero"]) == (598, 600, 0, 0)
     assert d["n_mean"] == 599.0 and d["visible_pairs"] == 1797 and d["gflop"] == 8192 * 1797 / 1e9
     assert d["device"] == "cpu" and d["bytes"] == 3 * 32 * 128 + 600 * 128 + 600 * 4 + 3 * 32 * 4 + 2 * 3 * 4
