@@ -127,7 +127,9 @@ inline void check_mqa_inputs(const at::Tensor& q, const at::Tensor& k, const at:
                   pr->sizes());
     MQA_CHECK_ARG(pr->is_contiguous(), name, "must be contiguous");
   }
-  MQA_CHECK_ARG(rows <= (int64_t(1) << 31) / heads - 1, "q", "too many rows (", rows, ")");
+  // The kernels index rows x (their heads) head rows with int32; 16 heads run as 32 (kernel_heads).
+  const int64_t kernel_h = heads < 32 ? 32 : heads;
+  MQA_CHECK_ARG(rows <= (int64_t(1) << 31) / kernel_h - 1, "q", "too many rows (", rows, ") for ", heads, " heads");
   *rows_out = rows;
   *keys_out = keys;
 }

@@ -45,9 +45,9 @@ def check_heads(heads, name: str = "heads") -> int:
 
 def max_rows(heads: int = DEFAULT_HEADS) -> int:
     """Largest row count at ``heads`` heads: the C++ launchers index
-    ``rows * heads`` head rows with int32 (``launch_common.h``: rows <=
-    2**31 / heads - 1)."""
-    return (1 << 31) // check_heads(heads) - 1
+    ``rows * heads`` head rows with int32, and run 16 heads as 32 zero-padded
+    heads (``launch_common.h``: rows <= 2**31 / max(heads, 32) - 1)."""
+    return (1 << 31) // max(check_heads(heads), 32) - 1
 
 
 #: Largest row count at the default 32 heads (``max_rows(32)``). ``contract.MAX_ROWS``.
@@ -117,8 +117,10 @@ def check_choice(value, name: str, choices: tuple) -> object:
 
 def check_rows(rows, name: str = "rows", heads: int = DEFAULT_HEADS) -> int:
     """1 <= rows <= ``max_rows(heads)``."""
+    kh = max(heads, 32)
     return check_int(rows, name, 1, max_rows(heads), f" (a workload needs at least one row; the kernels index rows "
-                                                     f"* {heads} heads with int32)")
+                                                     f"* {kh} heads with int32"
+                                                     + (f", {heads} heads running as {kh})" if kh != heads else ")"))
 
 
 def check_keys(keys, name: str = "keys") -> int:

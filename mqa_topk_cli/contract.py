@@ -154,7 +154,8 @@ def _check_mqa_inputs_slow(q, k, scales, weights, starts, ends) -> tuple[int, in
     rows, heads = q.shape[0], q.shape[1]
     if rows > max_rows(heads):
         raise ContractError("q", f"{rows} rows exceeds the limit of {max_rows(heads)} at {heads} heads "
-                                 f"(rows * heads must fit int32)")
+                                 f"(rows * {max(heads, 32)} must fit int32"
+                                 + ("; 16 heads run as 32)" if heads < 32 else ")"))
     _dtype("k", k, FP8)
     if k.dim() != 2 or k.shape[1] != HEAD_DIM:
         raise ContractError("k", f"expected shape [keys, {HEAD_DIM}], got {list(k.shape)}")

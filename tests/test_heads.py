@@ -103,11 +103,13 @@ def test_unsupported_heads_are_refused_before_generating(bad):
 @pytest.mark.parametrize("heads", HEADS)
 def test_the_row_limit_follows_the_heads(heads):
     """Bug class: the 32-head row limit applied at 64 heads (rows * 64 would
-    overflow int32) or at 16 (refusing rows the kernels take)."""
+    overflow int32), or 16 heads given twice the rows although the kernels
+    run them as 32 zero-padded heads (rows * 32 would overflow)."""
     limit = checks.max_rows(heads)
-    assert limit == (1 << 31) // heads - 1
+    kernel_heads = max(heads, 32)
+    assert limit == (1 << 31) // kernel_heads - 1
     assert checks.check_rows(limit, heads=heads) == limit
-    with pytest.raises(UsageError, match=rf"^rows: must be between 1 and {limit} .*rows \* {heads} heads"):
+    with pytest.raises(UsageError, match=rf"^rows: must be between 1 and {limit} .*rows \* {kernel_heads} heads"):
         checks.check_rows(limit + 1, heads=heads)
     case = {"layout": "full", "rows": limit + 1, "keys": 16, "topk": 512, "heads": heads}
     with pytest.raises(UsageError, match=f"between 1 and {limit}"):
