@@ -16,7 +16,8 @@
 #               float64, every fused kernel) and the headline timed per heads
 #   probe       dev/adversarial_probe.py: the block kernels' rare-path counts and fused / dense time per
 #               adversarial input (builds its own extension with MQA_TOPK_FUSED_DIAGNOSTICS)
-#   deepgemm    DeepGEMM's logits beside ours (needs the ignored .peers/ folder carried: ../shared/peers/README.md)
+#   deepgemm    DeepGEMM's logits beside ours over the logits grid at 32 and 64 heads (DG_HEADS), and the
+#               whole op (needs the ignored .peers/ folder carried: ../shared/peers/README.md)
 #   (default: build gpu-tests verify sanitize headline small-rows)
 # OLD=DIR (absolute): also runs the bench stages on the tree in DIR (an older
 # checkout, e.g. `git archive TAG | tar -x -C .ab/old`, carried along; run
@@ -88,7 +89,10 @@ for s in "${stages[@]}"; do
       run deepgemm-build bash .peers/build_deepgemm.sh /tmp/deepgemm || continue
       export PYTHONPATH=/tmp/deepgemm${PYTHONPATH:+:$PYTHONPATH}
       run deepgemm-verify mqa-topk verify --paths deepgemm,native --other native --out "$OUT/verify-deepgemm.json"
-      run deepgemm-bench-grid mqa-topk bench --op logits --config logits-grid --paths deepgemm,native --out "$OUT/deepgemm-grid.csv"
+      for h in ${DG_HEADS:-32 64}; do  # (DeepGEMM's SM90 logits take 32 and 64 heads)
+        run deepgemm-bench-grid-h$h mqa-topk bench --op logits --config logits-grid --heads $h --paths deepgemm,native \
+          --out "$OUT/deepgemm-grid-h$h.csv"
+      done
       run deepgemm-bench-op mqa-topk bench --paths deepgemm,fused,native --out "$OUT/deepgemm-op.csv" ;;
     *) echo "unknown stage $s" ;;
   esac

@@ -2,7 +2,8 @@
 (memcheck): awkward sizes, causal and random ranges, short and long blocks,
 rows compacted many times, rows redone, empty slices of split blocks, the
 staged kernel's pieces and owners, the hybrid kernel's extra blocks, the
-top-k with a padded row stride, and the dense path end to end.
+top-k with a padded row stride, the dense path end to end, and every op and
+fused kernel at 64 and 16 heads.
 
     compute-sanitizer --tool memcheck --error-exitcode 3 python3 scripts/sanitize_cases.py
 """
@@ -12,11 +13,12 @@ from mqa_topk_cli import ops
 from mqa_topk_cli.workloads import make_workload
 
 
-def case(rows, keys, layout, seed, topk=512, dist="gaussian"):
+def case(rows, keys, layout, seed, topk=512, dist="gaussian", heads=32):
     if layout == "random":  # (packed requests with unaligned starts; every row sees the one key of a tiny call)
         layout = "ragged" if rows <= keys else "full"
     extra = {"unaligned_starts": True} if layout == "ragged" else {}
-    w = make_workload(layout, rows=rows, keys=keys, topk=topk, dist=dist, seed=seed, device="cuda", **extra)
+    w = make_workload(layout, rows=rows, keys=keys, topk=topk, dist=dist, seed=seed, device="cuda", heads=heads,
+                      **extra)
     return w, torch.empty((rows, topk), dtype=torch.int32, device="cuda")
 
 
@@ -70,5 +72,17 @@ starts = torch.tensor([0, 1, 5, 100, 0, 39990, 7, 0, 2], dtype=torch.int32, devi
 ends = torch.tensor([39998, 2000, 5, 30000, 600, 39998, 39990, 2048, 2050], dtype=torch.int32, device="cuda")
 out = torch.empty((9, 2048), dtype=torch.int32, device="cuda")
 ops.top_k_per_row_prefill(wide, starts, ends, out)
+# 64 heads (two head passes per tile) and 16 (padded to 32 zero heads): the dense ops and every fused kernel.
+for heads in (64, 16):
+    for rows, keys, layout, topk, dist, kernels in (
+            (67, 5001, "causal", 512, "gaussian", (None, "whole", "split")),
+            (37, 3001, "random", 2048, "ties", ("whole", "split")),
+            (64, 20000, "causal", 2048, "gaussian", ("staged",)),
+            (8 * n + 8, 3000, "random", 1024, "gaussian", ("hybrid",))):
+        w, out = case(rows, keys, layout, 23, topk, dist, heads)
+        logits = ops.mqa_logits(w.q, w.k, w.scales, w.weights, w.starts, w.ends)
+        ops.dense_mqa_topk_prefill(w.q, w.k, w.scales, w.weights, w.starts, w.ends, out)
+        for kernel in kernels:
+            fused(w, out, kernel)
 torch.cuda.synchronize()
 print("sanitize cases ran")
