@@ -12,6 +12,9 @@
 #   logits-grid configs/logits-grid.toml, the logits kernel alone
 #   topk        configs/topk-grid.toml, the top-k alone on random logits
 #   crossover   mqa-topk crossover (writes $OUT/calibration.json)
+#   crossover-heads  mqa-topk crossover at 32 and then 64 heads into one $OUT/calibration.json
+#   verify-heads     verify --paths fused,native at 64 and at 16 heads
+#   heads-headline   the headline at 64 heads (--model deepseek-v3.2): fused, native, logits alone
 #   heads       dev/heads_check.py: the kernels at 16, 32 and 64 heads (exact sets, logits against
 #               float64, every fused kernel) and the headline timed per heads
 #   probe       dev/adversarial_probe.py: the block kernels' rare-path counts and fused / dense time per
@@ -69,6 +72,11 @@ for s in "${stages[@]}"; do
            fi ;;
     gpu-tests) run gpu-tests python3 -m pytest -q -m gpu -x -rf tests ;;
     verify) run verify mqa-topk verify --paths fused,native --out "$OUT/verify.json" ;;
+    verify-heads) for h in 64 16; do
+                    run verify-h$h mqa-topk verify --paths fused,native --heads $h --out "$OUT/verify-h$h.json"
+                  done ;;
+    heads-headline) bench headline-h64 --model deepseek-v3.2 --paths fused,native
+                    bench headline-h64-logits --model deepseek-v3.2 --op logits --paths native ;;
     sanitize) run sanitize compute-sanitizer --tool memcheck --error-exitcode 3 python3 scripts/sanitize_cases.py
               run sanitize-ranges compute-sanitizer --tool memcheck --print-limit 4 --error-exitcode 3 python3 scripts/sanitize_ranges.py ;;
     headline) bench headline --paths fused,native
@@ -81,6 +89,11 @@ for s in "${stages[@]}"; do
     heads) run heads python3 dev/heads_check.py ;;
     probe) run probe python3 dev/adversarial_probe.py ;;
     crossover) run crossover mqa-topk crossover --out "$OUT/calibration.json" --results "$OUT/crossover.csv" ;;
+    crossover-heads)  # 32 then 64 heads into one calibration file (--out merges the heads' entries)
+                    for h in 32 64; do
+                      run crossover-h$h mqa-topk crossover --heads $h --out "$OUT/calibration.json" \
+                        --results "$OUT/crossover-h$h.csv"
+                    done ;;
     deepgemm)
       # DeepGEMM's runtime JIT calls nvcc without -ccbin: put the system compilers first on PATH.
       [ -d .peers/deepgemm ] || { echo "deepgemm: no .peers/deepgemm here (carry .peers)" | tee -a "$OUT/device.log"; summary+=("deepgemm missing .peers"); continue; }
