@@ -4,7 +4,7 @@ over like the built-in paths of ``paths.py``.
 
 - ``engine-fused``: the engine's ``fused_mqa_topk_prefill``, through its
   Python wrapper (which allocates its own workspace). Needs vllm with the
-  fused op and an SM100-family GPU.
+  fused op, an SM100-family GPU, and 32 heads (``ENGINE_FUSED_HEADS``).
 - ``engine-dense``: the engine's logits op (DeepGEMM, through
   ``vllm.utils.deep_gemm``), then its ``top_k_per_row_prefill``, rows chunked
   under ``VLLM_SPARSE_INDEXER_MAX_LOGITS_MB`` (default 512). Needs vllm and
@@ -66,6 +66,8 @@ ENGINE_DOCUMENTED_MIN_KEYS = {512: 1 << 15, 1024: 1 << 15, 2048: 1 << 16}
 DEEPGEMM_ROW_PAD = 256
 #: Heads DeepGEMM's fp8_mqa_logits takes (q [rows, 32|64, 128]; csrc/apis/attention.hpp).
 DEEPGEMM_HEADS = (32, 64)
+#: Heads the engine's fused SM100 kernel takes (a 64-head model runs its dense path there).
+ENGINE_FUSED_HEADS = (32,)
 USER_KINDS = ("mqa_topk", "logits", "topk")
 _USER_SPEC = re.compile(r"^py:([A-Za-z_][\w.]*):([A-Za-z_]\w*)(?:@(\w+))?$")
 
@@ -304,6 +306,10 @@ class EngineFusedPath(ExternalPath):
         return None
 
     def _make(self, w, output):
+        heads = int(w.heads)
+        if heads not in ENGINE_FUSED_HEADS:
+            raise Unavailable(f"{self.name}: the engine's fused kernel takes "
+                              f"{' or '.join(map(str, ENGINE_FUSED_HEADS))} heads; this workload has {heads}")
         mod = self._module(ENGINE_FUSED_MODULE)
         op = mod.fused_mqa_topk_prefill
         convert = getattr(mod, "fused_mqa_topk_key_scales", None)

@@ -618,3 +618,23 @@ def test_deepgemm_takes_the_heads_of_the_workload_and_reports_16_unavailable(run
     res = run("verify", "--paths", "deepgemm", *SHAPE, "--heads", "16", "--reruns", "0")
     assert res.exit_code == 1 and "takes 32 or 64 heads; this workload has 16" in res.output
     assert "Traceback" not in res.output
+
+
+def test_engine_fused_runs_32_heads_only_and_reports_others_unavailable(run, monkeypatch, fakes, tmp_path):
+    """Bug class: the SM100 engine kernel (32 heads only) called with a 64- or
+    16-head workload, failing with an error or silently computing something
+    else, instead of the shape reported unavailable."""
+    gpu(monkeypatch, 10)
+    mods = fakes("engine", "deepgemm")
+    out = tmp_path / "b.json"
+    for heads in (64, 16):
+        before = mods["fused"].CALLS["prefill"]
+        res = run("bench", "--paths", "engine-fused,torch", *BENCH, "--heads", str(heads), "--out", out)
+        assert res.exit_code == 0, res.output  # torch was timed
+        st = {r["path"]: r for r in json.loads(out.read_text())["results"]}
+        assert st["engine-fused"]["status"] == (f"unavailable: engine-fused: the engine's fused kernel takes 32 heads; "
+                                               f"this workload has {heads}"), st["engine-fused"]
+        assert mods["fused"].CALLS["prefill"] == before  # not called
+    res = run("bench", "--paths", "engine-fused", *BENCH, "--out", out)  # 32 heads: runs
+    assert res.exit_code == 0, res.output
+    assert json.loads(out.read_text())["results"][0]["status"] == "ok"
