@@ -1,7 +1,9 @@
 """Development probe of the fused kernel on the adversarial inputs
 (configs/adversarial.toml, the headline shape): per case, the block kernels'
 rare-path counts (the workspace header's diagnostics, fused/common.cuh: rows
-redone, row compactions, one-warp block-end selects, exact and one-warp gates), the size of
+redone, row compactions, one-warp block-end selects, exact and one-warp gates;
+the share of the math warps' cycles spent in the compaction checks, the gates
+and the block ends), the size of
 each row's tie class at its k-th value (from the dense logits), and fused /
 native dense time (cold L2, medians), for the chosen kernel and the split
 kernel. It builds its own extension (the sources and flags of
@@ -77,9 +79,11 @@ def main():
             name = ext.fused_mqa_topk(*args, out, ws, kernel)
             torch.cuda.synchronize()
             h = ws[:32].view(torch.int32).tolist()
+            cyc = ws[32:64].view(torch.int64).tolist()  # check, gate, end, math: cycles summed over math warps
+            share = " ".join(f"{n} {100 * c / max(1, cyc[3]):.1f}%" for n, c in zip(("check", "gate", "end"), cyc))
             t_f = timing.time_fn(lambda: ext.fused_mqa_topk(*args, out, ws, kernel))
             line.append(f"{name}: {t_f.median_ms:.3f} ms ({t_f.median_ms / t_d.median_ms:.2f}x) redone {h[1]} compactions {h[2]} "
-                        f"tie-ends {h[3]} exact-gates {h[4]} tie-gates {h[5]}")
+                        f"tie-ends {h[3]} exact-gates {h[4]} tie-gates {h[5]}; math-warp time in {share}")
         print(" | ".join(line), flush=True)
 
 

@@ -351,9 +351,11 @@ __device__ __noinline__ uint4 blocks_check_call(const Sm90FusedParams* pp, int q
   uint64_t thr = (static_cast<uint64_t>(thr_hi) << 32) | thr_lo;
   // kSplit: a split piece's scan has cap - kTail slots per segment (its sample is in the tail).
   const uint32_t trig_red = Cfg::kSplit && reg < 2 ? static_cast<uint32_t>(Cfg::kTail) : 0u;
+  const long long t0 = fused_diag_clock();
   blocks_check_compact<Cfg>(p, ws_set, segcnt, thr_s, reinterpret_cast<uint32_t*>(smem + Cfg::kOffHist),
                             reinterpret_cast<uint32_t*>(smem + Cfg::kOffScratch), rg, warp_in_wg, kg * 4 + warp_in_wg,
                             kg == 0, cnt, thr, trig_red);
+  fused_diag_cycles(p.counter, kDiagCheck, t0);
   return make_uint4(cnt, static_cast<uint32_t>(thr), static_cast<uint32_t>(thr >> 32), 0u);
 }
 
@@ -415,6 +417,7 @@ __device__ __noinline__ bool blocks_gate_pair_call(const Sm90FusedParams* pp, in
   const int r = rw.r, lane = rw.lane, kg = rw.kg;
   unsigned long long* thr_s = reinterpret_cast<unsigned long long*>(rw.smem + Cfg::kOffThr);
   BlocksCtl* ctl = reinterpret_cast<BlocksCtl*>(rw.smem + Cfg::kOffCtl);
+  const long long t0 = fused_diag_clock();
   const uint32_t rho = blocks_gate_rho<Cfg>(p, rw.segcnt, rw.row, r, active, lane);
   uint32_t gk = 0;
   if (rho) {
@@ -438,6 +441,7 @@ __device__ __noinline__ bool blocks_gate_pair_call(const Sm90FusedParams* pp, in
     }
     blocks_set_gate(ctl, thr_s, r, gk, lane);
   }
+  fused_diag_cycles(p.counter, kDiagGate, t0);
   return gk != 0;
 }
 
@@ -452,6 +456,7 @@ template <class Cfg>
 __device__ __noinline__ bool blocks_pair_end_call(const Sm90FusedParams* pp, int reg, int parity, int b, bool gated) {
   using namespace fused_detail;
   const Sm90FusedParams& p = *pp;
+  const long long t0 = fused_diag_clock();
   const BlocksPairRow<Cfg> rw(p, reg, parity, b);
   const int r = rw.r, row = rw.row, lane = rw.lane, kg = rw.kg;
   uint8_t* smem = rw.smem;
@@ -474,6 +479,7 @@ __device__ __noinline__ bool blocks_pair_end_call(const Sm90FusedParams* pp, int
     ok = warp_finish_row(rw.all_segs(p), thr, k, need, gated, start, hist, sk, si, lane, &cands,
                          [&](int at, int v, uint32_t) { orow[at] = v; });
   }
+  fused_diag_cycles(p.counter, kDiagEnd, t0);
   return ok;
 }
 

@@ -37,6 +37,32 @@ constexpr int kFusedTieEndWord = 3;
 constexpr int kFusedExactGateWord = 4;
 constexpr int kFusedTieGateWord = 5;
 
+// Diagnostics' cycle sums, 64-bit at header words 8-15 (a no-op unless built
+// with MQA_TOPK_FUSED_DIAGNOSTICS): lane 0 of every math warp adds the cycles
+// it spends in the compaction checks (slot 0: barrier waits included, so a
+// warp waiting for another's compaction counts it), the gate (1), the block
+// end (2), and in its whole math part (3, the denominator).
+constexpr int kFusedCyclesWord = 8;
+enum FusedDiagSlot : int { kDiagCheck = 0, kDiagGate = 1, kDiagEnd = 2, kDiagMath = 3 };
+__device__ __forceinline__ long long fused_diag_clock() {
+#ifdef MQA_TOPK_FUSED_DIAGNOSTICS
+  return clock64();
+#else
+  return 0;
+#endif
+}
+__device__ __forceinline__ void fused_diag_cycles(int* counter, int slot, long long t0) {
+#ifdef MQA_TOPK_FUSED_DIAGNOSTICS
+  if ((threadIdx.x & 31) == 0)
+    atomicAdd(reinterpret_cast<unsigned long long*>(counter + kFusedCyclesWord) + slot,
+              static_cast<unsigned long long>(clock64() - t0));
+#else
+  (void)counter;
+  (void)slot;
+  (void)t0;
+#endif
+}
+
 // Counts one rare-path event in header word `w` (one thread; a no-op unless
 // built with MQA_TOPK_FUSED_DIAGNOSTICS).
 __device__ __forceinline__ void fused_diag_count(int* counter, int w) {

@@ -362,6 +362,7 @@ __device__ __forceinline__ void blocks_body(const CUtensorMap& tm_q, const CUten
 
   // ---------------- math warpgroups ----------------
   ptx::setmaxnreg_inc<Cfg::kMathRegs>();
+  const long long diag_t0 = fused_diag_clock();
   // The warpgroup index through a shuffle from lane 0: warp-uniform, so the
   // descriptor words derived from it stay in uniform registers.
   const int wg_u = __shfl_sync(0xffffffffu, wg, 0);
@@ -756,6 +757,7 @@ __device__ __forceinline__ void blocks_body(const CUtensorMap& tm_q, const CUten
     ptx::named_barrier_sync(bar_rg, 256);
     if constexpr (Cfg::kSplit) blocks_prestart<Cfg>(&p, qi + 1);  // (a whole block's end: the next visit's start)
   }
+  fused_diag_cycles(p.counter, kDiagMath, diag_t0);
 }
 
 template <class Cfg>
