@@ -5,7 +5,7 @@ after a warm-up one is profiled):
         python3 scripts/ncu_ops.py fused 8192 65536 2048
     ncu --clock-control none -k regex:sm90_fp8 -s 1 -c 1 ... python3 scripts/ncu_ops.py logits 8192 65536
 
-    python3 scripts/ncu_ops.py OP ROWS KEYS [TOPK] [--dist D] [--kernel K]
+    python3 scripts/ncu_ops.py OP ROWS KEYS [TOPK] [--dist D] [--kernel K] [--heads H]
 OP: logits, topk, native (logits then top-k) or fused (--kernel: whole, split,
 staged or hybrid; default: chosen by shape). Causal rows, as the headline.
 """
@@ -23,8 +23,9 @@ ap.add_argument("keys", type=int)
 ap.add_argument("topk", type=int, nargs="?", default=2048)
 ap.add_argument("--dist", default="gaussian")
 ap.add_argument("--kernel", default=None, choices=ops.FUSED_KERNELS)
+ap.add_argument("--heads", type=int, default=32, choices=(16, 32, 64))
 a = ap.parse_args()
-w = make_workload("causal", rows=a.rows, keys=a.keys, topk=a.topk, dist=a.dist, seed=3, device="cuda")
+w = make_workload("causal", rows=a.rows, keys=a.keys, topk=a.topk, dist=a.dist, seed=3, device="cuda", heads=a.heads)
 out = torch.empty((a.rows, a.topk), dtype=torch.int32, device="cuda")
 logits = ops.mqa_logits(w.q, w.k, w.scales, w.weights, w.starts, w.ends) if a.op == "topk" else None
 for _ in range(2):  # (the first call builds or loads the extension and warms up)

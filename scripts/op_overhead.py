@@ -11,7 +11,7 @@ The launcher is the extension's function (jit.py) called directly on
 preallocated outputs; the op is mqa_topk_cli.ops as a user calls it (contract
 checks, error-word poll, output allocation where the contract returns one).
 
-    python3 scripts/op_overhead.py [--rows 1024] [--keys 8192] [--topk 2048] [--json FILE]
+    python3 scripts/op_overhead.py [--rows 1024] [--keys 8192] [--topk 2048] [--heads 32] [--json FILE]
 """
 import argparse
 import json
@@ -32,9 +32,11 @@ ap.add_argument("--keys", type=int, default=8192)
 ap.add_argument("--topk", type=int, default=2048)
 ap.add_argument("--burst", type=int, default=200)
 ap.add_argument("--json", default=None)
+ap.add_argument("--heads", type=int, default=32, choices=(16, 32, 64))
 a = ap.parse_args()
 
-w = make_workload("causal", rows=a.rows, keys=a.keys, topk=a.topk, dist="gaussian", seed=0, device="cuda")
+w = make_workload("causal", rows=a.rows, keys=a.keys, topk=a.topk, dist="gaussian", seed=0, device="cuda",
+                  heads=a.heads)
 q, k, scales, wt, starts, ends = w.q, w.k, w.scales, w.weights, w.starts, w.ends
 ext = ops._native()
 out = torch.empty((a.rows, a.topk), dtype=torch.int32, device="cuda")
