@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU round in one call (device time is scarce: build once, then test,
+# The GPU run in one call (device time is scarce: build once, then test,
 # verify, sanitize and bench). Usage: scripts/device-check.sh [stage ...]
 #   build       mqa-topk build (the extension, once; every later stage reuses it)
 #   gpu-tests   pytest -m gpu (every op and fused kernel, CUDA graphs, device range errors)

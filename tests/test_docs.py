@@ -24,7 +24,7 @@ def test_every_environment_variable_is_in_the_readme():
 
 
 def test_device_scripts_parse(tmp_path):
-    """A syntax error in a device script would cost a whole GPU round: check
+    """A syntax error in a device script would cost a whole GPU run: check
     them here (bash -n, Python compile)."""
     import py_compile
     import shutil

@@ -1,7 +1,7 @@
 // kernelcheck: a torch-free device harness for the shipped kernels, built on
 // any machine with nvcc (dev/kernelcheck/build.sh: the kernels' own
 // translation units, csrc/kernels/*.cu, linked with this file) and carried to
-// the GPU machine, where it runs with no extension build: a kernel round then
+// the GPU machine, where it runs with no extension build: a kernel check then
 // costs the machine's start and the run, not the JIT build.
 //
 // It generates inputs on the host (gaussian / relu_saturated / rising / equal
