@@ -658,36 +658,6 @@ __device__ __forceinline__ void logits_math(const Sm90LogitsParams& p, uint8_t* 
     for (int kk = 0; kk < 4; ++kk)
       asm("mov.b64 %0, {%1, %2};" : "=l"(db[kk]) : "r"(b_lo0 + qb * (Cfg::kQTileBytes >> 4) + 2 * kk), "r"(kDescHi));
     int d = lo + t0 * Cfg::kBlockKeys + key_off - rs;
-    // A tile's end, after its MMAs (both tile loops): the scales (read after
-    // the MMAs: two more registers across them would spill), the reduce to
-    // this lane's two logits (reduce(fin)), the masked stores (branch-free:
-    // the row's keys are 0 <= d < len), the epilogue, and the stage's release
-    // after the stores that use it (a store issues only once its value, hence
-    // the scale, has arrived).
-    auto tile_out = [&](auto&& reduce) {
-      float sc0, sc1;
-      asm volatile("ld.shared.f32 %0, [%2];\n\tld.shared.f32 %1, [%2+32];"
-                   : "=f"(sc0), "=f"(sc1)
-                   : "r"(sc_addr + st * Cfg::kScaleBytes));
-      sc0 *= 0.5f;
-      sc1 *= 0.5f;
-      float fin[2][1];
-      reduce(fin);
-      const float v0 = static_cast<uint32_t>(d) < len ? fin[0][0] * sc0 : ninf;
-      const float v1 = static_cast<uint32_t>(d + 8) < len ? fin[1][0] * sc1 : ninf;
-      float* const o = rb + d;
-      asm volatile("{\n.reg .pred p0, p1;\nsetp.lt.s32 p0, %2, %4;\nsetp.lt.s32 p1, %3, %4;\n"
-                   "@p0 st.global.f32 [%5], %0;\n@p1 st.global.f32 [%5+32], %1;\n}"
-                   ::"f"(v0), "f"(v1), "r"(d), "r"(d + 8), "r"(limd), "l"(o)
-                   : "memory");
-      ep(d, len, v0, v1);
-      mbar_arrive_elect(empty + st);
-      if (++st == S) {
-        st = 0;
-        ph ^= 1;
-      }
-      d += Cfg::kBlockKeys;
-    };
     // The block's tiles with two head passes (64 heads): the weights are read
     // per pass from the block's buffer (both passes' would not fit in
     // registers beside the accumulators), the partials carried from the first
@@ -732,12 +702,31 @@ __device__ __forceinline__ void logits_math(const Sm90LogitsParams& p, uint8_t* 
           logits_pass_weights<1>(ra, w);
           logits_head_partials<true>(acc, w, part);
         }
-        tile_out([&](float (&fin)[2][1]) {
-          if constexpr (kPerm)
-            logits_reduce_perm_part(part, fin);
-          else
-            logits_reduce_select_part(part, quad, fin);
-        });
+        float sc0, sc1;
+        asm volatile("ld.shared.f32 %0, [%2];\n\tld.shared.f32 %1, [%2+32];"
+                     : "=f"(sc0), "=f"(sc1)
+                     : "r"(sc_addr + st * Cfg::kScaleBytes));
+        sc0 *= 0.5f;
+        sc1 *= 0.5f;
+        float fin[2][1];
+        if constexpr (kPerm)
+          logits_reduce_perm_part(part, fin);
+        else
+          logits_reduce_select_part(part, quad, fin);
+        const float v0 = static_cast<uint32_t>(d) < len ? fin[0][0] * sc0 : ninf;
+        const float v1 = static_cast<uint32_t>(d + 8) < len ? fin[1][0] * sc1 : ninf;
+        float* const o = rb + d;
+        asm volatile("{\n.reg .pred p0, p1;\nsetp.lt.s32 p0, %2, %4;\nsetp.lt.s32 p1, %3, %4;\n"
+                     "@p0 st.global.f32 [%5], %0;\n@p1 st.global.f32 [%5+32], %1;\n}"
+                     ::"f"(v0), "f"(v1), "r"(d), "r"(d + 8), "r"(limd), "l"(o)
+                     : "memory");
+        ep(d, len, v0, v1);
+        mbar_arrive_elect(empty + st);
+        if (++st == S) {
+          st = 0;
+          ph ^= 1;
+        }
+        d += Cfg::kBlockKeys;
       }
     };
     // The block's tiles; kPerm: Q permuted (slot r of this lane holds row r ^ quad).
@@ -764,12 +753,35 @@ __device__ __forceinline__ void logits_math(const Sm90LogitsParams& p, uint8_t* 
         asm volatile("mov.b64 %0, %0;" : "+l"(rb));
         ptx::wgmma_wait<0>();
         ptx::fence_regs(acc);
-        tile_out([&](float (&fin)[2][1]) {
-          if constexpr (kPerm)
-            logits_reduce_perm(acc, w, fin);
-          else
-            logits_reduce_select(acc, w, quad, fin);
-        });
+        // The scales after the MMAs (two more registers across them would
+        // spill); the stage is released after the stores that use them (a
+        // store issues only once its value, hence the scale, has arrived).
+        float sc0, sc1;
+        asm volatile("ld.shared.f32 %0, [%2];\n\tld.shared.f32 %1, [%2+32];"
+                     : "=f"(sc0), "=f"(sc1)
+                     : "r"(sc_addr + st * Cfg::kScaleBytes));
+        sc0 *= 0.5f;
+        sc1 *= 0.5f;
+        float fin[2][1];
+        if constexpr (kPerm)
+          logits_reduce_perm(acc, w, fin);
+        else
+          logits_reduce_select(acc, w, quad, fin);
+        // Masked (branch-free): the row's keys are 0 <= d < len.
+        const float v0 = static_cast<uint32_t>(d) < len ? fin[0][0] * sc0 : ninf;
+        const float v1 = static_cast<uint32_t>(d + 8) < len ? fin[1][0] * sc1 : ninf;
+        float* const o = rb + d;
+        asm volatile("{\n.reg .pred p0, p1;\nsetp.lt.s32 p0, %2, %4;\nsetp.lt.s32 p1, %3, %4;\n"
+                     "@p0 st.global.f32 [%5], %0;\n@p1 st.global.f32 [%5+32], %1;\n}"
+                     ::"f"(v0), "f"(v1), "r"(d), "r"(d + 8), "r"(limd), "l"(o)
+                     : "memory");
+        ep(d, len, v0, v1);
+        mbar_arrive_elect(empty + st);
+        if (++st == S) {
+          st = 0;
+          ph ^= 1;
+        }
+        d += Cfg::kBlockKeys;
       }
     };
     if constexpr (Cfg::kHeadPasses == 1) {
