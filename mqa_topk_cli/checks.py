@@ -43,11 +43,17 @@ def check_heads(heads, name: str = "heads") -> int:
     return heads
 
 
+def kernel_heads(heads: int) -> int:
+    """The heads the kernels run for an indexer of ``heads`` heads: 16 heads
+    run as 32 zero-padded heads (``launch_common.h``, ``kernel_heads``)."""
+    return max(check_heads(heads), 32)
+
+
 def max_rows(heads: int = DEFAULT_HEADS) -> int:
     """Largest row count at ``heads`` heads: the C++ launchers index
-    ``rows * heads`` head rows with int32, and run 16 heads as 32 zero-padded
-    heads (``launch_common.h``: rows <= 2**31 / max(heads, 32) - 1)."""
-    return (1 << 31) // max(check_heads(heads), 32) - 1
+    ``rows * kernel_heads(heads)`` head rows with int32 (``launch_common.h``:
+    rows <= 2**31 / kernel heads - 1)."""
+    return (1 << 31) // kernel_heads(heads) - 1
 
 
 #: Largest row count at the default 32 heads (``max_rows(32)``). ``contract.MAX_ROWS``.
@@ -117,7 +123,7 @@ def check_choice(value, name: str, choices: tuple) -> object:
 
 def check_rows(rows, name: str = "rows", heads: int = DEFAULT_HEADS) -> int:
     """1 <= rows <= ``max_rows(heads)``."""
-    kh = max(heads, 32)
+    kh = kernel_heads(heads)
     return check_int(rows, name, 1, max_rows(heads), f" (a workload needs at least one row; the kernels index rows "
                                                      f"* {kh} heads with int32"
                                                      + (f", {heads} heads running as {kh})" if kh != heads else ")"))
@@ -366,7 +372,7 @@ def check_matplotlib(option: str = "--plot") -> None:
 
 
 __all__ = [
-    "MAX_KEYS", "MAX_ROWS", "MAX_ROWS_ANY_HEADS", "SUPPORTED_HEADS", "DEFAULT_HEADS", "check_heads", "max_rows",
+    "MAX_KEYS", "MAX_ROWS", "MAX_ROWS_ANY_HEADS", "SUPPORTED_HEADS", "DEFAULT_HEADS", "check_heads", "kernel_heads", "max_rows",
     "MAX_SEED", "MAX_WARMUP_MS", "MAX_REPS", "MAX_RERUNS", "MAX_TOL_REL", "MAX_SMS",
     "MAX_BLOCK_ROWS", "MAX_CONFIRM", "check_int",
     "check_choice",

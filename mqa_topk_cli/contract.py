@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from .checks import DEFAULT_HEADS, MAX_KEYS, MAX_ROWS, SUPPORTED_HEADS, max_rows  # noqa: F401  (torch-free)
+from .checks import DEFAULT_HEADS, MAX_KEYS, MAX_ROWS, SUPPORTED_HEADS, kernel_heads, max_rows  # noqa: F401  (torch-free)
 from .errors import ContractError
 
 #: Heads the ops take: q ``[rows, heads, 128]`` and weights ``[rows, heads]``
@@ -154,7 +154,7 @@ def _check_mqa_inputs_slow(q, k, scales, weights, starts, ends) -> tuple[int, in
     rows, heads = q.shape[0], q.shape[1]
     if rows > max_rows(heads):
         raise ContractError("q", f"{rows} rows exceeds the limit of {max_rows(heads)} at {heads} heads "
-                                 f"(rows * {max(heads, 32)} must fit int32"
+                                 f"(rows * {kernel_heads(heads)} must fit int32"
                                  + ("; 16 heads run as 32)" if heads < 32 else ")"))
     _dtype("k", k, FP8)
     if k.dim() != 2 or k.shape[1] != HEAD_DIM:

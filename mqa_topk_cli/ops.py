@@ -460,8 +460,8 @@ def fused_mqa_topk_padding_bytes(rows: int, heads: int) -> int:
     ``heads`` heads holds (16 heads: ``rows * 32 * (128 + 4)``; else 0). While
     they are built, a zero half of q (``rows * 16 * 128`` bytes) also exists
     for a moment."""
-    contract.check_heads(heads)
-    return int(rows) * 32 * (128 + 4) if heads == 16 else 0
+    kh = contract.kernel_heads(heads)
+    return int(rows) * kh * (contract.HEAD_DIM + 4) if kh != heads else 0
 
 
 def fused_mqa_topk_call_bytes(rows: int, keys: int, topk: int, device=None,

@@ -58,3 +58,32 @@ def sm100_cal(tmp_path, monkeypatch):
                              "measured": {}}))
     monkeypatch.setenv("MQA_TOPK_CALIBRATION", str(p))
     return p
+
+
+@pytest.fixture
+def run(monkeypatch):
+    """run(*args, **kw): the CLI (``mqa-topk``) through click's CliRunner, with
+    no calibration file from the environment; exceptions propagate."""
+    from click.testing import CliRunner
+
+    from mqa_topk_cli.cli import main
+
+    monkeypatch.delenv("MQA_TOPK_CALIBRATION", raising=False)
+    runner = CliRunner()
+
+    def invoke(*args, **kw):
+        return runner.invoke(main, [str(a) for a in args], catch_exceptions=False, **kw)
+
+    return invoke
+
+
+def one_line_error(res, code: int, *needles: str) -> str:
+    """The command exited with `code` and wrote exactly one non-empty line to
+    stderr, with no traceback, containing every needle; returns that line."""
+    assert res.exit_code == code, res.output
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, res.stderr
+    assert "Traceback" not in res.output
+    for n in needles:
+        assert n in lines[0], lines[0]
+    return lines[0]

@@ -18,14 +18,13 @@ from safetensors.torch import save_file
 
 from mqa_topk_cli import bench, checks, crossover, timing, workloads
 from mqa_topk_cli import verify as verify_mod
-from mqa_topk_cli.cli import main
 from mqa_topk_cli.errors import ContractError, UsageError
 
-from test_cli import _one_line_error as _cli_one_line_error, run  # noqa: E402,F401 (the CLI runner fixture)
+from conftest import one_line_error as _cli_one_line_error  # noqa: E402
 
 
 def _one_line_error(res, code: int, *needles: str) -> str:
-    """test_cli's one-line check, and never an "unexpected error"."""
+    """conftest's one-line check, and never an "unexpected error"."""
     line = _cli_one_line_error(res, code, *needles)
     assert "unexpected error" not in res.output
     return line

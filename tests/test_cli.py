@@ -4,40 +4,18 @@ from __future__ import annotations
 
 import json
 import sys
-import types
 
 import pandas as pd
 import pytest
 import torch
-from click.testing import CliRunner
 
 import mqa_topk_cli
 from mqa_topk_cli import bench, jit
-from mqa_topk_cli.cli import main
+from conftest import one_line_error
+
 
 TINY = ["--device", "cpu", "--rows", "16", "--keys", "640", "--topk", "512", "--reps", "3", "--warmup", "0"]
 no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the behaviour without a CUDA GPU")
-
-
-@pytest.fixture
-def run(monkeypatch):
-    monkeypatch.delenv("MQA_TOPK_CALIBRATION", raising=False)
-    runner = CliRunner()
-
-    def invoke(*args, **kw):
-        return runner.invoke(main, [str(a) for a in args], catch_exceptions=False, **kw)
-
-    return invoke
-
-
-def _one_line_error(res, code: int, *needles: str) -> str:
-    assert res.exit_code == code, res.output
-    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1, res.stderr
-    assert "Traceback" not in res.output
-    for n in needles:
-        assert n in lines[0], lines[0]
-    return lines[0]
 
 
 # ------------------------------------------------------------ group
@@ -93,33 +71,33 @@ def test_python_dash_m_entry_point():
     ],
 )
 def test_bad_inputs_exit_2_with_one_line(run, args, option):
-    _one_line_error(run(*args), 2, option)
+    one_line_error(run(*args), 2, option)
 
 
 def test_malformed_config_names_the_file(run, tmp_path):
     p = tmp_path / "broken.toml"
     p.write_text("[[case]\nname = ")
-    _one_line_error(run("bench", "--device", "cpu", "--config", p), 2, "broken.toml")
-    _one_line_error(run("crossover", "--device", "cpu", "--paths", "torch,reference", "--config", p), 2, "broken.toml")
+    one_line_error(run("bench", "--device", "cpu", "--config", p), 2, "broken.toml")
+    one_line_error(run("crossover", "--device", "cpu", "--paths", "torch,reference", "--config", p), 2, "broken.toml")
 
 
 def test_malformed_calibration_names_the_file(run, tmp_path, monkeypatch):
     p = tmp_path / "cal.json"
     p.write_text("{oops")
     monkeypatch.setenv("MQA_TOPK_CALIBRATION", str(p))
-    _one_line_error(run("crossover", "--device", "cpu", "--paths", "torch,reference", "--keys", "640",
+    one_line_error(run("crossover", "--device", "cpu", "--paths", "torch,reference", "--keys", "640",
                         "--rows", "8", "--topks", "512", "--reps", "2", "--warmup", "0", "--no-wave"), 2, "cal.json")
 
 
 @no_gpu
 def test_bench_without_arguments_on_a_cpu_machine_is_one_line(run):
-    line = _one_line_error(run("bench"), 1, "no CUDA GPU", "--device cpu")
+    line = one_line_error(run("bench"), 1, "no CUDA GPU", "--device cpu")
     assert line.startswith("mqa-topk bench: ")
 
 
 @no_gpu
 def test_crossover_without_fused_is_one_line(run):
-    _one_line_error(run("crossover"), 1, "fused")
+    one_line_error(run("crossover"), 1, "fused")
 
 
 @no_gpu
@@ -229,7 +207,7 @@ def test_bench_op_logits_and_topk_on_cpu(run, tmp_path):
         assert res.exit_code == 0, res.output
         (r,) = json.loads(out.read_text())["results"]
         assert r["op"] == "topk" and r["status"] == "ok" and r["g_logits_per_s"] > 0
-    _one_line_error(run("bench", *TINY, "--random-logits"), 2, "--random-logits")
+    one_line_error(run("bench", *TINY, "--random-logits"), 2, "--random-logits")
 
 
 def test_bench_config_sweep_with_case_filter(run, tmp_path):
@@ -270,7 +248,7 @@ def test_unexpected_errors_keep_tracebacks_for_debug_only(run, monkeypatch):
 
     monkeypatch.setattr(bench, "run_bench", boom)
     res = run("bench", *TINY, "--paths", "torch")
-    line = _one_line_error(res, 1, "unexpected error", "KeyError", "--debug")
+    line = one_line_error(res, 1, "unexpected error", "KeyError", "--debug")
     assert line.startswith("mqa-topk bench:")
     with pytest.raises(KeyError):
         run("--debug", "bench", *TINY, "--paths", "torch")
@@ -330,7 +308,7 @@ def test_inspect_a_recorded_workload(run, tmp_path):
     assert "600" in res.stdout and "512" in res.stdout
     bad = tmp_path / "garbage.safetensors"
     bad.write_bytes(b"not a workload at all")
-    _one_line_error(run("inspect", bad), 2, "garbage.safetensors")
+    one_line_error(run("inspect", bad), 2, "garbage.safetensors")
 
 
 def test_verify_recorded_workload(run, tmp_path):
@@ -377,5 +355,5 @@ def test_crossover_plot_without_matplotlib_fails_before_the_run(run, tmp_path, m
     monkeypatch.setattr(crossover, "run_crossover", lambda *a, **k: pytest.fail("ran before saying --plot cannot work"))
     res = run("crossover", "--device", "cpu", "--paths", "torch,reference", "--topks", "512", "--rows", "8",
               "--keys", "600", "--no-wave", "--reps", "2", "--warmup", "0", "--plot", tmp_path / "p.png")
-    _one_line_error(res, 1, "--plot", "matplotlib", "mqa-topk[plot]")
+    one_line_error(res, 1, "--plot", "matplotlib", "mqa-topk[plot]")
     assert not (tmp_path / "p.png").exists()

@@ -14,10 +14,8 @@ import textwrap
 
 import pytest
 import torch
-from click.testing import CliRunner
 
 from mqa_topk_cli import bench, external, ops, timing
-from mqa_topk_cli.cli import main
 from mqa_topk_cli.errors import Unavailable, UsageError
 from mqa_topk_cli.paths import get_path
 from mqa_topk_cli.verify import verify_case
@@ -273,17 +271,6 @@ def fakes(tmp_path, monkeypatch):
 def gpu(monkeypatch, major, minor=0):
     """Stand in a GPU of this architecture for the adapters' checks."""
     monkeypatch.setattr(external, "device_capability", lambda device: (major, minor))
-
-
-@pytest.fixture
-def run(monkeypatch):
-    monkeypatch.delenv("MQA_TOPK_CALIBRATION", raising=False)
-    runner = CliRunner()
-
-    def invoke(*args):
-        return runner.invoke(main, [str(a) for a in args], catch_exceptions=False)
-
-    return invoke
 
 
 def one_line(res, code, *needles):

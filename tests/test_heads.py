@@ -11,36 +11,15 @@ import json
 
 import pytest
 import torch
-from click.testing import CliRunner
 
 from mqa_topk_cli import bench, checks, crossover, eligibility, workloads
-from mqa_topk_cli.cli import main
+
 from mqa_topk_cli.errors import ContractError, UsageError
 from mqa_topk_cli.models import MODEL_NAMES, MODELS, get_model
 from mqa_topk_cli.workloads import make_workload
+from conftest import one_line_error
 
 HEADS = (16, 32, 64)
-
-
-@pytest.fixture
-def run(monkeypatch):
-    monkeypatch.delenv("MQA_TOPK_CALIBRATION", raising=False)
-    runner = CliRunner()
-
-    def invoke(*args):
-        return runner.invoke(main, [str(a) for a in args], catch_exceptions=False)
-
-    return invoke
-
-
-def _one_line_error(res, code: int, *needles: str) -> str:
-    assert res.exit_code == code, res.output
-    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1, res.stderr
-    assert "Traceback" not in res.output
-    for n in needles:
-        assert n in lines[0], lines[0]
-    return lines[0]
 
 
 # ------------------------------------------------------------ generated workloads
@@ -385,14 +364,14 @@ def test_a_heads_option_with_only_recorded_files_is_a_usage_error(run, tmp_path,
     f = tmp_path / "w.safetensors"
     workloads.save_workload(make_workload("causal", rows=4, keys=600, topk=512), f)
     res = run(cmd, "--device", "cpu", "--paths", "torch", "--workload", f, option, value)
-    _one_line_error(res, 2, f"{option}: sets the heads of generated cases", "recorded")
+    one_line_error(res, 2, f"{option}: sets the heads of generated cases", "recorded")
 
 
 @pytest.mark.parametrize("cmd", ["bench", "verify", "crossover"])
 def test_unsupported_heads_or_models_are_click_errors(run, cmd):
     for option, value in (("--heads", "48"), ("--model", "llama")):
         res = run(cmd, "--device", "cpu", option, value)
-        _one_line_error(res, 2, option)
+        one_line_error(res, 2, option)
 
 
 def test_inspect_shows_the_heads_of_a_file(run, tmp_path):
@@ -595,7 +574,7 @@ def test_crossover_refuses_an_out_file_that_is_not_a_calibration(run, tmp_path, 
     out = tmp_path / "notes.json"
     out.write_text('{"hello": 1}')
     res = run(*XO, "--out", out)
-    _one_line_error(res, 2, f"--out {out}: exists and is not a calibration file", "remove it or choose another")
+    one_line_error(res, 2, f"--out {out}: exists and is not a calibration file", "remove it or choose another")
     assert out.read_text() == '{"hello": 1}'
 
 

@@ -17,7 +17,6 @@ from mqa_topk_cli import verify as verify_mod
 from mqa_topk_cli.errors import UsageError
 
 from test_checks import _one_line_error  # noqa: E402
-from test_cli import run  # noqa: E402,F401 (the CLI runner fixture)
 
 CPU = ["--device", "cpu"]
 TINY = ["--rows", "16", "--keys", "640", "--topk", "512"]
