@@ -127,12 +127,38 @@ void select_cases() {
       }
       check_case("gauss trial " + std::to_string(trial) + " k=" + std::to_string(k), r, 0, k);
     }
-    {  // every key equal, more than kScratch of them: the index cut (warp_hist_pass over SegLanes)
+    {  // every key equal, more than kScratch of them: the index cut (warp_index_cut_lean)
       Row r(cap);
       uint32_t i = 0;
       for (int s = 0; s < NS; ++s)
         for (int j = 0; j < cap - 3 * s; ++j) r.push(s, okey(0.25f), (i++ * 7919u) % (1u << 22));
       check_case("all equal k=" + std::to_string(k), r, 0, k);
+    }
+    {  // every key equal, the indices a dense run plus far outliers: the first index slice
+       // holds the run (more than kScratch), so the cut narrows again
+      Row r(cap);
+      uint32_t i = 0;
+      for (int s = 0; s < NS; ++s)
+        for (int j = 0; j < cap - 5 * s; ++j, ++i)
+          r.push(s, okey(-0.0f), j == 7 ? (1u << 21) + 13u * i : 5000u + i);
+      check_case("clustered ties k=" + std::to_string(k), r, 0, k);
+    }
+    {  // ties at the k-th value with the tied indices in random clusters over 2^22 (distinct, as a
+       // row's are), some keys above
+      for (int trial = 0; trial < 6; ++trial) {
+        Row r(cap);
+        std::vector<uint32_t> pool;
+        for (uint32_t c = 0; c < 4; ++c) {  // four clusters, dense (trial < 3) or spread over 2^19
+          const uint32_t step = trial < 3 ? 1u : 1u + static_cast<uint32_t>(rng() % 200);
+          for (uint32_t j = 0; j < 2u * static_cast<uint32_t>(cap); ++j) pool.push_back((c << 20) + j * step);
+        }
+        std::shuffle(pool.begin(), pool.end(), rng);
+        size_t at = 0;
+        for (int s = 0; s < NS; ++s)
+          for (int j = 0; j < cap - static_cast<int>(rng() % 64); ++j)
+            r.push(s, rng() % 9 == 0 ? okey(5.0f + gauss(rng)) : okey(1.0f), pool[at++]);
+        check_case("random clustered ties trial " + std::to_string(trial) + " k=" + std::to_string(k), r, 0, k);
+      }
     }
     {  // thousands tied at the k-th value, some above
       Row r(cap);

@@ -96,41 +96,11 @@ __device__ __forceinline__ SegLanes make_seg_lanes(const uint32_t* seg0, uint32_
   return SegLanes{kp, kp + cap, n, static_cast<int>(__reduce_max_sync(0xffffffffu, static_cast<uint32_t>(n)))};
 }
 
-// Scalar radix pass by a warp (the heavy-tie index cut): histogram of digit
-// (v >> shift) & 255 over the entries whose masked bits match; v is the key,
-// or the index when on_idx (then only entries with key == key_eq count).
-// hist: this warp's 256 bins, zero on entry. Over per-lane segments (L2 loads).
-__device__ __forceinline__ void warp_hist_pass(const SegLanes& s, bool on_idx, uint32_t key_eq, uint32_t mask,
-                                               uint32_t prefix, int shift, uint32_t* hist, int lane) {
-  const int sub = lane & 3;
-#pragma unroll 1
-  for (int j0 = 0; j0 < s.nmax; j0 += 4 * 8) {
-    uint32_t v[8];
-    bool ok[8];
-#pragma unroll
-    for (int u = 0; u < 8; ++u) {
-      const int j = j0 + u * 4 + sub;
-      ok[u] = j < s.n;
-      v[u] = 0;
-      if (ok[u]) {
-        const uint32_t kv = __ldcg(s.key + j);
-        if (on_idx) {
-          ok[u] = kv == key_eq;
-          v[u] = __ldcg(s.idx + j);
-        } else {
-          v[u] = kv;
-        }
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < 8; ++u)
-      if (ok[u] && (v[u] & mask) == prefix) atomicAdd(hist + ((v[u] >> shift) & 255u), 1u);
-  }
-  __syncwarp();
-}
-
-// warp_hist_pass over runs in shared memory (the gathered bin of
-// finish_in_scratch; plain loads, 32 lanes per run).
+// Radix pass by a warp over runs in shared memory (the gathered bin of
+// finish_in_scratch and of warp_index_cut_lean; plain loads, 32 lanes per
+// run): histogram of digit (v >> shift) & 255 over the entries whose masked
+// bits match; v is the key, or the index when on_idx (then only entries with
+// key == key_eq count). hist: this warp's 256 bins, zero on entry.
 __device__ __forceinline__ void warp_hist_pass(const Segs& s, bool on_idx, uint32_t key_eq, uint32_t mask,
                                                uint32_t prefix, int shift, uint32_t* hist, int lane) {
 #pragma unroll 1
@@ -228,9 +198,8 @@ __device__ __forceinline__ uint32_t warp_find_digit(uint32_t* hist, uint32_t nee
 
 // The need-th smallest index among the entries whose key is key_eq (heavy
 // ties), by three 8-bit radix passes over the indices (< 2^24: keys <= 2^22
-// by contract). SS: Segs, SegLanes or PieceSegs (warp_hist_pass over it).
-template <class SS>
-__device__ __forceinline__ uint64_t warp_index_cut(const SS& s, uint32_t key_eq, uint32_t need, uint32_t* hist,
+// by contract), over runs in shared memory (at most kScratch entries).
+__device__ __forceinline__ uint64_t warp_index_cut(const Segs& s, uint32_t key_eq, uint32_t need, uint32_t* hist,
                                                    int lane) {
   uint32_t iprefix = 0, imask = 0, before = 0, nb = 0;
 #pragma unroll 1
@@ -381,6 +350,67 @@ __device__ __forceinline__ void for_each_key4_lean(const SS& s, int lane, F&& f)
   }
 }
 
+// The need-th smallest index among the entries of the per-lane segments
+// whose key is key_eq, when more than kScratch of them tie there (SS:
+// SegLanes or PieceSegs with half -1; requires need <= their count). Tied
+// rows (relu-saturated rows, all-zero weights, exact ties) reach it with
+// thousands of entries spread over the row, so it bins by index range, as
+// warp_select_lean bins by key range: a pass for the tied entries' index
+// range, 256 equal slices of it (balanced bins for indices spread over the
+// row; digit bins of the high index bits would put every entry in one bin
+// and serialise the shared-memory atomics), narrowed to the slice holding
+// the need-th until at most kScratch remain (a slice of fewer than 256
+// indices is a single index: done), then those gathered into shared memory
+// and cut there (warp_index_cut over the gathered run). Every pass loads
+// keys and indices as uint4 groups (for_each_key4_lean). Leaves hist zero.
+template <class SS>
+__device__ __forceinline__ uint64_t warp_index_cut_lean(const SS& s, uint32_t key_eq, uint32_t need, uint32_t* hist,
+                                                        uint32_t* sk, uint32_t* si, int lane) {
+  uint32_t imin = 0xffffffffu, imax = 0;
+  for_each_key4_lean<true>(s, lane, [&](uint32_t key, uint32_t idx) {
+    const bool t = key == key_eq;
+    imin = min(imin, t ? idx : 0xffffffffu);
+    imax = max(imax, t ? idx : 0u);
+  });
+  uint32_t lo = __reduce_min_sync(0xffffffffu, imin);
+  uint32_t span = __reduce_max_sync(0xffffffffu, imax) - lo;  // the tied indices are in [lo, lo + span]
+  uint32_t c = 0;
+#pragma unroll 1
+  while (true) {
+    const uint32_t l0 = lo, s0 = span, mult = range_mult(span);
+    for_each_key4_lean<true>(s, lane, [&](uint32_t key, uint32_t idx) {
+      if (key == key_eq && idx - l0 <= s0) atomicAdd(hist + range_bin(idx, l0, mult), 1u);
+    });
+    __syncwarp();
+    uint32_t before = 0;
+    const uint32_t sel = warp_find_digit(hist, need, false, &before, &c, lane);
+    need -= before;
+    if (mult == 0u) return composite(key_eq, l0 + sel);  // a bin per index: the need-th is index l0 + sel
+    const uint64_t a = range_bin_start(sel, mult);
+    const uint64_t b = min(range_bin_start(sel + 1u, mult), static_cast<uint64_t>(s0) + 1u);
+    lo = l0 + static_cast<uint32_t>(a);
+    span = static_cast<uint32_t>(b - a - 1u);  // slice sel: offsets [a, b) of [l0, l0 + s0]
+    if (c <= static_cast<uint32_t>(kScratch)) break;
+  }
+  const uint32_t l0 = lo, s0 = span;
+  uint32_t base = 0;
+  for_each_key4_lean<true>(s, lane, [&](uint32_t key, uint32_t idx) {
+    const bool in = key == key_eq && idx - l0 <= s0;
+    const uint32_t m = __ballot_sync(0xffffffffu, in);
+    if (in) {
+      const uint32_t at = base + __popc(m & ((1u << lane) - 1u));
+      sk[at] = key;
+      si[at] = idx;
+    }
+    base += __popc(m);
+  });
+  __syncwarp();
+  const Segs bin{{sk, nullptr}, {si, nullptr}, {static_cast<int>(c), 0}, 1};
+  const uint64_t t = warp_index_cut(bin, key_eq, need, hist, lane);
+  __syncwarp();
+  return t;
+}
+
 // The threshold that keeps a row's top k among its candidates (SS: SegLanes,
 // or PieceSegs with half -1): entries with a key at or above thr's (and >= 1)
 // are eligible; returns the k-th largest eligible composite, or thr itself
@@ -397,8 +427,8 @@ __device__ __forceinline__ void for_each_key4_lean(const SS& s, int lane, F&& f)
 // (usually a few dozen entries) into shared memory, finished there by radix
 // passes over the bits that still differ (finish_in_scratch). A bin with more
 // than kScratch entries is narrowed to its own key range and binned again;
-// heavy ties (more than kScratch at the k-th key) go to radix passes over the
-// indices (warp_index_cut). Leaves hist zero. count_out (optional): how many
+// heavy ties (more than kScratch at the k-th key) go to passes binning the
+// tied entries' indices (warp_index_cut_lean). Leaves hist zero. count_out (optional): how many
 // entries are eligible. Callers: the compaction of fused/blocks_select.cuh,
 // the sample gate's heavy-tie fallback, warp_finish_row.
 template <class SS>
@@ -470,7 +500,7 @@ __device__ __forceinline__ uint64_t warp_select_lean(const SS& s, uint64_t thr, 
   }
   // Heavy ties: more than kScratch entries share the k-th key `lo`.
   if (c == need) return composite(lo, 0xffffffffu);
-  return warp_index_cut(s, lo, need, hist, lane);
+  return warp_index_cut_lean(s, lo, need, hist, sk, si, lane);
 }
 
 // Keeps the entries with composite >= t in run order (stable): writes kept
@@ -874,13 +904,6 @@ __device__ __forceinline__ void for_each_key4(const PieceSegs& s, int lane, F&& 
   const int np = __shfl_sync(0xffffffffu, s.np, 0);
 #pragma unroll 1
   for (int i = 0; i < np; ++i) for_each_key4<kWithIdx, 4>(piece_lanes(s, i, lane), lane, f);
-}
-
-__device__ __forceinline__ void warp_hist_pass(const PieceSegs& s, bool on_idx, uint32_t key_eq, uint32_t mask,
-                                               uint32_t prefix, int shift, uint32_t* hist, int lane) {
-#pragma unroll 1
-  for (int i = 0; i < s.np; ++i)
-    warp_hist_pass(piece_lanes(s, i, lane), on_idx, key_eq, mask, prefix, shift, hist, lane);
 }
 
 // warp_emit over the pieces (one warp), numbering the kept entries of piece i
