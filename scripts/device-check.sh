@@ -13,6 +13,7 @@
 #   topk        configs/topk-grid.toml, the top-k alone on random logits
 #   crossover   mqa-topk crossover (writes $OUT/calibration.json)
 #   crossover-heads  mqa-topk crossover at 32 and then 64 heads into one $OUT/calibration.json
+#               (CROSSOVER_ARGS: extra crossover options for both stages, e.g. a shorter --keys grid)
 #   verify-heads     verify --paths fused,native at 64 and at 16 heads
 #   heads-headline   the headline at 64 heads (--model deepseek-v3.2): fused, native, logits alone
 #   heads       dev/heads_check.py: the kernels at 16, 32 and 64 heads (exact sets, logits against
@@ -88,10 +89,10 @@ for s in "${stages[@]}"; do
     topk) bench topk --op topk --config topk-grid --random-logits --paths native ;;
     heads) run heads python3 dev/heads_check.py ;;
     probe) run probe python3 dev/adversarial_probe.py ;;
-    crossover) run crossover mqa-topk crossover --out "$OUT/calibration.json" --results "$OUT/crossover.csv" ;;
+    crossover) run crossover mqa-topk crossover ${CROSSOVER_ARGS:-} --out "$OUT/calibration.json" --results "$OUT/crossover.csv" ;;
     crossover-heads)  # 32 then 64 heads into one calibration file (--out merges the heads' entries)
                     for h in 32 64; do
-                      run crossover-h$h mqa-topk crossover --heads $h --out "$OUT/calibration.json" \
+                      run crossover-h$h mqa-topk crossover --heads $h ${CROSSOVER_ARGS:-} --out "$OUT/calibration.json" \
                         --results "$OUT/crossover-h$h.csv"
                     done ;;
     deepgemm)
