@@ -329,7 +329,12 @@ def test_crossover_on_cpu_writes_a_calibration(run, tmp_path, monkeypatch):
     assert res.exit_code == 0, res.output
     assert "SM100 default" in res.stdout and "wave rule" in res.stdout
     full = json.loads(cal.read_text())
-    assert full["format"] == 2 and set(full["heads"]) == {"32"}  # (the shipped default holds 32 heads only)
+    # this run's entry for 32 heads; the shipped default's other entry (64 heads) kept as it is
+    from mqa_topk_cli import eligibility as el_shipped
+
+    shipped = json.loads(el_shipped.DEFAULT_CALIBRATION.read_text())
+    assert full["format"] == 2 and set(full["heads"]) == {"32", "64"}
+    assert full["heads"]["64"] == shipped["heads"]["64"] and full["heads"]["32"] != shipped["heads"]["32"]
     doc = full["heads"]["32"]
     assert doc["block_rows"] == 8 and doc["sms"] == 2 and doc["measured"]["heads"] == 32
     # On 2 SMs every last wave fills at least half of them: no row of the wave

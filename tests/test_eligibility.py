@@ -32,42 +32,53 @@ def _no_env(monkeypatch, sm100_cal):
 def test_shipped_default_is_the_h200_measurement(monkeypatch):
     monkeypatch.delenv("MQA_TOPK_CALIBRATION", raising=False)
     full = el.load_calibration()
-    # format 2, one entry: the 32-head measurement (other heads take the default rule until measured)
-    assert full["format"] == 2 and set(full["heads"]) == {32}
-    cal = el.calibration_for(full, 32)
-    assert not cal.get("fallback") and el.calibration_for(full, 64).get("fallback") is True
-    assert cal["gpu"] == "NVIDIA H200" and cal["sms"] == 132 and cal["commit"]
-    assert cal["source"].startswith("mqa-topk crossover")
-    assert cal["block_rows"] == 8 and isinstance(cal["wave_rule"], bool)
-    # The wave rule is crossover's decision on the shipped wave table (fused at
-    # most (1 + tolerance) x dense's time at every poorly filled last wave: off).
-    from mqa_topk_cli.crossover import decide_wave_rule
-    wave = cal["measured"]["wave"]
-    decision = decide_wave_rule(wave["table"], wave["decision"]["tolerance"])
-    assert decision["rows_checked"] > 0
-    assert decision == wave["decision"] and cal["wave_rule"] == decision["wave_rule"]
-    grid = cal["measured"]["grid"]
-    assert {g["topk"] for g in grid} == {512, 1024, 2048}
-    # Every threshold is what crossover's rule gives on the shipped grid: the
-    # first point from which fused wins there and at the next `confirm` points
-    # (the first grid point itself when fused wins from it on; never:
-    # MAX_KEYS + 1), rounded up by recommended_min_keys otherwise.
-    from mqa_topk_cli.crossover import find_crossover
-    confirm = cal["measured"]["confirm"]
-    for t in (512, 1024, 2048):
-        mk = el.fused_mqa_topk_min_keys(t)
-        pts = sorted((g["keys"], g["t_a_ms"], g["t_b_ms"]) for g in grid if g["topk"] == t)
-        x = find_crossover([p[0] for p in pts], [p[1] for p in pts], [p[2] for p in pts], confirm=confirm)
-        if x is None:
-            assert mk == MAX_KEYS + 1
-        elif x <= pts[0][0]:
-            assert mk == pts[0][0] and pts[0][1] < pts[0][2]
-        else:
-            assert mk == el.recommended_min_keys(x) and mk > pts[0][0]
-        # fused wins at the threshold's grid point and at the next `confirm` ones
-        if mk <= MAX_KEYS:
-            after = [a < b for keys, a, b in pts if keys >= mk]
-            assert all(after[: confirm + 1]), (t, mk)
+    # format 2, the 32- and 64-head measurements (16 heads take the default rule until measured)
+    assert full["format"] == 2 and set(full["heads"]) == {32, 64}
+    assert el.calibration_for(full, 16).get("fallback") is True
+    from mqa_topk_cli.crossover import decide_wave_rule, find_crossover
+
+    for heads in (32, 64):
+        cal = el.calibration_for(full, heads)
+        assert not cal.get("fallback") and cal["measured"]["heads"] == heads
+        assert cal["gpu"] == "NVIDIA H200" and cal["sms"] == 132 and cal["commit"]
+        assert cal["source"].startswith("mqa-topk crossover")
+        assert cal["block_rows"] == 8 and isinstance(cal["wave_rule"], bool)
+        # The wave rule is crossover's decision on the shipped wave table (fused at
+        # most (1 + tolerance) x dense's time at every poorly filled last wave: off).
+        wave = cal["measured"]["wave"]
+        decision = decide_wave_rule(wave["table"], wave["decision"]["tolerance"])
+        assert decision["rows_checked"] > 0
+        assert decision == wave["decision"] and cal["wave_rule"] == decision["wave_rule"]
+        grid = cal["measured"]["grid"]
+        assert {g["topk"] for g in grid} == {512, 1024, 2048}
+        rows_measured = sorted({g["rows"] for g in grid})
+        assert rows_measured == [1024, 8192]
+        # Every threshold is what crossover's rule gives on the shipped grid: per
+        # row count, the first point from which fused wins there and at the next
+        # `confirm` points; the threshold is the largest over the row counts (the
+        # first grid point itself when fused wins from it on at every row count;
+        # never: MAX_KEYS + 1), rounded up by recommended_min_keys otherwise.
+        confirm = cal["measured"]["confirm"]
+        for t in (512, 1024, 2048):
+            mk = el.fused_mqa_topk_min_keys(t, heads=heads)
+            xs, at_min, per_rows = [], [], []
+            for r in rows_measured:
+                pts = sorted((g["keys"], g["t_a_ms"], g["t_b_ms"]) for g in grid if g["topk"] == t and g["rows"] == r)
+                x = find_crossover([p[0] for p in pts], [p[1] for p in pts], [p[2] for p in pts], confirm=confirm)
+                xs.append(x)
+                at_min.append(x is not None and x <= pts[0][0])
+                per_rows.append(pts)
+            if any(x is None for x in xs):
+                assert mk == MAX_KEYS + 1
+            elif all(at_min):
+                assert mk == max(xs)
+            else:
+                assert mk == el.recommended_min_keys(max(xs)) and mk >= max(xs)
+            # fused wins at the threshold's grid point and at the next `confirm` ones, at every row count
+            if mk <= MAX_KEYS:
+                for pts in per_rows:
+                    after = [a < b for keys, a, b in pts if keys >= mk]
+                    assert all(after[: confirm + 1]), (heads, t, mk)
 
 
 def test_min_keys_from_a_calibration_named_by_the_env_var(tmp_path, monkeypatch):

@@ -538,9 +538,10 @@ XO = ["crossover", "--device", "cpu", "--paths", "torch,reference", "--topks", "
       "600,1200", "--sms", "2", "--block-rows", "8", "--wave-keys", "300", "--reps", "2", "--warmup", "0"]
 
 
-def test_crossover_heads_merges_into_an_existing_calibration_file(run, tmp_path):
+def test_crossover_heads_merges_into_an_existing_calibration_file(run, tmp_path, monkeypatch):
     """Bug class: --out overwritten with only the heads just measured."""
     out = _format1(tmp_path / "cal.json")
+    monkeypatch.setenv("MQA_TOPK_CALIBRATION", str(out))  # in effect: 32 heads only (64 takes the default rule)
     res = run(*XO, "--heads", "64", "--out", out)
     assert res.exit_code == 0, res.output
     assert "64 heads" in res.output and "no calibration for 64 heads" in res.output

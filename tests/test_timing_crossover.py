@@ -208,7 +208,7 @@ def test_shipped_crossover_config():
 
     sw = crossover.load_sweep(config_path("crossover"))
     assert sw["topks"] == [512, 1024, 2048]
-    assert sw["rows"] == [8192]
+    assert sw["rows"] == [1024, 8192]  # one wave of blocks and many waves
     assert sw["keys"][0] == 2048 and sw["keys"][-1] == 262144
     assert sw["paths"] == ["fused", "native"]
     assert sw["layout"] == "full"  # a causal 8192-row grid could not reach below 8192 keys
