@@ -85,6 +85,19 @@ _TEXT_FIELDS = ("source", "gpu", "date", "commit")
 ENTRY_FIELDS = ("source", "gpu", "sms", "date", "commit", "block_rows", "min_keys", "wave_rule", "measured")
 
 
+def _int_key(key, allowed, table: str, what: str, where: str) -> int:
+    """A JSON object key read as an int in ``allowed`` (a topk, a heads count);
+    else a one-line error naming the table and the key."""
+    try:
+        value = int(key)
+    except (TypeError, ValueError):
+        value = None
+    if value not in allowed:
+        raise UsageError(f"calibration file {where}: {table} key {key!r} is not {what} "
+                         f"({', '.join(map(str, allowed))})")
+    return value
+
+
 def _validate_entry(data, where: str, at: str = "") -> dict:
     """One heads' entry (the fields of a format-1 file); ``at`` prefixes the
     field names in messages (e.g. "heads['64']: "). Returns a normalised copy:
@@ -96,13 +109,7 @@ def _validate_entry(data, where: str, at: str = "") -> dict:
         raise UsageError(f"calibration file {where}: {at}'min_keys' must be an object {{\"512\": int, ...}}")
     min_keys: dict[int, int] = {}
     for key, value in mk.items():
-        try:
-            topk = int(key)
-        except (TypeError, ValueError):
-            topk = None
-        if topk not in TOPKS:
-            raise UsageError(f"calibration file {where}: {at}min_keys key {key!r} is not a topk "
-                             f"({', '.join(map(str, TOPKS))})")
+        topk = _int_key(key, TOPKS, f"{at}min_keys", "a topk", where)
         # anything above MAX_KEYS means "never fused" (recommended_min_keys writes MAX_KEYS + 1); the
         # bound is int32, as an engine keeps its thresholds: more is a broken file, not a threshold
         min_keys[topk] = _positive_int(value, f"{at}min_keys[{key!r}]", where, MAX_MIN_KEYS)
@@ -146,13 +153,7 @@ def validate_calibration(data, where: str = "<calibration>") -> dict:
                          f"{{\"32\": {{\"min_keys\": ...}}, ...}}")
     heads: dict[int, dict] = {}
     for key, entry in table.items():
-        try:
-            h = int(key)
-        except (TypeError, ValueError):
-            h = None
-        if h not in SUPPORTED_HEADS:
-            raise UsageError(f"calibration file {where}: heads key {key!r} is not a supported heads count "
-                             f"({', '.join(map(str, SUPPORTED_HEADS))})")
+        h = _int_key(key, SUPPORTED_HEADS, "heads", "a supported heads count", where)
         heads[h] = _validate_entry(entry, where, f"heads[{key!r}]: ")
     for name in ("source",):
         if data.get(name) is not None and not isinstance(data[name], str):
