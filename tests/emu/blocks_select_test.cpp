@@ -8,9 +8,11 @@
 //    set) against a sorting reference: the kept set, the count, and the
 //    emitted list (warp_emit, in the traversal order the reference
 //    recomputes).
-// 2. The compaction: the kept entries re-emitted round-robin into the same
+// 2. The compaction: the row group's threshold (group_compact_threshold, 8
+//    warps, each its own segment) and each warp's in-place keep, against the
+//    reference k-th; the kept entries re-emitted round-robin into the same
 //    segments (entry p to segment p mod 8, slot p / 8) while the traversal
-//    reads them, against the reference list.
+//    reads them (a crowded row), against the reference list.
 // 3. warp_finish_row over 8 segments: the output row (relative indices, -1
 //    padding) and the unsafe-gate answer.
 // 4. The pair selects (two warps, 4 segments each): pair_select and
@@ -39,6 +41,8 @@ using namespace mqa_topk::fused_detail;
 
 namespace {
 
+int g_group_cases = 0;  // group_case runs
+
 SegLanes lanes_of(Row& r, int lane) { return r.lanes(lane); }
 
 // The traversal order of for_each / warp_emit over SegLanes: batch j0 (step
@@ -59,7 +63,64 @@ std::vector<std::pair<uint32_t, uint32_t>> traversal(Row& r) {
   return v;
 }
 
+// The compaction by a row group's 8 warps (group_compact_threshold, each warp
+// its own segment, then each warp's in-place keep): the same threshold in
+// every warp, thr when at most k are eligible, else one with at least k
+// eligible entries at or above it (never above the reference k-th) and at
+// most k - 1 + kScratch; each segment then holds its entries at or above
+// max(t, thr) in their order.
+void group_case(const std::string& name, Row row, uint64_t thr, uint32_t k) {
+  const auto all = row.entries();
+  const uint32_t tk1 = std::max(static_cast<uint32_t>(thr >> 32), 1u);
+  uint32_t elig = 0;
+  for (auto& e : all) elig += e.first >= tk1;
+  Scratch sc;
+  uint32_t xch[4 * 2 * kGroupWarps] = {};
+  uint64_t got[256];
+  int kept[kGroupWarps] = {};
+  const Row before = row;
+  warp_emu::run8([&](int w, int lane) {
+    GroupCtx g{xch, 5, w, 0};
+    uint32_t* kp = row.key(w);
+    uint32_t* ip = row.idx(w);
+    const int n = static_cast<int>(row.cnt[w]);
+    uint64_t t = group_compact_threshold(SegLanes{kp, ip, n, n}, g, thr, k, sc.hist, lane);
+    got[w * 32 + lane] = t;
+    t = t > thr ? t : thr;
+    const Segs sg{{kp, nullptr}, {ip, nullptr}, {n, 0}, 1};
+    const int m = warp_emit(sg, t, lane, [&](int at, uint32_t key, uint32_t idx) {
+      kp[at] = key;
+      ip[at] = idx;
+    });
+    if (lane == 0) kept[w] = m;
+  });
+  for (int l = 1; l < 256; ++l) expect(got[l] == got[0], name + ": group: warps or lanes disagree");
+  for (int i = 0; i < 256; ++i) expect(sc.hist[i] == 0, name + ": group: histogram not left zeroed");
+  const uint64_t t = got[0] > thr ? got[0] : thr;
+  if (elig <= k) {
+    expect(got[0] == thr, name + ": group: at most k eligible, yet a new threshold");
+  } else {
+    uint32_t at_or_above = 0;
+    for (auto& e : all) at_or_above += e.first >= tk1 && composite(e.first, e.second) >= got[0];
+    expect(got[0] <= ref_threshold(all, thr, k), name + ": group: threshold above the k-th");
+    expect(at_or_above >= k, name + ": group: fewer than k kept");
+    expect(at_or_above <= k - 1 + kScratch, name + ": group: more than k - 1 + kScratch kept");
+  }
+  for (int s = 0; s < NS; ++s) {
+    std::vector<std::pair<uint32_t, uint32_t>> want;
+    Row& b = const_cast<Row&>(before);
+    for (uint32_t j = 0; j < b.cnt[s]; ++j)
+      if (composite(b.key(s)[j], b.idx(s)[j]) >= t) want.push_back({b.key(s)[j], b.idx(s)[j]});
+    expect(kept[s] == static_cast<int>(want.size()), name + ": group: kept count of segment " + std::to_string(s));
+    for (size_t j = 0; j < want.size(); ++j)
+      expect(row.key(s)[j] == want[j].first && row.idx(s)[j] == want[j].second,
+             name + ": group: segment " + std::to_string(s) + " entry " + std::to_string(j));
+  }
+  ++g_group_cases;
+}
+
 void check_case(const std::string& name, Row row, uint64_t thr, uint32_t k) {
+  group_case(name, row, thr, k);
   const auto all = row.entries();
   const uint64_t want = ref_threshold(all, thr, k);
   Scratch sc;
@@ -109,6 +170,29 @@ void check_case(const std::string& name, Row row, uint64_t thr, uint32_t k) {
   uint32_t total = 0;
   for (int s = 0; s < NS; ++s) total += c.cnt[s];
   expect(total == kept_ref.size(), name + ": compacted counts");
+}
+
+// group_case over a sweep of k on a few rows, so that the k-th lands on every
+// position of its bin (or of its index slice, for ties), its edges included.
+void group_sweep() {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> gauss(0.f, 1.f);
+  const int cap = seg_cap(2048);
+  Row g(cap), e(cap), q(cap), w(cap);
+  uint32_t i = 0;
+  for (int s = 0; s < NS; ++s)
+    for (int j = 0; j < cap - 11 * s; ++j, ++i) {
+      g.push(s, okey(gauss(rng)), i);
+      e.push(s, okey(0.5f), (i * 7919u) % (1u << 22));
+      q.push(s, okey(static_cast<float>(rng() % 24)), i * 3u);  // keys in 24 classes of about 300
+      if (j < 250) w.push(s, okey(static_cast<float>(rng() % 20)), i);  // 20 classes of about 100
+    }
+  for (uint32_t k = 257; k < 2400; k += 13) {
+    group_case("sweep gauss k=" + std::to_string(k), g, 0, k);
+    group_case("sweep all equal k=" + std::to_string(k), e, 0, k);
+    group_case("sweep classes k=" + std::to_string(k), q, 0, k);
+    group_case("sweep small classes k=" + std::to_string(k), w, 0, k);  // (the k-th in the lowest class too)
+  }
 }
 
 void select_cases() {
@@ -725,6 +809,7 @@ void pieces_cases() {
 }  // namespace
 
 int main() {
+  group_sweep();
   select_cases();
   finish_cases();
   pair_cases();
@@ -732,6 +817,7 @@ int main() {
   expect(g_piece_rounds > 0, "pieces: cases ran");
   expect(g_prebinned > 0, "pieces: merges from the pieces' bins ran");
   expect(g_tie_gates > 0, "pieces: the shared gate's heavy-tie answer ran");
+  expect(g_group_cases > 0, "group compactions ran");
   std::printf("blocks_select emulation: %d checks passed (%ld warp exchanges; %d one-warp hand-overs, %d tie gates)\n",
               g_checks, warp_emu::st().exchanges, g_pair_fallbacks, g_tie_gates);
   return 0;

@@ -281,7 +281,7 @@ void scratch_cases() {
 constexpr int kCheckTiles = 12;  // Sm90FusedBlocksConfig::kCheckTiles
 constexpr int kRankFloorZ = 5;   // fused/blocks_select.cuh: kGateRankFloorZ
 long g_rows = 0, g_gated_rows = 0, g_redo_rows = 0, g_compactions = 0, g_drops = 0, g_pair_fallbacks = 0,
-     g_fast_gates = 0;
+     g_fast_gates = 0, g_rebalances = 0;
 std::string g_row_name;
 
 // One row of n keys (values v) through the block kernel's steps
@@ -291,9 +291,10 @@ std::string g_row_name;
 // takes keys [16 s, 16 s + 16) of the tile in order, what beats the row's
 // threshold (composite > thr); the first ns = fused_sample_tiles tiles with
 // no threshold (gate), their maxima; every kCheckTiles tiles a compaction
-// check (a segment past cap - 16 kCheckTiles: warp_select_lean over the 8
-// segments, then warp_emit round-robin in place; the row's threshold becomes
-// its result). After the sample: the gate's rank (blocks_gate_rho_mn), the
+// check (a segment past cap - 16 kCheckTiles: the row group's
+// group_compact_threshold, each of the 8 warps over its segment, each
+// segment's keep in place, and a crowded row's round-robin by one warp; the
+// row's threshold becomes the result). After the sample: the gate's rank (blocks_gate_rho_mn), the
 // pair's pair_gate_fast, else pair_select, else one warp's warp_select_lean,
 // capped at the C-th tile maximum (warp_rank_key), the drop (warp_emit over
 // each segment in place) when the kernel drops. Block end: the pair's
@@ -326,19 +327,40 @@ std::vector<int> simulate_row(const std::vector<float>& v, int k, bool gate) {
     bool over = false;
     for (int s = 0; s < NS; ++s) over = over || row.cnt[s] > trigger;
     if (!over) return;
-    uint64_t th[32];
-    int kept[32];
-    warp_emu::run([&](int lane) {
-      const SegLanes sl = row.lanes(lane);
-      th[lane] = warp_select_lean(sl, thr, static_cast<uint32_t>(k), sc.hist, sc.sk, sc.si, lane);
-      kept[lane] = warp_emit(sl, th[lane], lane, [&](int at, uint32_t key, uint32_t idx) {
-        uint32_t* d = row.key(at & (NS - 1)) + (at >> 3);
-        d[0] = key;
-        d[row.cap] = idx;
+    // The row group's 8 warps, each its own segment: the threshold, then each keeps its entries at or above it.
+    uint64_t th[256];
+    int kept[NS] = {};
+    uint32_t xch[4 * 2 * kGroupWarps] = {};
+    warp_emu::run8([&](int w, int lane) {
+      GroupCtx g{xch, 5, w, 0};
+      uint32_t* kp = row.key(w);
+      uint32_t* ip = row.idx(w);
+      const int c = static_cast<int>(row.cnt[w]);
+      uint64_t t1 = group_compact_threshold(SegLanes{kp, ip, c, c}, g, thr, static_cast<uint32_t>(k), sc.hist, lane);
+      t1 = t1 > thr ? t1 : thr;
+      th[w * 32 + lane] = t1;
+      const Segs sg{{kp, nullptr}, {ip, nullptr}, {c, 0}, 1};
+      const int m = warp_emit<2>(sg, t1, lane, [&](int at, uint32_t key, uint32_t idx) {
+        kp[at] = key;
+        ip[at] = idx;
       });
+      if (lane == 0) kept[w] = m;
     });
-    for (int l = 1; l < 32; ++l) expect(th[l] == th[0] && kept[l] == kept[0], "compaction: lanes disagree");
-    for (int s = 0; s < NS; ++s) row.cnt[s] = static_cast<uint32_t>((kept[0] + NS - 1 - s) / NS);
+    for (int l = 1; l < 256; ++l) expect(th[l] == th[0], "compaction: warps or lanes disagree");
+    uint32_t most = 0;
+    for (int s = 0; s < NS; ++s) most = std::max(most, row.cnt[s] = static_cast<uint32_t>(kept[s]));
+    if (most > trigger / 2) {  // crowded: round-robin over the segments by one warp
+      int all[32];
+      warp_emu::run([&](int lane) {
+        all[lane] = warp_emit(row.lanes(lane), th[0], lane, [&](int at, uint32_t key, uint32_t idx) {
+          uint32_t* d = row.key(at & (NS - 1)) + (at >> 3);
+          d[0] = key;
+          d[row.cap] = idx;
+        });
+      });
+      for (int s = 0; s < NS; ++s) row.cnt[s] = static_cast<uint32_t>((all[0] + NS - 1 - s) / NS);
+      ++g_rebalances;
+    }
     thr = th[0];
     ++g_compactions;
   };
@@ -514,6 +536,11 @@ void protocol_cases(bool gate) {
     // lands on 0 and every zero passes it: compactions, exact ties by index).
     for (size_t i = 0; i < u.size(); ++i) u[i] = (i * 2654435761u) % 211u == 0 ? std::fabs(gauss(rng)) : 0.f;
     check_row("relu saturated", u, k, gate);
+    // The large values only at the key positions of one warp (16 of every
+    // 128): a compaction keeps them all in one segment, which is crowded and
+    // re-emitted round-robin.
+    for (size_t i = 0; i < u.size(); ++i) u[i] = (i % 128) / 16 == 5 ? 5.f + gauss(rng) : gauss(rng) - 5.f;
+    check_row("one warp's key positions", u, k, gate);
     // The sample tiles (the first of the walk) hold the row's largest values
     // and the rest sit below them: the gate is unsafe and the row is redone.
     // Then the opposite: a sample of the smallest values (a low gate).
@@ -535,6 +562,7 @@ void protocol_cases(bool gate) {
     expect(g_gated_rows == 0 && g_redo_rows == 0, "protocol nogate: a row was gated");
   }
   expect(g_compactions > 0, "protocol: no compaction ran");
+  expect(g_rebalances > 0, "protocol: no crowded row was re-emitted round-robin");
   expect(g_pair_fallbacks > 0, "protocol: the block end never handed a row to one warp");
 }
 
@@ -554,8 +582,8 @@ int main(int argc, char** argv) {
   }
   if (which == "all" || which == "protocol") protocol_cases(mode != "nogate");
   std::printf("fused_select emulation: %d checks passed (%ld warp exchanges; %ld rows, %ld gated (%ld by the fast "
-              "gate), %ld redone, %ld compactions, %ld drops, %ld one-warp block ends)\n",
-              g_checks, warp_emu::st().exchanges, g_rows, g_gated_rows, g_fast_gates, g_redo_rows, g_compactions,
+              "gate), %ld redone, %ld compactions (%ld crowded), %ld drops, %ld one-warp block ends)\n",
+              g_checks, warp_emu::st().exchanges, g_rows, g_gated_rows, g_fast_gates, g_redo_rows, g_compactions, g_rebalances,
               g_drops, g_pair_fallbacks);
   return 0;
 }

@@ -1,11 +1,12 @@
-// A CPU emulator of one or two CUDA warps, for testing warp-level device code
+// A CPU emulator of one, two or eight CUDA warps, for testing warp-level device code
 // off-GPU (csrc/include/mqa_topk/fused/select.cuh under MQA_TOPK_HOST_EMULATION).
 //
 // 32 fibers (ucontext) per warp, one per lane, run round-robin; every warp
 // intrinsic is an exchange point: a lane deposits its value and yields, and
 // when it resumes every lane of its warp has deposited, so the intrinsic reads
 // the warp's 32 values. run2 runs two warps; pair_barrier() is their 64-thread
-// named barrier (a lane yields until all 64 have arrived).
+// named barrier (a lane yields until all 64 have arrived); run8 runs eight,
+// with group_barrier() their 256-thread barrier.
 // Between exchange points lanes run one after another, which is what
 // race-free warp code may assume (shared-memory atomics become plain adds).
 // A lane that finishes while others still wait at an intrinsic (divergent
@@ -39,7 +40,7 @@ inline uint4 make_uint4(uint32_t a, uint32_t b, uint32_t c, uint32_t d) { return
 
 namespace warp_emu {
 
-constexpr int kLanes = 64;  // fibers at most (two warps)
+constexpr int kLanes = 256;  // fibers at most (eight warps)
 constexpr size_t kStackBytes = size_t(1) << 18;  // per lane
 
 #if defined(__x86_64__) && !defined(WARP_EMU_UCONTEXT)
@@ -138,11 +139,10 @@ inline const uint64_t* exchange(uint64_t v) {
   return s.slots[p & 1] + w0;
 }
 
-// The two warps' 64-thread barrier (run2 only).
-inline void pair_barrier() {
+// A barrier of every lane of the run (a lane yields until all have arrived).
+inline void all_barrier() {
   State& s = st();
   const int L = s.lane;
-  if (s.nlanes != 64) fail("pair_barrier outside run2");
   const long g = s.bar_gen;
   if (++s.bar_count == s.nlanes) {
     s.bar_count = 0;
@@ -153,6 +153,16 @@ inline void pair_barrier() {
     if (spins > 100000000L) fail("barrier never completed (a lane skipped it)");
     switch_to_next(L);
   }
+}
+// The two warps' 64-thread barrier (run2 only).
+inline void pair_barrier() {
+  if (st().nlanes != 64) fail("pair_barrier outside run2");
+  all_barrier();
+}
+// The eight warps' 256-thread barrier (run8 only).
+inline void group_barrier() {
+  if (st().nlanes != 256) fail("group_barrier outside run8");
+  all_barrier();
 }
 
 inline void trampoline(int lane) {
@@ -171,7 +181,7 @@ inline void trampoline(int lane) {
 inline void fiber_entry() { trampoline(st().lane); }
 #endif
 
-// Runs body(lane) on n (32 or 64) lanes, in lockstep per warp at every intrinsic.
+// Runs body(lane) on n (32, 64 or 256) lanes, in lockstep per warp at every intrinsic.
 inline void run_n(int n, std::function<void(int)> body) {
   State& s = st();
   s.body = std::move(body);
@@ -216,6 +226,10 @@ inline void run(std::function<void(int)> body) { run_n(32, std::move(body)); }
 // Two warps: body(warp, lane), warp 0 or 1, lane 0 .. 31.
 inline void run2(std::function<void(int, int)> body) {
   run_n(64, [body = std::move(body)](int l) { body(l >> 5, l & 31); });
+}
+// Eight warps: body(warp, lane), warp 0 .. 7, lane 0 .. 31.
+inline void run8(std::function<void(int, int)> body) {
+  run_n(256, [body = std::move(body)](int l) { body(l >> 5, l & 31); });
 }
 
 template <class T>

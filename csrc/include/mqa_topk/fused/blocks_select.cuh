@@ -269,13 +269,17 @@ __device__ __forceinline__ void blocks_set_gate(BlocksCtl* ctl, unsigned long lo
 }
 
 // The row group's compaction check (all 8 warps of row group rg, every
-// kCheckTiles tiles): each warp publishes its 4 rows' segment counts; for a
-// row with a segment past cap - 16 kCheckTiles, its selector warp finds the
-// exact k-th composite over the row's 8 segments (at or above the row's
-// threshold; a safe running threshold) and re-emits every entry at or above it
-// round-robin over the segments (entry p to segment p mod 8, slot p / 8; in
-// place, see warp_emit over SegLanes), so each segment then holds at most
-// ceil(k / 8). The lanes of a compacted row take the new count and threshold.
+// kCheckTiles tiles): each warp publishes its 4 rows' segment counts; a row
+// with a segment past cap - 16 kCheckTiles is compacted by all 8 warps, one
+// row after another (group_compact_threshold: each warp its own segment of
+// the row; a threshold at or below the row's k-th that keeps at most
+// k - 1 + kScratch), each warp keeping its segment's entries at or above it
+// in place. A row whose largest segment is then still above half the trigger
+// (entries crowded into a few segments: the counts of the 8 warps' key
+// positions differ) is re-emitted round-robin over the segments by its
+// selector warp (entry p to segment p mod 8, slot p / 8; in place, see
+// warp_emit over SegLanes), so each segment holds at most ceil(kept / 8). The
+// lanes of a compacted row take the new count and threshold.
 template <class Cfg>
 __device__ __forceinline__ void blocks_check_compact(const Sm90FusedParams& p, uint32_t* ws_set, uint32_t* segcnt,
                                                        unsigned long long* thr_s, uint32_t* hist_all,
@@ -292,32 +296,50 @@ __device__ __forceinline__ void blocks_check_compact(const Sm90FusedParams& p, u
   const uint32_t c = segcnt[(4 * rg + (lane & 3)) * NS + (lane >> 2)];
   const uint32_t over = __ballot_sync(0xffffffffu, c > trigger);
   if (over == 0) return;  // uniform over the row group (same counts)
-  // Every warp has read the counts before a selector rewrites them below (a
-  // warp reading a compacted count would take over == 0, skip the barrier
-  // after the compaction and pair its later barriers with the wrong ones).
+  // Every warp has read the counts before they are rewritten below (a warp
+  // reading a compacted count would take over == 0, skip the barriers of the
+  // compaction and pair its later barriers with the wrong ones).
   ptx::named_barrier_sync(5 + rg, 256);
-  const int sel_row = 4 * rg + warp_in_wg;
-  if (selector && (over & (0x11111111u << warp_in_wg))) {
-    const uint32_t seg_stride = 2u * static_cast<uint32_t>(p.cap);
-    uint32_t* seg0 = ws_set + size_t(sel_row * NS) * seg_stride;
-    uint32_t* hist = hist_all + sel_row * 256;
-    uint32_t* sk = scratch_all + sel_row * 2 * kScratch;
-    uint32_t* si = sk + kScratch;
-    const SegLanes sl = make_seg_lanes(seg0, seg_stride, static_cast<uint32_t>(p.cap), segcnt + sel_row * NS, NS,
-                                       lane);
-    const uint64_t th = warp_select_lean(sl, thr_s[sel_row], static_cast<uint32_t>(p.topk), hist, sk, si, lane);
-    const int kept = warp_emit(sl, th, lane, [&](int at, uint32_t key, uint32_t idx) {
-      uint32_t* d = seg0 + size_t(at & (NS - 1)) * seg_stride + (at >> 3);
-      __stcg(d, key);
-      __stcg(d + p.cap, idx);
+  const uint32_t seg_stride = 2u * static_cast<uint32_t>(p.cap);
+  const uint32_t k = static_cast<uint32_t>(p.topk);
+#pragma unroll 1
+  for (int i = 0; i < 4; ++i) {
+    if ((over & (0x11111111u << i)) == 0u) continue;  // (warp-uniform)
+    const int r = 4 * rg + i;
+    uint32_t* kp = ws_set + size_t(r * NS + seg) * seg_stride;
+    uint32_t* ip = kp + p.cap;
+    const int n = static_cast<int>(__shfl_sync(0xffffffffu, cnt, i));  // lane i holds row r's count
+    const uint64_t thr_r = thr_s[r];
+    GroupCtx g{scratch_all + r * 2 * kScratch, 5 + rg, seg, 0};
+    uint64_t t = group_compact_threshold(SegLanes{kp, ip, n, n}, g, thr_r, k, hist_all + r * 256, lane);
+    t = t > thr_r ? t : thr_r;  // (a running threshold never goes down)
+    const Segs sg{{kp, nullptr}, {ip, nullptr}, {n, 0}, 1};
+    const int kept = warp_emit<2>(sg, t, lane, [&](int at, uint32_t key, uint32_t idx) {
+      __stcg(kp + at, key);
+      __stcg(ip + at, idx);
     });
-    __syncwarp();
-    if (lane < NS) segcnt[sel_row * NS + lane] = static_cast<uint32_t>((kept + NS - 1 - lane) / NS);
-    if (lane == 0) {
-      thr_s[sel_row] = th;
+    if (lane == 0) segcnt[r * NS + seg] = static_cast<uint32_t>(kept);
+    __threadfence_block();
+    const uint4 q = group_reduce(g, make_uint4(static_cast<uint32_t>(kept), 0u, static_cast<uint32_t>(kept), 0u), lane);
+    if (q.z > trigger / 2) {  // crowded: round-robin over the 8 segments (uniform: the same q in every warp)
+      if (selector && warp_in_wg == i) {
+        uint32_t* seg0 = ws_set + size_t(r * NS) * seg_stride;
+        const SegLanes sl = make_seg_lanes(seg0, seg_stride, static_cast<uint32_t>(p.cap), segcnt + r * NS, NS, lane);
+        const int all = warp_emit(sl, t, lane, [&](int at, uint32_t key, uint32_t idx) {
+          uint32_t* d = seg0 + size_t(at & (NS - 1)) * seg_stride + (at >> 3);
+          __stcg(d, key);
+          __stcg(d + p.cap, idx);
+        });
+        __syncwarp();
+        if (lane < NS) segcnt[r * NS + lane] = static_cast<uint32_t>((all + NS - 1 - lane) / NS);
+        __threadfence_block();
+      }
+      ptx::named_barrier_sync(5 + rg, 256);
+    }
+    if (seg == 0 && lane == 0) {
+      thr_s[r] = t;
       fused_diag_count(p.counter, kFusedCompactWord);
     }
-    __threadfence_block();
   }
   ptx::named_barrier_sync(5 + rg, 256);
   if (over & (0x11111111u << (lane & 3))) {  // this lane's row was compacted: new count and threshold

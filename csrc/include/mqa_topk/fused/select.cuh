@@ -258,9 +258,9 @@ __device__ __forceinline__ uint64_t finish_in_scratch(uint32_t* sk, uint32_t* si
 // calls f(key, idx, valid). kLanes: lanes per segment (4: one warp over 8
 // segments; 8: a pair warp over its 4; 1: the split merge's rounds of 32
 // segments). The visiting order (batch, group u, entry e, lane) is fixed.
-template <bool kWithIdx = false, int kLanes = 4, class F>
+template <bool kWithIdx = false, int kLanes = 4, int kGroups = (kWithIdx ? 4 : 8), class F>
 __device__ __forceinline__ void for_each_key4(const SegLanes& s, int lane, F&& f) {
-  constexpr int G = kWithIdx ? 4 : 8;
+  constexpr int G = kGroups;
   const int sub = lane & (kLanes - 1);
 #pragma unroll 1
   for (int j0 = 0; j0 < s.nmax; j0 += kLanes * 4 * G) {
@@ -508,7 +508,7 @@ __device__ __forceinline__ uint64_t warp_select_lean(const SS& s, uint64_t thr, 
 // 4-entry groups (keys and indices as uint4, four per lane in flight) and
 // ranks with a warp scan; emit may write in place (positions never pass the
 // read point): the gate's drop in sm90_fused_blocks.cuh, over one run.
-template <class Emit>
+template <int kGroups = 4, class Emit>
 __device__ __forceinline__ int warp_emit(const Segs& s, uint64_t t, int lane, Emit&& emit) {
   int pos = 0;
 #pragma unroll 1
@@ -517,17 +517,17 @@ __device__ __forceinline__ int warp_emit(const Segs& s, uint64_t t, int lane, Em
     const uint32_t* ip = s.idx[g];
     const int n = s.n[g];
 #pragma unroll 1
-    for (int j0 = 0; j0 < n; j0 += 32 * 4 * 4) {
-      uint4 kv[4], iv[4];
+    for (int j0 = 0; j0 < n; j0 += 32 * 4 * kGroups) {
+      uint4 kv[kGroups], iv[kGroups];
 #pragma unroll
-      for (int u = 0; u < 4; ++u) {
+      for (int u = 0; u < kGroups; ++u) {
         const int j = j0 + (u * 32 + lane) * 4;
         kv[u] = j < n ? __ldcg(reinterpret_cast<const uint4*>(kp + j)) : make_uint4(0, 0, 0, 0);
         iv[u] = j < n ? __ldcg(reinterpret_cast<const uint4*>(ip + j)) : make_uint4(0, 0, 0, 0);
       }
       __syncwarp();  // every read of this step precedes any write below
 #pragma unroll
-      for (int u = 0; u < 4; ++u) {
+      for (int u = 0; u < kGroups; ++u) {
         const int j = j0 + (u * 32 + lane) * 4;
         const uint32_t ks[4] = {kv[u].x, kv[u].y, kv[u].z, kv[u].w};
         const uint32_t is[4] = {iv[u].x, iv[u].y, iv[u].z, iv[u].w};
@@ -1311,6 +1311,169 @@ __device__ __forceinline__ uint32_t pair_gate_fast(const SegLanes& s, PairCtx& p
   if (rho < 1u || tot < rho) return 0u;
   const uint32_t below = (bin + 1u) << 16;  // the bin's keys are (smax - below, smax - below + 2^16]
   return smax >= below ? smax - below + 1u : 1u;
+}
+
+// ---- a row's compaction by the 8 warps of its row group ---------------------
+// The block kernels' compaction check (fused/blocks_select.cuh) stops the
+// whole row group at a named barrier; rather than one warp selecting a row
+// over all 8 of its segments while the other seven wait, every warp takes its
+// own segment of the row (the one its own appends fill, at most cap entries:
+// one batch of loads per pass), the histograms are the row's, shared, and the
+// warp-uniform values go through shared words at the group's 256-thread
+// barrier. A compaction needs no exact k-th: any threshold with at least k
+// candidates at or above it is safe (it never exceeds the row's k-th), and
+// one that keeps at most k - 1 + kScratch frees the segments as well. So the
+// threshold is the lower end of the range bin that holds the k-th key once
+// that bin holds at most kScratch entries (no gather, no finish in shared
+// memory), or, when more than kScratch entries tie at the k-th key, the last
+// index of the index slice that holds the need-th lowest tied index.
+
+// The group's shared state: xch, 64 words of shared memory ([parity][warp][4]);
+// bar, the named barrier of the group's 256 threads; warp, this warp's index
+// in the group (0 .. 7; it clears hist words [32 warp, +32)).
+constexpr int kGroupWarps = 8;
+struct GroupCtx {
+  uint32_t* xch;
+  int bar;
+  int warp;
+  int ph;  // exchanges so far (alternating halves of xch)
+};
+
+#ifdef MQA_TOPK_HOST_EMULATION
+__device__ __forceinline__ void group_sync(int) { warp_emu::group_barrier(); }
+#else
+__device__ __forceinline__ void group_sync(int id) { asm volatile("bar.sync %0, 256;" ::"r"(id) : "memory"); }
+#endif
+
+// Publishes this warp's 4 words and returns, over the group's 8 warps, the
+// sum of x, the minimum of y, the maximum of z and the sum of w.
+__device__ __forceinline__ uint4 group_reduce(GroupCtx& g, uint4 mine, int lane) {
+  uint32_t* slot = g.xch + (g.ph & 1) * 4 * kGroupWarps;
+  if (lane == 0) {
+    slot[g.warp * 4 + 0] = mine.x;
+    slot[g.warp * 4 + 1] = mine.y;
+    slot[g.warp * 4 + 2] = mine.z;
+    slot[g.warp * 4 + 3] = mine.w;
+  }
+  group_sync(g.bar);
+  const volatile uint32_t* o = slot;
+  uint4 r = make_uint4(0u, 0xffffffffu, 0u, 0u);
+#pragma unroll
+  for (int w = 0; w < kGroupWarps; ++w) {
+    r.x += o[4 * w + 0];
+    r.y = min(r.y, static_cast<uint32_t>(o[4 * w + 1]));
+    r.z = max(r.z, static_cast<uint32_t>(o[4 * w + 2]));
+    r.w += o[4 * w + 3];
+  }
+  ++g.ph;
+  return r;
+}
+
+// After a histogram pass by every warp of the group: the bin holding the
+// need-th entry (descending or ascending), the same in every warp; then the
+// histogram is cleared (each warp its 32 words) and the group synchronised,
+// so the next pass may count into it.
+__device__ __forceinline__ uint32_t group_find_digit(GroupCtx& g, uint32_t* hist, uint32_t need, bool descending,
+                                                     uint32_t* before, uint32_t* in_bin, int lane) {
+  __syncwarp();
+  group_sync(g.bar);  // every warp's counts are in
+  const uint32_t d = warp_find_digit_t<false>(hist, need, descending, before, in_bin, lane);
+  group_sync(g.bar);  // every warp has read the histogram
+  hist[g.warp * 32 + lane] = 0;
+  group_sync(g.bar);  // cleared
+  return d;
+}
+
+// The compaction threshold of a row whose candidates are spread over the
+// group's 8 warps, one segment each (s: this warp's, read by all 32 lanes,
+// for_each_key4 with 32 lanes per segment), called by every warp of the group
+// with the same thr (the row's running threshold; eligible: key >= thr's, as
+// in warp_select_lean). Returns thr when at most k are eligible; otherwise a
+// threshold t with at least k eligible composites >= t and at most
+// k - 1 + kScratch of them (the caller keeps max(t, thr)). The same value in
+// every warp. hist: the row's 256 bins, zero on entry and on return.
+__device__ __forceinline__ uint64_t group_compact_threshold(const SegLanes& s, GroupCtx& g, uint64_t thr, uint32_t k,
+                                                            uint32_t* hist, int lane) {
+  const uint32_t tk1 = max(static_cast<uint32_t>(thr >> 32), 1u);
+  uint32_t c = 0, kmin = 0xffffffffu, kmax = 0;
+  for_each_key4<false, 32, 4>(s, lane, [&](uint32_t key, bool valid) {
+    const bool el = valid && key >= tk1;
+    kmin = min(kmin, el ? key : 0xffffffffu);
+    kmax = max(kmax, el ? key : 0u);
+    c += el ? 1u : 0u;
+  });
+  c = __reduce_add_sync(0xffffffffu, c);
+  kmin = __reduce_min_sync(0xffffffffu, kmin);
+  kmax = __reduce_max_sync(0xffffffffu, kmax);
+  const uint4 q = group_reduce(g, make_uint4(c, kmin, kmax, 0u), lane);
+  c = q.x;
+  if (c <= k) return thr;
+  // Range bins over the eligible keys (as warp_select_lean), narrowed to the
+  // k-th's bin until it holds at most kScratch entries or a single key.
+  uint32_t lo = q.y, span = q.z - q.y, need = k, mult = 0, sel = 0;
+  bool sliced = false;
+#pragma unroll 1
+  while (c > static_cast<uint32_t>(kScratch) && span != 0) {
+    if (sliced) {  // narrow to the slice's actual key range
+      const uint32_t l0 = lo, s0 = span, m0 = mult, sl = sel;
+      uint32_t nmin = 0xffffffffu, nmax = 0;
+      for_each_key4<false, 32, 4>(s, lane, [&](uint32_t key, bool valid) {
+        const bool in = valid && key - l0 <= s0 && range_bin(key, l0, m0) == sl;
+        nmin = min(nmin, in ? key : 0xffffffffu);
+        nmax = max(nmax, in ? key : 0u);
+      });
+      nmin = __reduce_min_sync(0xffffffffu, nmin);
+      nmax = __reduce_max_sync(0xffffffffu, nmax);
+      const uint4 r = group_reduce(g, make_uint4(0u, nmin, nmax, 0u), lane);
+      lo = r.y;
+      span = r.z - r.y;
+      sliced = false;
+      if (span == 0) break;
+    }
+    const uint32_t l0 = lo, s0 = span, m0 = range_mult(span);
+    for_each_key4<false, 32, 4>(s, lane, [&](uint32_t key, bool valid) {
+      if (valid && key - l0 <= s0) atomicAdd(hist + range_bin(key, l0, m0), 1u);
+    });
+    uint32_t before = 0;
+    sel = group_find_digit(g, hist, need, true, &before, &c, lane);
+    need -= before;
+    mult = m0;
+    sliced = true;
+  }
+  // (the loop ends sliced with at most kScratch in the bin, or unsliced on a single key lo)
+  if (c <= static_cast<uint32_t>(kScratch))  // every key at or above the bin's lowest stays
+    return gate_threshold(sliced ? bin_bounds(lo, span, mult, sel, true).klo : lo);
+  // More than kScratch entries tie at the k-th key kt: the need-th lowest
+  // index among them, by 256 equal slices of their index range, narrowed
+  // while a slice holds more than kScratch of them.
+  const uint32_t kt = lo;
+  uint32_t imin = 0xffffffffu, imax = 0;
+  for_each_key4<true, 32, 2>(s, lane, [&](uint32_t key, uint32_t idx, bool valid) {
+    const bool t = valid && key == kt;
+    imin = min(imin, t ? idx : 0xffffffffu);
+    imax = max(imax, t ? idx : 0u);
+  });
+  imin = __reduce_min_sync(0xffffffffu, imin);
+  imax = __reduce_max_sync(0xffffffffu, imax);
+  const uint4 r = group_reduce(g, make_uint4(0u, imin, imax, 0u), lane);
+  uint32_t ilo = r.y, ispan = r.z - r.y;
+#pragma unroll 1
+  while (true) {
+    const uint32_t l0 = ilo, s0 = ispan, m0 = range_mult(ispan);
+    for_each_key4<true, 32, 2>(s, lane, [&](uint32_t key, uint32_t idx, bool valid) {
+      if (valid && key == kt && idx - l0 <= s0) atomicAdd(hist + range_bin(idx, l0, m0), 1u);
+    });
+    uint32_t before = 0, in_slice = 0;
+    const uint32_t sl = group_find_digit(g, hist, need, false, &before, &in_slice, lane);
+    need -= before;
+    const uint64_t a = range_bin_start(sl, m0);
+    const uint64_t b = min(range_bin_start(sl + 1u, m0), static_cast<uint64_t>(s0) + 1u);
+    // slice sl: indices [l0 + a, l0 + b); its last index keeps the need-th
+    if (in_slice <= static_cast<uint32_t>(kScratch) || b - a <= 1u)
+      return composite(kt, l0 + static_cast<uint32_t>(b - 1u));
+    ilo = l0 + static_cast<uint32_t>(a);
+    ispan = static_cast<uint32_t>(b - a - 1u);
+  }
 }
 
 }  // namespace fused_detail
