@@ -530,12 +530,12 @@ void pair_cases() {
         }
       pair_case("pair gated crowd" + ks, r, uint64_t(gk) << 32, k, true, 100);
     }
-    {  // every key equal, thousands: heavy ties (fallback)
+    {  // every key equal, thousands: heavy ties, cut by index by the pair (pair_index_cut)
       Row r(cap);
       uint32_t i = 0;
       for (int s = 0; s < NS; ++s)
         for (int j = 0; j < cap - 3 * s; ++j) r.push(s, okey(0.25f), (i++ * 7919u) % (1u << 22));
-      pair_case("pair all equal" + ks, r, 0, k, false, 0, -1);
+      pair_case("pair all equal" + ks, r, 0, k, false, 0, 1);
     }
     {  // thousands tied at the k-th value, some above
       Row r(cap);

@@ -563,7 +563,6 @@ void protocol_cases(bool gate) {
   }
   expect(g_compactions > 0, "protocol: no compaction ran");
   expect(g_rebalances > 0, "protocol: no crowded row was re-emitted round-robin");
-  expect(g_pair_fallbacks > 0, "protocol: the block end never handed a row to one warp");
 }
 
 }  // namespace

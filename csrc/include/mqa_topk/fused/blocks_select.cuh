@@ -425,8 +425,8 @@ struct BlocksPairRow {
 };
 
 // The sample gate of row 4 rg + warp_in_wg by both warps that hold it
-// (blocks_gate_rho's rank; pair_gate_fast, else the exact pair select, else
-// one warp's select under heavy ties); the first warp (key group 0) caps it,
+// (blocks_gate_rho's rank; pair_gate_fast, else the exact pair select, or
+// the tied key under heavy ties at the rank); the first warp (key group 0) caps it,
 // sets thr_s, records the row's largest sample key and clears the tile
 // maxima. Not inlined (as blocks_pair_end_call). Returns whether the row is
 // gated (the first warp's answer is the row's).
@@ -449,10 +449,8 @@ __device__ __noinline__ bool blocks_gate_pair_call(const Sm90FusedParams* pp, in
     const uint32_t smax = __reduce_max_sync(0xffffffffu, ctl->tile_max[r][lane]);
     const uint32_t fast = pair_gate_fast(rw.half_segs(p), pc, rho, smax, rw.hist, lane);  // (0: run the exact select)
     th = static_cast<uint64_t>(fast) << 32;
-    if (fast == 0 && !pair_select(rw.half_segs(p), pc, 0, rho, rw.hist, rw.sk, rw.si, lane, &th, &c_unused) && kg == 0) {
-      th = warp_select_lean(rw.all_segs(p), 0, rho, rw.hist, rw.sk, rw.si, lane);  // heavy ties: one warp
-      if (lane == 0) fused_diag_count(p.counter, kFusedTieGateWord);
-    }
+    // (heavy ties at the rank: the tied key, whose index cut the gate would not use)
+    if (fast == 0) pair_select<true>(rw.half_segs(p), pc, 0, rho, rw.hist, rw.sk, rw.si, lane, &th, &c_unused);
     if (fast == 0 && kg == 0 && lane == 0) fused_diag_count(p.counter, kFusedExactGateWord);
     if (kg == 0) gk = blocks_cap_gate(ctl, r, ns, static_cast<uint32_t>(th >> 32), lane);
   }
@@ -496,8 +494,8 @@ __device__ __noinline__ bool blocks_pair_end_call(const Sm90FusedParams* pp, int
   auto outf = [&](int at, int v, uint32_t) { orow[at] = v; };
   const int res = pair_finish_row_gated(ps, pc, thr, smax, k, need, gated, start, hist, sk, si, lane, &cands, outf);
   bool ok = res > 0;
-  if (res < 0 && kg == 0) {  // heavy ties at the k-th key (or a compacted row with at most k): one warp
-    if (lane == 0) fused_diag_count(p.counter, kFusedTieEndWord);
+  if (res < 0 && kg == 0) {  // a compacted row with at most k eligible: one warp
+    if (lane == 0) fused_diag_count(p.counter, kFusedOneWarpEndWord);
     ok = warp_finish_row(rw.all_segs(p), thr, k, need, gated, start, hist, sk, si, lane, &cands,
                          [&](int at, int v, uint32_t) { orow[at] = v; });
   }

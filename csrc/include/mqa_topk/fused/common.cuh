@@ -27,15 +27,14 @@ struct Sm90FusedParams {
 // an extension; the shipped one is built without, since the counts' atomics
 // change the block kernels' register allocation), the block kernels also
 // count their rare paths: word 2 the row compactions, word 3 the block-end
-// selects that fell back to one warp (heavy ties at the k-th key), word 4 the
-// gates that took the exact select (no answer from pair_gate_fast), word 5
-// those that fell back to one warp's select (heavy ties at the gate's rank).
+// selects that fell back to one warp (a compacted row with at most k
+// eligible), word 4 the gates that took the exact select (no answer from
+// pair_gate_fast).
 constexpr int kFusedHeaderBytes = 128;
 constexpr int kFusedRedoWord = 1;
 constexpr int kFusedCompactWord = 2;
-constexpr int kFusedTieEndWord = 3;
+constexpr int kFusedOneWarpEndWord = 3;
 constexpr int kFusedExactGateWord = 4;
-constexpr int kFusedTieGateWord = 5;
 
 // Diagnostics' cycle sums, 64-bit at header words 8-15 (a no-op unless built
 // with MQA_TOPK_FUSED_DIAGNOSTICS): lane 0 of every math warp adds the cycles

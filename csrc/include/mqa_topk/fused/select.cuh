@@ -946,6 +946,73 @@ __device__ __forceinline__ uint4 pair_exchange(PairCtx& c, uint4 mine, int lane)
   return r;
 }
 
+// The need-th lowest index among both warps' entries whose key is key_eq
+// (heavy ties: more than kScratch of them; need <= their count), as the
+// composite threshold, the same in both warps: warp_index_cut_lean by the
+// pair (each warp its half; the histogram and the scratch are the row's).
+// Leaves hist zero.
+template <class SS>
+__device__ __forceinline__ uint64_t pair_index_cut(const SS& s, PairCtx& pc, uint32_t key_eq, uint32_t need,
+                                                   uint32_t* hist, uint32_t* sk, uint32_t* si, int lane) {
+  uint32_t imin = 0xffffffffu, imax = 0;
+  pair_for_each<true>(s, lane, [&](uint32_t key, uint32_t idx, bool valid) {
+    const bool t = valid && key == key_eq;
+    imin = min(imin, t ? idx : 0xffffffffu);
+    imax = max(imax, t ? idx : 0u);
+  });
+  imin = __reduce_min_sync(0xffffffffu, imin);
+  imax = __reduce_max_sync(0xffffffffu, imax);
+  const uint4 q = pair_exchange(pc, make_uint4(imin, imax, 0u, 0u), lane);
+  uint32_t lo = min(imin, q.x), span = max(imax, q.y) - lo;  // the tied indices are in [lo, lo + span]
+  uint32_t c = 0;
+#pragma unroll 1
+  while (true) {
+    const uint32_t l0 = lo, s0 = span, mult = range_mult(span);
+    pair_for_each<true>(s, lane, [&](uint32_t key, uint32_t idx, bool valid) {
+      if (valid && key == key_eq && idx - l0 <= s0) atomicAdd(hist + range_bin(idx, l0, mult), 1u);
+    });
+    __syncwarp();
+    pair_sync(pc.bar);  // both warps' counts are in
+    uint32_t before = 0;
+    const uint32_t sel = warp_find_digit_t<false>(hist, need, false, &before, &c, lane);
+    pair_sync(pc.bar);  // both warps have read the histogram
+#pragma unroll
+    for (int j = 0; j < 4; ++j) hist[pc.half * 128 + lane * 4 + j] = 0;
+    pair_sync(pc.bar);  // cleared before either warp counts into it again
+    need -= before;
+    if (mult == 0u) return composite(key_eq, l0 + sel);  // a bin per index: the need-th is index l0 + sel
+    const uint64_t a = range_bin_start(sel, mult);
+    const uint64_t b = min(range_bin_start(sel + 1u, mult), static_cast<uint64_t>(s0) + 1u);
+    lo = l0 + static_cast<uint32_t>(a);
+    span = static_cast<uint32_t>(b - a - 1u);  // slice sel: offsets [a, b) of [l0, l0 + s0]
+    if (c <= static_cast<uint32_t>(kScratch)) break;
+  }
+  // The slice's tied entries into the scratch (the first warp ascending from
+  // 0, the second descending from c - 1), cut there by the first warp.
+  const uint32_t l0 = lo, s0 = span, lt = (1u << lane) - 1u;
+  const uint32_t hs = pc.half == 0 ? 1u : 0xffffffffu;
+  uint32_t gb = pc.half == 0 ? 0u : c - 1u;
+  pair_for_each<true>(s, lane, [&](uint32_t key, uint32_t idx, bool valid) {
+    const bool in = valid && key == key_eq && idx - l0 <= s0;
+    const uint32_t m = __ballot_sync(0xffffffffu, in);
+    const uint32_t at = gb + hs * static_cast<uint32_t>(__popc(m & lt));
+    if (in && at < c) {
+      sk[at] = key;
+      si[at] = idx;
+    }
+    gb += hs * static_cast<uint32_t>(__popc(m));
+  });
+  __syncwarp();
+  pair_sync(pc.bar);  // the scratch is complete
+  uint64_t t = 0;
+  if (pc.half == 0) {
+    const Segs bin{{sk, nullptr}, {si, nullptr}, {static_cast<int>(c), 0}, 1};
+    t = warp_index_cut(bin, key_eq, need, hist, lane);
+  }
+  const uint4 tq = pair_exchange(pc, make_uint4(static_cast<uint32_t>(t), static_cast<uint32_t>(t >> 32), 0u, 0u), lane);
+  return pc.half == 0 ? t : (static_cast<uint64_t>(tq.y) << 32) | tq.x;
+}
+
 // The pair selects' core. kEmit: the exact top min(k, n) of a row, by both
 // warps of its pair (each calls it with its own half of the segments:
 // make_pair_segs, or PieceSegs with its half): warp_finish_row's result (the
@@ -955,11 +1022,11 @@ __device__ __forceinline__ uint4 pair_exchange(PairCtx& c, uint4 mine, int lane)
 // thr's, as in warp_select_lean); gated: the first warp's flag (the second's
 // is ignored). Returns 1 when the row is written, 0 when a gated row has
 // fewer than `need` candidates (nothing written; the caller redoes the row),
-// -1 when the pair path does not apply (heavy ties at the k-th key, more than
-// kScratch; or at most k eligible under a compacted row's threshold, where
-// eligibility by key and composite >= thr differ): nothing written, the
-// histogram is clear, and the caller runs warp_finish_row on one warp. Leaves
-// hist zero.
+// -1 when the pair path does not apply (at most k eligible under a compacted
+// row's threshold, where eligibility by key and composite >= thr differ):
+// nothing written, the histogram is clear, and the caller runs
+// warp_finish_row on one warp. Heavy ties at the k-th key (more than kScratch
+// entries) are cut by index by the pair (pair_index_cut). Leaves hist zero.
 // The gate's fast path (kEmit): a gated row whose threshold is still its gate
 // (thr = gate key << 32; a compaction's threshold has a nonzero low word) and
 // whose sample's largest key smax is above the gate skips the range pass: its
@@ -979,11 +1046,10 @@ __device__ __forceinline__ uint4 pair_exchange(PairCtx& c, uint4 mine, int lane)
 // already be written, and warp_finish_row rewrites them all).
 // kEmit = false (pair_select): only the threshold, *t_out (both warps), as
 // warp_select_lean's (the k-th largest eligible composite, or thr when at most
-// k are eligible); nothing is written, and -1 means the same (one warp's
-// warp_select_lean applies). kTieGate (kEmit = false only): with heavy ties at
-// the k-th key, answer that key's gate, composite(key, 0) (every entry of that
-// key is then at or above it: a gate just below the exact rank, still safe),
-// instead of -1.
+// k are eligible); nothing is written. kTieGate (kEmit = false only): with
+// heavy ties at the k-th key, answer that key's gate, composite(key, 0)
+// (every entry of that key is then at or above it: a gate just below the
+// exact rank, still safe), instead of the index cut.
 template <bool kEmit, bool kTieGate, bool kPreHist, class SS, class Out>
 __device__ __forceinline__ int pair_row_core(const SS& s, PairCtx& pc, uint64_t thr, uint32_t k, uint32_t need,
                                              bool gated, int start, uint32_t* hist, uint32_t* sk, uint32_t* si,
@@ -1138,12 +1204,34 @@ __device__ __forceinline__ int pair_row_core(const SS& s, PairCtx& pc, uint64_t 
   uint64_t t_all = 0;  // heavy ties with every tied entry in: the threshold itself
   if (c > static_cast<uint32_t>(kScratch)) {  // more than kScratch share the k-th key lo
     if (c != need_k) {
-      pair_sync(pc.bar);  // the histogram halves are clear for the single-warp select
       if constexpr (kTieGate && !kEmit) {
+        pair_sync(pc.bar);
         *t_out = composite(lo, 0u);
         return 1;
       }
-      return -1;
+      // The need_k-th lowest index among them, by both warps; exactly k
+      // entries are at or above the cut (the first warp's ascending from 0,
+      // the second's descending from k - 1).
+      const uint64_t t = pair_index_cut(s, pc, lo, need_k, hist, sk, si, lane);
+      if constexpr (!kEmit) {
+        *t_out = t;
+        return 1;
+      }
+      uint32_t pos = pc.half == 0 ? 0u : k - 1u, mine = 0;
+      pair_for_each<true>(s, lane, [&](uint32_t key, uint32_t idx, bool valid) {
+        const bool in = valid && composite(key, idx) >= t;
+        const uint32_t m = __ballot_sync(0xffffffffu, in);
+        const uint32_t r = static_cast<uint32_t>(__popc(m & lt));
+        const uint32_t at = pc.half == 0 ? pos + r : pos - r;
+        if (in && at < k) out(static_cast<int>(at), static_cast<int>(idx) - start, key);
+        pos = pc.half == 0 ? pos + static_cast<uint32_t>(__popc(m)) : pos - static_cast<uint32_t>(__popc(m));
+        mine += static_cast<uint32_t>(__popc(m));
+      });
+      if constexpr (kPreHist) {  // (the counts against the entries)
+        const uint4 q = pair_exchange(pc, make_uint4(mine, 0u, 0u, 0u), lane);
+        if (mine + q.x != k) return -1;
+      }
+      return 1;
     }
     t_all = composite(lo, 0xffffffffu);
     if constexpr (!kEmit) {
@@ -1268,8 +1356,8 @@ __device__ __forceinline__ void pair_count_gate_bins(const PieceSegs& s, PairCtx
 
 // The k-th largest eligible composite (key >= thr's) over both warps' halves
 // of a row, or thr when at most k are eligible: warp_select_lean's answer,
-// *t_out in both warps; returns false when one warp's warp_select_lean must
-// be run instead (heavy ties: more than kScratch at the k-th key). *count:
+// *t_out in both warps (heavy ties at the k-th key cut by index by the pair);
+// returns false when one warp's warp_select_lean must be run instead. *count:
 // the eligible entries. Leaves hist zero. The sample gate's exact select
 // (fused/blocks_select.cuh, over make_pair_segs halves). kTieGate: under heavy
 // ties answer the tied key's gate instead (see pair_row_core; true: the split
