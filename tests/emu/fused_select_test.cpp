@@ -295,7 +295,7 @@ std::string g_row_name;
 // group_compact_threshold, each of the 8 warps over its segment, each
 // segment's keep in place, and a crowded row's round-robin by one warp; the
 // row's threshold becomes the result). After the sample: the gate's rank (blocks_gate_rho_mn), the
-// pair's pair_gate_fast, else pair_select, else one warp's warp_select_lean,
+// pair's pair_gate_fast, else pair_select (the tied key under heavy ties),
 // capped at the C-th tile maximum (warp_rank_key), the drop (warp_emit over
 // each segment in place) when the kernel drops. Block end: the pair's
 // pair_finish_row_gated, or warp_finish_row on one warp when it hands over
@@ -392,17 +392,13 @@ std::vector<int> simulate_row(const std::vector<float>& v, int k, bool gate) {
         fast[w * 32 + lane] = pair_gate_fast(row.half(w, lane), pc, rho, mx, sc.hist, lane);
         th[w * 32 + lane] = static_cast<uint64_t>(fast[w * 32 + lane]) << 32;
         ok[w * 32 + lane] = fast[w * 32 + lane] != 0 ||
-                            pair_select(row.half(w, lane), pc, 0, rho, sc.hist, sc.sk, sc.si, lane, &th[w * 32 + lane],
-                                        &cnt[w * 32 + lane]);
+                            pair_select<true>(row.half(w, lane), pc, 0, rho, sc.hist, sc.sk, sc.si, lane,
+                                              &th[w * 32 + lane], &cnt[w * 32 + lane]);
       });
       for (int l = 1; l < 64; ++l) expect(th[l] == th[0] && ok[l] == ok[0], "gate: the pair's lanes disagree");
       g_fast_gates += fast[0] != 0;
-      uint64_t t0 = th[0];
-      if (!ok[0]) {  // heavy ties at the rank: one warp
-        uint64_t tl[32];
-        warp_emu::run([&](int lane) { tl[lane] = warp_select_lean(row.lanes(lane), 0, rho, sc.hist, sc.sk, sc.si, lane); });
-        t0 = tl[0];
-      }
+      expect(ok[0], "gate: the pair gave no answer");
+      const uint64_t t0 = th[0];
       uint32_t capk[32];
       const uint32_t c = static_cast<uint32_t>(std::min(ns, kMinGateTiles));
       warp_emu::run([&](int lane) { capk[lane] = warp_rank_key(tile_max, c, lane); });
