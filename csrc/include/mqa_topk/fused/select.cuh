@@ -5,13 +5,16 @@
 // asc), the sample gate's rank rules, one warp's select over a row's candidate
 // segments (warp_select_lean: the k-th largest composite at or above the
 // row's running threshold; warp_emit: keep what is at or above a threshold,
-// in a fixed order; warp_finish_row: both, into the output row) and the
+// in a fixed order; warp_finish_row: both, into the output row), the
 // selects by the pair of warps that hold a row (pair_gate_fast, pair_select,
-// pair_finish_row_gated, pair_finish_row_prebinned). Free of torch, of the
-// kernels and of inline PTX (but for pair_sync's barrier), so the same code
+// pair_finish_row_gated, pair_finish_row_prebinned; heavy ties cut by index
+// with pair_index_cut) and a row's compaction threshold by the 8 warps of its
+// row group (group_compact_threshold). Free of torch, of the kernels and of
+// inline PTX (but for the pair's and the group's barriers), so the same code
 // also compiles as plain C++ under MQA_TOPK_HOST_EMULATION: tests/emu/ runs
 // it on a CPU warp emulator (32 fibers in lockstep at every warp intrinsic,
-// two warps for the pair selects) against sorting references.
+// two warps for the pair selects, eight for the group) against sorting
+// references.
 #pragma once
 
 #ifndef MQA_TOPK_HOST_EMULATION
@@ -736,7 +739,7 @@ __device__ __forceinline__ bool warp_finish_row(const SS& s, uint64_t thr, uint3
 // their control flow matches. The gather of the k-th's bin and the output of
 // every entry above it are one pass (the single-warp select reads the
 // candidates four times; this reads them three times, each warp half of them).
-// The only inline PTX of this file: the pair's barrier.
+// Inline PTX of this file: the pair's barrier (and the group's, below).
 #ifdef MQA_TOPK_HOST_EMULATION
 __device__ __forceinline__ void pair_sync(int) { warp_emu::pair_barrier(); }
 #else
