@@ -949,6 +949,41 @@ __device__ __forceinline__ uint4 pair_exchange(PairCtx& c, uint4 mine, int lane)
   return r;
 }
 
+// The first pass of the cooperative selects (the pair's and the row
+// group's): over a traversal each(f), calling f(key, valid) for every slot,
+// this warp's count of the eligible keys (valid, key >= tk1) and their range,
+// reduced over the warp: (count, min or 0xffffffff, max or 0, 0).
+template <class Each>
+__device__ __forceinline__ uint4 warp_eligible_range(Each&& each, uint32_t tk1) {
+  uint32_t c = 0, kmin = 0xffffffffu, kmax = 0;
+  each([&](uint32_t key, bool valid) {
+    const bool el = valid && key >= tk1;
+    kmin = min(kmin, el ? key : 0xffffffffu);
+    kmax = max(kmax, el ? key : 0u);
+    c += el ? 1u : 0u;
+  });
+  c = __reduce_add_sync(0xffffffffu, c);
+  kmin = __reduce_min_sync(0xffffffffu, kmin);
+  kmax = __reduce_max_sync(0xffffffffu, kmax);
+  return make_uint4(c, kmin, kmax, 0u);
+}
+
+// Their heavy-tie cut's first pass: over each(f), calling f(key, idx, valid)
+// for every slot, the smallest and largest index of this warp's entries
+// whose key is key_eq, reduced over the warp: (min or 0xffffffff, max or 0).
+template <class Each>
+__device__ __forceinline__ uint4 warp_tied_index_range(Each&& each, uint32_t key_eq) {
+  uint32_t imin = 0xffffffffu, imax = 0;
+  each([&](uint32_t key, uint32_t idx, bool valid) {
+    const bool t = valid && key == key_eq;
+    imin = min(imin, t ? idx : 0xffffffffu);
+    imax = max(imax, t ? idx : 0u);
+  });
+  imin = __reduce_min_sync(0xffffffffu, imin);
+  imax = __reduce_max_sync(0xffffffffu, imax);
+  return make_uint4(imin, imax, 0u, 0u);
+}
+
 // The need-th lowest index among both warps' entries whose key is key_eq
 // (heavy ties: more than kScratch of them; need <= their count), as the
 // composite threshold, the same in both warps: warp_index_cut_lean by the
@@ -957,16 +992,9 @@ __device__ __forceinline__ uint4 pair_exchange(PairCtx& c, uint4 mine, int lane)
 template <class SS>
 __device__ __forceinline__ uint64_t pair_index_cut(const SS& s, PairCtx& pc, uint32_t key_eq, uint32_t need,
                                                    uint32_t* hist, uint32_t* sk, uint32_t* si, int lane) {
-  uint32_t imin = 0xffffffffu, imax = 0;
-  pair_for_each<true>(s, lane, [&](uint32_t key, uint32_t idx, bool valid) {
-    const bool t = valid && key == key_eq;
-    imin = min(imin, t ? idx : 0xffffffffu);
-    imax = max(imax, t ? idx : 0u);
-  });
-  imin = __reduce_min_sync(0xffffffffu, imin);
-  imax = __reduce_max_sync(0xffffffffu, imax);
-  const uint4 q = pair_exchange(pc, make_uint4(imin, imax, 0u, 0u), lane);
-  uint32_t lo = min(imin, q.x), span = max(imax, q.y) - lo;  // the tied indices are in [lo, lo + span]
+  const uint4 mine = warp_tied_index_range([&](auto&& f) { pair_for_each<true>(s, lane, f); }, key_eq);
+  const uint4 q = pair_exchange(pc, mine, lane);
+  uint32_t lo = min(mine.x, q.x), span = max(mine.y, q.y) - lo;  // the tied indices are in [lo, lo + span]
   uint32_t c = 0;
 #pragma unroll 1
   while (true) {
@@ -1127,17 +1155,9 @@ __device__ __forceinline__ int pair_row_core(const SS& s, PairCtx& pc, uint64_t 
   }
   if (!fast) {
   // Pass 1 (keys): this warp's eligible count and key range.
-  uint32_t kmin = 0xffffffffu, kmax = 0;
-  c = 0;
-  pair_for_each(s, lane, [&](uint32_t key, bool valid) {
-    const bool el = valid && key >= tk1;
-    kmin = min(kmin, el ? key : 0xffffffffu);
-    kmax = max(kmax, el ? key : 0u);
-    c += el ? 1u : 0u;
-  });
-  c = __reduce_add_sync(0xffffffffu, c);
-  kmin = __reduce_min_sync(0xffffffffu, kmin);
-  kmax = __reduce_max_sync(0xffffffffu, kmax);
+  const uint4 e = warp_eligible_range([&](auto&& f) { pair_for_each(s, lane, f); }, tk1);
+  c = e.x;
+  uint32_t kmin = e.y, kmax = e.z;
   const uint4 o = pair_exchange(pc, make_uint4(c, kmin, kmax, gated ? 1u : 0u), lane);
   const uint32_t mine = c;
   c += o.x;
@@ -1486,18 +1506,9 @@ __device__ __forceinline__ uint32_t group_find_digit(GroupCtx& g, uint32_t* hist
 __device__ __forceinline__ uint64_t group_compact_threshold(const SegLanes& s, GroupCtx& g, uint64_t thr, uint32_t k,
                                                             uint32_t* hist, int lane) {
   const uint32_t tk1 = max(static_cast<uint32_t>(thr >> 32), 1u);
-  uint32_t c = 0, kmin = 0xffffffffu, kmax = 0;
-  for_each_key4<false, 32, 4>(s, lane, [&](uint32_t key, bool valid) {
-    const bool el = valid && key >= tk1;
-    kmin = min(kmin, el ? key : 0xffffffffu);
-    kmax = max(kmax, el ? key : 0u);
-    c += el ? 1u : 0u;
-  });
-  c = __reduce_add_sync(0xffffffffu, c);
-  kmin = __reduce_min_sync(0xffffffffu, kmin);
-  kmax = __reduce_max_sync(0xffffffffu, kmax);
-  const uint4 q = group_reduce(g, make_uint4(c, kmin, kmax, 0u), lane);
-  c = q.x;
+  const uint4 q = group_reduce(
+      g, warp_eligible_range([&](auto&& f) { for_each_key4<false, 32, 4>(s, lane, f); }, tk1), lane);
+  uint32_t c = q.x;
   if (c <= k) return thr;
   // Range bins over the eligible keys (as warp_select_lean), narrowed to the
   // k-th's bin until it holds at most kScratch entries or a single key.
@@ -1538,15 +1549,8 @@ __device__ __forceinline__ uint64_t group_compact_threshold(const SegLanes& s, G
   // index among them, by 256 equal slices of their index range, narrowed
   // while a slice holds more than kScratch of them.
   const uint32_t kt = lo;
-  uint32_t imin = 0xffffffffu, imax = 0;
-  for_each_key4<true, 32, 2>(s, lane, [&](uint32_t key, uint32_t idx, bool valid) {
-    const bool t = valid && key == kt;
-    imin = min(imin, t ? idx : 0xffffffffu);
-    imax = max(imax, t ? idx : 0u);
-  });
-  imin = __reduce_min_sync(0xffffffffu, imin);
-  imax = __reduce_max_sync(0xffffffffu, imax);
-  const uint4 r = group_reduce(g, make_uint4(0u, imin, imax, 0u), lane);
+  const uint4 ir = warp_tied_index_range([&](auto&& f) { for_each_key4<true, 32, 2>(s, lane, f); }, kt);
+  const uint4 r = group_reduce(g, make_uint4(0u, ir.x, ir.y, 0u), lane);
   uint32_t ilo = r.y, ispan = r.z - r.y;
 #pragma unroll 1
   while (true) {
