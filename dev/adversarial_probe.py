@@ -1,7 +1,8 @@
 """Development probe of the fused kernel on the adversarial inputs
 (configs/adversarial.toml, the headline shape): per case, the block kernels'
 rare-path counts (the workspace header's diagnostics, fused/common.cuh: rows
-redone, row compactions, one-warp block-end selects, exact gates;
+redone, row compactions, one-warp block-end selects, exact gates and those
+cut by index;
 the share of the math warps' cycles spent in the compaction checks, the gates
 and the block ends), the size of
 each row's tie class at its k-th value (from the dense logits), and fused /
@@ -83,7 +84,7 @@ def main():
             share = " ".join(f"{n} {100 * c / max(1, cyc[3]):.1f}%" for n, c in zip(("check", "gate", "end"), cyc))
             t_f = timing.time_fn(lambda: ext.fused_mqa_topk(*args, out, ws, kernel))
             line.append(f"{name}: {t_f.median_ms:.3f} ms ({t_f.median_ms / t_d.median_ms:.2f}x) redone {h[1]} compactions {h[2]} "
-                        f"one-warp ends {h[3]} exact-gates {h[4]}; math-warp time in {share}")
+                        f"one-warp ends {h[3]} exact-gates {h[4]} (cut by index {h[5]}); math-warp time in {share}")
         print(" | ".join(line), flush=True)
 
 

@@ -405,7 +405,8 @@ void pair_case(const std::string& name0, Row r, uint64_t thr, uint32_t k, bool g
   // pair_gate_fast (the sample gate's one pass) for the sample gate's case
   // (thr 0): the lowest key of the 2^16-key bin below the row's largest key
   // that holds the rho-th largest, or 0 when fewer than rho keys lie within
-  // 2^24 below the largest; the same in both warps; the histogram left zero.
+  // 2^24 below the largest or more than kScratch in that bin; the same in
+  // both warps; the histogram left zero.
   if (thr == 0) {
     std::vector<uint32_t> keys;
     for (auto& e : all)
@@ -417,8 +418,10 @@ void pair_case(const std::string& name0, Row r, uint64_t thr, uint32_t k, bool g
       uint32_t inbins = 0;
       for (uint32_t key : keys) inbins += smax - key < (256u << 16) ? 1u : 0u;
       if (rho <= inbins) {
-        const uint32_t below = (((smax - keys[rho - 1]) >> 16) + 1u) << 16;
-        want_g = smax >= below ? smax - below + 1u : 1u;
+        const uint32_t bin = (smax - keys[rho - 1]) >> 16, below = (bin + 1u) << 16;
+        uint32_t in_bin = 0;
+        for (uint32_t key : keys) in_bin += smax - key < (256u << 16) && (smax - key) >> 16 == bin ? 1u : 0u;
+        want_g = in_bin > static_cast<uint32_t>(kScratch) ? 0u : smax >= below ? smax - below + 1u : 1u;
       }
       Scratch sc;
       uint32_t xch[16] = {};

@@ -118,6 +118,43 @@ void gate_piece_cases() {
       for (uint32_t idx : {0u, 1u, (1u << 22) - 1u})
         if (key >= 1u)
           expect((composite(key, idx) > gate_threshold(gk)) == (key >= gk), "gate_threshold: pass iff key >= gate");
+  // tie_gate_threshold: key kt's gate with at most kScratch tied; else tied
+  // keys pass up to ic = max(ic_s, start + ceil((rho - above) n / tied) - 1),
+  // and kt's gate when that reaches the row's last key.
+  {
+    auto passes = [](uint64_t thr, uint32_t key, uint32_t idx) { return composite(key, idx) > thr; };
+    expect(tie_gate_threshold(100, 500, 130, 40, 256, 65536, 1000) == gate_threshold(100), "tie gate: 256 tied, no cut");
+    const uint64_t a = tie_gate_threshold(100, 500, 130, 40, 768, 65536, 1000);  // span ceil(90 * 65536 / 768) = 7680
+    expect(passes(a, 100, 8679) && !passes(a, 100, 8680) && passes(a, 101, 60000) && !passes(a, 99, 0) &&
+               passes(a, 100, 1000),
+           "tie gate: the even-spread cut");
+    const uint64_t b = tie_gate_threshold(100, 20000, 130, 40, 768, 65536, 1000);
+    expect(passes(b, 100, 20000) && !passes(b, 100, 20001), "tie gate: the sample's own cut when higher");
+    // (rho - above) n / tied >= n: the cut reaches the end; one rank less, it does not
+    expect(tie_gate_threshold(100, 500, 808, 40, 768, 7680, 1000) == gate_threshold(100),
+           "tie gate: a cut past the row's last key is the key's gate");
+    const uint64_t c = tie_gate_threshold(100, 500, 807, 40, 768, 7680, 1000);  // ceil(767 * 7680 / 768) = 7670
+    expect(passes(c, 100, 8669) && !passes(c, 100, 8670), "tie gate: a cut just short of the end");
+    expect(tie_gate_threshold(100, 500, 130, 130, 768, 65536, 0) == gate_threshold(100), "tie gate: rank above the ties");
+    const uint64_t d = tie_gate_threshold(100, 0, 300, 0, 2560, 65536, 0);  // ceil(300 * 65536 / 2560) = 7680
+    expect(passes(d, 100, 7679) && !passes(d, 100, 7680), "tie gate: all tied");
+  }
+  // sample_gap_end: the key before the next sampled tile above ic's (the walk's first ns of nt tiles from lo).
+  for (int nt : {1, 2, 5, 64, 512, 4099})
+    for (int ns : {1, 3, 20, 24}) {
+      if (ns > nt) continue;
+      std::vector<bool> sampled(nt, false);
+      for (int t = 0, tp = nt - 1; t < ns; ++t, tp = next_tile(tp, nt, tile_stride(nt))) sampled[tp] = true;
+      const uint32_t lo = 1000;
+      for (int tq = 0; tq < nt; tq += std::max(1, nt / 37))
+        for (uint32_t off : {0u, 77u, 127u}) {
+          int nxt = tq + 1;
+          while (nxt < nt && !sampled[nxt]) ++nxt;
+          expect(sample_gap_end(lo + 128u * tq + off, lo, nt, ns) == lo + 128u * nxt - 1u, "sample_gap_end");
+        }
+      expect(sample_gap_end(lo - 1, lo, nt, ns) == lo - 1 && sample_gap_end(lo + 128u * nt, lo, nt, ns) == lo + 128u * nt,
+             "sample_gap_end: outside the block");
+    }
   // gate_rank_floor: mu + z sqrt(mu) (mu = k m / n); 0 without a margin.
   expect(gate_rank_floor(768, 16384, 2048, 5) == 145, "gate_rank_floor: 96 + 5 sqrt(96)");
   expect(gate_rank_floor(6144, 262144, 512, 5) == 30, "gate_rank_floor: 12 + 5 sqrt(12)");
@@ -281,7 +318,7 @@ void scratch_cases() {
 constexpr int kCheckTiles = 12;  // Sm90FusedBlocksConfig::kCheckTiles
 constexpr int kRankFloorZ = 5;   // fused/blocks_select.cuh: kGateRankFloorZ
 long g_rows = 0, g_gated_rows = 0, g_redo_rows = 0, g_compactions = 0, g_drops = 0, g_pair_fallbacks = 0,
-     g_fast_gates = 0, g_rebalances = 0;
+     g_fast_gates = 0, g_rebalances = 0, g_tie_cut_gates = 0;
 std::string g_row_name;
 
 // One row of n keys (values v) through the block kernel's steps
@@ -295,9 +332,10 @@ std::string g_row_name;
 // group_compact_threshold, each of the 8 warps over its segment, each
 // segment's keep in place, and a crowded row's round-robin by one warp; the
 // row's threshold becomes the result). After the sample: the gate's rank (blocks_gate_rho_mn), the
-// pair's pair_gate_fast, else pair_select (the tied key under heavy ties),
-// capped at the C-th tile maximum (warp_rank_key), the drop (warp_emit over
-// each segment in place) when the kernel drops. Block end: the pair's
+// pair's pair_gate_fast, else pair_select and pair_tie_gate (heavy ties at
+// the rank: the gate cut by index), capped at the C-th tile maximum
+// (warp_rank_key), the drop (warp_emit over each segment in place) when the
+// kernel drops (always for a gate cut by index). Block end: the pair's
 // pair_finish_row_gated, or warp_finish_row on one warp when it hands over
 // (-1); an unsafe gated row is redone without the gate. Returns the output
 // row (relative indices, -1 padded).
@@ -380,7 +418,7 @@ std::vector<int> simulate_row(const std::vector<float>& v, int k, bool gate) {
       rho = std::max(rho, gate_rank_floor(m, static_cast<uint32_t>(n), static_cast<uint32_t>(k), kRankFloorZ));
       if (rho >= m) rho = 0;
     }
-    uint32_t gk = 0;
+    uint64_t g = 0;
     if (rho) {
       const uint32_t mx = *std::max_element(tile_max, tile_max + 32);
       uint32_t xch[16] = {};
@@ -389,27 +427,33 @@ std::vector<int> simulate_row(const std::vector<float>& v, int k, bool gate) {
       bool ok[64];
       warp_emu::run2([&](int w, int lane) {
         PairCtx pc{xch, 9, w, 0};
-        fast[w * 32 + lane] = pair_gate_fast(row.half(w, lane), pc, rho, mx, sc.hist, lane);
-        th[w * 32 + lane] = static_cast<uint64_t>(fast[w * 32 + lane]) << 32;
-        ok[w * 32 + lane] = fast[w * 32 + lane] != 0 ||
-                            pair_select<true>(row.half(w, lane), pc, 0, rho, sc.hist, sc.sk, sc.si, lane,
-                                              &th[w * 32 + lane], &cnt[w * 32 + lane]);
+        const int i = w * 32 + lane;
+        fast[i] = pair_gate_fast(row.half(w, lane), pc, rho, mx, sc.hist, lane);
+        th[i] = gate_threshold(fast[i]);
+        ok[i] = true;
+        if (fast[i] == 0) {
+          uint64_t t1 = 0;
+          ok[i] = pair_select(row.half(w, lane), pc, 0, rho, sc.hist, sc.sk, sc.si, lane, &t1, &cnt[i]);
+          th[i] = pair_tie_gate(row.half(w, lane), pc, t1, rho, static_cast<uint32_t>(n), 0u, 0u, nt, ns, lane);
+        }
       });
       for (int l = 1; l < 64; ++l) expect(th[l] == th[0] && ok[l] == ok[0], "gate: the pair's lanes disagree");
+      for (int i = 0; i < 256; ++i) expect(sc.hist[i] == 0, "gate: histogram not left zeroed");
       g_fast_gates += fast[0] != 0;
       expect(ok[0], "gate: the pair gave no answer");
-      const uint64_t t0 = th[0];
       uint32_t capk[32];
       const uint32_t c = static_cast<uint32_t>(std::min(ns, kMinGateTiles));
       warp_emu::run([&](int lane) { capk[lane] = warp_rank_key(tile_max, c, lane); });
-      gk = std::min(static_cast<uint32_t>(t0 >> 32), capk[0]);
-      if (gk) smax = mx;
+      g = static_cast<uint32_t>(th[0] >> 32) < capk[0] ? th[0] : gate_threshold(capk[0]);
+      if (g) smax = mx;
     }
-    if (gk) {
+    if (g) {
       gated = true;
       ++g_gated_rows;
-      thr = std::max(thr, gate_threshold(gk));
-      const bool drop = 16 * ns + (5 * static_cast<int>(target)) / 32 > cap - 32 * kCheckTiles;
+      g_tie_cut_gates += static_cast<uint32_t>(g) != 0u;
+      thr = std::max(thr, g);
+      const bool drop = 16 * ns + (5 * static_cast<int>(target)) / 32 > cap - 32 * kCheckTiles ||
+                        static_cast<uint32_t>(thr) != 0u;
       for (int s = 0; s < NS && drop; ++s) {
         if (row.cnt[s] == 0) continue;
         const Segs sg{{row.key(s), nullptr}, {row.idx(s), nullptr}, {static_cast<int>(row.cnt[s]), 0}, 1};
@@ -551,9 +595,22 @@ void protocol_cases(bool gate) {
     if (gate) expect(g_redo_rows > redo_before, "hot sample tiles: expected a redo");
     for (size_t i = 0; i < u.size(); ++i) u[i] = sampled[i / 128] ? gauss(rng) - 10.f : gauss(rng);
     check_row("cold sample tiles", u, k, gate);
+    // Heavy ties at the gate's rank crowded at one end of the row (the gate's
+    // cut by index: the sample's own cut where they crowd at the end, the
+    // even-spread estimate where they crowd at the start), and tied keys
+    // only in the sampled tiles (the cut is too low: a redo).
+    for (size_t i = 0; i < u.size(); ++i) u[i] = i % 97 == 0 ? 4.f + gauss(rng) : i >= u.size() * 4 / 5 ? 1.f : -1.f;
+    check_row("ties at the row's end", u, k, gate);
+    for (size_t i = 0; i < u.size(); ++i) u[i] = i % 97 == 0 ? 4.f + gauss(rng) : i < u.size() / 5 ? 1.f : -1.f;
+    check_row("ties at the row's start", u, k, gate);
+    const long redo_ties = g_redo_rows;
+    for (size_t i = 0; i < u.size(); ++i) u[i] = i % 97 == 0 ? 4.f + gauss(rng) : sampled[i / 128] ? 1.f : -1.f;
+    check_row("ties in the sample tiles only", u, k, gate);
+    if (gate && k == 2048) expect(g_redo_rows > redo_ties, "ties in the sample tiles only: expected a redo");
   }
   if (gate) {
     expect(g_gated_rows > 0 && g_fast_gates > 0 && g_drops > 0, "protocol: no row was gated, fast-gated or dropped");
+    expect(g_tie_cut_gates > 0, "protocol: no gate was cut by index");
   } else {
     expect(g_gated_rows == 0 && g_redo_rows == 0, "protocol nogate: a row was gated");
   }
@@ -577,8 +634,8 @@ int main(int argc, char** argv) {
   }
   if (which == "all" || which == "protocol") protocol_cases(mode != "nogate");
   std::printf("fused_select emulation: %d checks passed (%ld warp exchanges; %ld rows, %ld gated (%ld by the fast "
-              "gate), %ld redone, %ld compactions (%ld crowded), %ld drops, %ld one-warp block ends)\n",
-              g_checks, warp_emu::st().exchanges, g_rows, g_gated_rows, g_fast_gates, g_redo_rows, g_compactions, g_rebalances,
-              g_drops, g_pair_fallbacks);
+              "gate, %ld cut by index), %ld redone, %ld compactions (%ld crowded), %ld drops, %ld one-warp block ends)\n",
+              g_checks, warp_emu::st().exchanges, g_rows, g_gated_rows, g_fast_gates, g_tie_cut_gates, g_redo_rows,
+              g_compactions, g_rebalances, g_drops, g_pair_fallbacks);
   return 0;
 }

@@ -243,29 +243,26 @@ __device__ __forceinline__ uint32_t blocks_gate_rho_mn(const Sm90FusedParams& p,
   return rho;
 }
 
-// The gate key gk of the sample's select capped at the C-th largest of the
-// sample tiles' maxima (C = min(4, ns): scores correlated with position make
-// one tile's keys alike, and a gate inside the top sampled tile would keep
-// too few). One warp.
-__device__ __forceinline__ uint32_t blocks_cap_gate(const BlocksCtl* ctl, int r, int ns, uint32_t gk, int lane) {
+// The sample's gate g (a running threshold: a key's gate_threshold, or
+// pair_tie_gate's cut by index) capped at the C-th largest of the sample
+// tiles' maxima (C = min(4, ns): scores correlated with position make one
+// tile's keys alike, and a gate inside the top sampled tile would keep too
+// few): g when its key is below the cap, else the cap's key gate. One warp.
+__device__ __forceinline__ uint64_t blocks_cap_gate(const BlocksCtl* ctl, int r, int ns, uint64_t g, int lane) {
   using namespace fused_detail;
   const uint32_t c = static_cast<uint32_t>(ns < kMinGateTiles ? ns : kMinGateTiles);
   const uint32_t tcap = warp_rank_key(ctl->tile_max[r], c, lane);
-  return gk < tcap ? gk : tcap;
+  return static_cast<uint32_t>(g >> 32) < tcap ? g : gate_threshold(tcap);
 }
 
-// Clears row r's tile maxima and sets its threshold to the gate gk (none when
-// 0). One warp.
-__device__ __forceinline__ void blocks_set_gate(BlocksCtl* ctl, unsigned long long* thr_s, int r, uint32_t gk,
+// Clears row r's tile maxima and raises its threshold to the gate g (none
+// when 0). One warp.
+__device__ __forceinline__ void blocks_set_gate(BlocksCtl* ctl, unsigned long long* thr_s, int r, uint64_t g,
                                                 int lane) {
-  using namespace fused_detail;
   __syncwarp();
   ctl->tile_max[r][lane] = 0;
   __syncwarp();
-  if (lane == 0 && gk) {
-    const unsigned long long g = gate_threshold(gk);
-    if (thr_s[r] < g) thr_s[r] = g;
-  }
+  if (lane == 0 && g && thr_s[r] < g) thr_s[r] = g;
 }
 
 // The row group's compaction check (all 8 warps of row group rg, every
@@ -441,28 +438,38 @@ __device__ __noinline__ bool blocks_gate_pair_call(const Sm90FusedParams* pp, in
   BlocksCtl* ctl = reinterpret_cast<BlocksCtl*>(rw.smem + Cfg::kOffCtl);
   const long long t0 = fused_diag_clock();
   const uint32_t rho = blocks_gate_rho<Cfg>(p, rw.segcnt, rw.row, r, active, lane);
-  uint32_t gk = 0;
+  uint64_t g = 0;
   if (rho) {
     PairCtx pc = rw.ctx();
-    uint64_t th = 0;
-    uint32_t c_unused = 0;
     const uint32_t smax = __reduce_max_sync(0xffffffffu, ctl->tile_max[r][lane]);
     const uint32_t fast = pair_gate_fast(rw.half_segs(p), pc, rho, smax, rw.hist, lane);  // (0: run the exact select)
-    th = static_cast<uint64_t>(fast) << 32;
-    // (heavy ties at the rank: the tied key, whose index cut the gate would not use)
-    if (fast == 0) pair_select<true>(rw.half_segs(p), pc, 0, rho, rw.hist, rw.sk, rw.si, lane, &th, &c_unused);
-    if (fast == 0 && kg == 0 && lane == 0) fused_diag_count(p.counter, kFusedExactGateWord);
-    if (kg == 0) gk = blocks_cap_gate(ctl, r, ns, static_cast<uint32_t>(th >> 32), lane);
+    g = gate_threshold(fast);
+    if (fast == 0) {  // the exact rho-th composite; heavy ties at it cut the gate by index
+      uint64_t th = 0;
+      uint32_t c_unused = 0;
+      pair_select(rw.half_segs(p), pc, 0, rho, rw.hist, rw.sk, rw.si, lane, &th, &c_unused);
+      int start, lo, hi;
+      const int n = row_length(p, rw.row, &start);
+      const int nt = block_span<8, Cfg::kBlockKeys>(Sm90LogitsParams{p.starts, p.ends, nullptr, 0, p.rows, p.keys}, b,
+                                                    lo, hi);
+      g = pair_tie_gate(rw.half_segs(p), pc, th, rho, static_cast<uint32_t>(n), static_cast<uint32_t>(start),
+                        static_cast<uint32_t>(lo), nt, ns, lane);
+      if (kg == 0 && lane == 0) {
+        fused_diag_count(p.counter, kFusedExactGateWord);
+        if (static_cast<uint32_t>(g) != 0u) fused_diag_count(p.counter, kFusedTieCutGateWord);
+      }
+    }
+    if (kg == 0) g = blocks_cap_gate(ctl, r, ns, g, lane);
   }
   if (kg == 0) {
     {  // the row's largest sample key (0: not gated)
       const uint32_t mx = __reduce_max_sync(0xffffffffu, ctl->tile_max[r][lane]);
-      if (lane == 0) reinterpret_cast<uint32_t*>(rw.smem + Cfg::kOffSmax)[r] = gk ? mx : 0u;
+      if (lane == 0) reinterpret_cast<uint32_t*>(rw.smem + Cfg::kOffSmax)[r] = g ? mx : 0u;
     }
-    blocks_set_gate(ctl, thr_s, r, gk, lane);
+    blocks_set_gate(ctl, thr_s, r, g, lane);
   }
   fused_diag_cycles(p.counter, kDiagGate, t0);
-  return gk != 0;
+  return g != 0;
 }
 
 // The block-end select of row 4 rg + warp_in_wg of block b by both warps that

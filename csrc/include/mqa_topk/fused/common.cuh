@@ -29,12 +29,13 @@ struct Sm90FusedParams {
 // count their rare paths: word 2 the row compactions, word 3 the block-end
 // selects that fell back to one warp (a compacted row with at most k
 // eligible), word 4 the gates that took the exact select (no answer from
-// pair_gate_fast).
+// pair_gate_fast), word 5 those of them cut by index (pair_tie_gate).
 constexpr int kFusedHeaderBytes = 128;
 constexpr int kFusedRedoWord = 1;
 constexpr int kFusedCompactWord = 2;
 constexpr int kFusedOneWarpEndWord = 3;
 constexpr int kFusedExactGateWord = 4;
+constexpr int kFusedTieCutGateWord = 5;
 
 // Diagnostics' cycle sums, 64-bit at header words 8-15 (a no-op unless built
 // with MQA_TOPK_FUSED_DIAGNOSTICS): lane 0 of every math warp adds the cycles

@@ -1400,7 +1400,9 @@ __device__ __forceinline__ bool pair_select(const SS& s, PairCtx& pc, uint64_t t
 // entries (key >= 1) are at or above it: pair_select's rho-th, plus the
 // entries of its bin below it (a 2^16 slice of order keys, about 2^-7 of a
 // value). Returns 0 (no answer: the caller runs pair_select) when fewer than
-// rho keys fall in the bins. The same answer in both warps. Leaves hist zero.
+// rho keys fall in the bins, or more than kScratch in the rho-th's bin (heavy
+// ties there, whose gate pair_tie_gate cuts by index). The same answer in
+// both warps. Leaves hist zero.
 __device__ __forceinline__ uint32_t pair_gate_fast(const SegLanes& s, PairCtx& pc, uint32_t rho, uint32_t smax,
                                                    uint32_t* hist, int lane) {
   pair_for_each(s, lane, [&](uint32_t key, bool valid) {
@@ -1420,8 +1422,71 @@ __device__ __forceinline__ uint32_t pair_gate_fast(const SegLanes& s, PairCtx& p
   for (int j = 0; j < 4; ++j) hist[pc.half * 128 + lane * 4 + j] = 0;
   pair_sync(pc.bar);  // cleared before either warp counts into it again
   if (rho < 1u || tot < rho) return 0u;
+  if (in_bin > static_cast<uint32_t>(kScratch)) return 0u;  // a crowded bin (heavy ties?): the exact select and pair_tie_gate
   const uint32_t below = (bin + 1u) << 16;  // the bin's keys are (smax - below, smax - below + 2^16]
   return smax >= below ? smax - below + 1u : 1u;
+}
+
+// The sample gate under heavy ties at its rank. A gate of the tied key kt
+// would let every tied key of the row through: thousands (relu-saturated
+// rows, all-zero weights, exact ties), each row then compacted again and
+// again. With more than kScratch of the sample's m entries tied at kt (the
+// rank rho's key; `above` of them above it) the gate is cut by index: the
+// tied keys up to index ic pass, ic the larger of
+// - ic_s: the index of the sample's exact rho-th composite, moved up to the
+//   last key before the next sampled tile (sample_gap_end). At least rho
+//   sample entries are at or above the sample's cut, and with it every key
+//   between the sampled tiles below it: right wherever the tied keys crowd
+//   (the sample sees them there), within the walk's uneven tile spacing.
+// - ic_d = start + ceil((rho - above) n / tied) - 1: where the tied keys
+//   spread evenly over the row's n keys, as many of the row's tied keys are
+//   at or below it as the rank asks for (rho - above of the sample's, scaled
+//   by n / m).
+// A row whose tied keys defeat both (crowded in the sampled tiles, sparse
+// between them) has too few candidates and is redone, exact as ever.
+// Returns the gate as a running threshold (composite > it passes: key > kt,
+// or key kt and index <= ic), or kt's gate when the cut takes every tied key
+// (ic at or past the row's last key) or at most kScratch tie.
+__host__ __device__ inline uint64_t tie_gate_threshold(uint32_t kt, uint32_t ic_s, uint32_t rho, uint32_t above,
+                                                       uint32_t tied, uint32_t n, uint32_t start) {
+  if (tied <= static_cast<uint32_t>(kScratch) || above >= rho || n == 0) return gate_threshold(kt);
+  const uint64_t span = (static_cast<uint64_t>(rho - above) * n + tied - 1) / tied;
+  const uint64_t ic_d = static_cast<uint64_t>(start) + span - 1;
+  const uint64_t ic = ic_d > ic_s ? ic_d : static_cast<uint64_t>(ic_s);
+  if (ic >= static_cast<uint64_t>(start) + n - 1) return gate_threshold(kt);
+  return ((static_cast<uint64_t>(kt) << 32) | (0xffffffffu - static_cast<uint32_t>(ic))) - 1u;  // composite(kt, ic) - 1
+}
+
+// The last key before the first sampled tile above key ic's tile (the block's
+// nt tiles of 128 keys from key lo, the walk's first ns tiles sampled), or
+// the block's last key; ic itself when it is past the block.
+__device__ __forceinline__ uint32_t sample_gap_end(uint32_t ic, uint32_t lo, int nt, int ns) {
+  if (ic < lo || ic - lo >= 128u * static_cast<uint32_t>(nt)) return ic;
+  const int tq = static_cast<int>((ic - lo) >> 7), stride = tile_stride(nt);
+  int nxt = nt;
+  for (int j = 0, tp = nt - 1; j < ns; ++j, tp = next_tile(tp, nt, stride))
+    if (tp > tq && tp < nxt) nxt = tp;
+  return lo + 128u * static_cast<uint32_t>(nxt) - 1u;
+}
+
+// tie_gate_threshold by the row's pair: t, the sample's exact rho-th largest
+// composite (pair_select, its heavy ties cut by index); one pass counting the
+// sample entries above and at t's key; the block's walk (lo, nt, ns) for
+// sample_gap_end. The same value in both warps.
+template <class SS>
+__device__ __forceinline__ uint64_t pair_tie_gate(const SS& s, PairCtx& pc, uint64_t t, uint32_t rho, uint32_t n,
+                                                  uint32_t start, uint32_t lo, int nt, int ns, int lane) {
+  const uint32_t kt = static_cast<uint32_t>(t >> 32);
+  uint32_t above = 0, tied = 0;
+  pair_for_each(s, lane, [&](uint32_t key, bool valid) {
+    above += valid && key > kt ? 1u : 0u;
+    tied += valid && key == kt ? 1u : 0u;
+  });
+  above = __reduce_add_sync(0xffffffffu, above);
+  tied = __reduce_add_sync(0xffffffffu, tied);
+  const uint4 o = pair_exchange(pc, make_uint4(above, tied, 0u, 0u), lane);
+  const uint32_t ic_s = sample_gap_end(0xffffffffu - static_cast<uint32_t>(t), lo, nt, ns);
+  return tie_gate_threshold(kt, ic_s, rho, above + o.x, tied + o.y, n, start);
 }
 
 // ---- a row's compaction by the 8 warps of its row group ---------------------

@@ -657,20 +657,22 @@ __device__ __forceinline__ void blocks_body(const CUtensorMap& tm_q, const CUten
       }
       ptx::named_barrier_sync(bar_rg, 256);
       // Drop this warp's sample entries below the gate (its 4 rows' segments, in
-      // place), unless the sample is small: entries below the gate are not
+      // place), unless the sample is small: entries below a key's gate are not
       // eligible at the block end or in a compaction (eligibility is key >= the
       // threshold's), so they may stay where the sample plus a generous share of
       // the expected candidates per segment stays under the compaction trigger.
+      // A gate cut by index (pair_tie_gate; its low word is nonzero) is always
+      // dropped to: its tied key's entries past the cut would count as eligible.
       thr = thr_s[my_row];
       uint32_t* ws_set = ws_cta_base(p, set_off);
       const int gate_target = fused_gate_target(k);
       const bool drop = 16 * ns + (5 * gate_target) / 32 > p.cap - (Cfg::kLazyCheck ? 32 : 16) * Cfg::kCheckTiles;
 #pragma unroll 1
-      for (int i = 0; i < (drop ? 4 : 0); ++i) {
+      for (int i = 0; i < 4; ++i) {
         const int r = 4 * rg + i;
         const uint64_t th = thr_s[r];
         const uint32_t c = __shfl_sync(0xffffffffu, cnt, i);  // lane i holds row 4 rg + i
-        if (th != 0 && c != 0) {
+        if (th != 0 && c != 0 && (drop || static_cast<uint32_t>(th) != 0u)) {
           uint32_t* kp = ws_set + size_t(r * NS + seg) * seg_stride;
           uint32_t* ip = kp + p.cap;
           const Segs sg{{kp, nullptr}, {ip, nullptr}, {static_cast<int>(c), 0}, 1};
