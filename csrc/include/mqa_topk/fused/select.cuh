@@ -8,8 +8,9 @@
 // in a fixed order; warp_finish_row: both, into the output row), the
 // selects by the pair of warps that hold a row (pair_gate_fast, pair_select,
 // pair_finish_row_gated, pair_finish_row_prebinned; heavy ties cut by index
-// with pair_index_cut) and a row's compaction threshold by the 8 warps of its
-// row group (group_compact_threshold). Free of torch, of the kernels and of
+// with pair_index_cut, and the sample gate's cut by index under heavy ties,
+// pair_tie_gate) and a row's compaction threshold by the 8 warps of its row
+// group (group_compact_threshold). Free of torch, of the kernels and of
 // inline PTX (but for the pair's and the group's barriers), so the same code
 // also compiles as plain C++ under MQA_TOPK_HOST_EMULATION: tests/emu/ runs
 // it on a CPU warp emulator (32 fibers in lockstep at every warp intrinsic,
