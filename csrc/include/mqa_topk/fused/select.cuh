@@ -58,7 +58,7 @@ __device__ __forceinline__ uint32_t order_key(float x) {
   return ((u ^ m) - m) ^ (~m & 0x80000000u);
 }
 // The composite order of a candidate: key descending, then index ascending.
-__device__ __forceinline__ uint64_t composite(uint32_t key, uint32_t idx) {
+__host__ __device__ __forceinline__ uint64_t composite(uint32_t key, uint32_t idx) {
   return (static_cast<uint64_t>(key) << 32) | static_cast<uint64_t>(0xffffffffu - idx);
 }
 
@@ -1455,7 +1455,7 @@ __host__ __device__ inline uint64_t tie_gate_threshold(uint32_t kt, uint32_t ic_
   const uint64_t ic_d = static_cast<uint64_t>(start) + span - 1;
   const uint64_t ic = ic_d > ic_s ? ic_d : static_cast<uint64_t>(ic_s);
   if (ic >= static_cast<uint64_t>(start) + n - 1) return gate_threshold(kt);
-  return ((static_cast<uint64_t>(kt) << 32) | (0xffffffffu - static_cast<uint32_t>(ic))) - 1u;  // composite(kt, ic) - 1
+  return composite(kt, static_cast<uint32_t>(ic)) - 1u;
 }
 
 // The last key before the first sampled tile above key ic's tile (the block's
