@@ -18,6 +18,9 @@
 #   heads-headline   the headline at 64 heads (--model deepseek-v3.2): fused, native, logits alone
 #   heads       dev/heads_check.py: the kernels at 16, 32 and 64 heads (exact sets, logits against
 #               float64, every fused kernel) and the headline timed per heads
+#   ncu         Nsight Compute on the headline's fused whole kernel and dense logits kernel (NCU_HEADS, default
+#               32): speed of light, pipe and shared-memory use, warp stall reasons, scheduler and instruction
+#               statistics, into device.log and $OUT/ncu-*.txt
 #   probe       dev/adversarial_probe.py: the block kernels' rare-path counts and fused / dense time per
 #               adversarial input (builds its own extension with MQA_TOPK_FUSED_DIAGNOSTICS)
 #   deepgemm    DeepGEMM's logits beside ours over the logits grid at 32 and 64 heads (DG_HEADS), and the
@@ -89,6 +92,15 @@ for s in "${stages[@]}"; do
     topk) bench topk --op topk --config topk-grid --random-logits --paths native ;;
     heads) run heads python3 dev/heads_check.py ;;
     probe) run probe python3 dev/adversarial_probe.py ;;
+    ncu) for op in fused logits; do
+           [ $op = fused ] && kre=sm90_fused_blocks || kre=sm90_fp8_mqa_logits
+           run ncu-$op ncu --clock-control none -k regex:$kre -s 1 -c 1 --section SpeedOfLight \
+             --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables \
+             --section WarpStateStats --section SchedulerStats --section InstructionStats --section Occupancy \
+             --log-file "$OUT/ncu-$op.txt" python3 scripts/ncu_ops.py $op 8192 65536 2048 --heads "${NCU_HEADS:-32}" \
+             $([ $op = fused ] && echo --kernel whole)
+           cat "$OUT/ncu-$op.txt" >> "$OUT/device.log"
+         done ;;
     crossover) run crossover mqa-topk crossover ${CROSSOVER_ARGS:-} --out "$OUT/calibration.json" --results "$OUT/crossover.csv" ;;
     crossover-heads)  # 32 then 64 heads into one calibration file (--out merges the heads' entries)
                     for h in 32 64; do
