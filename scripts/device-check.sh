@@ -30,7 +30,7 @@
 # checkout, e.g. `git archive TAG | tar -x -C .ab/old`, carried along; run
 # from its own directory, so its package and csrc are the ones imported),
 # each right after the current tree's, for a before / after comparison in one
-# call.
+# call; OLD_COMMIT names its commit in its tables (else "old tree").
 # Every stage's output goes to $OUT/device.log, result tables to
 # $OUT/<stage>.csv|json; a summary is printed last.
 set -uo pipefail
@@ -61,7 +61,7 @@ bench() {
   local name=$1; shift
   run "$name" mqa-topk bench "$@" --out "$OUT/$name.csv"
   if [ -n "${OLD:-}" ]; then
-    run "$name-old" env -C "$OLD" MQA_TOPK_CACHE_DIR=/tmp/mqa_topk_cache_old \
+    run "$name-old" env -C "$OLD" MQA_TOPK_CACHE_DIR=/tmp/mqa_topk_cache_old MQA_TOPK_COMMIT="${OLD_COMMIT:-old tree}" \
       python3 -m mqa_topk_cli bench "$@" --out "$OUT/$name-old.csv"
   fi
 }
