@@ -20,22 +20,27 @@
 #               float64, every fused kernel) and the headline timed per heads
 #   ncu         Nsight Compute on the headline's fused whole kernel and dense logits kernel (NCU_HEADS, default
 #               32): speed of light, pipe and shared-memory use, warp stall reasons, scheduler and instruction
-#               statistics, into device.log and $OUT/ncu-*.txt
+#               statistics, into device.log and ncu-*.txt
 #   probe       dev/adversarial_probe.py: the block kernels' rare-path counts and fused / dense time per
 #               adversarial input (builds its own extension with MQA_TOPK_FUSED_DIAGNOSTICS)
 #   deepgemm    DeepGEMM's logits beside ours over the logits grid at 32 and 64 heads (DG_HEADS), and the
 #               whole op (needs the ignored .peers/ folder carried: ../shared/peers/README.md)
 #   (default: build gpu-tests verify sanitize headline small-rows)
-# OLD=DIR (absolute): also runs the bench stages on the tree in DIR (an older
-# checkout, e.g. `git archive TAG | tar -x -C .ab/old`, carried along; run
-# from its own directory, so its package and csrc are the ones imported),
-# each right after the current tree's, for a before / after comparison in one
-# call; OLD_COMMIT names its commit in its tables (else "old tree").
-# Every stage's output goes to $OUT/device.log, result tables to
-# $OUT/<stage>.csv|json; a summary is printed last.
+# OLD=DIR (absolute): also builds the tree in DIR and runs the bench stages
+# on it (an older checkout or a variant, e.g. `git archive TAG | tar -x -C
+# .ab/old`, carried along; run from its own directory, so its package and csrc
+# are the ones imported), each right after the current tree's, for a
+# comparison in one call. Several trees: OLD=DIR1:DIR2 (stage suffixes old,
+# old2, ...); OLD_COMMIT=NAME1:NAME2 names them in their tables (else "old
+# tree N").
+# Every stage's output goes to $OUT/device.log (it comes back first), result
+# tables to <stage>.csv|json in $OUT/results, packed at the end into
+# $OUT/results.tar.gz (a call returns at most 8 files); a calibration to
+# $OUT/calibration.json; a summary is printed last.
 set -uo pipefail
 OUT=${OUT:-$PWD/device-out}
-mkdir -p "$OUT"
+RES="$OUT/results"
+mkdir -p "$OUT" "$RES"
 export PYTHONUNBUFFERED=1
 # The image's default C++ compiler links libstdc++ statically (a JIT extension
 # built with it crashed in std::regex): build with the system compiler.
@@ -56,14 +61,24 @@ run() {  # run NAME CMD...  (each stage under its own time limit, STAGE_TIMEOUT_
   summary+=("$name rc=$rc $(( $(date +%s) - t0 ))s")
   return $rc
 }
-# bench NAME ARGS...: mqa-topk bench on this tree (and on $OLD's, interleaved, when set)
+IFS=: read -ra old_dirs <<< "${OLD:-}"
+IFS=: read -ra old_names <<< "${OLD_COMMIT:-}"
+old_suffix() { [ "$1" -eq 0 ] && echo old || echo "old$(( $1 + 1 ))"; }
+# on_olds NAME CMD...: CMD run in each OLD tree as stage NAME-<suffix>, with its own extension cache and name
+on_olds() {
+  local name=$1; shift
+  local i sfx
+  for i in "${!old_dirs[@]}"; do
+    sfx=$(old_suffix "$i")
+    run "$name-$sfx" env -C "${old_dirs[$i]}" MQA_TOPK_CACHE_DIR="/tmp/mqa_topk_cache_$sfx" \
+      MQA_TOPK_COMMIT="${old_names[$i]:-old tree $(( i + 1 ))}" "${@//@SFX@/$sfx}"
+  done
+}
+# bench NAME ARGS...: mqa-topk bench on this tree (and on each OLD tree, interleaved)
 bench() {
   local name=$1; shift
-  run "$name" mqa-topk bench "$@" --out "$OUT/$name.csv"
-  if [ -n "${OLD:-}" ]; then
-    run "$name-old" env -C "$OLD" MQA_TOPK_CACHE_DIR=/tmp/mqa_topk_cache_old MQA_TOPK_COMMIT="${OLD_COMMIT:-old tree}" \
-      python3 -m mqa_topk_cli bench "$@" --out "$OUT/$name-old.csv"
-  fi
+  run "$name" mqa-topk bench "$@" --out "$RES/$name.csv"
+  on_olds "$name" python3 -m mqa_topk_cli bench "$@" --out "$RES/$name-@SFX@.csv"
 }
 { date -u; git rev-parse --short HEAD 2>/dev/null || echo "commit ${MQA_TOPK_COMMIT:-unknown}"
   nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.limit,memory.used --format=csv; } >> "$OUT/device.log" 2>&1
@@ -71,13 +86,11 @@ python3 -m pip install -q --no-build-isolation --no-deps -e . >> "$OUT/device.lo
 for s in "${stages[@]}"; do
   case $s in
     build) run build mqa-topk build || break
-           if [ -n "${OLD:-}" ]; then
-             run build-old env -C "$OLD" MQA_TOPK_CACHE_DIR=/tmp/mqa_topk_cache_old python3 -m mqa_topk_cli build
-           fi ;;
+           on_olds build python3 -m mqa_topk_cli build ;;
     gpu-tests) run gpu-tests python3 -m pytest -q -m gpu -x -rf tests ;;
-    verify) run verify mqa-topk verify --paths fused,native --out "$OUT/verify.json" ;;
+    verify) run verify mqa-topk verify --paths fused,native --out "$RES/verify.json" ;;
     verify-heads) for h in 64 16; do
-                    run verify-h$h mqa-topk verify --paths fused,native --heads $h --out "$OUT/verify-h$h.json"
+                    run verify-h$h mqa-topk verify --paths fused,native --heads $h --out "$RES/verify-h$h.json"
                   done ;;
     heads-headline) bench headline-h64 --model deepseek-v3.2 --paths fused,native
                     bench headline-h64-logits --model deepseek-v3.2 --op logits --paths native ;;
@@ -97,15 +110,15 @@ for s in "${stages[@]}"; do
            run ncu-$op ncu --clock-control none -k regex:$kre -s 1 -c 1 --section SpeedOfLight \
              --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables \
              --section WarpStateStats --section SchedulerStats --section InstructionStats --section Occupancy \
-             --log-file "$OUT/ncu-$op.txt" python3 scripts/ncu_ops.py $op 8192 65536 2048 --heads "${NCU_HEADS:-32}" \
+             --log-file "$RES/ncu-$op.txt" python3 scripts/ncu_ops.py $op 8192 65536 2048 --heads "${NCU_HEADS:-32}" \
              $([ $op = fused ] && echo --kernel whole)
-           cat "$OUT/ncu-$op.txt" >> "$OUT/device.log"
+           cat "$RES/ncu-$op.txt" >> "$OUT/device.log"
          done ;;
-    crossover) run crossover mqa-topk crossover ${CROSSOVER_ARGS:-} --out "$OUT/calibration.json" --results "$OUT/crossover.csv" ;;
+    crossover) run crossover mqa-topk crossover ${CROSSOVER_ARGS:-} --out "$OUT/calibration.json" --results "$RES/crossover.csv" ;;
     crossover-heads)  # 32 then 64 heads into one calibration file (--out merges the heads' entries)
                     for h in 32 64; do
                       run crossover-h$h mqa-topk crossover --heads $h ${CROSSOVER_ARGS:-} --out "$OUT/calibration.json" \
-                        --results "$OUT/crossover-h$h.csv"
+                        --results "$RES/crossover-h$h.csv"
                     done ;;
     deepgemm)
       # DeepGEMM's runtime JIT calls nvcc without -ccbin: put the system compilers first on PATH.
@@ -114,13 +127,14 @@ for s in "${stages[@]}"; do
       export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} PATH=/tmp/ccbin:$PATH DG_JIT_CACHE_DIR=/tmp/dg_jit
       run deepgemm-build bash .peers/build_deepgemm.sh /tmp/deepgemm || continue
       export PYTHONPATH=/tmp/deepgemm${PYTHONPATH:+:$PYTHONPATH}
-      run deepgemm-verify mqa-topk verify --paths deepgemm,native --other native --out "$OUT/verify-deepgemm.json"
+      run deepgemm-verify mqa-topk verify --paths deepgemm,native --other native --out "$RES/verify-deepgemm.json"
       for h in ${DG_HEADS:-32 64}; do  # (DeepGEMM's SM90 logits take 32 and 64 heads)
         run deepgemm-bench-grid-h$h mqa-topk bench --op logits --config logits-grid --heads $h --paths deepgemm,native \
-          --out "$OUT/deepgemm-grid-h$h.csv"
+          --out "$RES/deepgemm-grid-h$h.csv"
       done
-      run deepgemm-bench-op mqa-topk bench --paths deepgemm,fused,native --out "$OUT/deepgemm-op.csv" ;;
+      run deepgemm-bench-op mqa-topk bench --paths deepgemm,fused,native --out "$RES/deepgemm-op.csv" ;;
     *) echo "unknown stage $s" ;;
   esac
 done
+tar -czf "$OUT/results.tar.gz" -C "$OUT" results && rm -rf "$RES"
 echo; echo "=== summary (${MQA_TOPK_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)})" | tee -a "$OUT/device.log"; printf '%s\n' "${summary[@]}" | tee -a "$OUT/device.log"
