@@ -107,7 +107,7 @@ for s in "${stages[@]}"; do
     probe) run probe python3 dev/adversarial_probe.py ;;
     ncu) for op in fused logits; do
            [ $op = fused ] && kre=sm90_fused_blocks || kre=sm90_fp8_mqa_logits
-           run ncu-$op ncu --clock-control none -k regex:$kre -s 1 -c 1 --section SpeedOfLight \
+           run ncu-$op "${NCU:-$(command -v ncu || echo /usr/local/cuda/bin/ncu)}" --clock-control none -k regex:$kre -s 1 -c 1 --section SpeedOfLight \
              --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables \
              --section WarpStateStats --section SchedulerStats --section InstructionStats --section Occupancy \
              --log-file "$RES/ncu-$op.txt" python3 scripts/ncu_ops.py $op 8192 65536 2048 --heads "${NCU_HEADS:-32}" \
