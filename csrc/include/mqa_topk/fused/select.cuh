@@ -507,30 +507,6 @@ __device__ __forceinline__ uint64_t warp_select_lean(const SS& s, uint64_t thr, 
   return warp_index_cut_lean(s, lo, need, hist, sk, si, lane);
 }
 
-// One step of the warp_emit loops: this lane's group of 4 entries (keys kv,
-// indices iv) at positions [j, j + 4) of n; those with composite >= t are
-// numbered from pos in lane then entry order through emit(at, key, idx).
-// Returns the step's kept count (the same in every lane).
-template <class Emit>
-__device__ __forceinline__ int emit_group(const uint4& kv, const uint4& iv, int j, int n, uint64_t t, int pos,
-                                          int lane, Emit&& emit) {
-  const uint32_t ks[4] = {kv.x, kv.y, kv.z, kv.w};
-  const uint32_t is[4] = {iv.x, iv.y, iv.z, iv.w};
-  bool keep[4];
-  int mine = 0;
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    keep[e] = j + e < n && composite(ks[e], is[e]) >= t;
-    mine += keep[e];
-  }
-  const int incl = warp_inclusive_sum(mine, lane);
-  int at = pos + incl - mine;
-#pragma unroll
-  for (int e = 0; e < 4; ++e)
-    if (keep[e]) emit(at++, ks[e], is[e]);
-  return __shfl_sync(0xffffffffu, incl, 31);
-}
-
 // Keeps the entries with composite >= t in run order (stable): writes kept
 // entry number `pos` through emit(pos, key, idx); returns the count. Reads
 // 4-entry groups (keys and indices as uint4, four per lane in flight) and
@@ -555,7 +531,24 @@ __device__ __forceinline__ int warp_emit(const Segs& s, uint64_t t, int lane, Em
       }
       __syncwarp();  // every read of this step precedes any write below
 #pragma unroll
-      for (int u = 0; u < kGroups; ++u) pos += emit_group(kv[u], iv[u], j0 + (u * 32 + lane) * 4, n, t, pos, lane, emit);
+      for (int u = 0; u < kGroups; ++u) {
+        const int j = j0 + (u * 32 + lane) * 4;
+        const uint32_t ks[4] = {kv[u].x, kv[u].y, kv[u].z, kv[u].w};
+        const uint32_t is[4] = {iv[u].x, iv[u].y, iv[u].z, iv[u].w};
+        bool keep[4];
+        int mine = 0;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          keep[e] = j + e < n && composite(ks[e], is[e]) >= t;
+          mine += keep[e];
+        }
+        const int incl = warp_inclusive_sum(mine, lane);
+        int at = pos + incl - mine;
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (keep[e]) emit(at++, ks[e], is[e]);
+        pos += __shfl_sync(0xffffffffu, incl, 31);
+      }
     }
   }
   __syncwarp();
@@ -583,7 +576,24 @@ __device__ __forceinline__ int warp_emit(const SegLanes& s, uint64_t t, int lane
     }
     __syncwarp();  // every read of this step precedes any write below (the compaction writes in place)
 #pragma unroll
-    for (int u = 0; u < 4; ++u) pos += emit_group(kv[u], iv[u], j0 + (u * 4 + sub) * 4, s.n, t, pos, lane, emit);
+    for (int u = 0; u < 4; ++u) {
+      const int j = j0 + (u * 4 + sub) * 4;
+      const uint32_t ks[4] = {kv[u].x, kv[u].y, kv[u].z, kv[u].w};
+      const uint32_t is[4] = {iv[u].x, iv[u].y, iv[u].z, iv[u].w};
+      bool keep[4];
+      int mine = 0;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        keep[e] = j + e < s.n && composite(ks[e], is[e]) >= t;
+        mine += keep[e];
+      }
+      const int incl = warp_inclusive_sum(mine, lane);
+      int at = pos + incl - mine;
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (keep[e]) emit(at++, ks[e], is[e]);
+      pos += __shfl_sync(0xffffffffu, incl, 31);
+    }
   }
   __syncwarp();
   return pos;
