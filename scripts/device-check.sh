@@ -33,6 +33,11 @@
 # comparison in one call. Several trees: OLD=DIR1:DIR2 (stage suffixes old,
 # old2, ...); OLD_COMMIT=NAME1:NAME2 names them in their tables (else "old
 # tree N").
+# VARIANTS="NAME=VAR=VALUE[,VAR=VALUE...] NAME2=...": the bench and verify
+# stages run again on this tree's extension under each variant's environment
+# (a kernel choice read from the environment, e.g. an experiment's switch:
+# every variant in one build), as stage NAME-<variant>, their tables named
+# <commit>+<variant>.
 # Every stage's output goes to $OUT/device.log (it comes back first), result
 # tables to <stage>.csv|json in $OUT/results, packed at the end into
 # $OUT/results.tar.gz (a call returns at most 8 files); a calibration to
@@ -74,10 +79,23 @@ on_olds() {
       MQA_TOPK_COMMIT="${old_names[$i]:-old tree $(( i + 1 ))}" "${@//@SFX@/$sfx}"
   done
 }
-# bench NAME ARGS...: mqa-topk bench on this tree (and on each OLD tree, interleaved)
+read -ra variants <<< "${VARIANTS:-}"
+# on_variants NAME CMD...: CMD on this tree under each variant's environment, as stage NAME-<variant>
+on_variants() {
+  local name=$1; shift
+  local v vname
+  for v in "${variants[@]}"; do
+    vname=${v%%=*}
+    IFS=, read -ra venv <<< "${v#*=}"
+    run "$name-$vname" env "${venv[@]}" MQA_TOPK_COMMIT="${MQA_TOPK_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}+$vname" \
+      "${@//@VAR@/$vname}"
+  done
+}
+# bench NAME ARGS...: mqa-topk bench on this tree (its variants and each OLD tree, interleaved)
 bench() {
   local name=$1; shift
   run "$name" mqa-topk bench "$@" --out "$RES/$name.csv"
+  on_variants "$name" mqa-topk bench "$@" --out "$RES/$name-@VAR@.csv"
   on_olds "$name" python3 -m mqa_topk_cli bench "$@" --out "$RES/$name-@SFX@.csv"
 }
 { date -u; git rev-parse --short HEAD 2>/dev/null || echo "commit ${MQA_TOPK_COMMIT:-unknown}"
@@ -88,7 +106,8 @@ for s in "${stages[@]}"; do
     build) run build mqa-topk build || break
            on_olds build python3 -m mqa_topk_cli build ;;
     gpu-tests) run gpu-tests python3 -m pytest -q -m gpu -x -rf tests ;;
-    verify) run verify mqa-topk verify --paths fused,native --out "$RES/verify.json" ;;
+    verify) run verify mqa-topk verify --paths fused,native --out "$RES/verify.json"
+            on_variants verify mqa-topk verify --paths fused,native --out "$RES/verify-@VAR@.json" ;;
     verify-heads) for h in 64 16; do
                     run verify-h$h mqa-topk verify --paths fused,native --heads $h --out "$RES/verify-h$h.json"
                   done ;;
