@@ -33,8 +33,8 @@
 # comparison in one call. Several trees: OLD=DIR1:DIR2 (stage suffixes old,
 # old2, ...); OLD_COMMIT=NAME1:NAME2 names them in their tables (else "old
 # tree N").
-# VARIANTS="NAME=VAR=VALUE[,VAR=VALUE...] NAME2=...": the bench and verify
-# stages run again on this tree's extension under each variant's environment
+# VARIANTS="NAME=VAR=VALUE[,VAR=VALUE...] NAME2=...": the bench, verify and
+# verify-heads stages run again on this tree's extension under each variant's environment
 # (a kernel choice read from the environment, e.g. an experiment's switch:
 # every variant in one build), as stage NAME-<variant>, their tables named
 # <commit>+<variant>.
@@ -110,6 +110,7 @@ for s in "${stages[@]}"; do
             on_variants verify mqa-topk verify --paths fused,native --out "$RES/verify-@VAR@.json" ;;
     verify-heads) for h in 64 16; do
                     run verify-h$h mqa-topk verify --paths fused,native --heads $h --out "$RES/verify-h$h.json"
+                    on_variants verify-h$h mqa-topk verify --paths fused,native --heads $h --out "$RES/verify-h$h-@VAR@.json"
                   done ;;
     heads-headline) bench headline-h64 --model deepseek-v3.2 --paths fused,native
                     bench headline-h64-logits --model deepseek-v3.2 --op logits --paths native ;;
