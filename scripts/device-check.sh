@@ -80,6 +80,7 @@ on_olds() {
   done
 }
 read -ra variants <<< "${VARIANTS:-}"
+commit=${MQA_TOPK_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}
 # on_variants NAME CMD...: CMD on this tree under each variant's environment, as stage NAME-<variant>
 on_variants() {
   local name=$1; shift
@@ -87,7 +88,7 @@ on_variants() {
   for v in "${variants[@]}"; do
     vname=${v%%=*}
     IFS=, read -ra venv <<< "${v#*=}"
-    run "$name-$vname" env "${venv[@]}" MQA_TOPK_COMMIT="${MQA_TOPK_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}+$vname" \
+    run "$name-$vname" env "${venv[@]}" MQA_TOPK_COMMIT="$commit+$vname" \
       "${@//@VAR@/$vname}"
   done
 }
@@ -98,6 +99,12 @@ bench() {
   on_variants "$name" mqa-topk bench "$@" --out "$RES/$name-@VAR@.csv"
   on_olds "$name" python3 -m mqa_topk_cli bench "$@" --out "$RES/$name-@SFX@.csv"
 }
+# verify NAME ARGS...: mqa-topk verify --paths fused,native on this tree and its variants
+verify() {
+  local name=$1; shift
+  run "$name" mqa-topk verify --paths fused,native "$@" --out "$RES/$name.json"
+  on_variants "$name" mqa-topk verify --paths fused,native "$@" --out "$RES/$name-@VAR@.json"
+}
 { date -u; git rev-parse --short HEAD 2>/dev/null || echo "commit ${MQA_TOPK_COMMIT:-unknown}"
   nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.limit,memory.used --format=csv; } >> "$OUT/device.log" 2>&1
 python3 -m pip install -q --no-build-isolation --no-deps -e . >> "$OUT/device.log" 2>&1 || { echo "install failed"; tail "$OUT/device.log"; exit 1; }
@@ -106,12 +113,8 @@ for s in "${stages[@]}"; do
     build) run build mqa-topk build || break
            on_olds build python3 -m mqa_topk_cli build ;;
     gpu-tests) run gpu-tests python3 -m pytest -q -m gpu -x -rf tests ;;
-    verify) run verify mqa-topk verify --paths fused,native --out "$RES/verify.json"
-            on_variants verify mqa-topk verify --paths fused,native --out "$RES/verify-@VAR@.json" ;;
-    verify-heads) for h in 64 16; do
-                    run verify-h$h mqa-topk verify --paths fused,native --heads $h --out "$RES/verify-h$h.json"
-                    on_variants verify-h$h mqa-topk verify --paths fused,native --heads $h --out "$RES/verify-h$h-@VAR@.json"
-                  done ;;
+    verify) verify verify ;;
+    verify-heads) for h in 64 16; do verify verify-h$h --heads $h; done ;;
     heads-headline) bench headline-h64 --model deepseek-v3.2 --paths fused,native
                     bench headline-h64-logits --model deepseek-v3.2 --op logits --paths native ;;
     sanitize) run sanitize compute-sanitizer --tool memcheck --error-exitcode 3 python3 scripts/sanitize_cases.py
@@ -157,4 +160,4 @@ for s in "${stages[@]}"; do
   esac
 done
 tar -czf "$OUT/results.tar.gz" -C "$OUT" results && rm -rf "$RES"
-echo; echo "=== summary (${MQA_TOPK_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)})" | tee -a "$OUT/device.log"; printf '%s\n' "${summary[@]}" | tee -a "$OUT/device.log"
+echo; echo "=== summary ($commit)" | tee -a "$OUT/device.log"; printf '%s\n' "${summary[@]}" | tee -a "$OUT/device.log"
