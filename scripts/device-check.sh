@@ -21,6 +21,8 @@
 #   ncu         Nsight Compute on the headline's fused whole kernel and dense logits kernel (NCU_HEADS, default
 #               32): speed of light, pipe and shared-memory use, warp stall reasons, scheduler and instruction
 #               statistics, into device.log and ncu-*.txt
+#   ncu-src     Nsight Compute source counters of the same two kernels: per-SASS-instruction executed counts
+#               and warp stall samples (ncu-src-*.csv, and the reports)
 #   probe       dev/adversarial_probe.py: the block kernels' rare-path counts and fused / dense time per
 #               adversarial input (builds its own extension with MQA_TOPK_FUSED_DIAGNOSTICS)
 #   deepgemm    DeepGEMM's logits beside ours over the logits grid at 32 and 64 heads (DG_HEADS), and the
@@ -136,6 +138,15 @@ for s in "${stages[@]}"; do
              --log-file "$RES/ncu-$op.txt" python3 scripts/ncu_ops.py $op 8192 65536 2048 --heads "${NCU_HEADS:-32}" \
              $([ $op = fused ] && echo --kernel whole)
            cat "$RES/ncu-$op.txt" >> "$OUT/device.log"
+         done ;;
+    ncu-src) for op in fused logits; do  # per-SASS-instruction samples (warp stall reasons) and executed counts
+           [ $op = fused ] && kre=sm90_fused_blocks || kre=sm90_fp8_mqa_logits
+           ncu_bin=${NCU:-$(command -v ncu || echo /usr/local/cuda/bin/ncu)}
+           run ncu-src-$op "$ncu_bin" --clock-control none -k regex:$kre -s 1 -c 1 --section SourceCounters \
+             --section WarpStateStats --export "$RES/ncu-src-$op" --force-overwrite \
+             python3 scripts/ncu_ops.py $op 8192 65536 2048 --heads "${NCU_HEADS:-32}" $([ $op = fused ] && echo --kernel whole)
+           "$ncu_bin" -i "$RES/ncu-src-$op.ncu-rep" --page source --csv --print-source sass > "$RES/ncu-src-$op.csv" 2>&1
+           head -c 3000 "$RES/ncu-src-$op.csv" >> "$OUT/device.log"
          done ;;
     crossover) run crossover mqa-topk crossover ${CROSSOVER_ARGS:-} --out "$OUT/calibration.json" --results "$RES/crossover.csv" ;;
     crossover-heads)  # 32 then 64 heads into one calibration file (--out merges the heads' entries)
