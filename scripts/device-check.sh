@@ -23,6 +23,8 @@
 #               statistics, into device.log and ncu-*.txt
 #   ncu-src     Nsight Compute source counters of the same two kernels: per-SASS-instruction executed counts
 #               and warp stall samples (ncu-src-*.csv, and the reports)
+#   logits-bound dev/logits_bound.py: the dense kernel, the same loop without its epilogue arithmetic,
+#               and the fp8 GEMM ceiling, interleaved (a second extension built with a -D flag)
 #   probe       dev/adversarial_probe.py: the block kernels' rare-path counts and fused / dense time per
 #               adversarial input (builds its own extension with MQA_TOPK_FUSED_DIAGNOSTICS)
 #   deepgemm    DeepGEMM's logits beside ours over the logits grid at 32 and 64 heads (DG_HEADS), and the
@@ -130,6 +132,7 @@ for s in "${stages[@]}"; do
     topk) bench topk --op topk --config topk-grid --random-logits --paths native ;;
     heads) run heads python3 dev/heads_check.py ;;
     probe) run probe python3 dev/adversarial_probe.py ;;
+    logits-bound) run logits-bound python3 dev/logits_bound.py ;;
     ncu) for op in fused logits; do
            [ $op = fused ] && kre=sm90_fused_blocks || kre=sm90_fp8_mqa_logits
            run ncu-$op "${NCU:-$(command -v ncu || echo /usr/local/cuda/bin/ncu)}" --clock-control none -k regex:$kre -s 1 -c 1 --section SpeedOfLight \

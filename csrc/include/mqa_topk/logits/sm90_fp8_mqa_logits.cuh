@@ -763,10 +763,17 @@ __device__ __forceinline__ void logits_math(const Sm90LogitsParams& p, uint8_t* 
         sc0 *= 0.5f;
         sc1 *= 0.5f;
         float fin[2][1];
+#ifdef MQA_TOPK_LOGITS_MMA_ONLY
+        // (dev/logits_bound.py: the loop without the epilogue's arithmetic, a
+        // bound on what the MMA feed alone allows; wrong logits)
+        fin[0][0] = acc[0];
+        fin[1][0] = acc[1];
+#else
         if constexpr (kPerm)
           logits_reduce_perm(acc, w, fin);
         else
           logits_reduce_select(acc, w, quad, fin);
+#endif
         // Masked (branch-free): the row's keys are 0 <= d < len.
         const float v0 = static_cast<uint32_t>(d) < len ? fin[0][0] * sc0 : ninf;
         const float v1 = static_cast<uint32_t>(d + 8) < len ? fin[1][0] * sc1 : ninf;

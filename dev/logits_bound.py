@@ -1,0 +1,52 @@
+"""Development measurement of where the dense logits kernel's time goes at the
+headline (causal 8192 x 65536, 32 heads): the shipped kernel, the same loop
+without the epilogue's arithmetic (-DMQA_TOPK_LOGITS_MMA_ONLY: MMAs, scale
+reads, stores and stage releases only; its logits are wrong) and the fp8 GEMM
+ceiling (torch._scaled_mm 8192^3), interleaved three times in one process
+(cold L2, medians). PFLOP/s with FLOP = 2 x heads x 128 x visible pairs.
+
+    python3 dev/logits_bound.py
+"""
+from __future__ import annotations
+
+import torch
+
+from mqa_topk_cli import bench, jit, timing
+from mqa_topk_cli.workloads import make_workload
+
+
+def variant_extension(name: str, define: str):
+    """The extension built with one extra -D flag, in its own cache folder."""
+    from torch.utils.cpp_extension import load
+
+    cuda, cxx = jit._flags()
+    d = jit.cache_root() / name
+    d.mkdir(parents=True, exist_ok=True)
+    return load(name=f"mqa_topk_{name}_ext", sources=[str(p) for p in jit.sources()],
+                extra_include_paths=[str(jit.csrc_dir()), str(jit.csrc_dir() / "include")],
+                extra_cflags=cxx, extra_cuda_cflags=cuda + [f"-D{define}"], build_directory=str(d))
+
+
+def main():
+    rows, keys = 8192, 65536
+    w = make_workload("causal", rows=rows, keys=keys, topk=2048, dist="gaussian", seed=0, device="cuda")
+    pairs = int((w.ends - w.starts).clamp(min=0).sum())
+    flop = 2.0 * 32 * 128 * pairs
+    ld = (keys + 3) // 4 * 4
+    lg = torch.empty(rows, ld, device="cuda")
+    args = (w.q, w.k, w.scales, w.weights, w.starts, w.ends)
+    shipped = jit.load_extension()
+    mma_only = variant_extension("mma_only", "MQA_TOPK_LOGITS_MMA_ONLY")
+    runs = {"shipped": lambda: shipped.mqa_logits(*args, lg), "mma-only": lambda: mma_only.mqa_logits(*args, lg)}
+    for rep in range(3):
+        line = []
+        for name, fn in runs.items():
+            t = timing.time_fn(fn)
+            line.append(f"{name} {t.median_ms:.3f} ms {flop / t.median_ms / 1e12:.3f} PF/s")
+        c = bench.fp8_gemm_ceiling("cuda")
+        line.append(f"ceiling {c.tflops / 1000:.3f} PF/s")
+        print(f"[{rep}] " + " | ".join(line), flush=True)
+
+
+if __name__ == "__main__":
+    main()
