@@ -119,25 +119,46 @@ void gate_piece_cases() {
         if (key >= 1u)
           expect((composite(key, idx) > gate_threshold(gk)) == (key >= gk), "gate_threshold: pass iff key >= gate");
   // tie_gate_threshold: key kt's gate with at most kScratch tied; else tied
-  // keys pass up to ic = max(ic_s, start + ceil((rho - above) n / tied) - 1),
-  // and kt's gate when that reaches the row's last key.
+  // keys pass up to ic = max(ic_s, start + ceil((rho - above) n / tied) - 1)
+  // (the even-spread cut alone when at most m / 16 of the sample's m entries
+  // are below kt), and kt's gate when that reaches the row's last key.
   {
     auto passes = [](uint64_t thr, uint32_t key, uint32_t idx) { return composite(key, idx) > thr; };
-    expect(tie_gate_threshold(100, 500, 130, 40, 256, 65536, 1000) == gate_threshold(100), "tie gate: 256 tied, no cut");
-    const uint64_t a = tie_gate_threshold(100, 500, 130, 40, 768, 65536, 1000);  // span ceil(90 * 65536 / 768) = 7680
+    constexpr uint32_t kM = 10000;  // (most of the sample below kt: the larger of the two cuts)
+    expect(tie_gate_threshold(100, 500, 130, 40, 256, 65536, 1000, kM) == gate_threshold(100),
+           "tie gate: 256 tied, no cut");
+    const uint64_t a = tie_gate_threshold(100, 500, 130, 40, 768, 65536, 1000, kM);  // span ceil(90 * 65536 / 768) = 7680
     expect(passes(a, 100, 8679) && !passes(a, 100, 8680) && passes(a, 101, 60000) && !passes(a, 99, 0) &&
                passes(a, 100, 1000),
            "tie gate: the even-spread cut");
-    const uint64_t b = tie_gate_threshold(100, 20000, 130, 40, 768, 65536, 1000);
+    const uint64_t b = tie_gate_threshold(100, 20000, 130, 40, 768, 65536, 1000, kM);
     expect(passes(b, 100, 20000) && !passes(b, 100, 20001), "tie gate: the sample's own cut when higher");
     // (rho - above) n / tied >= n: the cut reaches the end; one rank less, it does not
-    expect(tie_gate_threshold(100, 500, 808, 40, 768, 7680, 1000) == gate_threshold(100),
+    expect(tie_gate_threshold(100, 500, 808, 40, 768, 7680, 1000, kM) == gate_threshold(100),
            "tie gate: a cut past the row's last key is the key's gate");
-    const uint64_t c = tie_gate_threshold(100, 500, 807, 40, 768, 7680, 1000);  // ceil(767 * 7680 / 768) = 7670
+    const uint64_t c = tie_gate_threshold(100, 500, 807, 40, 768, 7680, 1000, kM);  // ceil(767 * 7680 / 768) = 7670
     expect(passes(c, 100, 8669) && !passes(c, 100, 8670), "tie gate: a cut just short of the end");
-    expect(tie_gate_threshold(100, 500, 130, 130, 768, 65536, 0) == gate_threshold(100), "tie gate: rank above the ties");
-    const uint64_t d = tie_gate_threshold(100, 0, 300, 0, 2560, 65536, 0);  // ceil(300 * 65536 / 2560) = 7680
+    expect(tie_gate_threshold(100, 500, 130, 130, 768, 65536, 0, kM) == gate_threshold(100),
+           "tie gate: rank above the ties");
+    const uint64_t d = tie_gate_threshold(100, 0, 300, 0, 2560, 65536, 0, 2560);  // ceil(300 * 65536 / 2560) = 7680
     expect(passes(d, 100, 7679) && !passes(d, 100, 7680), "tie gate: all tied");
+    // nearly every sampled key ties or ranks above (below <= m / 16): the even-spread cut even when ic_s is higher
+    const uint64_t e = tie_gate_threshold(100, 20000, 130, 40, 768, 65536, 1000, 808 + 53);  // 16 * 53 = 848 <= 861
+    expect(passes(e, 100, 8679) && !passes(e, 100, 8680), "tie gate: spread ties take the even-spread cut");
+    const uint64_t f = tie_gate_threshold(100, 20000, 130, 40, 768, 65536, 1000, 808 + 54);  // 16 * 54 = 864 > 862
+    expect(passes(f, 100, 20000) && !passes(f, 100, 20001), "tie gate: one more below, the larger cut again");
+    const uint64_t g = tie_gate_threshold(100, 20000, 3000, 0, 3072, 61440, 0, 3072);  // all-equal: span 60000
+    expect(passes(g, 100, 59999) && !passes(g, 100, 60000), "tie gate: all-equal sample");
+  }
+  // cap_gate: a gate above the cap's key becomes the cap's key gate; one at
+  // the cap's key keeps a cut by index; one below is kept.
+  {
+    const uint64_t cut = composite(100, 5000) - 1u;
+    expect(cap_gate(cut, 100) == cut, "cap_gate: a cut at the cap's key is kept");
+    expect(cap_gate(gate_threshold(100), 100) == gate_threshold(100), "cap_gate: the cap's own gate");
+    expect(cap_gate(cut, 101) == cut && cap_gate(gate_threshold(90), 100) == gate_threshold(90), "cap_gate: below the cap");
+    expect(cap_gate(cut, 99) == gate_threshold(99) && cap_gate(gate_threshold(120), 100) == gate_threshold(100),
+           "cap_gate: above the cap");
   }
   // sample_gap_end: the key before the next sampled tile above ic's (the walk's first ns of nt tiles from lo).
   for (int nt : {1, 2, 5, 64, 512, 4099})

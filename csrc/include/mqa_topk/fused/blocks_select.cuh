@@ -247,12 +247,15 @@ __device__ __forceinline__ uint32_t blocks_gate_rho_mn(const Sm90FusedParams& p,
 // pair_tie_gate's cut by index) capped at the C-th largest of the sample
 // tiles' maxima (C = min(4, ns): scores correlated with position make one
 // tile's keys alike, and a gate inside the top sampled tile would keep too
-// few): g when its key is below the cap, else the cap's key gate. One warp.
+// few): g when its key is below the cap, or at the cap's key with a cut by
+// index (the tied key's own gate: rows whose every sampled tile tops out at
+// the tied key, e.g. all-equal rows, would otherwise lose the cut and pass
+// every key of the row); else the cap's key gate. One warp.
 __device__ __forceinline__ uint64_t blocks_cap_gate(const BlocksCtl* ctl, int r, int ns, uint64_t g, int lane) {
   using namespace fused_detail;
   const uint32_t c = static_cast<uint32_t>(ns < kMinGateTiles ? ns : kMinGateTiles);
   const uint32_t tcap = warp_rank_key(ctl->tile_max[r], c, lane);
-  return static_cast<uint32_t>(g >> 32) < tcap ? g : gate_threshold(tcap);
+  return cap_gate(g, tcap);
 }
 
 // Clears row r's tile maxima and raises its threshold to the gate g (none

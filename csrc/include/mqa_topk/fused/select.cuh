@@ -1433,29 +1433,45 @@ __device__ __forceinline__ uint32_t pair_gate_fast(const SegLanes& s, PairCtx& p
 // rows, all-zero weights, exact ties), each row then compacted again and
 // again. With more than kScratch of the sample's m entries tied at kt (the
 // rank rho's key; `above` of them above it) the gate is cut by index: the
-// tied keys up to index ic pass, ic the larger of
+// tied keys up to index ic pass, with
+// - ic_d = start + ceil((rho - above) n / tied) - 1: where the tied keys
+//   spread evenly over the row's n keys, as many of the row's tied keys are
+//   at or below it as the rank asks for (rho - above of the sample's, scaled
+//   by n / m);
 // - ic_s: the index of the sample's exact rho-th composite, moved up to the
 //   last key before the next sampled tile (sample_gap_end). At least rho
 //   sample entries are at or above the sample's cut, and with it every key
 //   between the sampled tiles below it: right wherever the tied keys crowd
 //   (the sample sees them there), within the walk's uneven tile spacing.
-// - ic_d = start + ceil((rho - above) n / tied) - 1: where the tied keys
-//   spread evenly over the row's n keys, as many of the row's tied keys are
-//   at or below it as the rank asks for (rho - above of the sample's, scaled
-//   by n / m).
-// A row whose tied keys defeat both (crowded in the sampled tiles, sparse
-// between them) has too few candidates and is redone, exact as ever.
+// ic = ic_d when at most m / 16 of the sample's entries are below kt (nearly
+// every sampled key ties or ranks above: all-equal rows, all-zero weights,
+// relu-saturated rows, where the ties spread over the whole row and ic_s,
+// a whole gap of the walk past the rank, kept two to three times the
+// target); otherwise the larger of the two. A row whose tied keys defeat
+// the cut (crowded in the sampled tiles, sparse between them) has too few
+// candidates and is redone, exact as ever.
 // Returns the gate as a running threshold (composite > it passes: key > kt,
 // or key kt and index <= ic), or kt's gate when the cut takes every tied key
 // (ic at or past the row's last key) or at most kScratch tie.
 __host__ __device__ inline uint64_t tie_gate_threshold(uint32_t kt, uint32_t ic_s, uint32_t rho, uint32_t above,
-                                                       uint32_t tied, uint32_t n, uint32_t start) {
+                                                       uint32_t tied, uint32_t n, uint32_t start, uint32_t m) {
   if (tied <= static_cast<uint32_t>(kScratch) || above >= rho || n == 0) return gate_threshold(kt);
   const uint64_t span = (static_cast<uint64_t>(rho - above) * n + tied - 1) / tied;
   const uint64_t ic_d = static_cast<uint64_t>(start) + span - 1;
-  const uint64_t ic = ic_d > ic_s ? ic_d : static_cast<uint64_t>(ic_s);
+  const uint64_t below = m > above + tied ? m - above - tied : 0u;
+  const bool spread = 16u * below <= m;
+  const uint64_t ic = spread || ic_d > ic_s ? ic_d : static_cast<uint64_t>(ic_s);
   if (ic >= static_cast<uint64_t>(start) + n - 1) return gate_threshold(kt);
   return composite(kt, static_cast<uint32_t>(ic)) - 1u;
+}
+
+// A gate g capped at key tcap: g when its key is below tcap, or equal to it
+// with a cut by index (low word nonzero: pair_tie_gate's cut, stricter than
+// tcap's gate only among the tied key's entries); else tcap's gate.
+__host__ __device__ constexpr uint64_t cap_gate(uint64_t g, uint32_t tcap) {
+  return static_cast<uint32_t>(g >> 32) < tcap || (static_cast<uint32_t>(g >> 32) == tcap && static_cast<uint32_t>(g) != 0u)
+             ? g
+             : gate_threshold(tcap);
 }
 
 // The last key before the first sampled tile above key ic's tile (the block's
@@ -1472,22 +1488,25 @@ __device__ __forceinline__ uint32_t sample_gap_end(uint32_t ic, uint32_t lo, int
 
 // tie_gate_threshold by the row's pair: t, the sample's exact rho-th largest
 // composite (pair_select, its heavy ties cut by index); one pass counting the
-// sample entries above and at t's key; the block's walk (lo, nt, ns) for
+// sample entries above and at t's key, and all of them (keys >= 1: the
+// selects' padding is key 0); the block's walk (lo, nt, ns) for
 // sample_gap_end. The same value in both warps.
 template <class SS>
 __device__ __forceinline__ uint64_t pair_tie_gate(const SS& s, PairCtx& pc, uint64_t t, uint32_t rho, uint32_t n,
                                                   uint32_t start, uint32_t lo, int nt, int ns, int lane) {
   const uint32_t kt = static_cast<uint32_t>(t >> 32);
-  uint32_t above = 0, tied = 0;
+  uint32_t above = 0, tied = 0, m = 0;
   pair_for_each(s, lane, [&](uint32_t key, bool valid) {
     above += valid && key > kt ? 1u : 0u;
     tied += valid && key == kt ? 1u : 0u;
+    m += valid && key >= 1u ? 1u : 0u;
   });
   above = __reduce_add_sync(0xffffffffu, above);
   tied = __reduce_add_sync(0xffffffffu, tied);
-  const uint4 o = pair_exchange(pc, make_uint4(above, tied, 0u, 0u), lane);
+  m = __reduce_add_sync(0xffffffffu, m);
+  const uint4 o = pair_exchange(pc, make_uint4(above, tied, m, 0u), lane);
   const uint32_t ic_s = sample_gap_end(0xffffffffu - static_cast<uint32_t>(t), lo, nt, ns);
-  return tie_gate_threshold(kt, ic_s, rho, above + o.x, tied + o.y, n, start);
+  return tie_gate_threshold(kt, ic_s, rho, above + o.x, tied + o.y, n, start, m + o.z);
 }
 
 // ---- a row's compaction by the 8 warps of its row group ---------------------
