@@ -465,7 +465,7 @@ std::vector<int> simulate_row(const std::vector<float>& v, int k, bool gate) {
       uint32_t capk[32];
       const uint32_t c = static_cast<uint32_t>(std::min(ns, kMinGateTiles));
       warp_emu::run([&](int lane) { capk[lane] = warp_rank_key(tile_max, c, lane); });
-      g = static_cast<uint32_t>(th[0] >> 32) < capk[0] ? th[0] : gate_threshold(capk[0]);
+      g = cap_gate(th[0], capk[0]);
       if (g) smax = mx;
     }
     if (g) {
