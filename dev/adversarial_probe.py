@@ -39,24 +39,12 @@ def tie_stats(lg: torch.Tensor, starts, ends, topk: int, sample: int = 256):
     return int(s.median()), int(s.max()), long_rows.numel() / max(1, lg.shape[0])
 
 
-def diag_extension():
-    """The extension built with MQA_TOPK_FUSED_DIAGNOSTICS (fused/common.cuh)."""
-    from torch.utils.cpp_extension import load
-
-    cuda, cxx = jit._flags()
-    d = jit.cache_root() / "diag"
-    d.mkdir(parents=True, exist_ok=True)
-    return load(name="mqa_topk_diag_ext", sources=[str(p) for p in jit.sources()],
-                extra_include_paths=[str(jit.csrc_dir()), str(jit.csrc_dir() / "include")],
-                extra_cflags=cxx, extra_cuda_cflags=cuda + ["-DMQA_TOPK_FUSED_DIAGNOSTICS"], build_directory=str(d))
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--config", default="adversarial")
     ap.add_argument("--rows", type=int, default=None, help="override the cases' rows")
     a = ap.parse_args()
-    ext = diag_extension()
+    ext = jit.load_with_define("diag", "MQA_TOPK_FUSED_DIAGNOSTICS")  # (fused/common.cuh)
     cases = workloads.load_workload_config(resources.config_path(a.config))
     for c in cases:
         c = dict(c)

@@ -15,18 +15,6 @@ from mqa_topk_cli import bench, jit, timing
 from mqa_topk_cli.workloads import make_workload
 
 
-def variant_extension(name: str, define: str):
-    """The extension built with one extra -D flag, in its own cache folder."""
-    from torch.utils.cpp_extension import load
-
-    cuda, cxx = jit._flags()
-    d = jit.cache_root() / name
-    d.mkdir(parents=True, exist_ok=True)
-    return load(name=f"mqa_topk_{name}_ext", sources=[str(p) for p in jit.sources()],
-                extra_include_paths=[str(jit.csrc_dir()), str(jit.csrc_dir() / "include")],
-                extra_cflags=cxx, extra_cuda_cflags=cuda + [f"-D{define}"], build_directory=str(d))
-
-
 def main():
     rows, keys = 8192, 65536
     w = make_workload("causal", rows=rows, keys=keys, topk=2048, dist="gaussian", seed=0, device="cuda")
@@ -36,7 +24,7 @@ def main():
     lg = torch.empty(rows, ld, device="cuda")
     args = (w.q, w.k, w.scales, w.weights, w.starts, w.ends)
     shipped = jit.load_extension()
-    mma_only = variant_extension("mma_only", "MQA_TOPK_LOGITS_MMA_ONLY")
+    mma_only = jit.load_with_define("mma_only", "MQA_TOPK_LOGITS_MMA_ONLY")
     runs = {"shipped": lambda: shipped.mqa_logits(*args, lg), "mma-only": lambda: mma_only.mqa_logits(*args, lg)}
     for rep in range(3):
         line = []

@@ -93,6 +93,20 @@ def _flags() -> tuple[list[str], list[str]]:
     return cuda, cxx
 
 
+def load_with_define(tag: str, define: str):
+    """A development build of the extension with one extra preprocessor
+    switch (``-D`` ``define``), in its own folder ``cache_root() / tag``
+    (dev/adversarial_probe.py, dev/logits_bound.py)."""
+    from torch.utils.cpp_extension import load
+
+    cuda, cxx = _flags()
+    d = cache_root() / tag
+    d.mkdir(parents=True, exist_ok=True)
+    return load(name=f"mqa_topk_{tag}_ext", sources=[str(p) for p in sources()],
+                extra_include_paths=[str(csrc_dir()), str(csrc_dir() / "include")],
+                extra_cflags=cxx, extra_cuda_cflags=cuda + [f"-D{define}"], build_directory=str(d))
+
+
 def build_key() -> str:
     import torch
 

@@ -85,6 +85,7 @@ on_olds() {
 }
 read -ra variants <<< "${VARIANTS:-}"
 commit=${MQA_TOPK_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}
+ncu_bin=${NCU:-$(command -v ncu || echo /usr/local/cuda/bin/ncu)}  # (the ncu stages)
 # on_variants NAME CMD...: CMD on this tree under each variant's environment, as stage NAME-<variant>
 on_variants() {
   local name=$1; shift
@@ -135,7 +136,7 @@ for s in "${stages[@]}"; do
     logits-bound) run logits-bound python3 dev/logits_bound.py ;;
     ncu) for op in fused logits; do
            [ $op = fused ] && kre=sm90_fused_blocks || kre=sm90_fp8_mqa_logits
-           run ncu-$op "${NCU:-$(command -v ncu || echo /usr/local/cuda/bin/ncu)}" --clock-control none -k regex:$kre -s 1 -c 1 --section SpeedOfLight \
+           run ncu-$op "$ncu_bin" --clock-control none -k regex:$kre -s 1 -c 1 --section SpeedOfLight \
              --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables \
              --section WarpStateStats --section SchedulerStats --section InstructionStats --section Occupancy \
              --log-file "$RES/ncu-$op.txt" python3 scripts/ncu_ops.py $op 8192 65536 2048 --heads "${NCU_HEADS:-32}" \
@@ -144,7 +145,6 @@ for s in "${stages[@]}"; do
          done ;;
     ncu-src) for op in fused logits; do  # per-SASS-instruction samples (warp stall reasons) and executed counts
            [ $op = fused ] && kre=sm90_fused_blocks || kre=sm90_fp8_mqa_logits
-           ncu_bin=${NCU:-$(command -v ncu || echo /usr/local/cuda/bin/ncu)}
            run ncu-src-$op "$ncu_bin" --clock-control none -k regex:$kre -s 1 -c 1 --section SourceCounters \
              --section WarpStateStats --export "$RES/ncu-src-$op" --force-overwrite \
              python3 scripts/ncu_ops.py $op 8192 65536 2048 --heads "${NCU_HEADS:-32}" $([ $op = fused ] && echo --kernel whole)
