@@ -455,7 +455,7 @@ std::vector<int> simulate_row(const std::vector<float>& v, int k, bool gate) {
         if (fast[i] == 0) {
           uint64_t t1 = 0;
           ok[i] = pair_select(row.half(w, lane), pc, 0, rho, sc.hist, sc.sk, sc.si, lane, &t1, &cnt[i]);
-          th[i] = pair_tie_gate(row.half(w, lane), pc, t1, rho, static_cast<uint32_t>(n), 0u, 0u, nt, ns, lane);
+          th[i] = pair_tie_gate(row.half(w, lane), pc, t1, rho, m, static_cast<uint32_t>(n), 0u, 0u, nt, ns, lane);
         }
       });
       for (int l = 1; l < 64; ++l) expect(th[l] == th[0] && ok[l] == ok[0], "gate: the pair's lanes disagree");

@@ -206,29 +206,11 @@ __device__ __forceinline__ size_t blocks_set_off(const Sm90FusedParams& p, int r
 // The candidate set at word offset set_off of the workspace.
 __device__ __forceinline__ uint32_t* ws_cta_base(const Sm90FusedParams& p, uint32_t set_off) { return p.ws + set_off; }
 
-template <class Cfg>
-__device__ __forceinline__ uint32_t blocks_gate_rho_mn(const Sm90FusedParams& p, uint32_t m, uint32_t n, int r,
-                                                         uint32_t active);
-
-// The gate's sample rank for row r of block b (blocks_gate's rule): the
-// row's sample entries m are its 8 segment counts cnt[0 .. 8) (lane < 8 reads
-// one); select.cuh's gate_rank (no cap on rho: the rank is exact over the
-// sample's entries), raised to gate_rank_floor's margin (kGateRankFloorZ)
-// where the sample was capped (no gate when that reaches the sample's size).
-// 0: no gate.
-template <class Cfg>
-__device__ __forceinline__ uint32_t blocks_gate_rho(const Sm90FusedParams& p, const uint32_t* cnt, int row, int r,
-                                                      uint32_t active, int lane) {
-  using namespace fused_detail;
-  int start_unused;
-  const uint32_t n = row < p.rows ? static_cast<uint32_t>(row_length(p, row, &start_unused)) : 0u;
-  uint32_t m = lane < 8 ? cnt[lane] : 0u;
-  m = __reduce_add_sync(0xffffffffu, m);
-  return blocks_gate_rho_mn<Cfg>(p, m, n, r, active);
-}
-
-// blocks_gate_rho's rule for m sample entries of a row of n keys (split
-// blocks: the sample of every piece of the block).
+// The gate's sample rank for row r (bit r of active) with m sample entries
+// of its n keys (a split block's: every piece's sample): select.cuh's
+// gate_rank (no cap on rho: the rank is exact over the sample's entries),
+// raised to gate_rank_floor's margin (kGateRankFloorZ) where the sample was
+// capped (no gate when that reaches the sample's size). 0: no gate.
 template <class Cfg>
 __device__ __forceinline__ uint32_t blocks_gate_rho_mn(const Sm90FusedParams& p, uint32_t m, uint32_t n, int r,
                                                          uint32_t active) {
@@ -425,7 +407,7 @@ struct BlocksPairRow {
 };
 
 // The sample gate of row 4 rg + warp_in_wg by both warps that hold it
-// (blocks_gate_rho's rank; pair_gate_fast, else the exact pair select, or
+// (blocks_gate_rho_mn's rank; pair_gate_fast, else the exact pair select, or
 // the tied key under heavy ties at the rank); the first warp (key group 0) caps it,
 // sets thr_s, records the row's largest sample key and clears the tile
 // maxima. Not inlined (as blocks_pair_end_call). Returns whether the row is
@@ -440,7 +422,12 @@ __device__ __noinline__ bool blocks_gate_pair_call(const Sm90FusedParams* pp, in
   unsigned long long* thr_s = reinterpret_cast<unsigned long long*>(rw.smem + Cfg::kOffThr);
   BlocksCtl* ctl = reinterpret_cast<BlocksCtl*>(rw.smem + Cfg::kOffCtl);
   const long long t0 = fused_diag_clock();
-  const uint32_t rho = blocks_gate_rho<Cfg>(p, rw.segcnt, rw.row, r, active, lane);
+  // The row's sample entries (its 8 segment counts; lane < 8 reads one) and keys.
+  uint32_t m = lane < 8 ? rw.segcnt[lane] : 0u;
+  m = __reduce_add_sync(0xffffffffu, m);
+  int start = 0;
+  const uint32_t n = rw.row < p.rows ? static_cast<uint32_t>(row_length(p, rw.row, &start)) : 0u;
+  const uint32_t rho = blocks_gate_rho_mn<Cfg>(p, m, n, r, active);
   uint64_t g = 0;
   if (rho) {
     PairCtx pc = rw.ctx();
@@ -451,12 +438,11 @@ __device__ __noinline__ bool blocks_gate_pair_call(const Sm90FusedParams* pp, in
       uint64_t th = 0;
       uint32_t c_unused = 0;
       pair_select(rw.half_segs(p), pc, 0, rho, rw.hist, rw.sk, rw.si, lane, &th, &c_unused);
-      int start, lo, hi;
-      const int n = row_length(p, rw.row, &start);
+      int lo, hi;
       const int nt = block_span<8, Cfg::kBlockKeys>(Sm90LogitsParams{p.starts, p.ends, nullptr, 0, p.rows, p.keys}, b,
                                                     lo, hi);
-      g = pair_tie_gate(rw.half_segs(p), pc, th, rho, static_cast<uint32_t>(n), static_cast<uint32_t>(start),
-                        static_cast<uint32_t>(lo), nt, ns, lane);
+      g = pair_tie_gate(rw.half_segs(p), pc, th, rho, m, n, static_cast<uint32_t>(start), static_cast<uint32_t>(lo), nt,
+                        ns, lane);
       if (kg == 0 && lane == 0) {
         fused_diag_count(p.counter, kFusedExactGateWord);
         if (static_cast<uint32_t>(g) != 0u) fused_diag_count(p.counter, kFusedTieCutGateWord);

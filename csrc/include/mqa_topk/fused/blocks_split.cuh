@@ -286,7 +286,7 @@ __device__ __forceinline__ uint32_t blocks_union_gate_fast(const Sm90FusedParams
 
 // kVisitRest's gate (all math warps): waits for every piece's sample, then
 // row 4 rg + warp_in_wg's pair ranks the shared gate over them
-// (blocks_gate_rho's rule on the union; the cap is the C-th largest of all
+// (blocks_gate_rho_mn's rule on the union; the cap is the C-th largest of all
 // the pieces' sample tile maxima, C = min(4, sample tiles)); the first warp
 // sets thr_s and gkey. Returns whether the row is gated (the first warp's).
 template <class Cfg>

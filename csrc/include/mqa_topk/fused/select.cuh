@@ -1487,26 +1487,24 @@ __device__ __forceinline__ uint32_t sample_gap_end(uint32_t ic, uint32_t lo, int
 }
 
 // tie_gate_threshold by the row's pair: t, the sample's exact rho-th largest
-// composite (pair_select, its heavy ties cut by index); one pass counting the
-// sample entries above and at t's key, and all of them (keys >= 1: the
-// selects' padding is key 0); the block's walk (lo, nt, ns) for
+// composite (pair_select, its heavy ties cut by index) among the row's m
+// sample entries (the caller's sum of its segment counts); one pass counting
+// the sample entries above and at t's key; the block's walk (lo, nt, ns) for
 // sample_gap_end. The same value in both warps.
 template <class SS>
-__device__ __forceinline__ uint64_t pair_tie_gate(const SS& s, PairCtx& pc, uint64_t t, uint32_t rho, uint32_t n,
-                                                  uint32_t start, uint32_t lo, int nt, int ns, int lane) {
+__device__ __forceinline__ uint64_t pair_tie_gate(const SS& s, PairCtx& pc, uint64_t t, uint32_t rho, uint32_t m,
+                                                  uint32_t n, uint32_t start, uint32_t lo, int nt, int ns, int lane) {
   const uint32_t kt = static_cast<uint32_t>(t >> 32);
-  uint32_t above = 0, tied = 0, m = 0;
+  uint32_t above = 0, tied = 0;
   pair_for_each(s, lane, [&](uint32_t key, bool valid) {
     above += valid && key > kt ? 1u : 0u;
     tied += valid && key == kt ? 1u : 0u;
-    m += valid && key >= 1u ? 1u : 0u;
   });
   above = __reduce_add_sync(0xffffffffu, above);
   tied = __reduce_add_sync(0xffffffffu, tied);
-  m = __reduce_add_sync(0xffffffffu, m);
-  const uint4 o = pair_exchange(pc, make_uint4(above, tied, m, 0u), lane);
+  const uint4 o = pair_exchange(pc, make_uint4(above, tied, 0u, 0u), lane);
   const uint32_t ic_s = sample_gap_end(0xffffffffu - static_cast<uint32_t>(t), lo, nt, ns);
-  return tie_gate_threshold(kt, ic_s, rho, above + o.x, tied + o.y, n, start, m + o.z);
+  return tie_gate_threshold(kt, ic_s, rho, above + o.x, tied + o.y, n, start, m);
 }
 
 // ---- a row's compaction by the 8 warps of its row group ---------------------
