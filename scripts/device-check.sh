@@ -25,6 +25,8 @@
 #               and warp stall samples (ncu-src-*.csv, and the reports)
 #   logits-bound dev/logits_bound.py: the dense kernel, the same loop without its epilogue arithmetic,
 #               and the fp8 GEMM ceiling, interleaved (a second extension built with a -D flag)
+#   fused-bound dev/fused_bound.py: the fused kernel with its per-tile weight loads, with one per row,
+#               with none (probe builds), and the logits kernel alone, interleaved
 #   probe       dev/adversarial_probe.py: the block kernels' rare-path counts and fused / dense time per
 #               adversarial input (builds its own extension with MQA_TOPK_FUSED_DIAGNOSTICS)
 #   deepgemm    DeepGEMM's logits beside ours over the logits grid at 32 and 64 heads (DG_HEADS), and the
@@ -134,6 +136,7 @@ for s in "${stages[@]}"; do
     heads) run heads python3 dev/heads_check.py ;;
     probe) run probe python3 dev/adversarial_probe.py ;;
     logits-bound) run logits-bound python3 dev/logits_bound.py ;;
+    fused-bound) run fused-bound python3 dev/fused_bound.py ;;
     ncu) for op in fused logits; do
            [ $op = fused ] && kre=sm90_fused_blocks || kre=sm90_fp8_mqa_logits
            run ncu-$op "$ncu_bin" --clock-control none -k regex:$kre -s 1 -c 1 --section SpeedOfLight \

@@ -567,6 +567,15 @@ __device__ __forceinline__ void blocks_body(const CUtensorMap& tm_q, const CUten
       // The block's weights from the TMA-loaded buffer at the held row addresses.
       asm volatile("mov.b32 %0, %0;\n\tmov.b32 %1, %1;\n\tmov.b32 %2, %2;\n\tmov.b32 %3, %3;"
                    : "+r"(wa_k[0]), "+r"(wa_k[1]), "+r"(wa_k[2]), "+r"(wa_k[3]));
+#if defined(MQA_TOPK_FUSED_PROBE_WLOADS)
+      // Development probe (dev/fused_bound.py; its logits are wrong): the
+      // per-tile weight loads cut to one per row (1) or none (0: weights 1).
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        w[r][0] = MQA_TOPK_FUSED_PROBE_WLOADS ? blocks_lds_f2<0>(wa_k[r]) : make_float2(1.f, 1.f);
+        w[r][1] = w[r][2] = w[r][3] = w[r][0];
+      }
+#else
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         w[r][0] = blocks_lds_f2<0>(wa_k[r]);
@@ -574,6 +583,7 @@ __device__ __forceinline__ void blocks_body(const CUtensorMap& tm_q, const CUten
         w[r][2] = blocks_lds_f2<64>(wa_k[r]);
         w[r][3] = blocks_lds_f2<96>(wa_k[r]);
       }
+#endif
       if constexpr (Cfg::kHeadPasses == 1) {
         logits_reduce_perm(acc, w, fin);
       } else {
