@@ -1,22 +1,30 @@
-"""Development measurement of what the fused block kernel's per-tile weight
-loads cost at the headline (causal 8192 x 65536, top-2048, 32 heads): the
-shipped fused kernel, two probe builds whose tile loop reads the block's
-weights from shared memory once per row (4 loads per tile) or not at all
-(-DMQA_TOPK_FUSED_PROBE_WLOADS=1 / =0; their logits are wrong, their
-selection work alike on these rows), and the dense logits kernel alone,
-interleaved three times in one process (cold L2, medians).
+"""Development measurement of the fused block kernel at the headline (causal
+8192 x 65536, top-2048, 32 heads) against builds of it with one extra
+preprocessor switch each, and the dense logits kernel alone, interleaved in
+one process (cold L2, medians). By default the switches are the weight-load
+probes: the tile loop reads the block's weights from shared memory once per
+row (4 loads per tile) or not at all (-DMQA_TOPK_FUSED_PROBE_WLOADS=1 / =0;
+their logits are wrong, their selection work alike on these rows).
 
-    python3 dev/fused_bound.py
+    python3 dev/fused_bound.py [--reps N] [NAME=MACRO[=VALUE] ...]
 """
 from __future__ import annotations
+
+import argparse
 
 import torch
 
 from mqa_topk_cli import jit, timing
 from mqa_topk_cli.workloads import make_workload
 
+PROBES = ["w-once=MQA_TOPK_FUSED_PROBE_WLOADS=1", "w-none=MQA_TOPK_FUSED_PROBE_WLOADS=0"]
+
 
 def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("builds", nargs="*", default=PROBES, help="NAME=MACRO[=VALUE]: a build with -DMACRO[=VALUE]")
+    a = ap.parse_args()
     rows, keys, topk = 8192, 65536, 2048
     w = make_workload("causal", rows=rows, keys=keys, topk=topk, dist="gaussian", seed=0, device="cuda")
     ld = (keys + 3) // 4 * 4
@@ -24,16 +32,21 @@ def main():
     out = torch.empty(rows, topk, dtype=torch.int32, device="cuda")
     args = (w.q, w.k, w.scales, w.weights, w.starts, w.ends)
     shipped = jit.load_extension()
-    exts = {"shipped": shipped,
-            "w-once": jit.load_with_define("probe_w1", "MQA_TOPK_FUSED_PROBE_WLOADS=1"),
-            "w-none": jit.load_with_define("probe_w0", "MQA_TOPK_FUSED_PROBE_WLOADS=0")}
+    exts = {"shipped": shipped}
+    for b in a.builds:
+        name, define = b.split("=", 1)
+        exts[name] = jit.load_with_define("fb_" + "".join(c if c.isalnum() else "_" for c in name), define)
     ws = {n: torch.zeros(e.fused_mqa_topk_workspace_bytes(topk, 0), dtype=torch.uint8, device="cuda")
           for n, e in exts.items()}
-    for n, e in exts.items():  # the kernel the headline runs
-        print(n, e.fused_mqa_topk(*args, out, ws[n], -1), flush=True)
+    ref = None
+    for n, e in exts.items():  # the kernel the headline runs; the sets against the shipped build's
+        kernel = e.fused_mqa_topk(*args, out, ws[n], -1)
+        sets = torch.sort(out, dim=1).values
+        ref = sets.clone() if ref is None else ref
+        print(f"{n}: {kernel}, sets {'equal to' if torch.equal(sets, ref) else 'differ from'} shipped's", flush=True)
     runs = {f"fused {n}": (lambda e=e, n=n: e.fused_mqa_topk(*args, out, ws[n], -1)) for n, e in exts.items()}
     runs["logits"] = lambda: shipped.mqa_logits(*args, lg)
-    for rep in range(3):
+    for rep in range(a.reps):
         line = []
         for name, fn in runs.items():
             t = timing.time_fn(fn)
