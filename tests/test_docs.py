@@ -7,8 +7,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 # preprocessor switches, not environment variables: the emulator build's, the
-# fused kernels' rare-path counts (dev/adversarial_probe.py builds with it) and
-# the dense loop without its epilogue arithmetic (dev/logits_bound.py)
+# fused kernels' rare-path counts (dev/adversarial_probe.py builds with it),
+# the dense loop without its epilogue arithmetic (dev/logits_bound.py) and the
+# fused loop's weight-load probes (dev/fused_bound.py)
 MACROS = {"MQA_TOPK_HOST_EMULATION", "MQA_TOPK_FUSED_DIAGNOSTICS", "MQA_TOPK_LOGITS_MMA_ONLY", "MQA_TOPK_FUSED_PROBE_WLOADS"}
 
 
