@@ -14,7 +14,7 @@ import argparse
 
 import torch
 
-from mqa_topk_cli import jit, timing
+from mqa_topk_cli import bench, jit, timing
 from mqa_topk_cli.workloads import make_workload
 
 PROBES = ["w-once=MQA_TOPK_FUSED_PROBE_WLOADS=1", "w-none=MQA_TOPK_FUSED_PROBE_WLOADS=0"]
@@ -25,8 +25,9 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("builds", nargs="*", default=PROBES, help="NAME=MACRO[=VALUE]: a build with -DMACRO[=VALUE]")
     a = ap.parse_args()
-    rows, keys, topk = 8192, 65536, 2048
-    w = make_workload("causal", rows=rows, keys=keys, topk=topk, dist="gaussian", seed=0, device="cuda")
+    h = bench.HEADLINE
+    rows, keys, topk = h["rows"], h["keys"], h["topk"]
+    w = make_workload(h["layout"], rows=rows, keys=keys, topk=topk, dist=h["dist"], seed=h["seed"], device="cuda")
     ld = (keys + 3) // 4 * 4
     lg = torch.empty(rows, ld, device="cuda")
     out = torch.empty(rows, topk, dtype=torch.int32, device="cuda")

@@ -16,10 +16,11 @@ from mqa_topk_cli.workloads import make_workload
 
 
 def main():
-    rows, keys = 8192, 65536
-    w = make_workload("causal", rows=rows, keys=keys, topk=2048, dist="gaussian", seed=0, device="cuda")
+    h = bench.HEADLINE
+    rows, keys = h["rows"], h["keys"]
+    w = make_workload(h["layout"], rows=rows, keys=keys, topk=h["topk"], dist=h["dist"], seed=h["seed"], device="cuda")
     pairs = int((w.ends - w.starts).clamp(min=0).sum())
-    flop = 2.0 * 32 * 128 * pairs
+    flop = float(bench.flop_per_pair(h["heads"])) * pairs
     ld = (keys + 3) // 4 * 4
     lg = torch.empty(rows, ld, device="cuda")
     args = (w.q, w.k, w.scales, w.weights, w.starts, w.ends)

@@ -96,7 +96,7 @@ def _flags() -> tuple[list[str], list[str]]:
 def load_with_define(tag: str, define: str):
     """A development build of the extension with one extra preprocessor
     switch (``-D`` ``define``), in its own folder ``cache_root() / tag``
-    (dev/adversarial_probe.py, dev/logits_bound.py)."""
+    (dev/adversarial_probe.py, dev/logits_bound.py, dev/fused_bound.py)."""
     from torch.utils.cpp_extension import load
 
     cuda, cxx = _flags()
