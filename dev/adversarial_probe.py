@@ -19,7 +19,7 @@ import argparse
 
 import torch
 
-from mqa_topk_cli import jit, resources, timing, workloads
+from mqa_topk_cli import jit, ops, resources, timing, workloads
 
 
 def tie_stats(lg: torch.Tensor, starts, ends, topk: int, sample: int = 256):
@@ -54,7 +54,7 @@ def main():
                                     c.get("seed", 0), device="cuda",
                                     **{k: v for k, v in c.items() if k in workloads.OPTIONS})
         rows, keys, topk = w.rows, w.keys, w.topk
-        ld = (keys + 3) // 4 * 4
+        ld = ops._pitch(keys)  # the op's logits row pitch
         lg = torch.empty(rows, ld, device="cuda")
         out = torch.empty(rows, topk, dtype=torch.int32, device="cuda")
         ws = torch.zeros(ext.fused_mqa_topk_workspace_bytes(topk, 0), dtype=torch.uint8, device="cuda")

@@ -14,7 +14,7 @@ import argparse
 
 import torch
 
-from mqa_topk_cli import bench, jit, timing
+from mqa_topk_cli import bench, jit, ops, timing
 from mqa_topk_cli.workloads import make_workload
 
 PROBES = ["w-once=MQA_TOPK_FUSED_PROBE_WLOADS=1", "w-none=MQA_TOPK_FUSED_PROBE_WLOADS=0"]
@@ -28,7 +28,7 @@ def main():
     h = bench.HEADLINE
     rows, keys, topk = h["rows"], h["keys"], h["topk"]
     w = make_workload(h["layout"], rows=rows, keys=keys, topk=topk, dist=h["dist"], seed=h["seed"], device="cuda")
-    ld = (keys + 3) // 4 * 4
+    ld = ops._pitch(keys)  # the op's logits row pitch
     lg = torch.empty(rows, ld, device="cuda")
     out = torch.empty(rows, topk, dtype=torch.int32, device="cuda")
     args = (w.q, w.k, w.scales, w.weights, w.starts, w.ends)

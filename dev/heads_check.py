@@ -62,7 +62,7 @@ def ref_logits(q, k, scales, w, starts, ends):
 
 def native_logits(ext, q, k, scales, w, starts, ends, poison=float("nan")):
     rows, keys = q.shape[0], k.shape[0]
-    ld = (keys + 3) // 4 * 4
+    ld = ops._pitch(keys)  # the op's logits row pitch
     lg = torch.full((rows, ld), poison, device="cuda")
     ext.mqa_logits(q, k, scales, w, starts, ends, lg)
     return lg[:, :keys]

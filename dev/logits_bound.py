@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from mqa_topk_cli import bench, jit, timing
+from mqa_topk_cli import bench, jit, ops, timing
 from mqa_topk_cli.workloads import make_workload
 
 
@@ -21,7 +21,7 @@ def main():
     w = make_workload(h["layout"], rows=rows, keys=keys, topk=h["topk"], dist=h["dist"], seed=h["seed"], device="cuda")
     pairs = int((w.ends - w.starts).clamp(min=0).sum())
     flop = float(bench.flop_per_pair(h["heads"])) * pairs
-    ld = (keys + 3) // 4 * 4
+    ld = ops._pitch(keys)  # the op's logits row pitch
     lg = torch.empty(rows, ld, device="cuda")
     args = (w.q, w.k, w.scales, w.weights, w.starts, w.ends)
     shipped = jit.load_extension()
