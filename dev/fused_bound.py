@@ -4,7 +4,9 @@ preprocessor switch each, and the dense logits kernel alone, interleaved in
 one process (cold L2, medians). By default the switches are the weight-load
 probes: the tile loop reads the block's weights from shared memory once per
 row (4 loads per tile) or not at all (-DMQA_TOPK_FUSED_PROBE_WLOADS=1 / =0;
-their logits are wrong, their selection work alike on these rows).
+their logits are wrong, their selection work alike on these rows). Other
+probes: -DMQA_TOPK_FUSED_PROBE_NOTAIL=1 (the gated tiles without their filter
+and appends; =2 also without the weight loads; wrong sets).
 
     python3 dev/fused_bound.py [--reps N] [NAME=MACRO[=VALUE] ...]
 """
@@ -41,6 +43,7 @@ def main():
           for n, e in exts.items()}
     ref = None
     for n, e in exts.items():  # the kernel the headline runs; the sets against the shipped build's
+        out.fill_(-7)  # (poisoned: a row the kernel does not write differs)
         kernel = e.fused_mqa_topk(*args, out, ws[n], -1)
         sets = torch.sort(out, dim=1).values
         ref = sets.clone() if ref is None else ref

@@ -9,8 +9,9 @@ ROOT = Path(__file__).resolve().parent.parent
 # preprocessor switches, not environment variables: the emulator build's, the
 # fused kernels' rare-path counts (dev/adversarial_probe.py builds with it),
 # the dense loop without its epilogue arithmetic (dev/logits_bound.py) and the
-# fused loop's weight-load probes (dev/fused_bound.py)
-MACROS = {"MQA_TOPK_HOST_EMULATION", "MQA_TOPK_FUSED_DIAGNOSTICS", "MQA_TOPK_LOGITS_MMA_ONLY", "MQA_TOPK_FUSED_PROBE_WLOADS"}
+# fused loop's weight-load and tail probes (dev/fused_bound.py)
+MACROS = {"MQA_TOPK_HOST_EMULATION", "MQA_TOPK_FUSED_DIAGNOSTICS", "MQA_TOPK_LOGITS_MMA_ONLY", "MQA_TOPK_FUSED_PROBE_WLOADS",
+          "MQA_TOPK_FUSED_PROBE_NOTAIL"}
 
 
 def test_every_environment_variable_is_in_the_readme():

@@ -25,6 +25,13 @@
 
 #include "blocks_split.cuh"
 
+// Development probes (dev/fused_bound.py; their sets are wrong):
+// MQA_TOPK_FUSED_PROBE_NOTAIL=1 drops the gated tiles' filter and appends
+// (every block end reports its rows done), =2 also the per-tile weight loads.
+#if defined(MQA_TOPK_FUSED_PROBE_NOTAIL) && MQA_TOPK_FUSED_PROBE_NOTAIL == 2 && !defined(MQA_TOPK_FUSED_PROBE_WLOADS)
+#define MQA_TOPK_FUSED_PROBE_WLOADS 0
+#endif
+
 namespace mqa_topk {
 
 // A lane's weight pair at byte offset kOff from shared address a, as a
@@ -493,6 +500,12 @@ __device__ __forceinline__ void blocks_body(const CUtensorMap& tm_q, const CUten
     // offsets, the index store at an immediate offset from the key store.
     auto tile_tail = [&](auto sample_tag, uint32_t k0, uint32_t k1, int ka, int t) {
       constexpr bool kSample = decltype(sample_tag)::value;
+#if defined(MQA_TOPK_FUSED_PROBE_NOTAIL)
+      if constexpr (!kSample) {  // (the logits still computed)
+        cnt += (k0 ^ k1) == 0x5a5a5a5au;
+        return;
+      }
+#endif
       const int kb = ka + 8;
       const bool in0 = static_cast<uint32_t>(ka - rs) < len, in1 = static_cast<uint32_t>(kb - rs) < len;
       const bool pass0 = in0 & (composite(k0, static_cast<uint32_t>(ka)) > thr);
@@ -748,6 +761,9 @@ __device__ __forceinline__ void blocks_body(const CUtensorMap& tm_q, const CUten
       bool ok = true;
       if (((active >> r) & 1u) && row < p.rows)
         ok = blocks_pair_end_call<Cfg>(&p, Cfg::kSplit ? 2 : 0, pub & 1, b, row_gated);
+#if defined(MQA_TOPK_FUSED_PROBE_NOTAIL)
+      ok = true;
+#endif
       if (selector) {
         if (lane == 0) {
           thr_s[r] = 0;
