@@ -88,10 +88,9 @@ struct Sm90FusedBlocksConfig {
   using Logits = Sm90LogitsConfigH<kHeads_>;
   static constexpr int kHeads = kHeads_;
   static constexpr int kHeadPasses = Logits::kHeadPasses;
-  // (64 heads: a tile has twice the MMA work and the Q buffers twice the
-  // bytes; half the stages cover the same time)
-  // (32 heads: whole blocks at 6 stages, 8 measured 3% slower at the
-  // headline; split blocks at 8)
+  // K stages: at 32 heads 6 for whole blocks (8 measured 3% slower at the
+  // headline), 8 for split blocks; at 64 heads 4 (a tile has twice the MMA
+  // work and the Q buffers twice the bytes: fewer stages cover the same time).
   static constexpr int kNumStages = kHeadPasses == 1 ? (kSplit_ ? 8 : 6) : 4;
   static constexpr int kCheckTiles = 12;
   static constexpr int kBlockRows = 8;

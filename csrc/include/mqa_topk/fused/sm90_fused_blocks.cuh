@@ -5,10 +5,10 @@
 // Logits: the dense logits kernel's main loop (sm90_fp8_mqa_logits.cuh):
 // 8-row blocks on four math warpgroups at wgmma N = 128 ("row groups":
 // warpgroup wg = 2 rg + kg takes rows [4 rg, +4) x keys [64 kg, +64) of a
-// 128-key tile), setmaxnreg 112 / 32, a producer warp feeding a 6-stage (split blocks: 8) K /
-// scales ring by TMA, the same per-element arithmetic and reduction order
-// (logits_reduce_perm), so every logit is bitwise equal to the dense kernel's
-// and the index sets are identical. Each tile's filter and appends (its
+// 128-key tile), setmaxnreg 112 / 32, a producer warp feeding a K / scales
+// ring by TMA (Sm90FusedBlocksConfig::kNumStages), the same per-element
+// arithmetic and reduction order (logits_reduce_perm), so every logit is
+// bitwise equal to the dense kernel's and the index sets are identical. Each tile's filter and appends (its
 // "tail") run after the next tile's MMAs are issued, while they run.
 // Selection per block: blocks_select.cuh (gate, compaction, block end).
 // Key tiles of a block are visited in a scrambled order (a golden-ratio
