@@ -34,11 +34,14 @@ def main():
     lg = torch.empty(rows, ld, device="cuda")
     out = torch.empty(rows, topk, dtype=torch.int32, device="cuda")
     args = (w.q, w.k, w.scales, w.weights, w.starts, w.ends)
-    shipped = jit.load_extension()
-    exts = {"shipped": shipped}
+    builds = {}  # name -> (tag, define): built together, then loaded here
     for b in a.builds:
         name, define = b.split("=", 1)
-        exts[name] = jit.load_with_define("fb_" + "".join(c if c.isalnum() else "_" for c in name), define)
+        builds[name] = ("fb_" + "".join(c if c.isalnum() else "_" for c in name), define)
+    jit.build_variants({"shipped": None, **dict(builds.values())})
+    exts = {"shipped": jit.load_extension()}
+    for name, (tag, define) in builds.items():
+        exts[name] = jit.load_with_define(tag, define)
     ws = {n: torch.zeros(e.fused_mqa_topk_workspace_bytes(topk, 0), dtype=torch.uint8, device="cuda")
           for n, e in exts.items()}
     ref = None
@@ -49,7 +52,7 @@ def main():
         ref = sets.clone() if ref is None else ref
         print(f"{n}: {kernel}, sets {'equal to' if torch.equal(sets, ref) else 'differ from'} shipped's", flush=True)
     runs = {f"fused {n}": (lambda e=e, n=n: e.fused_mqa_topk(*args, out, ws[n], -1)) for n, e in exts.items()}
-    runs["logits"] = lambda: shipped.mqa_logits(*args, lg)
+    runs["logits"] = lambda e=exts["shipped"]: e.mqa_logits(*args, lg)
     for rep in range(a.reps):
         line = []
         for name, fn in runs.items():

@@ -24,6 +24,7 @@ def main():
     ld = ops._pitch(keys)  # the op's logits row pitch
     lg = torch.empty(rows, ld, device="cuda")
     args = (w.q, w.k, w.scales, w.weights, w.starts, w.ends)
+    jit.build_variants({"shipped": None, "mma_only": "MQA_TOPK_LOGITS_MMA_ONLY"})  # (both at once)
     shipped = jit.load_extension()
     mma_only = jit.load_with_define("mma_only", "MQA_TOPK_LOGITS_MMA_ONLY")
     runs = {"shipped": lambda: shipped.mqa_logits(*args, lg), "mma-only": lambda: mma_only.mqa_logits(*args, lg)}

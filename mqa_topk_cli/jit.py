@@ -107,6 +107,45 @@ def load_with_define(tag: str, define: str):
                 extra_cflags=cxx, extra_cuda_cflags=cuda + [f"-D{define}"], build_directory=str(d))
 
 
+def build_variants(variants: dict[str, str | None], jobs: int | None = None) -> dict[str, float]:
+    """Builds several extensions at once, each in its own process: ``{tag:
+    define}``, a ``load_with_define(tag, define)`` build, or ``{tag: None}``
+    for the shipped one (``load_extension``). The machine's compile jobs
+    (``MAX_JOBS``, else the CPU count) are split between them, so N variants
+    take about the time of their compile work rather than N builds' tails in
+    a row. Each build's output goes to ``cache_root() / f"{tag}.build.log"``;
+    a failed build raises ``Unavailable`` naming its tag and log. Returns each
+    build's seconds. The caller then loads them in its own process (ninja
+    finds them up to date)."""
+    import sys
+
+    if not variants:
+        return {}
+    total = jobs or int(os.environ.get("MAX_JOBS") or os.cpu_count() or 2)
+    per = max(2, total // len(variants))
+    cache_root().mkdir(parents=True, exist_ok=True)
+    procs = {}
+    for tag, define in variants.items():
+        if not tag or not all(c.isalnum() or c in "_-" for c in tag):
+            raise ValueError(f"variants: tag {tag!r} must be letters, digits, '_' or '-'")
+        call = ("load_extension()" if define is None else f"load_with_define({tag!r}, {define!r})")
+        log = cache_root() / f"{tag}.build.log"
+        env = dict(os.environ, MAX_JOBS=str(per))
+        with open(log, "w") as f:
+            procs[tag] = (subprocess.Popen([sys.executable, "-c", f"from mqa_topk_cli import jit; jit.{call}"],
+                                           stdout=f, stderr=subprocess.STDOUT, env=env), log, time.perf_counter())
+    seconds, failed = {}, []
+    for tag, (p, log, t0) in procs.items():
+        rc = p.wait()
+        seconds[tag] = time.perf_counter() - t0
+        if rc != 0:
+            lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+            failed.append(f"{tag} (exit {rc}: {lines[-1] if lines else 'no output'}; log {log})")
+    if failed:
+        raise Unavailable("building extension variants failed: " + "; ".join(failed))
+    return seconds
+
+
 def build_key() -> str:
     import torch
 
