@@ -24,9 +24,10 @@ def main():
     ld = ops._pitch(keys)  # the op's logits row pitch
     lg = torch.empty(rows, ld, device="cuda")
     args = (w.q, w.k, w.scales, w.weights, w.starts, w.ends)
-    jit.build_variants({"shipped": None, "mma_only": "MQA_TOPK_LOGITS_MMA_ONLY"})  # (both at once)
+    mma_only_build = ("mma_only", "MQA_TOPK_LOGITS_MMA_ONLY")
+    jit.build_variants({"shipped": None, mma_only_build[0]: mma_only_build[1]})  # (both at once)
     shipped = jit.load_extension()
-    mma_only = jit.load_with_define("mma_only", "MQA_TOPK_LOGITS_MMA_ONLY")
+    mma_only = jit.load_with_define(*mma_only_build)
     runs = {"shipped": lambda: shipped.mqa_logits(*args, lg), "mma-only": lambda: mma_only.mqa_logits(*args, lg)}
     for rep in range(3):
         line = []

@@ -8,8 +8,9 @@
 // 128-key tile), setmaxnreg 112 / 32, a producer warp feeding a K / scales
 // ring by TMA (Sm90FusedBlocksConfig::kNumStages), the same per-element
 // arithmetic and reduction order (logits_reduce_perm), so every logit is
-// bitwise equal to the dense kernel's and the index sets are identical. Each tile's filter and appends (its
-// "tail") run after the next tile's MMAs are issued, while they run.
+// bitwise equal to the dense kernel's and the index sets are identical. Each
+// tile's filter and appends (its "tail") run after the next tile's MMAs are
+// issued, while they run.
 // Selection per block: blocks_select.cuh (gate, compaction, block end).
 // Key tiles of a block are visited in a scrambled order (a golden-ratio
 // stride coprime to the tile count, last tile first), so scores rising with
